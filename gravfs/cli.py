@@ -1,0 +1,445 @@
+"""Command line: parses arguments and calls the repository; nothing else.
+
+Errors are one line on stderr and a non-zero exit code, never a traceback
+(set GRAVFS_DEBUG=1 to see one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from datetime import datetime, timezone
+from typing import Optional
+
+from gravfs import __version__
+from gravfs.errors import GravfsError
+
+log = logging.getLogger("gravfs.cli")
+
+
+def _store_url(args) -> str:
+    url = args.store or os.environ.get("GRAVFS_STORE")
+    if not url:
+        raise GravfsError("no store given: use -s/--store URL or set GRAVFS_STORE")
+    return url
+
+
+def _repo(args):
+    from gravfs.repository import Repository
+    return Repository.open(_store_url(args), args.state_dir)
+
+
+def _split_ref_path(spec: str, what: str = "REF:PATH") -> tuple[str, str]:
+    if ":" not in spec:
+        return spec, ""
+    ref, path = spec.split(":", 1)
+    if not ref:
+        raise GravfsError(f"missing ref in {spec!r} (expected {what})")
+    return ref, path
+
+
+def _short(cid: str) -> str:
+    return cid[:12]
+
+
+def _when(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=None, sort_keys=True))
+
+
+# -- commands ----------------------------------------------------------------------
+
+
+def cmd_init(args) -> int:
+    from gravfs.repository import Repository
+    url = args.url or _store_url(args)
+    repo = Repository.init(url, args.state_dir)
+    print(f"Initialized gravfs repository at {repo.store.url} (branch {repo.settings.default_branch})")
+    return 0
+
+
+def cmd_branch(args) -> int:
+    repo = _repo(args)
+    if args.action == "create":
+        c = repo.create_branch(args.name, args.source)
+        print(f"Created branch {args.name} at {_short(c.id)}")
+    elif args.action == "delete":
+        repo.delete_branch(args.name)
+        print(f"Deleted branch {args.name}")
+    else:
+        rows = repo.list_branches()
+        if args.json:
+            _print_json([{"name": n, "commit": c} for n, c in rows])
+        for n, c in ([] if args.json else rows):
+            print(f"{n}\t{_short(c)}")
+    return 0
+
+
+def cmd_tag(args) -> int:
+    repo = _repo(args)
+    if args.action == "create":
+        c = repo.create_tag(args.name, args.ref)
+        print(f"Created tag {args.name} at {_short(c.id)}")
+    elif args.action == "delete":
+        repo.delete_tag(args.name)
+        print(f"Deleted tag {args.name}")
+    else:
+        rows = repo.list_tags()
+        if args.json:
+            _print_json([{"name": n, "commit": c} for n, c in rows])
+        for n, c in ([] if args.json else rows):
+            print(f"{n}\t{_short(c)}")
+    return 0
+
+
+def cmd_import(args) -> int:
+    from gravfs.importer import import_tree
+    repo = _repo(args)
+    branch, prefix = _split_ref_path(args.dest, "BRANCH[:PREFIX]")
+    c, n = import_tree(repo, args.src, branch, prefix, args.message, progress=not args.quiet)
+    print(f"Imported {n} file(s) into {branch}:{prefix or '/'} as commit {_short(c.id)}")
+    return 0
+
+
+def cmd_put(args) -> int:
+    repo = _repo(args)
+    branch, path = _split_ref_path(args.dest, "BRANCH:PATH")
+    if not path:
+        raise GravfsError("put needs BRANCH:PATH")
+    if args.local == "-":
+        e = repo.write_file(branch, path, sys.stdin.buffer)
+    else:
+        if not os.path.isfile(args.local):
+            raise GravfsError(f"{args.local}: not a regular file")
+        e = repo.write_file(branch, path, args.local, mode=os.stat(args.local).st_mode)
+    print(f"Staged {branch}:{path} ({e.size} bytes)")
+    return 0
+
+
+def cmd_rm(args) -> int:
+    repo = _repo(args)
+    branch, path = _split_ref_path(args.target, "BRANCH:PATH")
+    if not path:
+        raise GravfsError("rm needs BRANCH:PATH")
+    n = repo.remove(branch, path, recursive=args.recursive)
+    print(f"Removed {branch}:{path} ({n} entr{'y' if n == 1 else 'ies'} staged for deletion)")
+    return 0
+
+
+def cmd_cat(args) -> int:
+    repo = _repo(args)
+    ref, path = _split_ref_path(args.target)
+    node = repo.stat(ref, path)
+    if node.kind == "dir":
+        raise GravfsError(f"{path}: is a directory")
+    if node.kind == "symlink":
+        raise GravfsError(f"{path}: is a symbolic link to {node.entry.symlink_target}")
+    out = sys.stdout.buffer
+    repo.copy_out(node, out)
+    out.flush()
+    return 0
+
+
+def cmd_ls(args) -> int:
+    repo = _repo(args)
+    ref, path = _split_ref_path(args.target)
+    node = repo.stat(ref, path) if path else None
+    nodes = [node] if node is not None and node.kind != "dir" else repo.list_dir(ref, path)
+    if args.json:
+        for n in nodes:
+            _print_json(_node_json(n))
+        return 0
+    for n in nodes:
+        if n.kind == "dir":
+            print(f"{'dir':>4} {'':>12} {'':>23}  {n.name}/")
+        else:
+            e = n.entry
+            suffix = f" -> {e.symlink_target}" if n.kind == "symlink" else ""
+            print(f"{oct(e.mode & 0o7777)[2:]:>4} {e.size:>12} {_when(e.mtime_ns)}  {n.name}{suffix}")
+    return 0
+
+
+def _node_json(n) -> dict:
+    d = {"path": n.path, "type": n.kind}
+    if n.entry is not None:
+        e = n.entry
+        d.update(size=e.size, mode=e.mode, mtime_ns=e.mtime_ns, address=e.address)
+        if n.kind == "symlink":
+            d["target"] = e.symlink_target
+    return d
+
+
+def cmd_status(args) -> int:
+    repo = _repo(args)
+    rows = repo.status(args.branch)
+    if args.json:
+        _print_json([{"type": k, "path": p.decode("utf-8", "surrogateescape")} for k, p in rows])
+        return 0
+    if not rows:
+        print(f"On branch {args.branch}: nothing to commit")
+    for kind, key in rows:
+        print(f"{kind:>8}  {key.decode('utf-8', 'surrogateescape')}")
+    return 0
+
+
+def cmd_commit(args) -> int:
+    repo = _repo(args)
+    meta = dict(kv.split("=", 1) for kv in args.meta or [])
+    c = repo.commit(args.branch, args.message, author=args.author, metadata=meta)
+    print(f"Committed {_short(c.id)} on {args.branch}: {c.message}")
+    return 0
+
+
+def cmd_log(args) -> int:
+    repo = _repo(args)
+    for c in repo.log(args.ref, args.n):
+        if args.json:
+            _print_json(c.to_json())
+            continue
+        print(f"commit {c.id}")
+        if len(c.parents) > 1:
+            print("Merge:  " + " ".join(_short(p) for p in c.parents))
+        print(f"Author: {c.author}\nDate:   {_when(c.time_ns)}\n\n    {c.message}\n")
+    return 0
+
+
+def cmd_diff(args) -> int:
+    repo = _repo(args)
+    n = 0
+    for d in repo.diff(args.left, args.right):
+        path = d.key.decode("utf-8", "surrogateescape")
+        if args.json:
+            _print_json({"type": d.kind, "path": path})
+        else:
+            print(f"{d.kind:>8}  {path}")
+        n += 1
+    if n == 0 and not args.json:
+        print("no differences")
+    return 0
+
+
+def cmd_merge(args) -> int:
+    repo = _repo(args)
+    c = repo.merge(args.source, args.dest, strategy=args.strategy, message=args.message)
+    print(f"Merged {args.source} into {args.dest}: commit {_short(c.id)}")
+    return 0
+
+
+def cmd_revert(args) -> int:
+    repo = _repo(args)
+    c = repo.revert(args.branch, args.ref)
+    print(f"Reverted {args.ref} on {args.branch}: commit {_short(c.id)}")
+    return 0
+
+
+def cmd_reset(args) -> int:
+    repo = _repo(args)
+    n = repo.reset(args.branch, args.path)
+    print(f"Dropped {n} uncommitted change(s) on {args.branch}" + (f" under {args.path}" if args.path else ""))
+    return 0
+
+
+def cmd_fsck(args) -> int:
+    from gravfs.fsck import fsck
+    repo = _repo(args)
+    report = fsck(repo, check_data=args.data, progress=not args.quiet)
+    for line in report.problems:
+        print(line)
+    print(report.summary())
+    return 0 if not report.problems else 1
+
+
+def cmd_compact(args) -> int:
+    from gravfs.staging.compaction import compact
+    repo = _repo(args)
+    done = compact(repo, args.branch)
+    print(f"Compacted staging of {args.branch}" if done else f"Nothing to compact on {args.branch}")
+    return 0
+
+
+def cmd_sst_dump(args) -> int:
+    from gravfs.committed.dump import dump_properties, dump_records
+    if args.properties:
+        dump_properties(args.file, sys.stdout, as_json=args.json)
+    else:
+        dump_records(args.file, sys.stdout, as_json=args.json)
+    return 0
+
+
+def cmd_mount(args) -> int:
+    from gravfs.fuse.launch import mount
+    return mount(args)
+
+
+def cmd_umount(args) -> int:
+    from gravfs.fuse.launch import umount
+    return umount(args)
+
+
+# -- parser --------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gravfs",
+        description="gravfs: a Git-like versioned filesystem for data lakes.",
+        epilog="Refs are branch names, tags, commit ids or unique prefixes (>= 6 hex), "
+               "optionally followed by ~N. Store URLs: a local path, file://PATH, or s3://BUCKET/PREFIX.")
+    p.add_argument("--version", action="version", version=f"gravfs {__version__}")
+    p.add_argument("-s", "--store", help="repository store URL (default: $GRAVFS_STORE)")
+    p.add_argument("--state-dir", help="local state: staging, cache (default: $GRAVFS_STATE_DIR)")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def cmd(name, fn, help_, **kw):
+        sp = sub.add_parser(name, help=help_, description=help_, **kw)
+        sp.set_defaults(func=fn)
+        return sp
+
+    sp = cmd("init", cmd_init, "create a repository on a store")
+    sp.add_argument("url", nargs="?", help="store URL (default: -s/--store)")
+
+    sp = cmd("branch", cmd_branch, "create, list or delete branches")
+    bs = sp.add_subparsers(dest="action", metavar="ACTION")
+    bs.required = True
+    b = bs.add_parser("create", help="create a branch")
+    b.add_argument("name")
+    b.add_argument("--from", dest="source", metavar="REF", help="start point (default: main)")
+    bs.add_parser("list", help="list branches").add_argument("--json", action="store_true")
+    bs.add_parser("delete", help="delete a branch (its uncommitted changes too)").add_argument("name")
+
+    sp = cmd("tag", cmd_tag, "create, list or delete tags")
+    ts = sp.add_subparsers(dest="action", metavar="ACTION")
+    ts.required = True
+    t = ts.add_parser("create", help="tag a commit")
+    t.add_argument("name")
+    t.add_argument("ref")
+    ts.add_parser("list", help="list tags").add_argument("--json", action="store_true")
+    ts.add_parser("delete", help="delete a tag").add_argument("name")
+
+    sp = cmd("import", cmd_import, "stage a local directory tree and commit it")
+    sp.add_argument("src", metavar="SRC_DIR")
+    sp.add_argument("dest", metavar="BRANCH[:PREFIX]")
+    sp.add_argument("-m", "--message", default=None)
+    sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+    sp = cmd("put", cmd_put, "stage a local file (or - for stdin) at BRANCH:PATH")
+    sp.add_argument("local", metavar="LOCAL")
+    sp.add_argument("dest", metavar="BRANCH:PATH")
+
+    sp = cmd("rm", cmd_rm, "stage the deletion of BRANCH:PATH")
+    sp.add_argument("target", metavar="BRANCH:PATH")
+    sp.add_argument("-r", "--recursive", action="store_true", help="remove a directory and its contents")
+
+    sp = cmd("cat", cmd_cat, "print a file's content")
+    sp.add_argument("target", metavar="REF:PATH")
+
+    sp = cmd("ls", cmd_ls, "list a directory")
+    sp.add_argument("target", metavar="REF[:PATH]")
+    sp.add_argument("--json", action="store_true")
+
+    sp = cmd("status", cmd_status, "show uncommitted changes")
+    sp.add_argument("branch")
+    sp.add_argument("--json", action="store_true")
+
+    sp = cmd("commit", cmd_commit, "commit a branch's staged changes")
+    sp.add_argument("branch")
+    sp.add_argument("-m", "--message", required=True)
+    sp.add_argument("--author")
+    sp.add_argument("--meta", action="append", metavar="KEY=VALUE", help="commit metadata (repeatable)")
+
+    sp = cmd("log", cmd_log, "show commit history")
+    sp.add_argument("ref")
+    sp.add_argument("-n", type=int, default=None, metavar="N", help="at most N commits")
+    sp.add_argument("--json", action="store_true")
+
+    sp = cmd("diff", cmd_diff, "show paths that differ between two refs")
+    sp.add_argument("left", metavar="REF1")
+    sp.add_argument("right", metavar="REF2")
+    sp.add_argument("--json", action="store_true")
+
+    sp = cmd("merge", cmd_merge, "merge SRC into the branch DEST (three-way)")
+    sp.add_argument("source", metavar="SRC")
+    sp.add_argument("dest", metavar="DEST")
+    sp.add_argument("--strategy", choices=["fail", "source-wins", "dest-wins"], default="fail")
+    sp.add_argument("-m", "--message")
+
+    sp = cmd("revert", cmd_revert, "commit the inverse of REF on BRANCH")
+    sp.add_argument("branch")
+    sp.add_argument("ref")
+
+    sp = cmd("reset", cmd_reset, "drop uncommitted changes (all, or under PATH)")
+    sp.add_argument("branch")
+    sp.add_argument("path", nargs="?")
+
+    sp = cmd("fsck", cmd_fsck, "check that every reachable object exists and verifies")
+    sp.add_argument("--data", action="store_true", help="also re-hash every data object")
+    sp.add_argument("-q", "--quiet", action="store_true")
+
+    sp = cmd("compact", cmd_compact, "compact a branch's staging into a metarange now")
+    sp.add_argument("branch")
+
+    sp = cmd("sst-dump", cmd_sst_dump, "print the records (or properties) of an SSTable file")
+    sp.add_argument("file", metavar="FILE")
+    sp.add_argument("--json", action="store_true", help="one JSON object per record (the default)")
+    sp.add_argument("--properties", action="store_true", help="print the table properties")
+
+    sp = cmd("mount", cmd_mount, "mount the repository (daemonizes unless --foreground)")
+    sp.add_argument("mountpoint")
+    sp.add_argument("--branch", help="mount one branch at the root")
+    sp.add_argument("--foreground", "-f", action="store_true")
+    sp.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT]",
+                    help="mount options: allow_other, ro, debug...")
+
+    sp = cmd("umount", cmd_umount, "flush and unmount")
+    sp.add_argument("mountpoint")
+    return p
+
+
+def setup_logging(verbose: int) -> None:
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    if os.environ.get("GRAVFS_LOG"):
+        level = getattr(logging, os.environ["GRAVFS_LOG"].upper(), level)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose)
+    try:
+        return args.func(args) or 0
+    except GravfsError as exc:
+        if os.environ.get("GRAVFS_DEBUG"):
+            raise
+        print(f"gravfs: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("gravfs: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:
+        if os.environ.get("GRAVFS_DEBUG"):
+            raise
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        print(f"gravfs: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug: still one line, with the way to see more
+        if os.environ.get("GRAVFS_DEBUG"):
+            raise
+        log.debug("internal error", exc_info=True)
+        print(f"gravfs: internal error: {type(exc).__name__}: {exc} "
+              "(set GRAVFS_DEBUG=1 for a traceback)", file=sys.stderr)
+        return 70
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,348 @@
+"""Moving branch heads: commit, merge, revert, reset, and status.
+
+Commit protocol (crash-safe at every step):
+1. seal the staging token (new writes go to a fresh one);
+2. collect the sealed changes (and the compacted metarange, if any);
+3. read the head; if it moved since our base, rebase when the change sets do
+   not overlap, otherwise raise ConflictError with staging untouched;
+4. apply the changes onto the head's metarange, write the commit object,
+   record it as ``pending`` in LMDB, then compare-and-swap the head;
+5. drop the sealed tokens. A crash before (5) is repaired on the next
+   operation: if the pending commit reached the head, its tokens are dropped,
+   otherwise they simply stay sealed and are committed next time.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+from contextlib import contextmanager
+from typing import Iterable, Iterator, Optional
+
+from gravfs.committed.manager import EMPTY_METARANGE_ID
+from gravfs.committed.record import encode_value
+from gravfs.errors import ConflictError, GravfsError, NotFoundError, PreconditionFailedError
+from gravfs.history import is_ancestor, merge_base
+from gravfs.paths import display, to_key
+from gravfs.refs.commits import Commit
+from gravfs.staging import view
+from gravfs.staging.area import BranchState, new_token
+
+log = logging.getLogger(__name__)
+
+CAS_RETRIES = 20
+Change = tuple[bytes, Optional[bytes], bytes]  # (key, identity or None = delete, data)
+
+
+class NothingToCommitError(GravfsError):
+    exit_code = 1
+
+
+def diff_as_changes(diffs) -> Iterator[Change]:
+    """Turn a committed diff (left -> right) into the changes that produce right."""
+    for d in diffs:
+        if d.right is None:
+            yield d.key, None, b""
+        else:
+            yield d.key, d.right[1], d.right[2]
+
+
+def overlay(older: list[Change], newer: list[Change]) -> list[Change]:
+    """Sorted union of two change lists; newer wins on equal keys."""
+    if not older:
+        return newer
+    if not newer:
+        return older
+    return list(view.merged([view.FuncLayer(lambda s, x=newer: x),
+                             view.FuncLayer(lambda s, x=older: x)]))
+
+
+class Committer:
+    def __init__(self, repo):
+        self.repo = repo
+        self.area = repo.staging
+        self.committed = repo.committed
+
+    # -- locking ------------------------------------------------------------------
+
+    @contextmanager
+    def branch_lock(self, branch: str):
+        """Serialize head-moving operations of one branch within this workspace."""
+        path = os.path.join(self.repo.workspace.locks, branch.encode().hex() + ".lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    # -- recovery -------------------------------------------------------------------
+
+    def recover(self, branch: str) -> None:
+        """Finish or forget a commit interrupted after its head CAS (see module doc)."""
+        st = self.area.get_state(branch)
+        if not st.pending:
+            return
+        pending = st.pending
+        head = self.repo.heads.branch_or_none(branch)
+        landed = head is not None and (head == pending["commit"] or self._exists_and_ancestor(
+            pending["commit"], head))
+        log.warning("recovering interrupted commit %s on %s: %s", pending["commit"][:12], branch,
+                    "landed" if landed else "did not land")
+        self._finish(branch, pending["tokens"], pending.get("compacted"),
+                     landed, pending["commit"] if landed else None)
+
+    def _exists_and_ancestor(self, cid: str, head: str) -> bool:
+        try:
+            return is_ancestor(self.repo.commits, cid, head)
+        except NotFoundError:
+            return False
+
+    def _finish(self, branch: str, tokens: list[str], compacted: Optional[dict], landed: bool,
+                new_base: Optional[str]) -> None:
+        def run(txn):
+            st = self.area.state(txn, branch)
+            if landed:
+                self.area.drop_tokens(txn, tokens)
+                st.sealed = [t for t in st.sealed if t not in tokens]
+                if compacted and st.compacted == compacted:
+                    st.compacted = None
+                st.base = new_base
+                st.puts = st.tombstones = 0
+            st.pending = None
+            self.area.save_state(txn, branch, st)
+
+        self.area.write(run)
+
+    # -- commit -------------------------------------------------------------------
+
+    def _seal(self, branch: str) -> BranchState:
+        def run(txn):
+            st = self.area.state(txn, branch)
+            if not self.area.token_is_empty(txn, st.staging):
+                st.sealed.insert(0, st.staging)
+                st.staging = new_token()
+            self.area.save_state(txn, branch, st)
+            return st
+
+        return self.area.write(run)
+
+    def _token_changes(self, tokens: list[str]) -> list[Change]:
+        if not tokens:
+            return []
+        with self.area.read_txn() as txn:
+            layers = [view.TokenLayer(self.area, txn, t) for t in tokens]
+            return list(view.merged(layers))
+
+    def staged_changes(self, st: BranchState, head: Commit) -> tuple[list[Change], str]:
+        """(changes relative to base, base commit id) of sealed tokens + compacted."""
+        changes = self._token_changes(st.sealed)
+        base = st.base or head.id
+        if st.compacted:
+            cbase = self.repo.commits.get(st.compacted["base"])
+            comp = list(diff_as_changes(self.committed.diff(cbase.metarange,
+                                                            st.compacted["metarange"])))
+            changes = overlay(comp, changes)
+            base = st.compacted["base"]
+        return changes, base
+
+    def commit(self, branch: str, message: str, author: str, metadata: dict) -> Commit:
+        with self.branch_lock(branch):
+            self.recover(branch)
+            st = self._seal(branch)
+            head_id, _ = self.repo.heads.branch(branch)
+            head = self.repo.commits.get(head_id)
+            changes, base = self.staged_changes(st, head)
+            if not changes:
+                raise NothingToCommitError(f"nothing to commit on branch {branch!r}")
+
+            def build(head: Commit) -> Optional[Commit]:
+                mr = self._apply_rebased(base, head, changes, st)
+                if mr == head.metarange:
+                    return None
+                return Commit(mr, (head.id,), message, author, time.time_ns(),
+                              head.generation + 1, dict(metadata))
+
+            return self._land(branch, st, build)
+
+    def _apply_rebased(self, base_id: str, head: Commit, changes: list[Change],
+                       st: BranchState) -> str:
+        if st.compacted and st.compacted["base"] == head.id and base_id == head.id:
+            # changes already include the compacted diff; applying the sealed part
+            # on the compacted tree is the cheap equivalent.
+            return self.committed.apply(st.compacted["metarange"],
+                                        self._token_changes(st.sealed)).metarange_id
+        if base_id != head.id:
+            self.check_rebase(base_id, head, changes)
+        return self.committed.apply(head.metarange, changes).metarange_id
+
+    def check_rebase(self, base_id: str, head: Commit, changes: list[Change]) -> None:
+        """Raise ConflictError when upstream changed a path we change differently."""
+        base = self.repo.commits.get(base_id)
+        ours = {k: ident for k, ident, _ in changes}
+        conflicts = []
+        for d in self.committed.diff(base.metarange, head.metarange):
+            if d.key in ours:
+                theirs = None if d.right is None else d.right[1]
+                if theirs != ours[d.key]:
+                    conflicts.append(d.key)
+        if conflicts:
+            names = ", ".join(display(k) for k in conflicts[:10])
+            more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
+            raise ConflictError(f"branch head moved to {head.id[:12]} and changed the same "
+                                f"paths: {names}{more}; your changes are still staged", conflicts)
+        log.info("rebasing %d staged change(s) onto %s", len(changes), head.id[:12])
+
+    def _land(self, branch: str, st: BranchState, build) -> Commit:
+        tokens = list(st.sealed)
+        compacted = st.compacted
+        for attempt in range(CAS_RETRIES):
+            head_id, version = self.repo.heads.branch(branch)
+            head = self.repo.commits.get(head_id)
+            draft = build(head)
+            if draft is None:
+                self._finish(branch, tokens, compacted, True, head.id)
+                raise NothingToCommitError(f"nothing to commit on branch {branch!r}: "
+                                           "staged changes equal the head")
+            c = self.repo.commits.put(draft)
+            self.area.update_state(branch, lambda s: setattr(
+                s, "pending", {"commit": c.id, "tokens": tokens, "compacted": compacted}))
+            try:
+                self.repo.heads.move_branch(branch, version, c.id)
+            except PreconditionFailedError:
+                log.info("head of %s moved during commit; retrying (%d)", branch, attempt + 1)
+                self.area.update_state(branch, lambda s: setattr(s, "pending", None))
+                continue
+            self._finish(branch, tokens, compacted, True, c.id)
+            log.info("committed %s on %s", c.id[:12], branch)
+            return c
+        raise PreconditionFailedError(f"branch {branch!r} kept moving; gave up after "
+                                      f"{CAS_RETRIES} attempts (changes are still staged)")
+
+    # -- merge / revert ----------------------------------------------------------
+
+    def _require_clean(self, branch: str) -> None:
+        st = self.area.get_state(branch)
+        with self.area.read_txn() as txn:
+            dirty = st.sealed or st.compacted or not self.area.token_is_empty(txn, st.staging)
+        if dirty:
+            raise GravfsError(f"branch {branch!r} has uncommitted changes; "
+                              "commit or reset them before merging")
+
+    def merge(self, source: str, dest: str, strategy: str, message: Optional[str],
+              author: str) -> Commit:
+        if strategy not in ("fail", "source-wins", "dest-wins"):
+            raise GravfsError(f"unknown merge strategy {strategy!r}")
+        src = self.repo.resolve(source).commit
+        with self.branch_lock(dest):
+            self.recover(dest)
+            self._require_clean(dest)
+            st = self.area.get_state(dest)
+
+            def build(head: Commit) -> Optional[Commit]:
+                base_id = merge_base(self.repo.commits, src.id, head.id)
+                if base_id == src.id:
+                    raise NothingToCommitError(f"{source} is already merged into {dest}")
+                base = self.repo.commits.get(base_id) if base_id else None
+                base_mr = base.metarange if base else EMPTY_METARANGE_ID
+                res = self.committed.merge(base_mr, src.metarange, head.metarange, strategy)
+                return Commit(res.metarange_id, (head.id, src.id),
+                              message or f"Merge {source} into {dest}", author, time.time_ns(),
+                              max(head.generation, src.generation) + 1,
+                              {"merge_strategy": strategy})
+
+            return self._land(dest, st, build)
+
+    def revert(self, branch: str, ref: str, author: str) -> Commit:
+        target = self.repo.resolve(ref).commit
+        if not target.parents:
+            raise GravfsError(f"cannot revert {target.id[:12]}: it has no parent")
+        parent = self.repo.commits.get(target.parents[0])
+        with self.branch_lock(branch):
+            self.recover(branch)
+            self._require_clean(branch)
+            st = self.area.get_state(branch)
+
+            def build(head: Commit) -> Optional[Commit]:
+                res = self.committed.merge(target.metarange, parent.metarange, head.metarange, "fail")
+                return Commit(res.metarange_id, (head.id,), f"Revert {target.id[:12]}: "
+                              f"{target.message}", author, time.time_ns(), head.generation + 1,
+                              {"reverted": target.id})
+
+            return self._land(branch, st, build)
+
+    # -- status / reset -------------------------------------------------------------
+
+    def status(self, branch: str) -> list[tuple[str, bytes]]:
+        """Uncommitted changes as (kind, key), kind in added/changed/removed."""
+        head = self.repo.commits.get(self.repo.head(branch))
+        st = self.area.get_state(branch)
+        changes = self._token_changes(st.tokens())
+        if st.compacted:
+            cbase = self.repo.commits.get(st.compacted["base"])
+            comp = list(diff_as_changes(self.committed.diff(cbase.metarange,
+                                                            st.compacted["metarange"])))
+            changes = overlay(comp, changes)
+        out = []
+        for key, ident, _ in changes:
+            cur = self.committed.get(head.metarange, key)
+            if ident is None:
+                if cur is not None:
+                    out.append(("removed", key))
+            elif cur is None:
+                out.append(("added", key))
+            elif cur[1] != ident:
+                out.append(("changed", key))
+        return out
+
+    def reset(self, branch: str, path: Optional[str]) -> int:
+        """Drop uncommitted changes of the branch, or only those under path."""
+        self.repo.head(branch)  # the branch must exist
+        with self.branch_lock(branch):
+            self.recover(branch)
+            if path is None or not to_key(path):
+                def run_all(txn):
+                    st = self.area.state(txn, branch)
+                    n = self.area.drop_tokens(txn, st.tokens())
+                    self.area.save_state(txn, branch, BranchState(staging=new_token()))
+                    return n
+
+                return self.area.write(run_all)
+            key = to_key(path)
+            head = self.repo.commits.get(self.repo.head(branch))
+            st = self.area.get_state(branch)
+            restore: list[Change] = []
+            if st.compacted:
+                cbase = self.repo.commits.get(st.compacted["base"])
+                for d in self.committed.diff(cbase.metarange, st.compacted["metarange"]):
+                    if _under(d.key, key):
+                        rec = self.committed.get(head.metarange, d.key)
+                        restore.append((d.key, None, b"") if rec is None else (d.key, rec[1], rec[2]))
+
+            def run(txn):
+                st = self.area.state(txn, branch)
+                n = 0
+                for t in st.tokens():
+                    doomed = []
+                    for k, _ in self.area.iter_token(txn, t, key):
+                        if not k.startswith(key):
+                            break
+                        if _under(k, key):
+                            doomed.append(k)
+                    for k in doomed:
+                        txn.delete(bytes.fromhex(t) + k, db=self.area.entries_db)
+                    n += len(doomed)
+                tok = bytes.fromhex(st.staging)
+                for k, ident, data in restore:
+                    txn.put(tok + k, b"\x00" if ident is None else b"\x01" + encode_value(ident, data),
+                            db=self.area.entries_db)
+                return n + len(restore)
+
+            return self.area.write(run)
+
+
+def _under(k: bytes, key: bytes) -> bool:
+    return k == key or k.startswith(key + b"/") or k == key + b"/"

@@ -1,0 +1,112 @@
+"""Repository settings (``_gravfs/repo.json``, fixed at init) and workspace paths.
+
+A workspace is the local state of one repository on one host: LMDB staging,
+the disk tier of immutable objects, and scratch files. It lives in the state
+dir under a name derived from the store URL, so one state dir serves many
+repositories and two state dirs on one store behave like two hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import asdict, dataclass, field
+
+from gravfs import hashing
+from gravfs.errors import CorruptDataError, GravfsError
+
+REPO_JSON = "_gravfs/repo.json"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RangeParams:
+    """Range break policy; defaults chosen by scripts/bench_committed.py (see README)."""
+
+    min_size: int = 512 * 1024
+    max_size: int = 4 * 1024 * 1024
+    raggedness: int = 4096
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class RepoSettings:
+    format: int = FORMAT_VERSION
+    hash: str = hashing.HASH_NAME
+    compression: str = "snappy"
+    default_branch: str = "main"
+    ranges: RangeParams = field(default_factory=RangeParams)
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True, indent=1).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> "RepoSettings":
+        try:
+            d = json.loads(raw)
+            ranges = RangeParams(**d.pop("ranges"))
+            s = cls(ranges=ranges, **d)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise CorruptDataError(f"repository settings do not parse: {exc}", path=REPO_JSON) from exc
+        if s.format != FORMAT_VERSION:
+            raise GravfsError(f"repository format {s.format} is not supported "
+                              f"(this gravfs reads format {FORMAT_VERSION})")
+        if s.hash != hashing.HASH_NAME:
+            raise GravfsError(f"repository hash {s.hash!r} is not supported")
+        return s
+
+    @classmethod
+    def new(cls, **ranges) -> "RepoSettings":
+        """Fresh settings with a random per-repository break seed."""
+        params = RangeParams(**{**asdict(RangeParams()), "seed": secrets.randbits(63), **ranges})
+        return cls(ranges=params)
+
+
+def default_state_dir() -> str:
+    env = os.environ.get("GRAVFS_STATE_DIR")
+    if env:
+        return env
+    if os.geteuid() == 0:
+        return "/var/lib/gravfs"
+    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return os.path.join(base, "gravfs")
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Paths of one repository's local state inside a state dir."""
+
+    root: str
+
+    @classmethod
+    def for_store(cls, state_dir: str, store_url: str) -> "Workspace":
+        name = hashing.hexdigest(store_url.encode())[:16]
+        root = os.path.join(os.path.abspath(state_dir), "repos", name)
+        os.makedirs(root, exist_ok=True)
+        marker = os.path.join(root, "store-url")
+        if not os.path.exists(marker):
+            with open(marker, "w") as f:
+                f.write(store_url + "\n")
+        return cls(root)
+
+    def sub(self, name: str) -> str:
+        path = os.path.join(self.root, name)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    @property
+    def staging(self) -> str:
+        return self.sub("staging")
+
+    @property
+    def cache(self) -> str:
+        return self.sub("cache")
+
+    @property
+    def tmp(self) -> str:
+        return self.sub("tmp")
+
+    @property
+    def locks(self) -> str:
+        return self.sub("locks")

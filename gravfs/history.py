@@ -1,0 +1,73 @@
+"""Walking the commit graph: log order and merge bases."""
+
+from __future__ import annotations
+
+import heapq
+from typing import Iterator, Optional
+
+from gravfs.refs.commits import Commit, CommitStore
+
+
+def walk(commits: CommitStore, starts: list[str], limit: Optional[int] = None) -> Iterator[Commit]:
+    """Ancestors of starts, newest first (by generation, then time), each once."""
+    seen = set(starts)
+    heap = []
+    for cid in starts:
+        c = commits.get(cid)
+        heap.append((-c.generation, -c.time_ns, cid, c))
+    heapq.heapify(heap)
+    n = 0
+    while heap and (limit is None or n < limit):
+        _, _, _, c = heapq.heappop(heap)
+        yield c
+        n += 1
+        for p in c.parents:
+            if p not in seen:
+                seen.add(p)
+                pc = commits.get(p)
+                heapq.heappush(heap, (-pc.generation, -pc.time_ns, p, pc))
+
+
+def merge_base(commits: CommitStore, a: str, b: str) -> Optional[str]:
+    """Best common ancestor: the reachable-from-both commit of highest generation."""
+    if a == b:
+        return a
+    flags: dict[str, int] = {a: 1, b: 2}
+    heap = []
+    for cid in (a, b):
+        c = commits.get(cid)
+        heapq.heappush(heap, (-c.generation, cid))
+    best: Optional[tuple[int, str]] = None
+    while heap:
+        neg_gen, cid = heapq.heappop(heap)
+        f = flags[cid]
+        if f == 3:
+            if best is None or -neg_gen > best[0]:
+                best = (-neg_gen, cid)
+            continue
+        if best is not None and -neg_gen < best[0]:
+            break
+        for p in commits.get(cid).parents:
+            old = flags.get(p, 0)
+            new = old | f
+            if new != old:
+                flags[p] = new
+                heapq.heappush(heap, (-commits.get(p).generation, p))
+    return best[1] if best else None
+
+
+def is_ancestor(commits: CommitStore, ancestor: str, descendant: str, max_steps: int = 10000) -> bool:
+    target = commits.get(ancestor)
+    stack, seen = [descendant], set()
+    while stack and len(seen) < max_steps:
+        cid = stack.pop()
+        if cid == ancestor:
+            return True
+        if cid in seen:
+            continue
+        seen.add(cid)
+        c = commits.get(cid)
+        if c.generation <= target.generation:
+            continue
+        stack.extend(c.parents)
+    return False

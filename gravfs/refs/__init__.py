@@ -1,0 +1,1 @@
+"""Branches, tags and commit objects on the object store."""

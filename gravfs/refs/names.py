@@ -1,0 +1,48 @@
+"""Branch and tag name rules: git's check-ref-format, narrowed for a filesystem.
+
+A name is one path component (no '/'): every branch and tag is a directory
+under ``branches/`` or ``tags/`` in the mount, where a slash would be
+indistinguishable from a subdirectory.
+"""
+
+from __future__ import annotations
+
+from gravfs.errors import BadNameError
+
+_FORBIDDEN = set(" ~^:?*[\\/") | {chr(c) for c in range(32)} | {"\x7f"}
+MAX_NAME_BYTES = 255
+
+
+def check_ref_name(name: str, what: str = "branch") -> str:
+    """Return name if acceptable, else raise BadNameError saying why."""
+    problem = _problem(name)
+    if problem:
+        raise BadNameError(f"invalid {what} name {name!r}: {problem}")
+    return name
+
+
+def _problem(name: str) -> str | None:
+    if not name:
+        return "empty"
+    if len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        return f"longer than {MAX_NAME_BYTES} bytes"
+    bad = sorted({c for c in name if c in _FORBIDDEN})
+    if bad:
+        return "contains " + ", ".join(repr(c) for c in bad)
+    if name.startswith("-"):
+        return "starts with '-'"
+    if name.startswith("."):
+        return "starts with '.'"
+    if name.endswith("."):
+        return "ends with '.'"
+    if name.endswith(".lock"):
+        return "ends with '.lock'"
+    if ".." in name:
+        return "contains '..'"
+    if "@{" in name:
+        return "contains '@{'"
+    if name == "@":
+        return "is '@'"
+    if "~" in name:
+        return "contains '~'"
+    return None

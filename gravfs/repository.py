@@ -1,0 +1,434 @@
+"""The public Python API: one repository on one store, seen from one workspace.
+
+The CLI, the FUSE daemon and the Spark pipelines all go through this class.
+Branches read as staging over their head commit; commits and tags are
+immutable. Anything that changes a branch head goes through the committer
+(compare-and-swap on the store), so many workspaces can share a store.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat as statmod
+import threading
+import time
+from dataclasses import dataclass
+from typing import BinaryIO, Iterable, Iterator, Optional
+
+from gravfs import hashing
+from gravfs.committed.breaks import BreakPolicy
+from gravfs.committed.entry import (KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo,
+                                   decode_entry, encode_entry, entry_identity)
+from gravfs.committed.manager import EMPTY_METARANGE_ID, CommittedManager
+from gravfs.committed.record import encode_value
+from gravfs.config import REPO_JSON, RepoSettings, Workspace, default_state_dir
+from gravfs.dataobjects import DataObjects
+from gravfs.errors import (AlreadyExistsError, BadNameError, GravfsError, NotFoundError,
+                           ReadOnlyError)
+from gravfs.paths import dir_prefix, display, to_key
+from gravfs.refs.commits import Commit, CommitStore
+from gravfs.refs.heads import Heads
+from gravfs.refs.names import check_ref_name
+from gravfs.staging.area import StagingArea
+from gravfs.staging.branchview import BranchLayers, branch_layers, committed_layers
+from gravfs.store import open_store
+from gravfs.store.tier import LocalTier
+
+log = logging.getLogger(__name__)
+
+_TILDE = re.compile(r"^(.*?)((?:~\d*)+)$")
+DEFAULT_TIER_BYTES = 10 << 30
+
+
+@dataclass(frozen=True)
+class Node:
+    """A path in a tree: a file, symlink, or directory (entry None when implied)."""
+
+    key: bytes
+    kind: str  # "file" | "dir" | "symlink"
+    entry: Optional[EntryInfo]
+
+    @property
+    def path(self) -> str:
+        return display(self.key.rstrip(b"/"))
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class RefTarget:
+    """A resolved ref: the commit, and the branch name when it is a branch."""
+
+    commit: Commit
+    branch: Optional[str] = None
+
+
+KIND_NAMES = {KIND_FILE: "file", KIND_DIRECTORY: "dir", KIND_SYMLINK: "symlink"}
+
+
+def node_from_item(key: bytes, data: bytes) -> Node:
+    e = decode_entry(data)
+    return Node(key, KIND_NAMES[e.kind], e)
+
+
+class Repository:
+    def __init__(self, store, state_dir: Optional[str] = None,
+                 tier_bytes: int = DEFAULT_TIER_BYTES, head_ttl: float = 0.0):
+        self.store = store
+        try:
+            raw = store.get(REPO_JSON)
+        except NotFoundError:
+            raise NotFoundError(f"no gravfs repository at {store.url} (run 'gravfs init')") from None
+        self.settings = RepoSettings.from_json(raw)
+        self.workspace = Workspace.for_store(state_dir or default_state_dir(), store.url)
+        self.tier = LocalTier(store, self.workspace.cache, tier_bytes)
+        r = self.settings.ranges
+        self.committed = CommittedManager(store, self.tier,
+                                          BreakPolicy(r.min_size, r.max_size, r.raggedness, r.seed),
+                                          compression=self.settings.compression)
+        self.commits = CommitStore(store)
+        self.heads = Heads(store)
+        self.staging = StagingArea(self.workspace.staging)
+        self.data = DataObjects(store, self.tier, self.workspace.tmp)
+        self.head_ttl = head_ttl
+        self._heads_cache: dict[str, tuple[float, str]] = {}
+        self._lock = threading.Lock()
+
+    # -- opening ------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, url: str, state_dir: Optional[str] = None, **kw) -> "Repository":
+        return cls(open_store(url), state_dir, **kw)
+
+    @classmethod
+    def init(cls, url: str, state_dir: Optional[str] = None,
+             settings: Optional[RepoSettings] = None, **kw) -> "Repository":
+        """Create a repository: settings, an empty root commit, and the default branch."""
+        store = open_store(url)
+        settings = settings or RepoSettings.new()
+        if not store.put_if_absent(REPO_JSON, settings.to_json()):
+            raise AlreadyExistsError(f"a gravfs repository already exists at {store.url}")
+        repo = cls(store, state_dir, **kw)
+        root = repo.commits.put(Commit(EMPTY_METARANGE_ID, (), "Repository created",
+                                       _author(), time.time_ns(), 0, {}))
+        repo.heads.create_branch(settings.default_branch, root.id)
+        log.info("initialized repository at %s", store.url)
+        return repo
+
+    def close(self) -> None:
+        self.staging.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- refs ---------------------------------------------------------------------
+
+    def head(self, branch: str, fresh: bool = False) -> str:
+        """Head commit id of a branch (cached for head_ttl seconds)."""
+        now = time.monotonic()
+        if not fresh and self.head_ttl > 0:
+            hit = self._heads_cache.get(branch)
+            if hit and now - hit[0] < self.head_ttl:
+                return hit[1]
+        cid = self.heads.branch(branch)[0]
+        self._heads_cache[branch] = (now, cid)
+        return cid
+
+    def forget_head(self, branch: str) -> None:
+        self._heads_cache.pop(branch, None)
+
+    def resolve(self, ref: str) -> RefTarget:
+        """Branch, tag, commit id or unique prefix, each optionally followed by ~N."""
+        m = _TILDE.match(ref)
+        back = 0
+        if m:
+            ref = m.group(1)
+            for part in m.group(2).split("~")[1:]:
+                back += int(part) if part else 1
+        target = self._resolve_plain(ref)
+        if back:
+            c = target.commit
+            for _ in range(back):
+                if not c.parents:
+                    raise NotFoundError(f"{ref}~{back}: history has only "
+                                        f"{c.generation + 1} commit(s)")
+                c = self.commits.get(c.parents[0])
+            return RefTarget(c)
+        return target
+
+    def _resolve_plain(self, ref: str) -> RefTarget:
+        if not ref:
+            raise BadNameError("empty ref")
+        cid = None
+        if "/" not in ref:
+            try:
+                return RefTarget(self.commits.get(self.head(ref)), ref)
+            except NotFoundError:
+                pass
+            cid = self.heads.tag(ref)
+        if cid is None and hashing.is_hex_id(ref):
+            cid = self.commits.expand(ref)
+        if cid is None:
+            raise NotFoundError(f"ref {ref!r} not found (not a branch, tag or commit id)")
+        return RefTarget(self.commits.get(cid))
+
+    def branch_exists(self, name: str) -> bool:
+        return self.heads.branch_or_none(name) is not None
+
+    def create_branch(self, name: str, from_ref: Optional[str] = None) -> Commit:
+        check_ref_name(name, "branch")
+        source = self.resolve(from_ref or self.settings.default_branch).commit
+        self.heads.create_branch(name, source.id)
+        self.staging.write(lambda txn: self.staging.drop_branch(txn, name))
+        return source
+
+    def delete_branch(self, name: str) -> None:
+        if name == self.settings.default_branch:
+            raise GravfsError(f"refusing to delete the default branch {name!r}")
+        self.heads.delete_branch(name)
+        self.staging.write(lambda txn: self.staging.drop_branch(txn, name))
+        self.forget_head(name)
+
+    def list_branches(self) -> list[tuple[str, str]]:
+        return sorted(self.heads.branches())
+
+    def create_tag(self, name: str, ref: str) -> Commit:
+        c = self.resolve(ref).commit
+        self.heads.create_tag(name, c.id)
+        return c
+
+    def delete_tag(self, name: str) -> None:
+        self.heads.delete_tag(name)
+
+    def list_tags(self) -> list[tuple[str, str]]:
+        return sorted(self.heads.tags())
+
+    def log(self, ref: str, limit: Optional[int] = None) -> Iterator[Commit]:
+        from gravfs.history import walk
+        return walk(self.commits, [self.resolve(ref).commit.id], limit)
+
+    # -- reading ------------------------------------------------------------------
+
+    def layers(self, ref: str, txn=None) -> BranchLayers:
+        """Read layers of a ref. For branches the caller must hold ``txn`` (LMDB read)."""
+        target = self.resolve(ref)
+        if target.branch is None:
+            return committed_layers(self.committed, target.commit.metarange)
+        if txn is None:
+            raise GravfsError("internal: reading a branch needs a staging transaction")
+        st = self.staging.state(txn, target.branch)
+        mr = target.commit.metarange
+        if st.compacted:
+            mr = st.compacted["metarange"]
+        return branch_layers(self.staging, txn, self.committed, target.branch, mr, st)
+
+    def stat(self, ref: str, path: str | bytes) -> Node:
+        key = to_key(path)
+        with self.staging.read_txn() as txn:
+            lay = self.layers(ref, txn)
+            if not key:
+                return Node(b"", "dir", None)
+            item = lay.get(key, self.staging, txn, self.committed)
+            if item is not None:
+                return node_from_item(key, item[2])
+            marker = lay.get(key + b"/", self.staging, txn, self.committed)
+            if marker is not None:
+                return Node(key + b"/", "dir", decode_entry(marker[2]))
+            if lay.first_under(key + b"/") is not None:
+                return Node(key + b"/", "dir", None)
+        raise NotFoundError(f"{display(key)}: no such file or directory in {ref}")
+
+    def list_dir(self, ref: str, path: str | bytes = b"", start_after: Optional[bytes] = None,
+                 limit: Optional[int] = None) -> list[Node]:
+        """Children of a directory (a list: the read transaction ends on return)."""
+        key = to_key(path)
+        prefix = dir_prefix(key)
+        out: list[Node] = []
+        with self.staging.read_txn() as txn:
+            lay = self.layers(ref, txn)
+            if prefix and lay.first_under(prefix) is None:
+                item = lay.get(key, self.staging, txn, self.committed)
+                if item is not None:
+                    raise GravfsError(f"{display(key)}: not a directory")
+                raise NotFoundError(f"{display(key)}: no such directory in {ref}")
+            for name, item in lay.list_dir(prefix, start_after):
+                if item is None:
+                    marker = lay.get(prefix + name + b"/", self.staging, txn, self.committed)
+                    out.append(Node(prefix + name + b"/", "dir",
+                                    decode_entry(marker[2]) if marker else None))
+                else:
+                    out.append(node_from_item(item[0], item[2]))
+                if limit is not None and len(out) >= limit:
+                    break
+        return out
+
+    def walk(self, ref: str, path: str | bytes = b"") -> Iterator[Node]:
+        """Every file, symlink and directory marker under path, in key order."""
+        prefix = dir_prefix(to_key(path))
+        with self.staging.read_txn() as txn:
+            lay = self.layers(ref, txn)
+            for key, _ident, data in lay.iter(prefix):
+                if not key.startswith(prefix):
+                    return
+                yield node_from_item(key, data)
+
+    def read(self, ref_or_node, path: str | bytes | None = None, offset: int = 0,
+             length: int = -1) -> bytes:
+        node = ref_or_node if isinstance(ref_or_node, Node) else self.stat(ref_or_node, path)
+        if node.kind != "file":
+            raise GravfsError(f"{node.path}: not a regular file")
+        if node.entry.size == 0:
+            return b""
+        return self.data.read(node.entry.address, offset, length)
+
+    def copy_out(self, node: Node, out: BinaryIO) -> int:
+        if node.kind != "file":
+            raise GravfsError(f"{node.path}: not a regular file")
+        if node.entry.size == 0:
+            return 0
+        return self.data.copy_to(node.entry.address, out)
+
+    # -- writing ------------------------------------------------------------------
+
+    def _writable(self, branch: str) -> str:
+        """Head id of a branch we may write; refuses commits and tags."""
+        try:
+            return self.head(branch)
+        except NotFoundError:
+            if self.heads.tag(branch) is not None or hashing.is_hex_id(branch):
+                raise ReadOnlyError(f"{branch!r} is not a branch; commits and tags are read-only") from None
+            raise
+
+    def stage(self, branch: str, items: Iterable[tuple[bytes, Optional[EntryInfo]]]) -> int:
+        """Stage entries (None = delete) atomically; the low-level write used by all."""
+        base = self._writable(branch)
+        encoded = []
+        for key, entry in items:
+            if entry is None:
+                encoded.append((key, None))
+            else:
+                data = encode_entry(entry)
+                encoded.append((key, encode_value(entry_identity(data), data)))
+        return self.staging.put_many(branch, encoded, base)
+
+    def write_file(self, branch: str, path: str | bytes, src: str | bytes | BinaryIO,
+                   mode: int = 0o644, mtime_ns: Optional[int] = None,
+                   xattrs: Optional[dict] = None) -> EntryInfo:
+        """Store content (a local path, bytes, or a stream) at path on a branch."""
+        key = to_key(path)
+        if not key:
+            raise BadNameError("cannot write the root directory")
+        self._writable(branch)
+        if isinstance(src, (bytes, bytearray, memoryview)):
+            address, size = self.data.put_bytes(bytes(src))
+        elif isinstance(src, str):
+            address, size = self.data.put_path(src)
+            if mtime_ns is None:
+                mtime_ns = os.stat(src).st_mtime_ns
+        else:
+            address, size = self.data.put_stream(src)
+        entry = EntryInfo(address=address, size=size, mtime_ns=mtime_ns or time.time_ns(),
+                      mode=statmod.S_IFREG | (mode & 0o7777), kind=KIND_FILE,
+                      xattrs=dict(xattrs or {}))
+        self.stage(branch, [(key, entry)])
+        return entry
+
+    def mkdir(self, branch: str, path: str | bytes, mode: int = 0o755) -> None:
+        key = to_key(path, directory=True)
+        if not key:
+            raise AlreadyExistsError("the root directory exists")
+        entry = EntryInfo(address="", size=0, mtime_ns=time.time_ns(),
+                      mode=statmod.S_IFDIR | (mode & 0o7777), kind=KIND_DIRECTORY)
+        self.stage(branch, [(key, entry)])
+
+    def symlink(self, branch: str, path: str | bytes, target: str) -> None:
+        key = to_key(path)
+        entry = EntryInfo(address="", size=len(target.encode()), mtime_ns=time.time_ns(),
+                      mode=statmod.S_IFLNK | 0o777, kind=KIND_SYMLINK, symlink_target=target)
+        self.stage(branch, [(key, entry)])
+
+    def remove(self, branch: str, path: str | bytes, recursive: bool = False) -> int:
+        """Delete a file, or a directory (with recursive, everything under it)."""
+        node = self.stat(branch, path)
+        if node.kind != "dir":
+            return self.stage(branch, [(node.key, None)])
+        prefix = dir_prefix(node.key)
+        doomed = [n.key for n in self.walk(branch, prefix)]
+        children = [k for k in doomed if k != prefix]
+        if children and not recursive:
+            raise GravfsError(f"{node.path}: directory not empty (use recursive removal)")
+        doomed.append(prefix)  # tombstone the marker even if only implied
+        return self.stage(branch, [(k, None) for k in doomed])
+
+    def rename(self, branch: str, src: str | bytes, dst: str | bytes) -> int:
+        """Move a file or a whole directory in one staging transaction."""
+        node = self.stat(branch, src)
+        dkey = to_key(dst)
+        if not dkey:
+            raise BadNameError("cannot rename onto the root directory")
+        if node.kind != "dir":
+            return self.stage(branch, [(node.key, None), (dkey, node.entry)])
+        sp, dp = dir_prefix(node.key), dir_prefix(dkey)
+        if dp.startswith(sp):
+            raise BadNameError(f"cannot move {node.path} into itself")
+        moves: list[tuple[bytes, Optional[EntryInfo]]] = []
+        for n in self.walk(branch, sp):
+            moves.append((n.key, None))
+            moves.append((dp + n.key[len(sp):], n.entry))
+        if node.entry is None and not any(k == sp for k, _ in moves):
+            moves.append((dp, EntryInfo(address="", size=0, mtime_ns=time.time_ns(),
+                                    mode=statmod.S_IFDIR | 0o755, kind=KIND_DIRECTORY)))
+        moves.sort(key=lambda kv: kv[1] is not None)  # deletions first, puts win on equal keys
+        return self.stage(branch, moves)
+
+    # -- committing, diff, merge --------------------------------------------------
+
+    def commit(self, branch: str, message: str, author: Optional[str] = None,
+               metadata: Optional[dict] = None) -> Commit:
+        from gravfs.committer import Committer
+        c = Committer(self).commit(branch, message, author or _author(), metadata or {})
+        self.forget_head(branch)
+        return c
+
+    def status(self, branch: str):
+        from gravfs.committer import Committer
+        return Committer(self).status(branch)
+
+    def reset(self, branch: str, path: Optional[str] = None) -> int:
+        from gravfs.committer import Committer
+        return Committer(self).reset(branch, path)
+
+    def diff(self, left: str, right: str):
+        """Changes from left to right (committed trees; staging is not included)."""
+        a, b = self.resolve(left).commit, self.resolve(right).commit
+        return self.committed.diff(a.metarange, b.metarange)
+
+    def merge(self, source: str, dest: str, strategy: str = "fail",
+              message: Optional[str] = None, author: Optional[str] = None) -> Commit:
+        from gravfs.committer import Committer
+        c = Committer(self).merge(source, dest, strategy, message, author or _author())
+        self.forget_head(dest)
+        return c
+
+    def revert(self, branch: str, ref: str, author: Optional[str] = None) -> Commit:
+        from gravfs.committer import Committer
+        c = Committer(self).revert(branch, ref, author or _author())
+        self.forget_head(branch)
+        return c
+
+
+def _author() -> str:
+    import getpass
+    import socket
+    try:
+        user = getpass.getuser()
+    except Exception:  # no passwd entry in containers
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"

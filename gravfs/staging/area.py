@@ -1,0 +1,237 @@
+"""LMDB staging area: uncommitted writes of every branch of one repository.
+
+Layout (one LMDB environment per repository and workspace):
+
+- db ``branches``: branch name -> JSON ``BranchState`` (staging token, sealed tokens
+  newest first, base commit, compacted metarange, pending commit, counters).
+- db ``entries``: ``token (8 bytes) || path`` -> ``0x01 || lakeFS value`` for a put, or
+  ``0x00`` for a tombstone.
+
+Tokens are never reused, so dropping a sealed token is a prefix delete and a
+token's entries never change once sealed: a commit can read them while new
+writes go to the fresh staging token.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Iterator, Optional
+
+import lmdb
+
+from gravfs.errors import BadNameError, GravfsError
+
+log = logging.getLogger(__name__)
+
+TOKEN_LEN = 8
+TOMBSTONE = b"\x00"
+PUT = b"\x01"
+# LMDB's compiled key limit is 511 bytes; the token takes 8.
+MAX_PATH_BYTES = 500
+_INITIAL_MAP = 1 << 30
+_MAX_MAP = 1 << 40
+
+
+@dataclass
+class BranchState:
+    """Staging bookkeeping of one branch in this workspace."""
+
+    staging: str
+    sealed: list[str] = field(default_factory=list)  # newest first
+    base: Optional[str] = None  # head commit the staged changes were made against
+    compacted: Optional[dict] = None  # {"metarange": id, "base": commit id}
+    pending: Optional[dict] = None  # {"commit": id, "tokens": [...]} while committing
+    puts: int = 0  # counters for the compaction sensor (approximate: per write)
+    tombstones: int = 0
+
+    def tokens(self) -> list[str]:
+        """Every token whose entries are visible, newest first."""
+        return [self.staging, *self.sealed]
+
+    @classmethod
+    def load(cls, raw: bytes) -> "BranchState":
+        return cls(**json.loads(raw))
+
+    def dump(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+
+def new_token() -> str:
+    return secrets.token_hex(TOKEN_LEN)
+
+
+def check_path(path: bytes) -> None:
+    if len(path) > MAX_PATH_BYTES:
+        raise BadNameError(f"path is {len(path)} bytes; staging accepts at most {MAX_PATH_BYTES}")
+
+
+class StagingArea:
+    """The per-workspace LMDB environment; safe to share between threads and processes."""
+
+    def __init__(self, path: str):
+        os.makedirs(path, exist_ok=True)
+        self.path = path
+        self._resize_lock = threading.Lock()
+        try:
+            self.env = lmdb.open(path, map_size=_INITIAL_MAP, max_dbs=4, max_readers=256,
+                                 subdir=True, lock=True)
+        except lmdb.Error as exc:
+            raise GravfsError(f"cannot open staging database {path}: {exc}") from exc
+        info = self.env.info()
+        if info["map_size"] < _INITIAL_MAP:
+            self.env.set_mapsize(_INITIAL_MAP)
+        self.branches_db = self.env.open_db(b"branches")
+        self.entries_db = self.env.open_db(b"entries")
+
+    def close(self) -> None:
+        self.env.close()
+
+    # -- transactions -------------------------------------------------------------
+
+    def write(self, fn, *args):
+        """Run fn(txn, *args) in a write transaction, growing the map when it fills."""
+        while True:
+            try:
+                with self.env.begin(write=True) as txn:
+                    return fn(txn, *args)
+            except lmdb.MapFullError:
+                self._grow()
+            except lmdb.DiskError as exc:  # e.g. ENOSPC while writing pages
+                raise GravfsError(f"staging database {self.path}: disk error: {exc}") from exc
+
+    def _grow(self) -> None:
+        with self._resize_lock:
+            size = self.env.info()["map_size"]
+            if size >= _MAX_MAP:
+                raise GravfsError(f"staging database {self.path} reached {size} bytes")
+            log.info("growing staging map of %s to %d bytes", self.path, size * 2)
+            self.env.set_mapsize(size * 2)
+
+    def read_txn(self):
+        return self.env.begin(write=False, buffers=False)
+
+    # -- branch state -------------------------------------------------------------
+
+    def state(self, txn, branch: str) -> BranchState:
+        raw = txn.get(branch.encode(), db=self.branches_db)
+        if raw is None:
+            return BranchState(staging=new_token())
+        return BranchState.load(raw)
+
+    def save_state(self, txn, branch: str, st: BranchState) -> None:
+        txn.put(branch.encode(), st.dump(), db=self.branches_db)
+
+    def get_state(self, branch: str) -> BranchState:
+        with self.read_txn() as txn:
+            return self.state(txn, branch)
+
+    def update_state(self, branch: str, fn) -> BranchState:
+        """Apply fn(state) (mutating it) atomically and return the new state."""
+
+        def run(txn):
+            st = self.state(txn, branch)
+            fn(st)
+            self.save_state(txn, branch, st)
+            return st
+
+        return self.write(run)
+
+    def branch_names(self) -> list[str]:
+        with self.read_txn() as txn:
+            return [k.decode() for k, _ in txn.cursor(db=self.branches_db)]
+
+    # -- entries --------------------------------------------------------------------
+
+    def put(self, branch: str, path: bytes, value: bytes, base: Optional[str]) -> None:
+        """Stage a put (value = lakeFS-encoded identity+data)."""
+        self.put_many(branch, [(path, value)], base)
+
+    def delete(self, branch: str, path: bytes, base: Optional[str]) -> None:
+        self.put_many(branch, [(path, None)], base)
+
+    def put_many(self, branch: str, items, base: Optional[str]) -> int:
+        """Stage puts (value bytes) and tombstones (value None) in one transaction.
+
+        ``base`` is the head commit the caller sees; it becomes the branch's base
+        when staging was empty, so a later commit can detect concurrent changes.
+        """
+        items = list(items)
+        for path, _ in items:
+            check_path(path)
+
+        def run(txn):
+            st = self.state(txn, branch)
+            if st.base is None or self._is_clean(txn, st):
+                st.base = base
+            tok = bytes.fromhex(st.staging)
+            cur = txn.cursor(db=self.entries_db)
+            puts = tombs = 0
+            for path, value in items:
+                if value is None:
+                    cur.put(tok + path, TOMBSTONE)
+                    tombs += 1
+                else:
+                    cur.put(tok + path, PUT + value)
+                    puts += 1
+            st.puts += puts
+            st.tombstones += tombs
+            self.save_state(txn, branch, st)
+            return len(items)
+
+        return self.write(run)
+
+    def _is_clean(self, txn, st: BranchState) -> bool:
+        if st.sealed or st.compacted:
+            return False
+        tok = bytes.fromhex(st.staging)
+        cur = txn.cursor(db=self.entries_db)
+        return not (cur.set_range(tok) and cur.key().startswith(tok))
+
+    def lookup(self, txn, tokens: list[str], path: bytes) -> Optional[bytes]:
+        """First hit of path in tokens (newest first): raw stored value or None."""
+        for t in tokens:
+            v = txn.get(bytes.fromhex(t) + path, db=self.entries_db)
+            if v is not None:
+                return v
+        return None
+
+    def iter_token(self, txn, token: str, start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """(path, raw stored value) of one token in path order from start."""
+        tok = bytes.fromhex(token)
+        cur = txn.cursor(db=self.entries_db)
+        if not cur.set_range(tok + start):
+            return
+        n = len(tok)
+        for k, v in cur:
+            if not k.startswith(tok):
+                return
+            yield k[n:], v
+
+    def token_is_empty(self, txn, token: str) -> bool:
+        for _ in self.iter_token(txn, token):
+            return False
+        return True
+
+    def drop_tokens(self, txn, tokens: list[str]) -> int:
+        """Delete every entry of the given tokens (inside the caller's write txn)."""
+        dropped = 0
+        for t in tokens:
+            tok = bytes.fromhex(t)
+            cur = txn.cursor(db=self.entries_db)
+            if not cur.set_range(tok):
+                continue
+            while cur.key().startswith(tok):
+                if not cur.delete():
+                    break
+                dropped += 1
+        return dropped
+
+    def drop_branch(self, txn, branch: str) -> None:
+        st = self.state(txn, branch)
+        self.drop_tokens(txn, st.tokens())
+        txn.delete(branch.encode(), db=self.branches_db)
