@@ -264,7 +264,7 @@ def cmd_compact(args) -> int:
 
 
 def cmd_sst_dump(args) -> int:
-    from gravfs.committed.dump import dump_properties, dump_records
+    from gravfs.sstdump import dump_properties, dump_records
     if args.properties:
         dump_properties(args.file, sys.stdout, as_json=args.json)
     else:

@@ -58,6 +58,12 @@ class Node:
     def name(self) -> str:
         return self.path.rsplit("/", 1)[-1]
 
+    @property
+    def listing_key(self) -> bytes:
+        """Continuation key for Repository.list_dir(start_after=...)."""
+        base = self.key.rstrip(b"/").rsplit(b"/", 1)[-1]
+        return base + b"/" if self.kind == "dir" else base
+
 
 @dataclass(frozen=True)
 class RefTarget:
@@ -247,7 +253,12 @@ class Repository:
 
     def list_dir(self, ref: str, path: str | bytes = b"", start_after: Optional[bytes] = None,
                  limit: Optional[int] = None) -> list[Node]:
-        """Children of a directory (a list: the read transaction ends on return)."""
+        """Children of a directory in listing-key order (files ``name``, dirs ``name/``).
+
+        ``start_after`` is a child's listing key (Node.listing_key), for paging.
+        A name that is both a file and a directory (possible in data imported
+        from object stores) is listed once, as the directory.
+        """
         key = to_key(path)
         prefix = dir_prefix(key)
         out: list[Node] = []
@@ -267,6 +278,9 @@ class Repository:
                     out.append(node_from_item(item[0], item[2]))
                 if limit is not None and len(out) >= limit:
                     break
+        dirs = {n.key.rstrip(b"/") for n in out if n.kind == "dir"}
+        if dirs:
+            out = [n for n in out if n.kind == "dir" or n.key not in dirs]
         return out
 
     def walk(self, ref: str, path: str | bytes = b"") -> Iterator[Node]:

@@ -107,14 +107,19 @@ def after_subtree(prefix: bytes) -> bytes:
 
 def list_dir(layers: list[Layer], prefix: bytes, start_after: Optional[bytes] = None
              ) -> Iterator[tuple[bytes, Optional[Item]]]:
-    """Children of directory ``prefix`` (b"" or ending with '/') in name order.
+    """Children of directory ``prefix`` (b"" or ending with '/'), in key order.
 
     Yields ``(name, item)`` for files and ``(name, None)`` for subdirectories
     (implied by any live key below them, or by an explicit ``name/`` marker).
-    Each subdirectory costs one seek, not a scan of its contents.
+    Order and ``start_after`` use each child's listing key: ``name`` for a
+    file, ``name/`` for a directory. Each subdirectory costs one seek, not a
+    scan of its contents.
     """
-    start = prefix
-    if start_after is not None:
+    if start_after is None:
+        start = prefix
+    elif start_after.endswith(b"/"):
+        start = after_subtree(prefix + start_after)
+    else:
         start = prefix + start_after + b"\x00"
     plen = len(prefix)
     while True:
@@ -131,14 +136,16 @@ def list_dir(layers: list[Layer], prefix: bytes, start_after: Optional[bytes] = 
                 yield rest, (key, ident, data)
                 continue
             name = rest[:slash]
-            if start_after is not None and name <= start_after:
-                start = after_subtree(prefix + name + b"/")
-                break
             yield name, None
             start = after_subtree(prefix + name + b"/")
             break
         else:
             return
+
+
+def listing_key(name: bytes, item: Optional[Item]) -> bytes:
+    """The continuation key of a list_dir child (see list_dir)."""
+    return name if item is not None else name + b"/"
 
 
 def first_live_under(layers: list[Layer], prefix: bytes) -> Optional[Item]:
