@@ -1,0 +1,196 @@
+"""Decoding and encoding of the entries of one (uncompressed) block.
+
+A block is a run of prefix-compressed entries
+``varint shared | varint non_shared | varint value_len | key[shared:] | value``
+followed by the restart array (fixed32 offsets), an optional data-block hash
+index, and a fixed32 footer holding the number of restarts (high bit: hash
+index present). Blocks are decoded whole into Python lists so that lookups are
+a ``bisect`` away; decoding walks the entries from the start, which also
+validates every length against the block end.
+"""
+
+from __future__ import annotations
+
+from .format import (
+    BLOCK_TRAILER_SIZE,
+    DELETION_KINDS,
+    HASH_INDEX_MAX_BLOCK_SIZE,
+    KIND_VALUE,
+    FormatError,
+    encode_varint,
+    read_varint,
+    zigzag_decode,
+)
+
+
+def entries_end(data: bytes) -> int:
+    """Offset where the entries of ``data`` end (= start of the restart array)."""
+    n = len(data)
+    if n < 4:
+        raise FormatError(f"block of {n} bytes is too short for its footer", 0)
+    footer = int.from_bytes(data[n - 4 :], "little")
+    num_restarts = footer
+    end = n - 4
+    if n <= HASH_INDEX_MAX_BLOCK_SIZE and footer >> 31:
+        # Data-block hash index: buckets (1 byte each) then fixed16 bucket count,
+        # between the restart array and the footer.
+        num_restarts = footer & 0x7FFFFFFF
+        if n < 6:
+            raise FormatError("block too short for its hash index", 0)
+        num_buckets = int.from_bytes(data[n - 6 : n - 4], "little")
+        end = n - 6 - num_buckets
+    limit = end - 4 * num_restarts
+    if limit < 0:
+        raise FormatError(f"block restart array ({num_restarts} restarts) does not fit in {n} bytes", n - 4)
+    if num_restarts == 0 and limit != 0:
+        raise FormatError("block with entries but no restart points", n - 4)
+    return limit
+
+
+def decode_entries(data: bytes) -> tuple[list[bytes], list[bytes]]:
+    """All (key, value) entries of a block with explicit value lengths, keys as stored."""
+    limit = entries_end(data)
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    kappend = keys.append
+    vappend = values.append
+    key = b""
+    p = 0
+    while p < limit:
+        start = p
+        if p + 3 <= limit and (data[p] | data[p + 1] | data[p + 2]) < 0x80:
+            shared = data[p]
+            non_shared = data[p + 1]
+            vlen = data[p + 2]
+            p += 3
+        else:
+            shared, p = read_varint(data, p, limit)
+            non_shared, p = read_varint(data, p, limit)
+            vlen, p = read_varint(data, p, limit)
+        q = p + non_shared
+        r = q + vlen
+        if r > limit or shared > len(key):
+            raise FormatError("block entry overruns its block or shares more than the previous key", start)
+        key = key[:shared] + data[p:q] if shared else data[p:q]
+        kappend(key)
+        vappend(data[q:r])
+        p = r
+    return keys, values
+
+
+class DataBlock:
+    """A decoded data block: parallel lists of user keys and values.
+
+    ``values[i]`` is None where the entry is a deletion. ``clean`` means no
+    deletions and no repeated user key, so iteration can yield straight from
+    the lists. ``ref`` and ``charge`` belong to the block cache.
+    """
+
+    __slots__ = ("keys", "values", "clean", "ref", "charge")
+
+    def __init__(self, keys: list[bytes], values: list, clean: bool, charge: int):
+        self.keys = keys
+        self.values = values
+        self.clean = clean
+        self.ref = False
+        self.charge = charge
+
+
+def decode_data_block(data: bytes) -> DataBlock:
+    """Decode a data block whose keys are internal keys (user key + 8-byte trailer)."""
+    ikeys, values = decode_entries(data)
+    if ikeys and min(map(len, ikeys)) < 8:
+        raise FormatError("internal key shorter than its 8-byte trailer", 0)
+    keys = [k[:-8] for k in ikeys]
+    clean = True
+    if any(k[-8] != KIND_VALUE for k in ikeys):
+        clean = False
+        for i, k in enumerate(ikeys):
+            kind = k[-8]
+            if kind == KIND_VALUE:
+                continue
+            if kind in DELETION_KINDS:
+                values[i] = None
+            else:
+                raise FormatError(f"unsupported entry kind {kind:#x} for key {keys[i]!r}", 0)
+    if clean and len(keys) > 1 and any(a == b for a, b in zip(keys, keys[1:])):
+        clean = False
+    charge = len(data) + 96 * len(keys)
+    return DataBlock(keys, values, clean, charge)
+
+
+def decode_index_block(
+    data: bytes, key_is_user_key: bool, value_delta_encoded: bool
+) -> tuple[list[bytes], list[int], list[int]]:
+    """Decode an index block (or an index partition / top-level index) into
+    (separator user keys, block offsets, block sizes)."""
+    if not value_delta_encoded:
+        ikeys, raw_values = decode_entries(data)
+        offsets: list[int] = []
+        sizes: list[int] = []
+        for v in raw_values:
+            off, p = read_varint(v, 0, len(v))
+            size, p = read_varint(v, p, len(v))
+            offsets.append(off)
+            sizes.append(size)
+        keys = ikeys
+    else:
+        keys, offsets, sizes = _decode_delta_index(data)
+    if not key_is_user_key:
+        if keys and min(map(len, keys)) < 8:
+            raise FormatError("index key shorter than its 8-byte trailer", 0)
+        keys = [k[:-8] for k in keys]
+    return keys, offsets, sizes
+
+
+def _decode_delta_index(data: bytes) -> tuple[list[bytes], list[int], list[int]]:
+    # Entries carry no value length. A value is a full BlockHandle when the key
+    # shares no bytes with the previous one (always so at restart points), else
+    # a signed size delta, the offset following the previous block and trailer.
+    limit = entries_end(data)
+    keys: list[bytes] = []
+    offsets: list[int] = []
+    sizes: list[int] = []
+    key = b""
+    off = size = -1
+    p = 0
+    while p < limit:
+        start = p
+        shared, p = read_varint(data, p, limit)
+        non_shared, p = read_varint(data, p, limit)
+        q = p + non_shared
+        if q > limit or shared > len(key):
+            raise FormatError("index entry overruns its block or shares more than the previous key", start)
+        key = key[:shared] + data[p:q] if shared else data[p:q]
+        p = q
+        if shared == 0:
+            off, p = read_varint(data, p, limit)
+            size, p = read_varint(data, p, limit)
+        else:
+            if off < 0:
+                raise FormatError("delta-encoded index value without a preceding handle", start)
+            delta, p = read_varint(data, p, limit)
+            off = off + size + BLOCK_TRAILER_SIZE
+            size = size + zigzag_decode(delta)
+            if size < 0:
+                raise FormatError("delta-encoded index value gives a negative block size", start)
+        keys.append(key)
+        offsets.append(off)
+        sizes.append(size)
+    return keys, offsets, sizes
+
+
+def encode_block(entries: list[tuple[bytes, bytes]]) -> bytes:
+    """Encode sorted entries as a block with restart interval 1 (no prefix sharing),
+    as RocksDB does for metaindex and properties blocks."""
+    out = bytearray()
+    restarts = []
+    for k, v in entries:
+        restarts.append(len(out))
+        out += b"\x00" + encode_varint(len(k)) + encode_varint(len(v)) + k + v
+    if not restarts:
+        restarts.append(0)
+    for r in restarts:
+        out += r.to_bytes(4, "little")
+    out += len(restarts).to_bytes(4, "little")
+    return bytes(out)

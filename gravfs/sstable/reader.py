@@ -1,0 +1,487 @@
+"""Pure-Python reader of RocksDB block-based tables over an mmap.
+
+Reads what RocksDB (any footer format_version 0..5), Pebble/lakeFS and our own
+writer produce: legacy and current footers, metaindex and properties blocks,
+binary-search and two-level (partitioned) indexes with user or internal index
+keys and plain or delta-encoded values, restart arrays with or without a
+data-block hash index, uncompressed/Snappy (and zlib/LZ4/ZSTD/bzip2) blocks,
+and CRC32C/xxHash/xxHash64/XXH3 block checksums.
+
+Lookups are seek-GE: bisect the index (decoded once into lists), then bisect
+the decoded data block, which stays in a shared CLOCK block cache. A block's
+checksum is verified when it is first read. Anything that does not parse or
+check out raises ``CorruptDataError`` naming the file and offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import weakref
+from bisect import bisect_left
+from collections.abc import Iterator
+
+from ..errors import CorruptDataError
+from .block import DataBlock, decode_data_block, decode_entries, decode_index_block
+from .cache import DEFAULT_CACHE, BlockCache
+from .format import (
+    BLOCK_TRAILER_SIZE,
+    FOOTER_SIZE,
+    INDEX_BINARY_SEARCH,
+    INDEX_HASH_SEARCH,
+    INDEX_TWO_LEVEL,
+    NO_CHECKSUM,
+    NO_COMPRESSION,
+    Footer,
+    FormatError,
+    block_checksum,
+    decode_handle,
+    decompress,
+    parse_footer,
+)
+from .properties import (
+    BYTEWISE_COMPARATOR,
+    LEGACY_PROPERTIES_BLOCK,
+    PROPERTIES_BLOCK,
+    RANGE_DEL_BLOCK,
+    RESERVED_PREFIX,
+    TableProperties,
+    parse_table_properties,
+    prop_name,
+)
+
+log = logging.getLogger(__name__)
+
+class _Index:
+    """A decoded index block: separator user keys and the handles they bound."""
+
+    __slots__ = ("keys", "offsets", "sizes")
+
+    def __init__(self, keys: list[bytes], offsets: list[int], sizes: list[int]):
+        self.keys = keys
+        self.offsets = offsets
+        self.sizes = sizes
+
+
+class SSTReader:
+    """Read-only view of one SSTable.
+
+    ``source`` is a path (opened and mmap'd read-only, closed by :meth:`close`),
+    or a bytes-like object / mmap the caller owns. ``name`` is used in error
+    messages (default: the path). ``cache`` is the block cache to use (default:
+    the process-wide one). Safe for concurrent readers at GIL level.
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike | bytes | bytearray | memoryview | mmap.mmap,
+        name: str | None = None,
+        verify_checksums: bool = True,
+        *,
+        cache: BlockCache | None = None,
+    ):
+        self._closed = True
+        self._file = None
+        self._mmap: mmap.mmap | None = None
+        self._copy_slices = False
+        self._blocks: dict[int, DataBlock] = {}
+        self._cache = cache if cache is not None else DEFAULT_CACHE
+        self._finalizer = weakref.finalize(self, self._cache.release, self._blocks)
+        self.verify_checksums = verify_checksums
+        if isinstance(source, (str, os.PathLike)):
+            path = os.fspath(source)
+            self.name = name if name is not None else path
+            self._file = open(path, "rb")
+            try:
+                size = os.fstat(self._file.fileno()).st_size
+                if size == 0:
+                    raise CorruptDataError("empty file is not an SSTable", path=self.name, offset=0)
+                self._mmap = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            except BaseException:
+                self._file.close()
+                raise
+            self._buf = self._mmap
+        else:
+            self.name = name if name is not None else f"<{type(source).__name__}>"
+            if isinstance(source, mmap.mmap):
+                self._buf = source
+            elif isinstance(source, bytes):
+                self._buf = source
+            elif isinstance(source, bytearray):
+                self._buf = bytes(source)
+            elif isinstance(source, memoryview):
+                self._buf = source.cast("B") if source.format != "B" else source
+                self._copy_slices = True
+            else:
+                raise TypeError(f"unsupported SSTable source {type(source).__name__}")
+        self._size = len(self._buf)
+        self._closed = False
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------ opening
+
+    def _slice(self, start: int, end: int) -> bytes:
+        if self._copy_slices:
+            return bytes(self._buf[start:end])
+        return self._buf[start:end]
+
+    def _corrupt(self, message: str, offset: int | None) -> CorruptDataError:
+        return CorruptDataError(message, path=self.name, offset=offset)
+
+    def _open(self) -> None:
+        size = self._size
+        tail = self._slice(max(0, size - FOOTER_SIZE), size)
+        try:
+            footer = parse_footer(tail, size)
+        except FormatError as e:
+            raise self._corrupt(str(e), e.offset) from None
+        self._footer: Footer = footer
+        self._data_end = footer.offset
+        self._format_version = footer.format_version
+        self._checksum_type = footer.checksum_type
+
+        meta_raw = self._read_block(footer.metaindex_offset, footer.metaindex_size, "metaindex")
+        self._meta: dict[bytes, tuple[int, int]] = {}
+        try:
+            names, values = decode_entries(meta_raw)
+            for n, v in zip(names, values):
+                off, sz, _ = decode_handle(v, 0, len(v))
+                self._meta[n] = (off, sz)
+        except FormatError as e:
+            raise self._corrupt(f"metaindex block: {e}", footer.metaindex_offset) from None
+
+        self._props: dict[str, bytes] = {}
+        handle = self._meta.get(PROPERTIES_BLOCK) or self._meta.get(LEGACY_PROPERTIES_BLOCK)
+        if handle is not None:
+            raw = self._read_block(handle[0], handle[1], "properties")
+            try:
+                names, values = decode_entries(raw)
+            except FormatError as e:
+                raise self._corrupt(f"properties block: {e}", handle[0]) from None
+            self._props = {prop_name(n): v for n, v in zip(names, values)}
+        try:
+            tp = parse_table_properties(self._props, footer.format_version, footer.checksum_type)
+        except FormatError as e:
+            raise self._corrupt(f"properties block: {e}", handle[0] if handle else None) from None
+        self._table_props = tp
+        self._user_props = {k: v for k, v in self._props.items() if not k.startswith(RESERVED_PREFIX)}
+
+        if tp.comparator is not None and tp.comparator != BYTEWISE_COMPARATOR:
+            raise self._corrupt(f"unsupported comparator {tp.comparator!r}", handle[0] if handle else None)
+        if tp.index_type not in (INDEX_BINARY_SEARCH, INDEX_HASH_SEARCH, INDEX_TWO_LEVEL):
+            raise self._corrupt(f"unsupported index type {tp.index_type}", handle[0] if handle else None)
+        self._check_no_range_deletions()
+
+        self._key_is_user = tp.index_key_is_user_key
+        self._value_delta = tp.index_value_is_delta_encoded
+        top = self._read_index(footer.index_offset, footer.index_size)
+        self._two_level = tp.index_type == INDEX_TWO_LEVEL
+        self._top = top
+        self._partitions: dict[int, _Index] = {}
+        # Single-level fast path fields (two-level readers use _top + partitions).
+        self._index_keys = top.keys
+        self._index_offsets = top.offsets
+        self._index_sizes = top.sizes
+
+    def _check_no_range_deletions(self) -> None:
+        # Range tombstones would hide keys; ignoring them would return wrong data.
+        n = self._table_props.num_range_deletions
+        handle = self._meta.get(RANGE_DEL_BLOCK)
+        if n is None and handle is not None:
+            raw = self._read_block(handle[0], handle[1], "range deletion")
+            try:
+                n = len(decode_entries(raw)[0])
+            except FormatError as e:
+                raise self._corrupt(f"range deletion block: {e}", handle[0]) from None
+        if n:
+            raise self._corrupt(f"SSTables with range deletions ({n}) are not supported", None)
+
+    def _read_block(self, offset: int, size: int, what: str, verify: bool | None = None) -> bytes:
+        """The uncompressed contents of the block at ``offset``, checksum-verified."""
+        end = offset + size + BLOCK_TRAILER_SIZE
+        if end > self._data_end:
+            raise self._corrupt(
+                f"{what} block (offset {offset}, size {size}) extends past the end of the table data "
+                f"({self._data_end} bytes; file truncated or bad handle)",
+                offset,
+            )
+        raw = self._slice(offset, end)
+        if (self.verify_checksums if verify is None else verify) and self._checksum_type != NO_CHECKSUM:
+            stored = int.from_bytes(raw[size + 1 :], "little")
+            actual = block_checksum(self._checksum_type, raw[: size + 1])
+            if stored != actual:
+                raise self._corrupt(
+                    f"{what} block checksum mismatch (stored {stored:#010x}, computed {actual:#010x}, size {size})",
+                    offset,
+                )
+        ctype = raw[size]
+        if ctype == NO_COMPRESSION:
+            return raw[:size]
+        try:
+            return decompress(ctype, raw[:size], self._format_version)
+        except FormatError as e:
+            raise self._corrupt(f"{what} block: {e}", offset) from None
+
+    def _read_index(self, offset: int, size: int) -> _Index:
+        raw = self._read_block(offset, size, "index")
+        try:
+            return _Index(*decode_index_block(raw, self._key_is_user, self._value_delta))
+        except FormatError as e:
+            raise self._corrupt(f"index block: {e} (at byte {e.offset} of the block)", offset) from None
+
+    def _partition(self, t: int) -> _Index:
+        part = self._partitions.get(t)
+        if part is None:
+            part = self._read_index(self._top.offsets[t], self._top.sizes[t])
+            self._partitions[t] = part
+        return part
+
+    def _load(self, offset: int, size: int, fill_cache: bool = True) -> DataBlock:
+        raw = self._read_block(offset, size, "data")
+        try:
+            blk = decode_data_block(raw)
+        except FormatError as e:
+            raise self._corrupt(f"data block: {e} (at byte {e.offset} of the block)", offset) from None
+        if fill_cache and not self._closed:
+            self._cache.admit(self._blocks, offset, blk)
+        return blk
+
+    def _block(self, offset: int, size: int, fill_cache: bool = True) -> DataBlock:
+        blk = self._blocks.get(offset)
+        if blk is None:
+            return self._load(offset, size, fill_cache)
+        blk.ref = True
+        return blk
+
+    # ------------------------------------------------------------ metadata
+
+    @property
+    def properties(self) -> dict[str, bytes]:
+        """Every entry of the properties block, values as stored."""
+        return dict(self._props)
+
+    @property
+    def user_properties(self) -> dict[str, bytes]:
+        """Properties whose names do not start with ``rocksdb.``."""
+        return dict(self._user_props)
+
+    @property
+    def table_properties(self) -> TableProperties:
+        return self._table_props
+
+    @property
+    def num_entries(self) -> int:
+        """Entries in the table as recorded in its properties (counted if absent)."""
+        n = self._table_props.num_entries
+        if n is None:
+            n = sum(len(self._block(o, s, False).keys) for o, s in self._handles_from(b""))
+        return n
+
+    @property
+    def format_version(self) -> int:
+        return self._format_version
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    # ------------------------------------------------------------ lookups
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"SSTReader for {self.name} is closed")
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value stored for ``key``, or None."""
+        if self._closed:
+            self._check_open()
+        if self._two_level:
+            return self._get_two_level(key)
+        ikeys = self._index_keys
+        i = bisect_left(ikeys, key)
+        if i == len(ikeys):
+            return None
+        off = self._index_offsets[i]
+        blk = self._blocks.get(off)
+        if blk is None:
+            blk = self._load(off, self._index_sizes[i])
+        else:
+            blk.ref = True
+        keys = blk.keys
+        j = bisect_left(keys, key)
+        if j < len(keys):
+            return blk.values[j] if keys[j] == key else None
+        return self._get_slow(key)
+
+    def _get_two_level(self, key: bytes) -> bytes | None:
+        top = self._top
+        t = bisect_left(top.keys, key)
+        if t == len(top.keys):
+            return None
+        part = self._partitions.get(t) or self._partition(t)
+        i = bisect_left(part.keys, key)
+        if i == len(part.keys):
+            return self._get_slow(key)
+        off = part.offsets[i]
+        blk = self._blocks.get(off)
+        if blk is None:
+            blk = self._load(off, part.sizes[i])
+        else:
+            blk.ref = True
+        keys = blk.keys
+        j = bisect_left(keys, key)
+        if j < len(keys):
+            return blk.values[j] if keys[j] == key else None
+        return self._get_slow(key)
+
+    def _get_slow(self, key: bytes) -> bytes | None:
+        # The key sorts after every entry of the block its separator chose: the
+        # answer, if any, is the first live entry of a following block.
+        for k, v in self._seek(key, True):
+            return v if k == key else None
+        return None
+
+    def _handles_from(self, key: bytes) -> Iterator[tuple[int, int]]:
+        """Handles of the data blocks from the one that may hold ``key`` onwards."""
+        if not self._two_level:
+            offs, sizes = self._index_offsets, self._index_sizes
+            for i in range(bisect_left(self._index_keys, key), len(offs)):
+                yield offs[i], sizes[i]
+            return
+        top = self._top
+        t = bisect_left(top.keys, key)
+        first = True
+        for t in range(t, len(top.keys)):
+            part = self._partition(t)
+            start = bisect_left(part.keys, key) if first else 0
+            first = False
+            offs, sizes = part.offsets, part.sizes
+            for i in range(start, len(offs)):
+                yield offs[i], sizes[i]
+
+    def _handles_reversed(self) -> Iterator[tuple[int, int]]:
+        if not self._two_level:
+            yield from zip(reversed(self._index_offsets), reversed(self._index_sizes))
+            return
+        for t in reversed(range(len(self._top.keys))):
+            part = self._partition(t)
+            yield from zip(reversed(part.offsets), reversed(part.sizes))
+
+    def seek(self, key: bytes = b"", *, fill_cache: bool = True) -> Iterator[tuple[bytes, bytes]]:
+        """Iterate (key, value) in key order from the first key >= ``key``.
+
+        Lazy: blocks are read as the iteration reaches them. ``fill_cache=False``
+        keeps a long scan from evicting hot blocks.
+        """
+        self._check_open()
+        return self._seek(key, fill_cache)
+
+    def _seek(self, key: bytes, fill_cache: bool) -> Iterator[tuple[bytes, bytes]]:
+        prev = None  # last user key seen: later entries with it are older versions
+        first = True
+        for off, size in self._handles_from(key):
+            blk = self._block(off, size, fill_cache)
+            keys = blk.keys
+            values = blk.values
+            j = bisect_left(keys, key) if first else 0
+            first = False
+            n = len(keys)
+            if j >= n:
+                continue
+            if blk.clean and keys[j] != prev:
+                if j:
+                    yield from zip(keys[j:], values[j:])
+                else:
+                    yield from zip(keys, values)
+            else:
+                for idx in range(j, n):
+                    k = keys[idx]
+                    if k == prev:
+                        continue
+                    prev = k
+                    v = values[idx]
+                    if v is not None:
+                        yield k, v
+            prev = keys[-1]
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
+        return self.seek(b"")
+
+    def first_key(self) -> bytes | None:
+        """Smallest key with a value, or None if the table holds none."""
+        for k, _ in self.seek(b""):
+            return k
+        return None
+
+    def last_key(self) -> bytes | None:
+        """Largest key with a value, or None if the table holds none."""
+        self._check_open()
+        for off, size in self._handles_reversed():
+            prev = None
+            for k in reversed(self._block(off, size).keys):
+                if k == prev:
+                    continue
+                prev = k
+                if self.get(k) is not None:  # resolves versions and deletions
+                    return k
+        return None
+
+    # ------------------------------------------------------------ integrity
+
+    def verify(self) -> None:
+        """Check the checksum of every block (and that each decompresses);
+        raises CorruptDataError at the first bad one."""
+        self._check_open()
+        f = self._footer
+        self._read_block(f.metaindex_offset, f.metaindex_size, "metaindex", verify=True)
+        for name, (off, size) in sorted(self._meta.items(), key=lambda kv: kv[1]):
+            self._read_block(off, size, f"meta ({prop_name(name)})", verify=True)
+        self._read_block(f.index_offset, f.index_size, "index", verify=True)
+        if self._two_level:
+            indexes = []
+            for t in range(len(self._top.keys)):
+                o, s = self._top.offsets[t], self._top.sizes[t]
+                self._read_block(o, s, "index partition", verify=True)
+                indexes.append(self._partition(t))
+        else:
+            indexes = [self._top]
+        count = 0
+        for index in indexes:
+            for off, size in zip(index.offsets, index.sizes):
+                self._read_block(off, size, "data", verify=True)
+                count += 1
+        expected = self._table_props.num_data_blocks
+        if expected is not None and expected != count:
+            raise self._corrupt(f"index lists {count} data blocks, properties say {expected}", f.index_offset)
+
+    # ------------------------------------------------------------ lifetime
+
+    def close(self) -> None:
+        if self._closed and self._mmap is None and self._file is None:
+            return
+        self._closed = True
+        self._finalizer()  # releases our blocks from the cache
+        if self._mmap is not None:
+            try:
+                self._mmap.close()
+            except BufferError:  # a caller still holds a view; let GC close it
+                log.debug("mmap of %s still exported; leaving it to the GC", self.name)
+            self._mmap = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> SSTReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{self._size} bytes"
+        return f"<SSTReader {self.name} ({state})>"
