@@ -1,0 +1,168 @@
+"""The object-store contract every backend (local directory, S3) fulfils.
+
+Keys are '/'-separated strings relative to the repository root, e.g.
+``_gravfs/ranges/<id>`` or ``data/ab/<hash>``. Everything but refs is immutable
+and content-addressed, so plain ``put`` is enough for it; refs change only
+through ``compare_and_swap``, which is what lets several hosts share one
+repository without a database.
+
+A key must not also be a "directory" of other keys (``a`` and ``a/b`` cannot
+both exist): neither a local directory nor SeaweedFS's filer can hold both.
+"""
+
+from __future__ import annotations
+
+import abc
+import heapq
+from collections.abc import Callable, Iterable, Iterator
+
+from gravfs.errors import BadNameError
+
+#: Names with this prefix are the local store's own temp and lock files; no key
+#: component may start with it.
+RESERVED_PREFIX = ".gravfs-"
+
+
+def check_key(key: str) -> str:
+    """Reject keys that would escape the root or collide with store internals."""
+    if not isinstance(key, str) or not key:
+        raise BadNameError(f"invalid object key {key!r}: must be a non-empty string")
+    if key.startswith("/") or key.endswith("/"):
+        raise BadNameError(f"invalid object key {key!r}: no leading or trailing '/'")
+    if "\x00" in key:
+        raise BadNameError(f"invalid object key {key!r}: NUL byte")
+    for part in key.split("/"):
+        if part in ("", ".", ".."):
+            raise BadNameError(f"invalid object key {key!r}: empty, '.' or '..' component")
+        if part.startswith(RESERVED_PREFIX):
+            raise BadNameError(f"invalid object key {key!r}: component starts with {RESERVED_PREFIX!r}")
+    return key
+
+
+class ObjectStore(abc.ABC):
+    """A flat key/value object store with conditional writes.
+
+    Implementations are thread-safe: one instance is shared by all threads.
+    """
+
+    url: str
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes:
+        """Whole object; NotFoundError when missing."""
+
+    @abc.abstractmethod
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        """``length`` bytes from ``offset``; short (possibly empty) at EOF."""
+
+    @abc.abstractmethod
+    def download(self, key: str, dest_path: str) -> int:
+        """Stream the object into ``dest_path`` (written in place) and return its size."""
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Create or overwrite; readers never see a partial object."""
+
+    @abc.abstractmethod
+    def upload(self, key: str, src_path: str) -> None:
+        """Stream a local file into the store (multipart for large files on S3)."""
+
+    @abc.abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create only if missing; True if this call created it."""
+
+    @abc.abstractmethod
+    def read_versioned(self, key: str) -> tuple[bytes, str]:
+        """Content plus an opaque version token for ``compare_and_swap``."""
+
+    @abc.abstractmethod
+    def compare_and_swap(self, key: str, expected_version: str | None, data: bytes | None) -> str | None:
+        """Replace (or delete when ``data`` is None) only if the version is still ``expected_version``.
+
+        ``expected_version`` None means the key must not exist. Returns the new
+        version token (None after a delete); PreconditionFailedError otherwise.
+        """
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove; a missing key is not an error."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[str]:
+        """Keys starting with ``prefix`` and greater than ``start_after``, in lexicographic order."""
+
+    @abc.abstractmethod
+    def size(self, key: str) -> int | None:
+        """Size in bytes, None when missing."""
+
+    def exists(self, key: str) -> bool:
+        return self.size(key) is not None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+
+# --- ordered listing over a directory-shaped namespace -------------------------
+#
+# Both backends are trees: a local directory, and SeaweedFS, whose S3 listing
+# walks its filer directories and so returns "a/b" before "a-c" although
+# '-' < '/'. Listing one level at a time and ordering a sub-directory "a" by
+# "a/" gives true lexicographic order on any backend.
+
+Level = Callable[[str, str | None], Iterable[tuple[list[str], list[str]]]]
+
+
+def ordered_walk(level: Level, prefix: str, start_after: str | None) -> Iterator[str]:
+    """Yield keys under ``prefix`` in lexicographic order.
+
+    ``level(prefix, hint)`` yields pages of (file keys, sub-directory prefixes
+    ending in '/') directly under ``prefix`` (which may end mid-name), in the
+    backend's name order: either true key order, or bare-name order where a
+    directory "a/" is placed as "a". ``hint`` is a key the backend may skip up
+    to (everything with a bare name <= hint may be omitted); it is only a
+    speed-up, results are filtered here.
+    """
+    if start_after is not None and start_after < prefix:
+        start_after = None
+    if start_after is not None and not start_after.startswith(prefix):
+        return  # every key under prefix is <= start_after
+    yield from _walk_level(level, prefix, start_after)
+
+
+def _server_hint(prefix: str, start_after: str | None) -> str | None:
+    """A start-after bound safe under both backend orders (see ordered_walk)."""
+    if start_after is None or not start_after.startswith(prefix):
+        return None
+    base = prefix[: prefix.rfind("/") + 1]
+    comp = start_after[len(base):].split("/", 1)[0]
+    # Only names made of characters > '/' keep "a" < "a/" < "a<anything>" simple.
+    if not comp or any(ch < "/" for ch in comp):
+        return None
+    hint = base + comp[:-1]
+    return hint if len(hint) > len(base) else None
+
+
+def _walk_level(level: Level, prefix: str, start_after: str | None) -> Iterator[str]:
+    pending: list[tuple[str, bool]] = []  # (sort key, is_dir) min-heap
+    bound = ""  # every future entry of this level sorts above this
+
+    def drain(limit: str | None) -> Iterator[str]:
+        while pending and (limit is None or pending[0][0] <= limit):
+            key, is_dir = heapq.heappop(pending)
+            if is_dir:
+                yield from _walk_level(level, key, start_after)
+            elif start_after is None or key > start_after:
+                yield key
+
+    for files, dirs in level(prefix, _server_hint(prefix, start_after)):
+        for key in files:
+            heapq.heappush(pending, (key, False))
+            bound = max(bound, key)
+        for d in dirs:
+            bare = d[:-1]
+            bound = max(bound, bare)
+            if start_after is not None and start_after >= d and not start_after.startswith(d):
+                continue  # the whole sub-tree is <= start_after
+            heapq.heappush(pending, (d, True))
+        yield from drain(bound)
+    yield from drain(None)

@@ -1,0 +1,247 @@
+"""Object store on a local directory: the embedded default.
+
+Every write goes to a temp file in the target directory, is fsynced and then
+renamed into place, so a crash never leaves a partial object. Conditional
+writes take an fcntl lock file per key, which makes them atomic across threads
+and processes on one host (not across NFS clients, where flock is unreliable).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import logging
+import os
+import shutil
+import stat
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from gravfs.errors import GravfsError, NotFoundError, PreconditionFailedError
+from gravfs.store.base import RESERVED_PREFIX, ObjectStore, check_key, ordered_walk
+
+log = logging.getLogger(__name__)
+
+_TMP = RESERVED_PREFIX + "tmp."
+_LOCK = RESERVED_PREFIX + "lock."
+_CHUNK = 1 << 20
+
+
+class LocalStore(ObjectStore):
+    """Objects as files under ``root`` (directories are created as needed)."""
+
+    def __init__(self, root: str, fsync: bool = True):
+        self.root = os.path.abspath(root)
+        self.url = "file://" + self.root
+        self._fsync = fsync
+
+    # --- paths ---------------------------------------------------------------
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *check_key(key).split("/"))
+
+    def _tmp_path(self, path: str) -> str:
+        d, name = os.path.split(path)
+        return os.path.join(d, f"{_TMP}{name}.{os.getpid()}.{uuid.uuid4().hex[:12]}")
+
+    def _missing(self, key: str) -> NotFoundError:
+        return NotFoundError(f"object {key} not found in {self.url}")
+
+    # --- reads ---------------------------------------------------------------
+
+    def get(self, key: str) -> bytes:
+        try:
+            with open(self._path(key), "rb") as f:
+                return f.read()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise self._missing(key) from None
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ValueError("offset and length must be >= 0")
+        try:
+            with open(self._path(key), "rb") as f:
+                return os.pread(f.fileno(), length, offset) if length else b""
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise self._missing(key) from None
+
+    def download(self, key: str, dest_path: str) -> int:
+        try:
+            src = open(self._path(key), "rb")
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise self._missing(key) from None
+        with src, open(dest_path, "wb") as dst:
+            shutil.copyfileobj(src, dst, _CHUNK)
+            return dst.tell()
+
+    def size(self, key: str) -> int | None:
+        try:
+            st = os.stat(self._path(key))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return None if stat.S_ISDIR(st.st_mode) else st.st_size
+
+    def read_versioned(self, key: str) -> tuple[bytes, str]:
+        try:
+            with open(self._path(key), "rb") as f:
+                st = os.fstat(f.fileno())
+                data = f.read()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise self._missing(key) from None
+        return data, _version(data, st)
+
+    # --- writes --------------------------------------------------------------
+
+    def _write_temp(self, path: str, data: bytes | None = None, src_path: str | None = None) -> tuple[str, os.stat_result]:
+        """Write a fully synced temp file next to ``path``; returns (temp path, its stat)."""
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = self._tmp_path(path)
+        try:
+            with open(tmp, "xb") as f:
+                if src_path is None:
+                    f.write(data or b"")
+                else:
+                    with open(src_path, "rb") as src:
+                        shutil.copyfileobj(src, f, _CHUNK)
+                f.flush()
+                if self._fsync:
+                    os.fsync(f.fileno())
+                st = os.fstat(f.fileno())
+        except BaseException:
+            _unlink_quiet(tmp)
+            raise
+        return tmp, st
+
+    def _sync_dir(self, path: str) -> None:
+        if not self._fsync:
+            return
+        fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _replace(self, tmp: str, path: str) -> None:
+        try:
+            os.replace(tmp, path)
+        except IsADirectoryError:
+            _unlink_quiet(tmp)
+            raise GravfsError(f"cannot write object {path}: a directory of that name exists") from None
+        except BaseException:
+            _unlink_quiet(tmp)
+            raise
+        self._sync_dir(path)
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        tmp, _ = self._write_temp(path, data)
+        self._replace(tmp, path)
+
+    def upload(self, key: str, src_path: str) -> None:
+        path = self._path(key)
+        tmp, _ = self._write_temp(path, src_path=src_path)
+        self._replace(tmp, path)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        tmp, _ = self._write_temp(path, data)
+        try:
+            os.link(tmp, path)  # atomic create-only-if-missing, never partial
+        except FileExistsError:
+            return False
+        finally:
+            _unlink_quiet(tmp)
+        self._sync_dir(path)
+        return True
+
+    def compare_and_swap(self, key: str, expected_version: str | None, data: bytes | None) -> str | None:
+        path = self._path(key)
+        with self._key_lock(path):
+            try:
+                with open(path, "rb") as f:
+                    st = os.fstat(f.fileno())
+                    current: str | None = _version(f.read(), st)
+            except FileNotFoundError:
+                current = None
+            if current != expected_version:
+                raise PreconditionFailedError(
+                    f"object {key} in {self.url} changed: expected version "
+                    f"{expected_version or '(absent)'}, found {current or '(absent)'}"
+                )
+            if data is None:
+                _unlink_quiet(path)
+                self._sync_dir(path)
+                return None
+            tmp, st = self._write_temp(path, data)
+            self._replace(tmp, path)
+            return _version(data, st)
+
+    @contextmanager
+    def _key_lock(self, path: str) -> Iterator[None]:
+        d, name = os.path.split(path)
+        os.makedirs(d, exist_ok=True)
+        # The lock file is never removed: unlinking it while another process
+        # waits on it would let two holders lock different inodes.
+        fd = os.open(os.path.join(d, _LOCK + name), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the flock
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        except IsADirectoryError:
+            return
+        self._sync_dir(path)
+
+    # --- listing -------------------------------------------------------------
+
+    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[str]:
+        return ordered_walk(self._level, prefix, start_after)
+
+    def _level(self, prefix: str, hint: str | None):
+        base = prefix[: prefix.rfind("/") + 1]
+        stem = prefix[len(base):]
+        d = os.path.join(self.root, *base.split("/")[:-1]) if base else self.root
+        files: list[str] = []
+        dirs: list[str] = []
+        try:
+            it = os.scandir(d)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        with it:
+            for entry in it:
+                name = entry.name
+                if name.startswith(RESERVED_PREFIX) or not name.startswith(stem):
+                    continue
+                try:
+                    is_dir = entry.is_dir()
+                except OSError:
+                    continue
+                if is_dir:
+                    dirs.append(base + name + "/")
+                else:
+                    files.append(base + name)
+        files.sort()
+        dirs.sort()
+        yield files, dirs
+
+
+def _version(data: bytes, st: os.stat_result) -> str:
+    """Changes on every write: content hash plus the inode and mtime of the file."""
+    return f"{hashlib.sha256(data).hexdigest()[:32]}-{st.st_ino:x}-{st.st_mtime_ns:x}"
+
+
+def _unlink_quiet(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError as e:
+        if e.errno != errno.ENOENT:
+            log.warning("could not remove %s: %s", path, e)

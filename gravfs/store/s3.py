@@ -1,0 +1,350 @@
+"""Object store on S3 (AWS or a compatible server such as SeaweedFS), via boto3.
+
+Refs are updated with conditional PUT/DELETE (``If-Match`` / ``If-None-Match: *``),
+which AWS S3 and SeaweedFS enforce atomically. The version token is the ETag;
+S3 ETags of single-part objects are the MD5 of the content, so a ref rewritten
+with identical bytes keeps its token (compare-and-swap is by value, as in
+lakeFS). One boto3 client is shared by all threads (clients are thread-safe,
+sessions are not, so the session is used only in the constructor).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import boto3
+import botocore.exceptions as bce
+from boto3.exceptions import S3UploadFailedError
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+
+from gravfs.errors import GravfsError, NotFoundError, PreconditionFailedError, StoreUnavailableError
+from gravfs.store.base import ObjectStore, check_key, ordered_walk
+
+log = logging.getLogger(__name__)
+
+MiB = 1 << 20
+DEFAULT_MAX_ATTEMPTS = 5
+
+# Failures of the transport (server down, connection reset, timeouts).
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    bce.ConnectionError,  # EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError, ...
+    bce.ConnectionClosedError,
+    bce.IncompleteReadError,
+    bce.ResponseStreamingError,
+    ConnectionError,  # socket-level errors leaking from a streaming body
+)
+_UNAVAILABLE_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "ThrottlingException"}
+
+
+class S3Store(ObjectStore):
+    """Objects under ``s3://bucket/prefix``.
+
+    Credentials come from the arguments or the usual AWS chain (environment,
+    profile, instance role). The endpoint comes from ``endpoint_url``, else
+    ``$GRAVFS_S3_ENDPOINT``, else ``$AWS_ENDPOINT_URL``; with an explicit
+    endpoint, path-style addressing is used. ``max_attempts`` (else
+    ``$GRAVFS_S3_MAX_ATTEMPTS``, default 5) bounds botocore's retries with
+    exponential backoff; failures left after them raise StoreUnavailableError.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        *,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        session_token: str | None = None,
+        max_attempts: int | None = None,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 60.0,
+        multipart_threshold: int = 64 * MiB,
+        multipart_chunksize: int = 64 * MiB,
+        max_concurrency: int = 8,
+        max_pool_connections: int = 32,
+    ):
+        if not bucket:
+            raise GravfsError("S3 store needs a bucket name")
+        self._args = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
+        self.endpoint_url = endpoint_url or os.environ.get("GRAVFS_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL") or None
+        if max_attempts is None:
+            max_attempts = int(os.environ.get("GRAVFS_S3_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS))
+        self.max_attempts = max(1, max_attempts)
+        session = boto3.session.Session(
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret_key,
+            aws_session_token=session_token,
+            region_name=region,
+        )
+        config = Config(
+            retries={"max_attempts": self.max_attempts, "mode": "standard"},
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_pool_connections=max_pool_connections,
+            s3={"addressing_style": "path"} if self.endpoint_url else {},
+        )
+        self._client = session.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name=session.region_name or "us-east-1",
+            config=config,
+        )
+        self._transfer = TransferConfig(
+            multipart_threshold=multipart_threshold,
+            multipart_chunksize=multipart_chunksize,
+            max_concurrency=max_concurrency,
+            use_threads=max_concurrency > 1,
+        )
+
+    # Spark ships stores to executors: rebuild the client there.
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self._args)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)  # type: ignore[misc]
+
+    # --- error mapping -------------------------------------------------------
+
+    def _full(self, key: str) -> str:
+        return self.prefix + check_key(key)
+
+    def _where(self) -> str:
+        return f"{self.url}" + (f" at {self.endpoint_url}" if self.endpoint_url else "")
+
+    def _unavailable(self, op: str, key: str, err: BaseException) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"object store {self._where()} unavailable: {op} {key} failed after "
+            f"{self.max_attempts} attempt(s): {err}"
+        )
+
+    @contextmanager
+    def _errors(self, op: str, key: str) -> Iterator[None]:
+        """Translate boto errors into gravfs errors with a message a user can act on."""
+        try:
+            yield
+        except bce.ClientError as e:
+            raise self._client_error(op, key, e) from e
+        except S3UploadFailedError as e:
+            cause = e.__cause__ or e.__context__
+            if isinstance(cause, bce.ClientError):
+                raise self._client_error(op, key, cause) from e
+            raise GravfsError(f"{op} {key} to {self._where()} failed: {e}") from e
+        except _CONNECTION_ERRORS as e:
+            raise self._unavailable(op, key, e) from e
+        except bce.NoCredentialsError as e:
+            raise GravfsError(
+                f"no AWS credentials for {self._where()}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile"
+            ) from e
+
+    def _client_error(self, op: str, key: str, e: bce.ClientError) -> GravfsError:
+        err = e.response.get("Error", {})
+        code = str(err.get("Code", ""))
+        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        msg = err.get("Message", "") or code
+        if code in ("NoSuchKey", "404", "NotFound"):
+            return NotFoundError(f"object {key} not found in {self.url}")
+        if code == "NoSuchBucket":
+            return NotFoundError(f"bucket {self.bucket} does not exist at {self.endpoint_url or 'AWS S3'}")
+        if status == 412 or code == "PreconditionFailed":
+            return PreconditionFailedError(f"object {key} in {self.url} changed (conditional {op} failed)")
+        if status >= 500 or code in _UNAVAILABLE_CODES:
+            return self._unavailable(op, key, e)
+        if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"):
+            return GravfsError(f"access denied by {self._where()} for {op} {key}: {msg} (check credentials)")
+        return GravfsError(f"{op} {key} on {self._where()} failed: {code}: {msg}")
+
+    def _call(self, op: str, key: str, fn: Callable[..., Any], **kw: Any) -> Any:
+        with self._errors(op, key):
+            return fn(Bucket=self.bucket, **kw)
+
+    # --- reads ---------------------------------------------------------------
+
+    def _streamed(self, op: str, key: str, consume: Callable[[Any], Any], **kw: Any) -> Any:
+        """GET and consume the body, retrying when the stream breaks midway."""
+        for attempt in range(1, self.max_attempts + 1):
+            resp = self._call(op, key, self._client.get_object, Key=self._full(key), **kw)
+            try:
+                with self._errors(op, key):
+                    return consume(resp)
+            except StoreUnavailableError:
+                if attempt == self.max_attempts:
+                    raise
+                log.warning("%s %s: body stream broke (attempt %d), retrying", op, key, attempt)
+                _backoff(attempt)
+        raise AssertionError("unreachable")
+
+    def get(self, key: str) -> bytes:
+        return self._streamed("get", key, lambda r: r["Body"].read())
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ValueError("offset and length must be >= 0")
+        if length == 0:
+            if self.size(key) is None:
+                raise NotFoundError(f"object {key} not found in {self.url}")
+            return b""
+        try:
+            return self._streamed("get_range", key, lambda r: r["Body"].read(), Range=f"bytes={offset}-{offset + length - 1}")
+        except GravfsError as e:
+            if isinstance(e.__cause__, bce.ClientError) and e.__cause__.response.get("Error", {}).get("Code") == "InvalidRange":
+                return b""  # offset at or past EOF
+            raise
+
+    def download(self, key: str, dest_path: str) -> int:
+        with open(dest_path, "wb") as f:
+            written = 0
+            etag: str | None = None
+            for attempt in range(1, self.max_attempts + 1):
+                kw: dict[str, Any] = {}
+                if written:  # resume the same object version where the stream broke
+                    kw = {"Range": f"bytes={written}-", "IfMatch": etag}
+                resp = self._call("download", key, self._client.get_object, Key=self._full(key), **kw)
+                etag = resp.get("ETag")
+                try:
+                    with self._errors("download", key):
+                        for chunk in resp["Body"].iter_chunks(MiB):
+                            f.write(chunk)
+                            written += len(chunk)
+                    return written
+                except StoreUnavailableError:
+                    if attempt == self.max_attempts:
+                        raise
+                    log.warning("download %s: stream broke at byte %d (attempt %d), resuming", key, written, attempt)
+                    _backoff(attempt)
+        raise AssertionError("unreachable")
+
+    def size(self, key: str) -> int | None:
+        try:
+            return int(self._call("size", key, self._client.head_object, Key=self._full(key))["ContentLength"])
+        except NotFoundError:
+            return None
+
+    def read_versioned(self, key: str) -> tuple[bytes, str]:
+        return self._streamed("read", key, lambda r: (r["Body"].read(), r["ETag"]))
+
+    # --- writes --------------------------------------------------------------
+
+    def put(self, key: str, data: bytes) -> None:
+        self._call("put", key, self._client.put_object, Key=self._full(key), Body=data)
+
+    def upload(self, key: str, src_path: str) -> None:
+        with self._errors("upload", key):
+            self._client.upload_file(src_path, self.bucket, self._full(key), Config=self._transfer)
+
+    def _conditional_put(self, op: str, key: str, data: bytes, **cond: str) -> str:
+        """PUT with a precondition; 409 (concurrent conditional write in flight) is retried."""
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                with self._errors(op, key):
+                    return self._client.put_object(Bucket=self.bucket, Key=self._full(key), Body=data, **cond)["ETag"]
+            except PreconditionFailedError as e:
+                # A retried request may have lost the answer to an attempt that
+                # did land: if the object now holds exactly our bytes, we won.
+                if _was_retried(e) and self._current_etag(key) == _md5_etag(data):
+                    log.info("%s %s: precondition failed on a retry but our write is in place", op, key)
+                    return _md5_etag(data)
+                raise
+            except GravfsError as e:
+                if _status(e) == 409 and attempt < self.max_attempts:
+                    _backoff(attempt)
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    def _current_etag(self, key: str) -> str | None:
+        try:
+            return self._call("head", key, self._client.head_object, Key=self._full(key))["ETag"]
+        except NotFoundError:
+            return None
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        try:
+            self._conditional_put("put_if_absent", key, data, IfNoneMatch="*")
+            return True
+        except PreconditionFailedError:
+            return False
+
+    def compare_and_swap(self, key: str, expected_version: str | None, data: bytes | None) -> str | None:
+        if data is not None:
+            cond = {"IfNoneMatch": "*"} if expected_version is None else {"IfMatch": expected_version}
+            try:
+                return self._conditional_put("compare_and_swap", key, data, **cond)
+            except NotFoundError:  # AWS answers 404 to If-Match on a missing key
+                raise PreconditionFailedError(f"object {key} in {self.url} no longer exists") from None
+        if expected_version is None:
+            # "delete if absent": succeed only if it really is absent.
+            if self._current_etag(key) is not None:
+                raise PreconditionFailedError(f"object {key} in {self.url} exists (expected absent)")
+            return None
+        # Conditional delete: SeaweedFS and AWS S3 honour If-Match on DeleteObject.
+        try:
+            self._call("compare_and_swap", key, self._client.delete_object, Key=self._full(key), IfMatch=expected_version)
+        except NotFoundError:
+            raise PreconditionFailedError(f"object {key} in {self.url} no longer exists") from None
+        except PreconditionFailedError as e:
+            if _was_retried(e) and self._current_etag(key) is None:
+                return None  # our first attempt deleted it
+            raise
+        return None
+
+    def delete(self, key: str) -> None:
+        try:
+            self._call("delete", key, self._client.delete_object, Key=self._full(key))
+        except NotFoundError:
+            pass
+
+    # --- listing -------------------------------------------------------------
+
+    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[str]:
+        # One directory level at a time: SeaweedFS lists in filer-walk order
+        # ("a/b" before "a-c"), which ordered_walk corrects.
+        return ordered_walk(self._level, prefix, start_after)
+
+    def _level(self, prefix: str, hint: str | None):
+        n = len(self.prefix)
+        kw: dict[str, Any] = {"Prefix": self.prefix + prefix, "Delimiter": "/"}
+        if hint:
+            kw["StartAfter"] = self.prefix + hint
+        while True:
+            resp = self._call("list", prefix or "/", self._client.list_objects_v2, **kw)
+            files = [o["Key"][n:] for o in resp.get("Contents", ()) if not o["Key"].endswith("/")]
+            dirs = [p["Prefix"][n:] for p in resp.get("CommonPrefixes", ())]
+            yield files, dirs
+            token = resp.get("NextContinuationToken")
+            if not resp.get("IsTruncated") or not token:
+                return
+            kw["ContinuationToken"] = token
+
+
+def _md5_etag(data: bytes) -> str:
+    return '"' + hashlib.md5(data, usedforsecurity=False).hexdigest() + '"'
+
+
+def _cause_response(e: BaseException) -> dict[str, Any]:
+    cause = e.__cause__
+    return cause.response if isinstance(cause, bce.ClientError) else {}
+
+
+def _was_retried(e: BaseException) -> bool:
+    return _cause_response(e).get("ResponseMetadata", {}).get("RetryAttempts", 0) > 0
+
+
+def _status(e: BaseException) -> int:
+    return _cause_response(e).get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+
+
+def _backoff(attempt: int) -> None:
+    time.sleep(min(2.0, 0.05 * (2**attempt)) * random.uniform(0.5, 1.0))

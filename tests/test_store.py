@@ -1,0 +1,356 @@
+"""One contract suite run against LocalStore and S3Store (real SeaweedFS)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from gravfs.errors import BadNameError, GravfsError, NotFoundError, PreconditionFailedError
+from gravfs.store import open_store
+from gravfs.store.local import LocalStore
+from gravfs.store.s3 import S3Store
+
+MiB = 1 << 20
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request, tmp_path):
+    if request.param == "local":
+        return LocalStore(str(tmp_path / "store"))
+    return request.getfixturevalue("s3_store")
+
+
+def run_threads(n: int, fn) -> list:
+    """Run fn(i) in n threads released together; results in order."""
+    barrier = threading.Barrier(n)
+    results: list = [None] * n
+
+    def body(i):
+        barrier.wait()
+        results[i] = fn(i)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+# --- plain objects ---------------------------------------------------------------
+
+
+def test_put_get_overwrite_size(store):
+    store.put("data/ab/obj", b"hello")
+    assert store.get("data/ab/obj") == b"hello"
+    assert store.size("data/ab/obj") == 5
+    assert store.exists("data/ab/obj")
+    store.put("data/ab/obj", b"hello world")
+    assert store.get("data/ab/obj") == b"hello world"
+    assert store.size("data/ab/obj") == 11
+    store.put("empty", b"")
+    assert store.get("empty") == b""
+    assert store.size("empty") == 0
+
+
+def test_missing_objects(store, tmp_path):
+    with pytest.raises(NotFoundError):
+        store.get("nope/x")
+    with pytest.raises(NotFoundError):
+        store.get_range("nope/x", 0, 10)
+    with pytest.raises(NotFoundError):
+        store.read_versioned("nope/x")
+    with pytest.raises(NotFoundError):
+        store.download("nope/x", str(tmp_path / "dl"))
+    assert store.size("nope/x") is None
+    assert not store.exists("nope/x")
+    store.delete("nope/x")  # missing is fine
+    store.put("k", b"v")
+    store.delete("k")
+    store.delete("k")
+    assert store.size("k") is None
+    with pytest.raises(NotFoundError):
+        store.get("k")
+
+
+def test_get_range(store):
+    data = bytes(range(256)) * 4
+    store.put("r", data)
+    assert store.get_range("r", 0, 10) == data[:10]
+    assert store.get_range("r", 100, 300) == data[100:400]
+    assert store.get_range("r", 1000, 100) == data[1000:]  # short at EOF
+    assert store.get_range("r", 1024, 10) == b""
+    assert store.get_range("r", 5000, 10) == b""
+    assert store.get_range("r", 7, 0) == b""
+
+
+def test_bad_keys(store):
+    for key in ["", "/abs", "a//b", "../up", "a/./b", "trailing/", "x/.gravfs-tmp.y"]:
+        with pytest.raises(BadNameError):
+            store.put(key, b"x")
+
+
+def test_download_and_upload(store, tmp_path):
+    src = tmp_path / "src.bin"
+    payload = os.urandom(3 * MiB + 17)
+    src.write_bytes(payload)
+    store.upload("big/one", str(src))
+    assert store.size("big/one") == len(payload)
+    dest = tmp_path / "dest.bin"
+    assert store.download("big/one", str(dest)) == len(payload)
+    assert dest.read_bytes() == payload
+
+
+def test_multipart_upload_path(s3_server, tmp_path):
+    store = s3_server.make_store(multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB)
+    src = tmp_path / "src.bin"
+    payload = os.urandom(12 * MiB + 5)
+    src.write_bytes(payload)
+    store.upload("big/multi", str(src))
+    data, version = store.read_versioned("big/multi")
+    assert data == payload
+    assert version.strip('"').endswith("-3"), f"expected a 3-part multipart ETag, got {version}"
+    dest = tmp_path / "d.bin"
+    assert store.download("big/multi", str(dest)) == len(payload)
+    assert dest.read_bytes() == payload
+
+
+# --- listing ---------------------------------------------------------------------
+
+TRICKY = ["a/b", "a-c", "a.b", "a0", "ab/c", "b", "a-d/x", "a/b2/c", "\u00e9t\u00e9", "z/y/x", "a/b-1", "a/b.c/d"]
+
+
+def test_list_order_is_lexicographic(store):
+    for k in TRICKY:
+        store.put("lst/" + k, b"1")
+    keys = sorted("lst/" + k for k in TRICKY)
+    assert list(store.list("lst/")) == keys
+    assert list(store.list("")) == keys
+    for prefix in ["lst/a", "lst/a/", "lst/a-", "lst/a/b", "lst/ab", "lst/\u00e9", "lst/q", "nothing"]:
+        assert list(store.list(prefix)) == [k for k in keys if k.startswith(prefix)], prefix
+
+
+def test_list_start_after(store):
+    for k in TRICKY:
+        store.put("lst/" + k, b"1")
+    keys = sorted("lst/" + k for k in TRICKY)
+    probes = keys + ["", "lst/", "lst/a", "lst/a/", "lst/a/b/", "lst/a-", "lst/a/b0", "lst/zz", "zzz", "a", "lst/a-d/", "lst/ab/"]
+    for sa in probes:
+        want = [k for k in keys if k > sa]
+        assert list(store.list("lst/", start_after=sa)) == want, sa
+        assert list(store.list("lst/a", start_after=sa)) == [k for k in want if k.startswith("lst/a")], sa
+
+
+def test_list_skips_internal_and_is_resumable(store):
+    store.put("_gravfs/refs/branches/main", b"c1")
+    store.compare_and_swap("_gravfs/refs/branches/dev", None, b"c2")  # creates a lock file locally
+    assert list(store.list("_gravfs/refs/")) == ["_gravfs/refs/branches/dev", "_gravfs/refs/branches/main"]
+    it = store.list("_gravfs/")
+    first = next(it)
+    assert list(store.list("_gravfs/", start_after=first)) == ["_gravfs/refs/branches/main"]
+
+
+def test_list_pagination_many_keys(store):
+    n = 1100
+    keys = [f"many/{i:05d}-{'x' * (i % 3)}" for i in range(n)] + [f"many/sub/{i:04d}" for i in range(30)]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda k: store.put(k, b"."), keys))
+    want = sorted(keys)
+    got = list(store.list("many/"))
+    assert len(got) == len(want)
+    assert got == want
+    assert list(store.list("many/", start_after=want[1049])) == want[1050:]
+
+
+# --- conditional writes ------------------------------------------------------------
+
+
+def test_put_if_absent(store):
+    assert store.put_if_absent("_gravfs/refs/tags/v1", b"c1") is True
+    assert store.put_if_absent("_gravfs/refs/tags/v1", b"c2") is False
+    assert store.get("_gravfs/refs/tags/v1") == b"c1"
+
+
+def test_put_if_absent_race_threads(store):
+    for r in range(3):  # SeaweedFS serialises contended conditional writes with ~1 s waits
+        wins = run_threads(6, lambda i: store.put_if_absent(f"tag/{r}", b"w%d" % i))
+        assert wins.count(True) == 1, wins
+        assert store.get(f"tag/{r}") == b"w%d" % wins.index(True)
+
+
+def test_compare_and_swap_semantics(store):
+    key = "_gravfs/refs/branches/main"
+    v1 = store.compare_and_swap(key, None, b"c1")
+    assert isinstance(v1, str) and v1
+    data, v = store.read_versioned(key)
+    assert (data, v) == (b"c1", v1)
+    with pytest.raises(PreconditionFailedError):
+        store.compare_and_swap(key, None, b"cX")  # must not exist, but does
+    v2 = store.compare_and_swap(key, v1, b"c2")
+    assert v2 != v1
+    assert store.read_versioned(key) == (b"c2", v2)
+    with pytest.raises(PreconditionFailedError):
+        store.compare_and_swap(key, v1, b"c3")  # stale
+    with pytest.raises(PreconditionFailedError):
+        store.compare_and_swap(key, v1, None)  # stale delete
+    assert store.get(key) == b"c2"
+    assert store.compare_and_swap(key, v2, None) is None
+    assert store.size(key) is None
+    with pytest.raises(PreconditionFailedError):
+        store.compare_and_swap(key, v2, b"c4")  # expected a version, key is gone
+    with pytest.raises(PreconditionFailedError):
+        store.compare_and_swap(key, v2, None)
+    assert store.compare_and_swap(key, None, None) is None  # absent and expected absent
+    store.put(key, b"p")
+    with pytest.raises(PreconditionFailedError):
+        store.compare_and_swap(key, None, None)
+
+
+def test_version_changes_on_plain_put(store):
+    store.put("ref", b"a")
+    _, v1 = store.read_versioned("ref")
+    store.put("ref", b"b")
+    _, v2 = store.read_versioned("ref")
+    assert v1 != v2
+    with pytest.raises(PreconditionFailedError):
+        store.compare_and_swap("ref", v1, b"c")
+
+
+def test_cas_race_threads_exactly_one_wins(store):
+    key = "_gravfs/refs/branches/race"
+    for r in range(3):
+        store.put(key, b"base%d" % r)
+        _, base = store.read_versioned(key)
+
+        def attempt(i):
+            try:
+                return store.compare_and_swap(key, base, b"w%d-%d" % (r, i))
+            except PreconditionFailedError:
+                return None
+
+        results = run_threads(6, attempt)
+        winners = [i for i, v in enumerate(results) if v is not None]
+        assert len(winners) == 1, results
+        assert store.read_versioned(key) == (b"w%d-%d" % (r, winners[0]), results[winners[0]])
+
+
+def _increment(store, key: str, times: int) -> int:
+    """Read-modify-CAS loop; returns how many CAS attempts lost."""
+    lost = 0
+    done = 0
+    while done < times:
+        data, version = store.read_versioned(key)
+        try:
+            store.compare_and_swap(key, version, str(int(data) + 1).encode())
+            done += 1
+        except PreconditionFailedError:
+            lost += 1
+    return lost
+
+
+def test_cas_counter_threads_no_lost_update(store):
+    store.put("counter", b"0")
+    lost = run_threads(4, lambda i: _increment(store, "counter", 15))
+    assert store.get("counter") == b"60"
+    assert sum(lost) >= 0
+
+
+def _race_proc(root, key, base, i, barrier, out):
+    store = LocalStore(root)
+    barrier.wait()
+    try:
+        out.put((i, store.compare_and_swap(key, base, b"proc%d" % i)))
+    except PreconditionFailedError:
+        out.put((i, None))
+
+
+def _counter_proc(root, key, times, barrier):
+    store = LocalStore(root)
+    barrier.wait()
+    _increment(store, key, times)
+
+
+def test_local_cas_race_processes(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    root = str(tmp_path / "store")
+    store = LocalStore(root)
+    key = "_gravfs/refs/branches/main"
+    n = 6
+    for r in range(3):
+        store.put(key, b"base%d" % r)
+        _, base = store.read_versioned(key)
+        barrier, out = ctx.Barrier(n), ctx.Queue()
+        procs = [ctx.Process(target=_race_proc, args=(root, key, base, i, barrier, out)) for i in range(n)]
+        for p in procs:
+            p.start()
+        results = dict(out.get(timeout=60) for _ in range(n))
+        for p in procs:
+            p.join(timeout=60)
+            assert p.exitcode == 0
+        winners = [i for i, v in results.items() if v is not None]
+        assert len(winners) == 1, results
+        assert store.read_versioned(key) == (b"proc%d" % winners[0], results[winners[0]])
+
+
+def test_local_cas_counter_processes(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    root = str(tmp_path / "store")
+    store = LocalStore(root)
+    store.put("counter", b"0")
+    barrier = ctx.Barrier(4)
+    procs = [ctx.Process(target=_counter_proc, args=(root, "counter", 25, barrier)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    assert store.get("counter") == b"100"
+
+
+# --- local specifics -----------------------------------------------------------------
+
+
+def test_local_writes_leave_no_temp_files(tmp_path):
+    store = LocalStore(str(tmp_path / "s"))
+    store.put("a/b", b"1")
+    store.put_if_absent("a/b", b"2")
+    store.compare_and_swap("a/c", None, b"3")
+    os.makedirs(tmp_path / "s" / "a" / "dir")
+    with pytest.raises(GravfsError):
+        store.put("a/dir", b"x")  # a directory is in the way
+    with pytest.raises(FileNotFoundError):
+        store.upload("a/up", str(tmp_path / "missing-src"))
+    names = sorted(os.listdir(tmp_path / "s" / "a"))
+    assert [n for n in names if "tmp" in n] == []
+    assert list(store.list("")) == ["a/b", "a/c"]
+
+
+# --- opening by URL and shipping to workers ------------------------------------------
+
+
+def test_open_store_urls(tmp_path, monkeypatch):
+    s = open_store(str(tmp_path / "x"))
+    assert isinstance(s, LocalStore) and s.root == str(tmp_path / "x")
+    s = open_store("file://" + str(tmp_path / "y"))
+    assert isinstance(s, LocalStore) and s.root == str(tmp_path / "y")
+    assert s.url == "file://" + str(tmp_path / "y")
+    monkeypatch.setenv("GRAVFS_S3_ENDPOINT", "http://127.0.0.1:1")
+    s = open_store("s3://bucket/some/prefix/")
+    assert isinstance(s, S3Store)
+    assert (s.bucket, s.prefix, s.url, s.endpoint_url) == ("bucket", "some/prefix/", "s3://bucket/some/prefix", "http://127.0.0.1:1")
+    assert open_store("s3://bucket").prefix == ""
+    for bad in ["gs://b/p", "http://x", "s3:///p", ""]:
+        with pytest.raises(GravfsError):
+            open_store(bad)
+
+
+def test_stores_pickle(store):
+    store.put("p/k", b"v")
+    clone = pickle.loads(pickle.dumps(store))
+    assert clone.url == store.url
+    assert clone.get("p/k") == b"v"
