@@ -24,6 +24,7 @@ from typing import Iterable, Iterator, Optional
 from gravfs.committed.manager import EMPTY_METARANGE_ID
 from gravfs.committed.record import encode_value
 from gravfs.errors import ConflictError, GravfsError, NotFoundError, PreconditionFailedError
+from gravfs.faults import crash_point
 from gravfs.history import is_ancestor, merge_base
 from gravfs.paths import display, to_key
 from gravfs.refs.commits import Commit
@@ -153,6 +154,7 @@ class Committer:
         with self.branch_lock(branch):
             self.recover(branch)
             st = self._seal(branch)
+            crash_point("commit:sealed")
             head_id, _ = self.repo.heads.branch(branch)
             head = self.repo.commits.get(head_id)
             changes, base = self.staged_changes(st, head)
@@ -203,15 +205,19 @@ class Committer:
             head_id, version = self.repo.heads.branch(branch)
             head = self.repo.commits.get(head_id)
             draft = build(head)
+            crash_point("commit:applied")
             if draft is None:
                 self._finish(branch, tokens, compacted, True, head.id)
                 raise NothingToCommitError(f"nothing to commit on branch {branch!r}: "
                                            "staged changes equal the head")
             c = self.repo.commits.put(draft)
+            crash_point("commit:object-written")
             self.area.update_state(branch, lambda s: setattr(
                 s, "pending", {"commit": c.id, "tokens": tokens, "compacted": compacted}))
+            crash_point("commit:pending-recorded")
             try:
                 self.repo.heads.move_branch(branch, version, c.id)
+                crash_point("commit:head-moved")
             except PreconditionFailedError:
                 log.info("head of %s moved during commit; retrying (%d)", branch, attempt + 1)
                 self.area.update_state(branch, lambda s: setattr(s, "pending", None))

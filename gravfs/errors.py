@@ -81,3 +81,17 @@ class ReadOnlyError(GravfsError):
     """Write attempted on an immutable ref (commit or tag)."""
 
     exit_code = 9
+
+
+class PathTypeError(GravfsError):
+    """A path is the wrong kind for the operation (file vs directory, non-empty dir).
+
+    ``errno`` carries the POSIX code the mount answers with (EISDIR, ENOTDIR,
+    ENOTEMPTY).
+    """
+
+    exit_code = 10
+
+    def __init__(self, message: str, errno: int):
+        super().__init__(message)
+        self.errno = errno

@@ -77,7 +77,7 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
                     continue
                 seen_ranges.add(info.id)
                 try:
-                    for rec in repo.committed.iter_range(info.id):
+                    for rec in repo.committed.range_records(info.id):
                         rep.entries += 1
                         e = decode_entry(rec[2])
                         if e.kind == KIND_FILE and e.size > 0 and e.address:

@@ -8,6 +8,7 @@ immutable. Anything that changes a branch head goes through the committer
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -26,7 +27,7 @@ from gravfs.committed.record import encode_value
 from gravfs.config import REPO_JSON, RepoSettings, Workspace, default_state_dir
 from gravfs.dataobjects import DataObjects
 from gravfs.errors import (AlreadyExistsError, BadNameError, GravfsError, NotFoundError,
-                           ReadOnlyError)
+                           PathTypeError, ReadOnlyError)
 from gravfs.paths import dir_prefix, display, to_key
 from gravfs.refs.commits import Commit, CommitStore
 from gravfs.refs.heads import Heads
@@ -95,7 +96,8 @@ class Repository:
         r = self.settings.ranges
         self.committed = CommittedManager(store, self.tier,
                                           BreakPolicy(r.min_size, r.max_size, r.raggedness, r.seed),
-                                          compression=self.settings.compression)
+                                          compression=self.settings.compression,
+                                          tmp_dir=self.workspace.sub("sst-tmp"))
         self.commits = CommitStore(store)
         self.heads = Heads(store)
         self.staging = StagingArea(self.workspace.staging)
@@ -126,6 +128,7 @@ class Repository:
         return repo
 
     def close(self) -> None:
+        self.committed.close()
         self.staging.close()
 
     def __enter__(self):
@@ -332,6 +335,23 @@ class Repository:
                 encoded.append((key, encode_value(entry_identity(data), data)))
         return self.staging.put_many(branch, encoded, base)
 
+    def check_placement(self, branch: str, key: bytes, directory: bool) -> None:
+        """Refuse a file where a directory is (or vice versa) and paths under a file."""
+        with self.staging.read_txn() as txn:
+            lay = self.layers(branch, txn)
+            own = key.rstrip(b"/")
+            if directory:
+                if lay.get(own, self.staging, txn, self.committed) is not None:
+                    raise PathTypeError(f"{display(own)}: a file exists there", errno.EEXIST)
+            elif lay.first_under(own + b"/") is not None:
+                raise PathTypeError(f"{display(own)}: is a directory", errno.EISDIR)
+            parts = own.split(b"/")[:-1]
+            for i in range(1, len(parts) + 1):
+                anc = b"/".join(parts[:i])
+                item = lay.get(anc, self.staging, txn, self.committed)
+                if item is not None:
+                    raise PathTypeError(f"{display(anc)}: not a directory", errno.ENOTDIR)
+
     def write_file(self, branch: str, path: str | bytes, src: str | bytes | BinaryIO,
                    mode: int = 0o644, mtime_ns: Optional[int] = None,
                    xattrs: Optional[dict] = None) -> EntryInfo:
@@ -340,6 +360,7 @@ class Repository:
         if not key:
             raise BadNameError("cannot write the root directory")
         self._writable(branch)
+        self.check_placement(branch, key, directory=False)
         if isinstance(src, (bytes, bytearray, memoryview)):
             address, size = self.data.put_bytes(bytes(src))
         elif isinstance(src, str):
@@ -358,12 +379,14 @@ class Repository:
         key = to_key(path, directory=True)
         if not key:
             raise AlreadyExistsError("the root directory exists")
+        self.check_placement(branch, key, directory=True)
         entry = EntryInfo(address="", size=0, mtime_ns=time.time_ns(),
                       mode=statmod.S_IFDIR | (mode & 0o7777), kind=KIND_DIRECTORY)
         self.stage(branch, [(key, entry)])
 
     def symlink(self, branch: str, path: str | bytes, target: str) -> None:
         key = to_key(path)
+        self.check_placement(branch, key, directory=False)
         entry = EntryInfo(address="", size=len(target.encode()), mtime_ns=time.time_ns(),
                       mode=statmod.S_IFLNK | 0o777, kind=KIND_SYMLINK, symlink_target=target)
         self.stage(branch, [(key, entry)])
@@ -377,7 +400,8 @@ class Repository:
         doomed = [n.key for n in self.walk(branch, prefix)]
         children = [k for k in doomed if k != prefix]
         if children and not recursive:
-            raise GravfsError(f"{node.path}: directory not empty (use recursive removal)")
+            raise PathTypeError(f"{node.path}: directory not empty (use recursive removal)",
+                                errno.ENOTEMPTY)
         doomed.append(prefix)  # tombstone the marker even if only implied
         return self.stage(branch, [(k, None) for k in doomed])
 

@@ -1,0 +1,39 @@
+"""Helpers for repository-level tests: a fresh repository on the local store or S3."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gravfs.config import RepoSettings
+from gravfs.repository import Repository
+
+# Tiny ranges so that small test trees span many ranges and exercise range logic.
+SMALL_RANGES = dict(min_size=256, max_size=2048, raggedness=8)
+
+
+def small_settings() -> RepoSettings:
+    return RepoSettings.new(**SMALL_RANGES)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    r = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"), settings=small_settings())
+    yield r
+    r.close()
+
+
+def run_cli(*args, store: str, state: str, input: bytes | None = None, check: bool = True):
+    """Run `python -m gravfs.cli` as a user would; returns CompletedProcess (text)."""
+    env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state)
+    env.pop("GRAVFS_DEBUG", None)
+    p = subprocess.run([sys.executable, "-m", "gravfs.cli", *args], env=env, input=input,
+                       capture_output=True, timeout=300)
+    out = p.stdout.decode("utf-8", "replace")
+    err = p.stderr.decode("utf-8", "replace")
+    if check and p.returncode != 0:
+        raise AssertionError(f"gravfs {' '.join(args)} failed ({p.returncode}): {err}")
+    return p.returncode, out, err

@@ -1,0 +1,98 @@
+"""The command line as users run it: output, exit codes, one-line errors."""
+
+import json
+
+import pytest
+
+from tests.repo_util import run_cli
+
+
+@pytest.fixture
+def cli(tmp_path):
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+
+    def run(*args, **kw):
+        return run_cli(*args, store=store, state=state, **kw)
+
+    run("init")
+    return run
+
+
+def test_full_workflow(cli, tmp_path):
+    src = tmp_path / "src"
+    (src / "logs" / "2026").mkdir(parents=True)
+    (src / "logs" / "2026" / "a.log").write_text("alpha\n")
+    (src / "README").write_text("readme\n")
+    (src / "empty").mkdir()
+    (src / "link").symlink_to("README")
+    _, out, _ = cli("import", str(src), "main:raw", "-m", "first import")
+    assert "Imported 4 file(s)" in out
+    _, out, _ = cli("ls", "main:raw")
+    lines = out.splitlines()
+    assert len(lines) == 4
+    assert lines[0].endswith("  README") and lines[0].startswith(" 644")
+    assert lines[1].endswith("  empty/") and lines[2].endswith("  link -> README")
+    assert lines[3].endswith("  logs/")
+    _, out, _ = cli("cat", "main:raw/logs/2026/a.log")
+    assert out == "alpha\n"
+    cli("branch", "create", "dev", "--from", "main")
+    (tmp_path / "new.txt").write_text("new\n")
+    cli("put", str(tmp_path / "new.txt"), "dev:raw/new.txt")
+    _, out, _ = cli("status", "dev", "--json")
+    assert json.loads(out) == [{"path": "raw/new.txt", "type": "added"}]
+    cli("commit", "dev", "-m", "add new")
+    _, out, _ = cli("diff", "main", "dev", "--json")
+    assert [json.loads(l) for l in out.splitlines()] == [{"path": "raw/new.txt", "type": "added"}]
+    cli("merge", "dev", "main")
+    _, out, _ = cli("log", "main", "--json")
+    log = [json.loads(l) for l in out.splitlines()]
+    assert log[0]["message"] == "Merge dev into main" and len(log[0]["parents"]) == 2
+    cid = log[0]["id"]
+    _, out, _ = cli("cat", f"{cid[:8]}:raw/new.txt")
+    assert out == "new\n"
+    cli("tag", "create", "v1", "main")
+    _, out, _ = cli("cat", "v1:raw/README")
+    assert out == "readme\n"
+    _, out, _ = cli("fsck")
+    assert "clean" in out
+    cli("rm", "main:raw/README")
+    cli("reset", "main")
+    _, out, _ = cli("status", "main")
+    assert "nothing to commit" in out
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    (("cat", "main:nope"), 2, "no such file"),
+    (("cat", "nobranch:x"), 2, "not found"),
+    (("branch", "create", "bad name"), 4, "invalid branch name"),
+    (("branch", "create", "main"), 3, "already exists"),
+    (("commit", "main", "-m", "x"), 1, "nothing to commit"),
+    (("merge", "main", "main"), 1, "already merged"),
+    (("put", "/no/such/file", "main:x"), 1, "not a regular file"),
+    (("log", "main~5"), 2, "history has only"),
+])
+def test_errors_are_one_line(cli, args, code, needle):
+    rc, out, err = cli(*args, check=False)
+    assert rc == code, (rc, err)
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_missing_store_is_a_clear_error(tmp_path):
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "GRAVFS_STORE"}
+    p = subprocess.run([sys.executable, "-m", "gravfs.cli", "branch", "list"], env=env,
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "no store given" in p.stderr
+
+
+def test_help_reads_well():
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "gravfs.cli", "--help"], capture_output=True, text=True)
+    assert p.returncode == 0
+    for cmd in ["init", "branch", "tag", "import", "put", "rm", "cat", "ls", "status", "commit",
+                "log", "diff", "merge", "reset", "fsck", "mount", "umount", "sst-dump"]:
+        assert cmd in p.stdout

@@ -1,0 +1,296 @@
+"""Repository API on the local store: refs, staging reads, commits, diff, merge, reset."""
+
+import errno
+import io
+
+import pytest
+
+from gravfs.committer import NothingToCommitError
+from gravfs.errors import (AlreadyExistsError, AmbiguousRefError, BadNameError, ConflictError,
+                           GravfsError, NotFoundError, PathTypeError, ReadOnlyError)
+from gravfs.repository import Repository
+from gravfs.staging.compaction import compact
+from tests.repo_util import repo, small_settings  # noqa: F401  (fixture)
+
+
+def names(nodes):
+    return [n.name + ("/" if n.kind == "dir" else "") for n in nodes]
+
+
+def test_init_creates_main_with_root_commit(repo, tmp_path):
+    (name, cid), = repo.list_branches()
+    assert name == "main"
+    c = repo.commits.get(cid)
+    assert c.parents == () and c.generation == 0
+    with pytest.raises(AlreadyExistsError):
+        Repository.init(str(tmp_path / "store"), str(tmp_path / "state2"))
+    with pytest.raises(NotFoundError, match="no gravfs repository"):
+        Repository.open(str(tmp_path / "nothing"), str(tmp_path / "state3"))
+
+
+def test_staged_reads_then_commit(repo):
+    repo.write_file("main", "a/b.txt", b"hello")
+    repo.write_file("main", "a/c.txt", b"world")
+    repo.mkdir("main", "empty")
+    assert repo.read("main", "a/b.txt") == b"hello"
+    assert names(repo.list_dir("main")) == ["a/", "empty/"]
+    assert names(repo.list_dir("main", "a")) == ["b.txt", "c.txt"]
+    assert [(k, p) for k, p in repo.status("main")] == [
+        ("added", b"a/b.txt"), ("added", b"a/c.txt"), ("added", b"empty/")]
+    c = repo.commit("main", "first")
+    assert repo.status("main") == []
+    assert repo.resolve(c.id[:8]).commit.id == c.id
+    assert repo.read(c.id, "a/c.txt") == b"world"
+    assert names(repo.list_dir(c.id)) == ["a/", "empty/"]  # empty dir survives the commit
+    with pytest.raises(NothingToCommitError):
+        repo.commit("main", "again")
+
+
+def test_commits_and_tags_are_read_only(repo):
+    repo.write_file("main", "f", b"1")
+    c = repo.commit("main", "one")
+    repo.create_tag("v1", "main")
+    for ref in (c.id, "v1"):
+        with pytest.raises(ReadOnlyError):
+            repo.write_file(ref, "g", b"2")
+    with pytest.raises(AlreadyExistsError):
+        repo.create_tag("v1", "main")
+    assert repo.resolve("v1").commit.id == c.id
+
+
+def test_ref_syntax_tilde_and_prefix(repo):
+    ids = []
+    for i in range(3):
+        repo.write_file("main", "f", str(i).encode())
+        ids.append(repo.commit("main", f"c{i}").id)
+    assert repo.resolve("main~1").commit.id == ids[1]
+    assert repo.resolve("main~2").commit.id == ids[0]
+    assert repo.resolve("main~~").commit.id == ids[0]
+    assert repo.resolve(ids[2][:6]).commit.id == ids[2]
+    with pytest.raises(NotFoundError):
+        repo.resolve("main~10")
+    with pytest.raises(NotFoundError):
+        repo.resolve("nosuchbranch")
+    log = [c.message for c in repo.log("main")]
+    assert log == ["c2", "c1", "c0", "Repository created"]
+    assert [c.message for c in repo.log("main", 2)] == ["c2", "c1"]
+
+
+def test_ambiguous_prefix_is_reported(repo):
+    # two objects whose ids share the prefix "abcdef"
+    for tail in ("01", "02"):
+        repo.store.put("_gravfs/commits/abcdef" + tail + "0" * 56, b"{}")
+    with pytest.raises(AmbiguousRefError, match="ambiguous"):
+        repo.resolve("abcdef")
+    with pytest.raises(NotFoundError):
+        repo.resolve("abc")  # too short to be taken as a prefix
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "-x", ".hidden", "a..b", "x.lock", "sp ace", "t~1",
+                                 "a:b", "q?", "@", "x" * 256])
+def test_bad_branch_names_are_refused(repo, bad):
+    with pytest.raises(BadNameError):
+        repo.create_branch(bad)
+
+
+def test_branch_isolation_and_delete(repo):
+    repo.write_file("main", "shared", b"base")
+    repo.commit("main", "base")
+    repo.create_branch("dev")
+    repo.write_file("dev", "only-dev", b"x")
+    assert names(repo.list_dir("main")) == ["shared"]
+    assert names(repo.list_dir("dev")) == ["only-dev", "shared"]
+    with pytest.raises(AlreadyExistsError):
+        repo.create_branch("dev")
+    repo.delete_branch("dev")
+    assert not repo.branch_exists("dev")
+    with pytest.raises(NotFoundError):
+        repo.write_file("dev", "x", b"1")
+    # recreating the branch does not resurrect its old staging
+    repo.create_branch("dev")
+    assert names(repo.list_dir("dev")) == ["shared"]
+    with pytest.raises(GravfsError):
+        repo.delete_branch("main")
+
+
+def test_remove_rename_and_placement(repo):
+    repo.write_file("main", "d/x", b"1")
+    repo.write_file("main", "d/sub/y", b"2")
+    repo.commit("main", "c")
+    with pytest.raises(PathTypeError) as ei:
+        repo.remove("main", "d")
+    assert ei.value.errno == errno.ENOTEMPTY
+    with pytest.raises(PathTypeError) as ei:
+        repo.write_file("main", "d", b"file over dir")
+    assert ei.value.errno == errno.EISDIR
+    with pytest.raises(PathTypeError) as ei:
+        repo.write_file("main", "d/x/under-a-file", b"no")
+    assert ei.value.errno == errno.ENOTDIR
+    repo.rename("main", "d", "e")
+    assert names(repo.list_dir("main")) == ["e/"]
+    assert repo.read("main", "e/sub/y") == b"2"
+    with pytest.raises(NotFoundError):
+        repo.stat("main", "d/x")
+    with pytest.raises(BadNameError):
+        repo.rename("main", "e", "e/inside")
+    repo.remove("main", "e", recursive=True)
+    assert repo.list_dir("main") == []
+    repo.commit("main", "gone")
+    assert repo.list_dir("main") == []
+
+
+def test_bad_paths(repo):
+    for p in ["a/../b", "./x", "n" * 256, "a\x00b"]:
+        with pytest.raises(BadNameError):
+            repo.write_file("main", p, b"1")
+
+
+def test_diff_and_merge(repo):
+    for i in range(50):
+        repo.write_file("main", f"f{i:03d}", str(i).encode())
+    repo.commit("main", "base")
+    repo.create_branch("dev")
+    repo.write_file("dev", "f010", b"dev")
+    repo.remove("dev", "f020")
+    repo.write_file("dev", "new", b"n")
+    d = repo.commit("dev", "dev work")
+    diffs = [(x.kind, x.key) for x in repo.diff("main", "dev")]
+    assert diffs == [("changed", b"f010"), ("removed", b"f020"), ("added", b"new")]
+    repo.write_file("main", "f030", b"main")
+    repo.commit("main", "main work")
+    m = repo.merge("dev", "main")
+    assert set(m.parents) == {d.id, repo.resolve("main~1").commit.id}
+    assert repo.read("main", "f010") == b"dev" and repo.read("main", "f030") == b"main"
+    with pytest.raises(NotFoundError):
+        repo.stat("main", "f020")
+    with pytest.raises(GravfsError, match="already merged"):
+        repo.merge("dev", "main")
+
+
+def test_merge_conflicts_and_strategies(repo):
+    repo.write_file("main", "x", b"base")
+    repo.commit("main", "base")
+    repo.create_branch("dev")
+    repo.write_file("dev", "x", b"dev")
+    repo.commit("dev", "d")
+    repo.write_file("main", "x", b"main")
+    repo.commit("main", "m")
+    with pytest.raises(ConflictError) as ei:
+        repo.merge("dev", "main")
+    assert ei.value.keys == [b"x"]
+    head = repo.head("main")
+    repo.merge("dev", "main", strategy="dest-wins")
+    assert repo.read("main", "x") == b"main"
+    repo.create_branch("dev2", head)
+    repo.merge("dev", "dev2", strategy="source-wins")
+    assert repo.read("dev2", "x") == b"dev"
+
+
+def test_merge_refuses_dirty_destination(repo):
+    repo.create_branch("dev")
+    repo.write_file("dev", "a", b"1")
+    repo.commit("dev", "a")
+    repo.write_file("main", "dirty", b"1")
+    with pytest.raises(GravfsError, match="uncommitted"):
+        repo.merge("dev", "main")
+
+
+def test_revert(repo):
+    repo.write_file("main", "a", b"1")
+    repo.commit("main", "a1")
+    repo.write_file("main", "a", b"2")
+    repo.write_file("main", "b", b"new")
+    c = repo.commit("main", "a2")
+    repo.revert("main", c.id)
+    assert repo.read("main", "a") == b"1"
+    with pytest.raises(NotFoundError):
+        repo.stat("main", "b")
+
+
+def test_reset_all_and_path(repo):
+    repo.write_file("main", "keep/a", b"1")
+    repo.commit("main", "c")
+    repo.write_file("main", "keep/a", b"changed")
+    repo.write_file("main", "drop/b", b"2")
+    repo.write_file("main", "drop/c", b"3")
+    repo.reset("main", "drop")
+    assert names(repo.list_dir("main")) == ["keep/"]
+    assert repo.read("main", "keep/a") == b"changed"
+    repo.reset("main")
+    assert repo.read("main", "keep/a") == b"1"
+    assert repo.status("main") == []
+
+
+def test_writes_during_commit_go_to_the_next_commit(repo, monkeypatch):
+    from gravfs.committer import Committer
+    repo.write_file("main", "before", b"1")
+    real_apply = repo.committed.apply
+
+    def apply_and_write(*a, **kw):
+        # a write that lands while the commit is building its metarange
+        repo.write_file("main", "during", b"2")
+        return real_apply(*a, **kw)
+
+    monkeypatch.setattr(repo.committed, "apply", apply_and_write)
+    c = repo.commit("main", "c1")
+    monkeypatch.setattr(repo.committed, "apply", real_apply)
+    assert [n.name for n in repo.list_dir(c.id)] == ["before"]
+    assert repo.read("main", "during") == b"2"
+    assert repo.status("main") == [("added", b"during")]
+    c2 = repo.commit("main", "c2")
+    assert names(repo.list_dir(c2.id)) == ["before", "during"]
+
+
+def test_two_workspaces_rebase_or_conflict(tmp_path):
+    store = str(tmp_path / "store")
+    a = Repository.init(store, str(tmp_path / "ws-a"), settings=small_settings())
+    a.write_file("main", "common", b"0")
+    a.commit("main", "base")
+    b = Repository.open(store, str(tmp_path / "ws-b"))
+    a.write_file("main", "from-a", b"a")
+    b.write_file("main", "from-b", b"b")
+    ca = a.commit("main", "a")
+    cb = b.commit("main", "b")  # head moved, disjoint paths: rebased
+    assert cb.parents == (ca.id,)
+    assert names(b.list_dir("main")) == ["common", "from-a", "from-b"]
+    # same path on both sides: conflict, staging kept
+    a.write_file("main", "common", b"A")
+    b.write_file("main", "common", b"B")
+    a.commit("main", "a2")
+    with pytest.raises(ConflictError) as ei:
+        b.commit("main", "b2")
+    assert ei.value.keys == [b"common"]
+    assert b.read("main", "common") == b"B"
+    assert b.status("main") == [("changed", b"common")]
+    b.reset("main")
+    assert b.read("main", "common") == b"A"
+
+
+def test_compaction_keeps_view_and_commits(repo):
+    for i in range(300):
+        repo.write_file("main", f"d/{i:04d}", b"x%d" % i)
+    repo.commit("main", "base")
+    repo.stage("main", [(f"d/{i:04d}".encode(), None) for i in range(0, 300, 2)])
+    repo.write_file("main", "d/new", b"n")
+    before = [n.name for n in repo.list_dir("main", "d")]
+    assert compact(repo, "main")
+    st = repo.staging.get_state("main")
+    assert st.compacted and not st.sealed
+    assert [n.name for n in repo.list_dir("main", "d")] == before
+    repo.write_file("main", "d/after", b"a")
+    c = repo.commit("main", "after compaction")
+    assert [n.name for n in repo.list_dir(c.id, "d")] == sorted(before + ["after"])
+    assert repo.staging.get_state("main").compacted is None
+
+
+def test_streams_large_file_without_loading(repo, tmp_path):
+    big = tmp_path / "big"
+    with open(big, "wb") as f:
+        for i in range(64):
+            f.write(bytes([i]) * (1 << 20))
+    e = repo.write_file("main", "big", str(big))
+    assert e.size == 64 << 20
+    assert repo.read("main", "big", offset=(5 << 20) + 7, length=3) == bytes([5]) * 3
+    # identical content is stored once
+    e2 = repo.write_file("main", "copy", io.BytesIO(big.read_bytes()))
+    assert e2.address == e.address
