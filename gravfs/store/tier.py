@@ -1,0 +1,372 @@
+"""Local disk tier for immutable objects (ranges, metaranges, data objects).
+
+Immutable, content-addressed objects never change under their key, so a copy on
+local disk is valid forever and needs no invalidation: only a byte budget.
+Refs are mutable and must never come through here.
+
+- Single flight: concurrent acquires of one key download it once; the others wait.
+- Downloads go to a temp file in ``cache_dir/tmp`` (flock'ed while in progress,
+  so a second process sharing the directory can tell live temps from leftovers)
+  and are renamed into ``cache_dir/objects/<key>``: a cached file is complete.
+- Pinning: a TierHandle pins its file; LRU eviction skips pinned files and the
+  tier may run over budget while everything is pinned. An evicted file that
+  someone still has mmapped stays readable (unlinking a mapped file is fine on
+  Linux); only new acquires fetch it again.
+- ``verify(path)`` runs once per cached file per process (after download, or on
+  first use of a file adopted from a previous run). A CorruptDataError drops the
+  file and fetches it again once; a second failure propagates.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import mmap
+import os
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+
+from gravfs.errors import CorruptDataError, GravfsError
+from gravfs.store.base import ObjectStore, check_key
+
+log = logging.getLogger(__name__)
+
+GiB = 1 << 30
+_REFS_PREFIX = "_gravfs/refs/"
+_PART = ".part"
+
+Verify = Callable[[str], None]
+
+
+@dataclass
+class TierStats:
+    """Counters; ``fetches`` is the number of objects read from the store."""
+
+    fetches: int = 0
+    hits: int = 0
+    evictions: int = 0
+    bytes_fetched: int = 0
+    verify_failures: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class _Entry:
+    __slots__ = ("key", "path", "size", "pins", "verified", "dropped")
+
+    def __init__(self, key: str, path: str, size: int, verified: bool):
+        self.key = key
+        self.path = path
+        self.size = size
+        self.pins = 0
+        self.verified = verified
+        self.dropped = False  # no longer in the index (evicted or corrupt)
+
+
+class TierHandle:
+    """A pinned cached file. Release it (or use ``with``) when done.
+
+    The mmap returned by ``mmap()`` stays valid after release, even if the file
+    is later evicted; the handle only controls eviction of the file on disk.
+    """
+
+    def __init__(self, tier: LocalTier, entry: _Entry, fd: int):
+        self._tier = tier
+        self._entry = entry
+        self._fd = fd
+        self._mmap: mmap.mmap | bytes | None = None
+        self._lock = threading.Lock()
+        self.key = entry.key
+        self.path = entry.path
+        self.size = entry.size
+
+    @property
+    def released(self) -> bool:
+        return self._fd < 0
+
+    def mmap(self) -> mmap.mmap | bytes:
+        """Read-only mapping of the whole file, created once per handle (b"" for an empty file)."""
+        with self._lock:
+            if self._mmap is None:
+                if self._fd < 0:
+                    raise GravfsError(f"tier handle for {self.key} used after release")
+                self._mmap = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ) if self.size else b""
+            return self._mmap
+
+    def read(self, offset: int = 0, length: int | None = None) -> bytes:
+        with self._lock:
+            if self._fd < 0:
+                raise GravfsError(f"tier handle for {self.key} used after release")
+            return os.pread(self._fd, self.size - offset if length is None else length, offset)
+
+    def release(self) -> None:
+        with self._lock:
+            if self._fd < 0:
+                return
+            os.close(self._fd)  # an existing mmap holds its own reference
+            self._fd = -1
+        self._tier._unpin(self._entry)
+
+    def __enter__(self) -> TierHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:
+            try:
+                self.release()
+            except Exception:
+                pass
+
+
+class LocalTier:
+    """Byte-budgeted LRU disk cache of immutable store objects under ``cache_dir``."""
+
+    def __init__(self, store: ObjectStore, cache_dir: str, budget_bytes: int = 10 * GiB, *,
+                 fsync: bool = True, prefetch_workers: int = 4):
+        self.store = store
+        self.cache_dir = os.path.abspath(cache_dir)
+        self.budget_bytes = budget_bytes
+        self.stats = TierStats()
+        self._objects = os.path.join(self.cache_dir, "objects")
+        self._tmp = os.path.join(self.cache_dir, "tmp")
+        self._fsync = fsync
+        self._prefetch_workers = prefetch_workers
+        self._executor: ThreadPoolExecutor | None = None
+        # Reentrant: a TierHandle released by the garbage collector may unpin
+        # while this thread already holds the lock.
+        self._lock = threading.RLock()
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()  # LRU first
+        self._inflight: dict[str, Future] = {}
+        self._total = 0
+        os.makedirs(self._objects, exist_ok=True)
+        os.makedirs(self._tmp, exist_ok=True)
+        self._clean_tmp()
+        self._adopt()
+        with self._lock:
+            self._evict_locked()
+
+    # --- public API ----------------------------------------------------------
+
+    @property
+    def total_bytes(self) -> int:
+        return self._total
+
+    def cached(self, key: str) -> bool:
+        with self._lock:
+            return key in self._entries
+
+    def acquire(self, key: str, verify: Verify | None = None) -> TierHandle:
+        """A pinned local copy of ``key``, fetched from the store if needed."""
+        check_key(key)
+        if key.startswith(_REFS_PREFIX):
+            raise GravfsError(f"{key} is a ref (mutable) and cannot go through the immutable-object tier")
+        while True:
+            with self._lock:
+                entry = self._entries.get(key)
+                if entry is not None and (entry.verified or verify is None):
+                    handle = self._pin_locked(entry)
+                    if handle is not None:
+                        self.stats.hits += 1
+                        return handle
+                fut = self._inflight.get(key)
+                leader = fut is None
+                if leader:
+                    fut = Future()
+                    self._inflight[key] = fut
+            if not leader:
+                fut.result()  # the leader's failure is ours too
+                continue
+            try:
+                handle = self._materialize(key, verify)
+            except BaseException as exc:
+                with self._lock:
+                    del self._inflight[key]
+                fut.set_exception(exc)
+                raise
+            with self._lock:
+                del self._inflight[key]
+            fut.set_result(None)
+            return handle
+
+    def prefetch(self, key: str) -> Future:
+        """Fetch ``key`` in the background (no-op if cached); the future resolves when it is local."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self._prefetch_workers, thread_name_prefix="gravfs-prefetch")
+            executor = self._executor
+
+        def run() -> None:
+            self.acquire(key).release()
+
+        return executor.submit(run)
+
+    def discard(self, key: str) -> None:
+        """Forget a cached copy (e.g. a reader found it corrupt); holders keep their open file."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._drop_locked(entry)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    # --- internals -----------------------------------------------------------
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self._objects, *key.split("/"))
+
+    def _pin_locked(self, entry: _Entry) -> TierHandle | None:
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:  # removed behind our back (another process evicted it)
+            self._drop_locked(entry)
+            return None
+        entry.pins += 1
+        self._entries.move_to_end(entry.key)
+        return TierHandle(self, entry, fd)
+
+    def _unpin(self, entry: _Entry) -> None:
+        with self._lock:
+            entry.pins -= 1
+            if entry.pins == 0 and self._total > self.budget_bytes:
+                self._evict_locked()
+
+    def _materialize(self, key: str, verify: Verify | None) -> TierHandle:
+        """Leader path: make ``key`` present (and verified) locally, return it pinned."""
+        for attempt in (1, 2):
+            with self._lock:
+                entry = self._entries.get(key)
+                if entry is not None:
+                    entry.pins += 1  # keeps eviction away while we verify
+            cached = entry is not None
+            if entry is None:
+                entry = self._fetch(key)  # returned pinned
+            try:
+                if verify is not None and not entry.verified:
+                    try:
+                        verify(entry.path)
+                    except CorruptDataError as e:
+                        with self._lock:
+                            self.stats.verify_failures += 1
+                            self._drop_locked(entry)
+                        if attempt == 2:
+                            raise
+                        log.warning("cached %s failed verification (%s); fetching it again", key, e)
+                        continue
+                    entry.verified = True
+                with self._lock:
+                    handle = self._pin_locked(entry)
+                    if handle is not None and cached:
+                        self.stats.hits += 1
+                if handle is not None:
+                    return handle
+            finally:
+                self._unpin(entry)
+        raise GravfsError(f"could not keep a local copy of {key} in {self.cache_dir}")
+
+    def _fetch(self, key: str) -> _Entry:
+        final = self._path(key)
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        tmp = os.path.join(self._tmp, f"{os.getpid()}-{uuid.uuid4().hex}{_PART}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # marks the temp as live
+            self.store.download(key, tmp)
+            if self._fsync:
+                os.fsync(fd)
+            size = os.fstat(fd).st_size
+            os.rename(tmp, final)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        finally:
+            os.close(fd)
+        entry = _Entry(key, final, size, verified=False)
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                old.dropped = True
+                self._total -= old.size
+            self._entries[key] = entry
+            self._total += size
+            self.stats.fetches += 1
+            self.stats.bytes_fetched += size
+            entry.pins += 1  # the caller's pin: not evictable before it is used
+            self._evict_locked()
+        return entry
+
+    def _drop_locked(self, entry: _Entry) -> None:
+        if entry.dropped:
+            return
+        entry.dropped = True
+        if self._entries.get(entry.key) is entry:
+            del self._entries[entry.key]
+            self._total -= entry.size
+        try:
+            os.unlink(entry.path)
+        except FileNotFoundError:
+            pass
+
+    def _evict_locked(self) -> None:
+        if self._total <= self.budget_bytes:
+            return
+        for entry in list(self._entries.values()):
+            if self._total <= self.budget_bytes:
+                break
+            if entry.pins > 0 or entry.key in self._inflight:
+                continue
+            self._drop_locked(entry)
+            self.stats.evictions += 1
+
+    def _clean_tmp(self) -> None:
+        """Remove temp files of dead downloads; live ones are flock'ed by their writer."""
+        for name in os.listdir(self._tmp):
+            path = os.path.join(self._tmp, name)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a download in progress elsewhere
+            finally:
+                os.close(fd)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def _adopt(self) -> None:
+        """Account files cached by a previous run, oldest first in LRU order."""
+        found: list[tuple[int, str, str, int]] = []
+        for dirpath, _dirs, files in os.walk(self._objects):
+            for name in files:
+                path = os.path.join(dirpath, name)
+                key = os.path.relpath(path, self._objects).replace(os.sep, "/")
+                try:
+                    check_key(key)
+                    st = os.stat(path)
+                except (GravfsError, OSError):
+                    continue
+                found.append((st.st_mtime_ns, key, path, st.st_size))
+        found.sort()
+        with self._lock:
+            for _mtime, key, path, size in found:
+                self._entries[key] = _Entry(key, path, size, verified=False)
+                self._total += size
+        if found:
+            log.debug("tier %s: adopted %d cached files (%d bytes)", self.cache_dir, len(found), self._total)

@@ -1,0 +1,283 @@
+"""LocalTier: single-flight fetches, pinning vs eviction, re-adoption, verification."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import threading
+import time
+
+import pytest
+
+from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
+from gravfs.store.local import LocalStore
+from gravfs.store.tier import LocalTier
+
+
+class CountingStore(LocalStore):
+    """A real LocalStore that counts downloads and can slow them down."""
+
+    def __init__(self, root: str, delay: float = 0.0):
+        super().__init__(root)
+        self.delay = delay
+        self.downloads: list[str] = []
+        self._count_lock = threading.Lock()
+
+    def download(self, key: str, dest_path: str) -> int:
+        with self._count_lock:
+            self.downloads.append(key)
+        time.sleep(self.delay)
+        return super().download(key, dest_path)
+
+
+def put_blob(store, data: bytes) -> str:
+    h = hashlib.sha256(data).hexdigest()
+    key = f"data/{h[:2]}/{h}"
+    store.put(key, data)
+    return key
+
+
+def sha_verify(calls: list | None = None):
+    def verify(path: str) -> None:
+        if calls is not None:
+            calls.append(path)
+        with open(path, "rb") as f:
+            if hashlib.sha256(f.read()).hexdigest() != os.path.basename(path):
+                raise CorruptDataError("content does not match its hash", path=path)
+
+    return verify
+
+
+@pytest.fixture
+def store(tmp_path):
+    return CountingStore(str(tmp_path / "store"))
+
+
+def test_acquire_reads_and_mmaps(store, tmp_path):
+    key = put_blob(store, b"hello tier" * 100)
+    tier = LocalTier(store, str(tmp_path / "cache"))
+    with tier.acquire(key) as h:
+        assert h.size == 1000
+        assert open(h.path, "rb").read() == b"hello tier" * 100
+        mm = h.mmap()
+        assert mm is h.mmap()  # one mapping per handle
+        assert mm[:10] == b"hello tier"
+        assert h.read(6, 4) == b"tier"
+    assert h.released
+    assert mm[-4:] == b"tier"  # the mapping outlives the handle
+    assert h.mmap() is mm
+    h2 = tier.acquire(key)
+    h2.release()
+    with pytest.raises(GravfsError):
+        h2.mmap()  # never mapped while pinned
+    assert tier.stats.fetches == 1 and tier.stats.bytes_fetched == 1000 and tier.stats.hits == 1
+
+
+def test_concurrent_acquire_fetches_once(tmp_path):
+    store = CountingStore(str(tmp_path / "store"), delay=0.3)
+    payload = os.urandom(200_000)
+    key = put_blob(store, payload)
+    tier = LocalTier(store, str(tmp_path / "cache"))
+    barrier = threading.Barrier(16)
+    handles = [None] * 16
+    calls: list = []
+
+    def worker(i):
+        barrier.wait()
+        handles[i] = tier.acquire(key, verify=sha_verify(calls))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.downloads == [key]
+    assert tier.stats.fetches == 1
+    assert len(calls) == 1  # verified once, not once per thread
+    assert {h.path for h in handles} == {handles[0].path}
+    assert all(bytes(h.mmap()) == payload for h in handles)
+    for h in handles:
+        h.release()
+    assert os.listdir(tmp_path / "cache" / "tmp") == []
+
+
+def test_concurrent_acquire_fetches_once_from_s3(s3_store, tmp_path):
+    key = put_blob(s3_store, os.urandom(100_000))
+    tier = LocalTier(s3_store, str(tmp_path / "cache"))
+    barrier = threading.Barrier(16)
+    paths = []
+
+    def worker():
+        barrier.wait()
+        with tier.acquire(key, verify=sha_verify()) as h:
+            paths.append(h.path)
+
+    threads = [threading.Thread(target=worker) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(paths) == 16
+    assert tier.stats.fetches == 1
+    assert tier.stats.hits == 15
+
+
+def test_missing_object_fails_every_waiter(tmp_path):
+    store = CountingStore(str(tmp_path / "store"), delay=0.2)
+    tier = LocalTier(store, str(tmp_path / "cache"))
+    errors = []
+    barrier = threading.Barrier(8)
+
+    def worker():
+        barrier.wait()
+        try:
+            tier.acquire("data/00/missing")
+        except NotFoundError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 8
+    assert store.downloads == ["data/00/missing"]
+    assert os.listdir(tmp_path / "cache" / "tmp") == []
+    assert not tier.cached("data/00/missing")
+
+
+def test_refs_are_refused(store, tmp_path):
+    tier = LocalTier(store, str(tmp_path / "cache"))
+    with pytest.raises(GravfsError):
+        tier.acquire("_gravfs/refs/branches/main")
+
+
+def test_budget_eviction_keeps_pinned(store, tmp_path):
+    keys = [put_blob(store, bytes([i]) * 1000) for i in range(8)]
+    tier = LocalTier(store, str(tmp_path / "cache"), budget_bytes=3000)
+    pinned = tier.acquire(keys[0])
+    for k in keys[1:]:
+        tier.acquire(k).release()
+        assert tier.total_bytes <= 3000
+        assert os.path.exists(pinned.path), "a pinned file was evicted"
+    assert tier.cached(keys[0])
+    assert tier.cached(keys[-1]) and tier.cached(keys[-2])
+    assert not tier.cached(keys[1])
+    assert tier.stats.evictions == 5
+    assert bytes(pinned.mmap()) == bytes([0]) * 1000
+    pinned.release()
+    # LRU: the most recently used survive, and the re-used one counts as recent.
+    tier.acquire(keys[-2]).release()
+    tier.acquire(keys[1]).release()
+    assert tier.cached(keys[-2]) and tier.cached(keys[1])
+    assert not tier.cached(keys[0])
+
+
+def test_over_budget_while_all_pinned(store, tmp_path):
+    keys = [put_blob(store, bytes([i]) * 1000) for i in range(5)]
+    tier = LocalTier(store, str(tmp_path / "cache"), budget_bytes=2500)
+    handles = [tier.acquire(k) for k in keys]
+    assert tier.total_bytes == 5000  # nothing evictable
+    assert all(os.path.exists(h.path) for h in handles)
+    for h in handles:
+        h.release()
+    assert tier.total_bytes <= 2500
+    assert [tier.cached(k) for k in keys] == [False, False, False, True, True]
+
+
+def test_evicted_file_stays_readable_through_mmap(store, tmp_path):
+    keys = [put_blob(store, bytes([i]) * 4096) for i in range(3)]
+    tier = LocalTier(store, str(tmp_path / "cache"), budget_bytes=4096)
+    h = tier.acquire(keys[0])
+    mm = h.mmap()
+    path = h.path
+    h.release()
+    tier.acquire(keys[1]).release()  # evicts keys[0]
+    assert not os.path.exists(path)
+    assert mm[:4096] == bytes([0]) * 4096
+    with tier.acquire(keys[0]) as again:  # fetched anew
+        assert again.read() == bytes([0]) * 4096
+    assert store.downloads.count(keys[0]) == 2
+
+
+def test_readoption_after_restart(store, tmp_path):
+    keys = [put_blob(store, os.urandom(1000 + i)) for i in range(4)]
+    cache = str(tmp_path / "cache")
+    tier = LocalTier(store, cache)
+    for k in keys:
+        tier.acquire(k).release()
+    total = tier.total_bytes
+    # Leftovers of a crashed download, and a live one of another process.
+    stale = os.path.join(cache, "tmp", "999999-dead.part")
+    open(stale, "wb").write(b"partial")
+    live = os.path.join(cache, "tmp", "1-live.part")
+    live_fd = os.open(live, os.O_WRONLY | os.O_CREAT)
+    fcntl.flock(live_fd, fcntl.LOCK_EX)
+    try:
+        tier2 = LocalTier(store, cache)
+        assert not os.path.exists(stale)
+        assert os.path.exists(live)
+    finally:
+        os.close(live_fd)
+    assert tier2.total_bytes == total
+    assert all(tier2.cached(k) for k in keys)
+    n = len(store.downloads)
+    for k in keys:
+        with tier2.acquire(k, verify=sha_verify()) as h:
+            assert h.read() == store.get(k)
+    assert len(store.downloads) == n  # all served from disk
+    assert tier2.stats.fetches == 0 and tier2.stats.hits == 4
+    # A smaller budget on restart trims the adopted set.
+    tier3 = LocalTier(store, cache, budget_bytes=2100)
+    assert tier3.total_bytes <= 2100
+
+
+def test_corrupt_cached_file_is_refetched(store, tmp_path):
+    payload = os.urandom(5000)
+    key = put_blob(store, payload)
+    cache = str(tmp_path / "cache")
+    with LocalTier(store, cache).acquire(key, verify=sha_verify()) as h:
+        path = h.path
+    with open(path, "r+b") as f:  # flip one byte of the cached copy
+        f.seek(1234)
+        b = f.read(1)
+        f.seek(1234)
+        f.write(bytes([b[0] ^ 0xFF]))
+    calls: list = []
+    tier = LocalTier(store, cache)
+    with tier.acquire(key, verify=sha_verify(calls)) as h:
+        assert h.read() == payload
+    assert tier.stats.verify_failures == 1
+    assert tier.stats.fetches == 1
+    assert len(calls) == 2  # the bad copy, then the fresh one
+    with tier.acquire(key, verify=sha_verify(calls)) as h:
+        assert h.read() == payload
+    assert len(calls) == 2  # verified once per process
+    assert tier.stats.fetches == 1
+
+
+def test_corrupt_in_store_propagates_after_one_retry(store, tmp_path):
+    key = "data/ff/" + "f" * 64  # name does not match content
+    store.put(key, b"not what the name says")
+    tier = LocalTier(store, str(tmp_path / "cache"))
+    with pytest.raises(CorruptDataError):
+        tier.acquire(key, verify=sha_verify())
+    assert store.downloads == [key, key]
+    assert not tier.cached(key)
+    assert not os.path.exists(os.path.join(tmp_path, "cache", "objects", *key.split("/")))
+    assert tier.stats.verify_failures == 2
+
+
+def test_prefetch_and_discard(store, tmp_path):
+    key = put_blob(store, b"x" * 300)
+    tier = LocalTier(store, str(tmp_path / "cache"))
+    tier.prefetch(key).result(timeout=10)
+    assert tier.cached(key)
+    with tier.acquire(key) as h:
+        assert h.read() == b"x" * 300
+        tier.discard(key)  # holder keeps reading its open file
+        assert h.read() == b"x" * 300
+    assert not tier.cached(key)
+    assert tier.stats.fetches == 1 and tier.stats.hits == 1
+    tier.close()
