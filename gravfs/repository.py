@@ -73,6 +73,9 @@ class RefTarget:
     commit: Commit
     branch: Optional[str] = None
 
+    def __str__(self) -> str:
+        return self.branch or self.commit.id[:12]
+
 
 KIND_NAMES = {KIND_FILE: "file", KIND_DIRECTORY: "dir", KIND_SYMLINK: "symlink"}
 
@@ -225,9 +228,13 @@ class Repository:
 
     # -- reading ------------------------------------------------------------------
 
-    def layers(self, ref: str, txn=None) -> BranchLayers:
-        """Read layers of a ref. For branches the caller must hold ``txn`` (LMDB read)."""
-        target = self.resolve(ref)
+    def layers(self, ref: "str | RefTarget", txn=None) -> BranchLayers:
+        """Read layers of a ref. For branches the caller must hold ``txn`` (LMDB read).
+
+        ``ref`` may be an already resolved RefTarget (the mount pins commit trees
+        this way, so reading them costs no ref lookups on the store).
+        """
+        target = ref if isinstance(ref, RefTarget) else self.resolve(ref)
         if target.branch is None:
             return committed_layers(self.committed, target.commit.metarange)
         if txn is None:
