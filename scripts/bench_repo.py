@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""Repository benchmarks (issue 3): commit throughput, small commits on big branches,
+merge, and listing through tombstones before/after compaction (lakeFS issue 2092).
+
+Prints a table and writes bench/results/repo-<timestamp>.json. Each figure is the
+median of --repeat runs. Baseline measured in the same run: RocksDB (rocksdict)
+ingesting the same keys with a WriteBatch, the floor for "put N keys somewhere".
+
+    scripts/bench_repo.py [--quick] [--s3] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from gravfs.committed.entry import EntryInfo, encode_entry, entry_identity  # noqa: E402
+from gravfs.committed.record import encode_value  # noqa: E402
+from gravfs.refs.commits import Commit  # noqa: E402
+from gravfs.repository import Repository  # noqa: E402
+from gravfs.staging.compaction import compact  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "results")
+
+
+def key(i: int) -> bytes:
+    return b"tables/events/date=2026-%02d-%02d/part-%08d.parquet" % (1 + i // 400000 % 12, 1 + i // 20000 % 28, i)
+
+
+def value_for(i: int, addr: str) -> bytes:
+    data = encode_entry(EntryInfo(address=addr, size=1000 + i % 977, mtime_ns=1_700_000_000_000_000_000 + i))
+    return encode_value(entry_identity(data), data)
+
+
+def stage_raw(repo: Repository, branch: str, keys, values) -> None:
+    """Stage pre-encoded values straight into LMDB (what a bulk writer does)."""
+    base = repo.head(branch)
+    batch = 50_000
+    for s in range(0, len(keys), batch):
+        repo.staging.put_many(branch, list(zip(keys[s:s + batch], values[s:s + batch])), base)
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def fresh_repo(root: str, url: str | None = None) -> Repository:
+    store = url or os.path.join(root, "store")
+    return Repository.init(store, os.path.join(root, "state"))
+
+
+def build_branch(repo: Repository, n: int, addr: str) -> str:
+    """A committed n-entry main branch, written directly as a tree (setup, not measured)."""
+    def records():
+        for i in range(n):
+            data = encode_entry(EntryInfo(address=addr, size=1000 + i % 977,
+                                          mtime_ns=1_700_000_000_000_000_000 + i))
+            yield key(i), entry_identity(data), data
+    mr = repo.committed.write_metarange(records())
+    head = repo.commits.get(repo.head("main"))
+    c = repo.commits.put(Commit(mr, (head.id,), f"{n} entries", "bench", time.time_ns(), 1, {}))
+    _, version = repo.heads.branch("main")
+    repo.heads.move_branch("main", version, c.id)
+    repo.forget_head("main")
+    return c.id
+
+
+def bench_commit_bulk(n: int, repeat: int, tmp: str) -> dict:
+    keys = sorted(key(i) for i in range(n))
+    times = []
+    for r in range(repeat):
+        root = tempfile.mkdtemp(dir=tmp)
+        repo = fresh_repo(root)
+        addr, _ = repo.data.put_bytes(b"x")
+        values = [value_for(i, addr) for i in range(n)]
+        stage_raw(repo, "main", keys, values)
+        dt, _ = timed(lambda: repo.commit("main", "bulk"))
+        times.append(dt)
+        repo.close()
+        shutil.rmtree(root, ignore_errors=True)
+    med = statistics.median(times)
+    return {"entries": n, "seconds": med, "entries_per_s": n / med, "runs": times}
+
+
+def bench_rocksdb_ingest(n: int, tmp: str) -> dict:
+    from rocksdict import Options, Rdict, WriteBatch
+    path = tempfile.mkdtemp(dir=tmp)
+    db = Rdict(path, Options(raw_mode=True))
+    keys = [key(i) for i in range(n)]
+    value = value_for(0, "data/00/" + "0" * 64)
+    t = time.perf_counter()
+    wb = WriteBatch(raw_mode=True)
+    for k in keys:
+        wb.put(k, value)
+    db.write(wb)
+    db.flush()
+    dt = time.perf_counter() - t
+    db.close()
+    Rdict.destroy(path)
+    return {"entries": n, "seconds": dt, "entries_per_s": n / dt}
+
+
+def bench_one_change(n: int, repeat: int, tmp: str, url: str | None, label: str) -> dict:
+    root = tempfile.mkdtemp(dir=tmp)
+    repo = fresh_repo(root, url)
+    addr, _ = repo.data.put_bytes(b"x")
+    t0 = time.perf_counter()
+    build_branch(repo, n, addr)
+    setup = time.perf_counter() - t0
+    times, stats = [], []
+    real_apply = repo.committed.apply
+
+    def apply(*a, **kw):  # capture the I/O counts of the commit's apply
+        res = real_apply(*a, **kw)
+        stats.append(res.stats.as_dict())
+        return res
+
+    repo.committed.apply = apply
+    for r in range(repeat):
+        k = key((r * 7919 * 13) % n)
+        repo.staging.put_many("main", [(k, value_for(n + r, addr))], repo.head("main"))
+        dt, c = timed(lambda: repo.commit("main", f"one change {r}"))
+        times.append(dt)
+    repo.close()
+    shutil.rmtree(root, ignore_errors=True)
+    return {"entries": n, "store": label, "seconds": statistics.median(times), "runs": times,
+            "setup_seconds": setup, "io": stats}
+
+
+def bench_merge(n: int, changes: int, repeat: int, tmp: str) -> dict:
+    times = []
+    for r in range(repeat):
+        root = tempfile.mkdtemp(dir=tmp)
+        repo = fresh_repo(root)
+        addr, _ = repo.data.put_bytes(b"x")
+        build_branch(repo, n, addr)
+        repo.create_branch("a")
+        repo.create_branch("b")
+        step = n // changes
+        stage_raw(repo, "a", [key(i * step) for i in range(changes)],
+                  [value_for(i + n, addr) for i in range(changes)])
+        stage_raw(repo, "b", [key(i * step + 1) for i in range(changes)],
+                  [value_for(i + 2 * n, addr) for i in range(changes)])
+        repo.commit("a", "a")
+        repo.commit("b", "b")
+        repo.merge("a", "main")
+        dt, _ = timed(lambda: repo.merge("b", "main"))
+        times.append(dt)
+        repo.close()
+        shutil.rmtree(root, ignore_errors=True)
+    return {"base_entries": n, "changes_per_branch": changes, "seconds": statistics.median(times),
+            "runs": times}
+
+
+def bench_tombstones(n_deleted: int, repeat: int, tmp: str) -> dict:
+    root = tempfile.mkdtemp(dir=tmp)
+    repo = fresh_repo(root)
+    addr, _ = repo.data.put_bytes(b"x")
+    total = n_deleted + 1000
+    keys = [b"t/%08d" % i for i in range(total)]
+    stage_raw(repo, "main", keys, [value_for(i, addr) for i in range(total)])
+    repo.commit("main", "base")
+    stage_raw(repo, "main", keys[:n_deleted], [None] * n_deleted)
+
+    def listing():
+        return repo.list_dir("main", "t", limit=100)
+
+    before = [timed(listing)[0] for _ in range(repeat)]
+    assert len(listing()) == 100
+    dt_compact, _ = timed(lambda: compact(repo, "main"))
+    after = [timed(listing)[0] for _ in range(repeat)]
+    repo.close()
+    shutil.rmtree(root, ignore_errors=True)
+    b, a = statistics.median(before), statistics.median(after)
+    return {"tombstones": n_deleted, "list_before_s": b, "list_after_s": a, "speedup": b / a,
+            "compaction_s": dt_compact}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (CI smoke run)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--s3", action="store_true", help="also run the one-change commit on SeaweedFS")
+    ap.add_argument("--tmp", default=None)
+    args = ap.parse_args()
+    tmp = args.tmp or tempfile.mkdtemp(prefix="gravfs-bench-")
+    big = [100_000, 1_000_000] if not args.quick else [10_000, 50_000]
+    trees = [1_000_000, 10_000_000] if not args.quick else [50_000, 200_000]
+    res: dict = {"machine": {"cpus": os.cpu_count()}, "quick": args.quick}
+
+    res["commit_bulk"] = [bench_commit_bulk(n, args.repeat if n <= 100_000 else 1, tmp) for n in big]
+    res["rocksdb_ingest"] = [bench_rocksdb_ingest(n, tmp) for n in big]
+    res["one_change"] = [bench_one_change(n, args.repeat, tmp, None, "local") for n in trees]
+    if args.s3:
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from tests.s3server import SeaweedServer
+        srv = SeaweedServer(os.path.join(tmp, "weed"))
+        srv.start()
+        try:
+            os.environ.update(AWS_ACCESS_KEY_ID=srv.access_key, AWS_SECRET_ACCESS_KEY=srv.secret_key,
+                              GRAVFS_S3_ENDPOINT=srv.endpoint_url)
+            res["one_change"] += [bench_one_change(trees[0], args.repeat, tmp,
+                                                   f"s3://{srv.bucket}/bench-{time.time_ns()}", "seaweedfs")]
+        finally:
+            srv.stop()
+    res["merge"] = bench_merge(trees[0], 1000 if not args.quick else 100, 1 if not args.quick else args.repeat, tmp)
+    res["tombstones"] = bench_tombstones(100_000 if not args.quick else 10_000, args.repeat, tmp)
+
+    print(f"\n{'benchmark':<44}{'figure':>16}{'baseline / goal':>30}")
+    for b, r in zip(res["commit_bulk"], res["rocksdb_ingest"]):
+        print(f"{'commit ' + format(b['entries'], ',') + ' staged entries':<44}"
+              f"{b['entries_per_s']:>12,.0f} e/s{'RocksDB ingest ' + format(r['entries_per_s'], ',.0f') + ' e/s':>30}")
+    for o in res["one_change"]:
+        print(f"{'commit 1 change in ' + format(o['entries'], ',') + ' (' + o['store'] + ')':<44}"
+              f"{o['seconds'] * 1000:>13.1f} ms{'ranges r/w ' + str(o['io'][0]['ranges_read']) + '/' + str(o['io'][0]['ranges_written']) + ', metaranges w ' + str(o['io'][0]['metaranges_written']):>30}")
+    m = res["merge"]
+    print(f"{'merge ' + str(m['changes_per_branch']) + '+' + str(m['changes_per_branch']) + ' changes on ' + format(m['base_entries'], ','):<44}"
+          f"{m['seconds'] * 1000:>13.1f} ms{'':>30}")
+    t = res["tombstones"]
+    print(f"{'list 100 after ' + format(t['tombstones'], ',') + ' tombstones':<44}"
+          f"{t['list_before_s'] * 1000:>13.1f} ms{'after compaction ' + format(t['list_after_s'] * 1000, '.2f') + ' ms':>30}")
+    os.makedirs(RESULTS, exist_ok=True)
+    out = os.path.join(RESULTS, f"repo-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    with open(out, "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"\nwrote {out}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
