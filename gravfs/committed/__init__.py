@@ -1,0 +1,35 @@
+"""Committed metadata: immutable trees of range SSTs indexed by metarange SSTs.
+
+Public API (see each module for details):
+
+- record.py   Record, encode_value/decode_value, value_record_id, range_id,
+              metarange_id, EMPTY_ID
+- entry.py    EntryInfo, encode_entry/decode_entry, entry_identity, entry_record
+- breaks.py   BreakPolicy (lakeFS rule), SizeAwareBreakPolicy, policy_from_dict
+- manager.py  CommittedManager: write_metarange, get, iter, iter_ranges,
+              apply, diff, merge
+- results.py  Change, Diff, Stats, ApplyResult, MergeResult
+"""
+
+from gravfs.committed.breaks import BreakPolicy, SizeAwareBreakPolicy, policy_from_dict
+from gravfs.committed.entry import (
+    ADDRESS_FULL, ADDRESS_RELATIVE, KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo,
+    decode_entry, encode_entry, entry_identity, entry_record)
+from gravfs.committed.manager import CommittedManager, DiffIterator
+from gravfs.committed.reader import (
+    METARANGES_PREFIX, RANGES_PREFIX, MetaRange, RangeInfo, RangeStore, metarange_key, range_key)
+from gravfs.committed.record import (
+    EMPTY_ID, IDBuilder, Record, decode_value, encode_value, metarange_id, range_id,
+    value_record_id)
+from gravfs.committed.results import (
+    ADDED, CHANGED, REMOVED, ApplyResult, Change, Diff, MergeResult, Stats)
+
+__all__ = [
+    "ADDED", "ADDRESS_FULL", "ADDRESS_RELATIVE", "CHANGED", "EMPTY_ID", "KIND_DIRECTORY",
+    "KIND_FILE", "KIND_SYMLINK", "METARANGES_PREFIX", "RANGES_PREFIX", "REMOVED",
+    "ApplyResult", "BreakPolicy", "Change", "CommittedManager", "Diff", "DiffIterator",
+    "EntryInfo", "IDBuilder", "MergeResult", "MetaRange", "RangeInfo", "RangeStore", "Record",
+    "SizeAwareBreakPolicy", "Stats", "decode_entry", "decode_value", "encode_entry",
+    "encode_value", "entry_identity", "entry_record", "metarange_id", "metarange_key",
+    "policy_from_dict", "range_id", "range_key", "value_record_id",
+]

@@ -1,0 +1,270 @@
+"""CommittedManager: the committed-metadata API used by the repository layer.
+
+Trees are identified by metarange ID.  Reads go metarange index -> one range
+-> seek-GE through the local tier; writes go through TreeWriter; apply and
+merge stitch new trees out of existing ranges (copied by ID, unread) and
+rewritten ones; diff skips ranges with equal IDs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterable, Iterator
+
+from gravfs.committed.breaks import BreakPolicy
+from gravfs.committed.diff import diff_trees
+from gravfs.committed.merge import DEST_BIT, SOURCE_BIT, STRATEGIES, join_changes
+from gravfs.committed.reader import (EMPTY_METARANGE, MetaRange, RangeInfo, RangeStore)
+from gravfs.committed.record import EMPTY_ID, Record, decode_record, encode_value
+from gravfs.committed.results import ApplyResult, Diff, MergeResult, Stats
+from gravfs.committed.stitch import _View, stitch
+from gravfs.committed.writer import TreeWriter, WriteContext
+from gravfs.errors import ConflictError, NotFoundError
+
+log = logging.getLogger(__name__)
+
+EMPTY_METARANGE_ID = EMPTY_ID
+
+
+class DiffIterator:
+    """Iterator of Diff in key order; ``stats.ranges_read`` counts ranges read so far."""
+
+    def __init__(self, gen: Iterator[Diff], stats: Stats):
+        self._gen = gen
+        self.stats = stats
+
+    def __iter__(self) -> "DiffIterator":
+        return self
+
+    def __next__(self) -> Diff:
+        return next(self._gen)
+
+
+class CommittedManager:
+    """Read, write, apply, diff and merge committed trees on one object store.
+
+    ``store`` is an ObjectStore; ``tier`` a LocalTier over the same store;
+    ``policy`` decides range boundaries (fixed per repository).  Safe to share
+    by threads for reading; writes use a small thread pool for SST uploads.
+    """
+
+    def __init__(self, store, tier, policy: BreakPolicy, compression: str = "snappy",
+                 block_size: int = 4096, tmp_dir: str | None = None, upload_threads: int = 2,
+                 max_open_ranges: int = 1024, max_carry: int = 2):
+        self.store = store
+        self.tier = tier
+        self.policy = policy
+        self.max_carry = max_carry
+        self.ranges = RangeStore(tier, max_open_ranges=max_open_ranges)
+        self._own_tmp = tmp_dir is None
+        self._tmp_dir = tmp_dir or tempfile.mkdtemp(prefix="gravfs-committed-")
+        os.makedirs(self._tmp_dir, exist_ok=True)
+        self._executor = ThreadPoolExecutor(upload_threads, thread_name_prefix="gravfs-sst") \
+            if upload_threads > 0 else None
+        self._ctx = WriteContext(store, self._tmp_dir, self._executor, compression, block_size,
+                                 max_inflight=max(2, 2 * upload_threads))
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        if self._own_tmp:
+            shutil.rmtree(self._tmp_dir, ignore_errors=True)
+
+    def __enter__(self) -> "CommittedManager":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _writer(self, stats: Stats, known: set[str] | None = None) -> TreeWriter:
+        return TreeWriter(self._ctx, self.policy, stats, known)
+
+    # --- reading -----------------------------------------------------------
+
+    def metarange(self, metarange_id: str) -> MetaRange:
+        """Parsed metarange (ranges, ids, min/max keys); NotFoundError if missing."""
+        return self.ranges.metarange(metarange_id)
+
+    def exists(self, metarange_id: str) -> bool:
+        if metarange_id == EMPTY_ID:
+            return True
+        try:
+            self.ranges.metarange(metarange_id)
+        except NotFoundError:
+            return False
+        return True
+
+    def iter_ranges(self, metarange_id: str) -> list[RangeInfo]:
+        """RangeInfo(id, min_key, max_key, count, estimated_size) of every range, in key order."""
+        return list(self.ranges.metarange(metarange_id).ranges)
+
+    def get(self, metarange_id: str, key: bytes) -> Record | None:
+        """The record at ``key``, or None."""
+        mr = self.ranges._metaranges.get(metarange_id) or self.ranges.metarange(metarange_id)
+        i = mr.locate(key)
+        if i == len(mr.ids) or key < mr.min_keys[i]:
+            return None
+        o = self.ranges._ranges.get(mr.ids[i]) or self.ranges.open_range(mr.ids[i])
+        value = o.reader.get(key)
+        if value is None:
+            return None
+        return decode_record(key, value)
+
+    def iter(self, metarange_id: str, start: bytes = b"") -> Iterator[Record]:
+        """Records with key >= start in key order, reading ranges lazily."""
+        mr = self.ranges.metarange(metarange_id)
+        i = mr.locate(start)
+        rs = self.ranges
+        first = True
+        for rid in mr.ids[i:]:
+            o = rs.open_range(rid)
+            for k, v in o.reader.seek(start if first else b""):
+                yield decode_record(k, v)
+            first = False
+
+    def range_records(self, range_id: str, start: bytes = b"") -> Iterator[Record]:
+        """Records of one range (for GC, export and inspection)."""
+        return self.ranges.range_records(range_id, start)
+
+    iter_range = range_records
+
+    # --- writing -----------------------------------------------------------
+
+    def write_metarange(self, records: Iterable, stats: Stats | None = None) -> str:
+        """Write a tree from (key, identity, data) records in strictly ascending key order."""
+        return self.write_tree(records, stats).metarange_id
+
+    def write_tree(self, records: Iterable, stats: Stats | None = None) -> ApplyResult:
+        """write_metarange returning the stats too."""
+        stats = stats if stats is not None else Stats()
+        w = self._writer(stats)
+        try:
+            w.add_records(records)
+        except BaseException:
+            w.abort()
+            raise
+        mr = w.finish()
+        if mr.id != EMPTY_ID:
+            self.ranges.remember_metarange(mr)
+        return ApplyResult(mr.id, stats)
+
+    def apply(self, base_metarange_id: str, changes: Iterable) -> ApplyResult:
+        """Apply sorted changes (puts: (key, identity, data); deletes: (key, None, None)).
+
+        Untouched ranges are copied by ID unread; only ranges a change falls
+        into (plus, rarely, neighbours until the old boundaries line up
+        again) are read and rewritten.  A change set that changes nothing
+        returns the base ID and writes nothing.
+        """
+        stats = Stats()
+        base = self.ranges.metarange(base_metarange_id)
+        w = self._writer(stats, set(base.ids))
+        view = _View(1, base, self.ranges, stats)
+        try:
+            stitch(w, [view], _change_overrides(changes), self.max_carry)
+        except BaseException:
+            w.abort()
+            raise
+        mr = w.finish(base)
+        if mr.id != EMPTY_ID:
+            self.ranges.remember_metarange(mr)
+        return ApplyResult(mr.id, stats)
+
+    # --- comparing -----------------------------------------------------------
+
+    def diff(self, left_id: str, right_id: str) -> DiffIterator:
+        """Differences from left to right, in key order (added/removed/changed)."""
+        stats = Stats()
+        if left_id == right_id:
+            return DiffIterator(iter(()), stats)
+        left = self.ranges.metarange(left_id)
+        right = self.ranges.metarange(right_id)
+        return DiffIterator(diff_trees(self.ranges, left, right, stats), stats)
+
+    def merge(self, base_id: str, source_id: str, dest_id: str,
+              strategy: str = "fail") -> MergeResult:
+        """Three-way merge of source into dest over their common base (merge.py).
+
+        Raises ConflictError listing the conflicting keys with strategy
+        "fail"; "source-wins"/"dest-wins" resolve them and list them in the
+        result's ``conflicts``.
+        """
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown merge strategy {strategy!r} (use one of {', '.join(STRATEGIES)})")
+        stats = Stats()
+        if source_id == base_id or source_id == dest_id:
+            return MergeResult(dest_id, stats)
+        if dest_id == base_id:
+            return MergeResult(source_id, stats)
+        base = self.ranges.metarange(base_id)
+        source = self.ranges.metarange(source_id)
+        dest = self.ranges.metarange(dest_id)
+        conflicts: list[bytes] = []
+        w = self._writer(stats, set(dest.ids) | set(source.ids))
+
+        def stop_writing() -> None:
+            raise _Abort
+
+        overrides = _counting(join_changes(self.ranges, base, source, dest, strategy, stats,
+                                           conflicts, stop_writing))
+        views = [_View(DEST_BIT, dest, self.ranges, stats),
+                 _View(SOURCE_BIT, source, self.ranges, stats)]
+        try:
+            stitch(w, views, overrides, self.max_carry)
+        except _Abort:
+            # A conflict under "fail": stop building and only collect every conflicting key.
+            w.abort()
+            conflicts = []
+            for _ in join_changes(self.ranges, base, source, dest, strategy, stats, conflicts):
+                pass
+        except BaseException:
+            w.abort()
+            raise
+        if conflicts and strategy == "fail":
+            shown = ", ".join(k.decode("utf-8", "replace") for k in conflicts[:10])
+            more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
+            raise ConflictError(f"merge conflict on {len(conflicts)} path(s): {shown}{more}",
+                                conflicts)
+        mr = w.finish(dest)
+        if mr.id != EMPTY_ID:
+            self.ranges.remember_metarange(mr)
+        return MergeResult(mr.id, stats, conflicts=conflicts, changes=overrides.count)
+
+
+class _Abort(Exception):
+    """Internal: stop a merge at its first conflict under strategy "fail"."""
+
+
+class _counting:
+    """Iterator wrapper counting the items it passed on."""
+
+    def __init__(self, it):
+        self._it = iter(it)
+        self.count = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = next(self._it)
+        self.count += 1
+        return item
+
+
+def _change_overrides(changes: Iterable) -> Iterator[tuple]:
+    """Change/Record tuples -> stitch override entries, checking the order."""
+    last = None
+    for ch in changes:
+        key, identity = ch[0], ch[1]
+        if last is not None and key <= last:
+            raise ValueError(f"changes not in strictly ascending key order at {key!r}")
+        last = key
+        if identity is None:
+            yield (key, None, None, 1)
+        else:
+            yield (key, identity, encode_value(identity, ch[2]), 1)

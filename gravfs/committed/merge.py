@@ -1,0 +1,77 @@
+"""Three-way merge of committed trees.
+
+The changes of each side relative to the base come from range-level diffs
+(equal ranges are never read), so the cost follows the size of the changes.
+They are joined by key: a key changed on one side only takes that side's
+value; a key changed on both sides to the same outcome is already right on
+both; anything else is a conflict, reported (strategy "fail") or resolved
+("source-wins", "dest-wins").
+
+The result is stitched (stitch.py) from two views, dest corrected by the
+source-side changes and source corrected by the dest-side changes, so whole
+ranges are taken by ID from whichever side has them unchanged: a range equal
+in base and source yields dest's side unread, one equal in base and dest
+yields source's.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from gravfs.committed.diff import diff_trees
+from gravfs.committed.reader import MetaRange, RangeStore
+from gravfs.committed.record import encode_value
+from gravfs.committed.results import Diff, Stats
+
+STRATEGIES = ("fail", "source-wins", "dest-wins")
+
+DEST_BIT = 1      # view 0: dest
+SOURCE_BIT = 2    # view 1: source
+
+
+def _outcome(d: Diff):
+    """(identity, encoded value) a diff leads to, or (None, None) for a removal."""
+    r = d.right
+    if r is None:
+        return None, None
+    return r.identity, encode_value(r.identity, r.data)
+
+
+def join_changes(rs: RangeStore, base: MetaRange, source: MetaRange, dest: MetaRange,
+                 strategy: str, stats: Stats, conflicts: list[bytes],
+                 on_conflict=None) -> Iterator[tuple]:
+    """Override entries (key, identity, value, mask) for the stitcher, in key order.
+
+    ``mask`` flags the views the target differs from at that key.  Conflicting
+    keys are appended to ``conflicts``; with strategy "fail" they yield
+    nothing and ``on_conflict`` is called once, at the first one.
+    """
+    sdiff = diff_trees(rs, base, source, stats)
+    ddiff = diff_trees(rs, base, dest, stats)
+    s = next(sdiff, None)
+    d = next(ddiff, None)
+    while s is not None or d is not None:
+        if d is None or (s is not None and s.key < d.key):
+            ident, value = _outcome(s)
+            yield (s.key, ident, value, DEST_BIT)
+            s = next(sdiff, None)
+        elif s is None or d.key < s.key:
+            ident, value = _outcome(d)
+            yield (d.key, ident, value, SOURCE_BIT)
+            d = next(ddiff, None)
+        else:
+            sr, dr = s.right, d.right
+            same = (sr is None and dr is None) or (
+                sr is not None and dr is not None and sr.identity == dr.identity)
+            if not same:
+                conflicts.append(s.key)
+                if strategy == "source-wins":
+                    ident, value = _outcome(s)
+                    yield (s.key, ident, value, DEST_BIT)
+                elif strategy == "dest-wins":
+                    ident, value = _outcome(d)
+                    yield (d.key, ident, value, SOURCE_BIT)
+                elif on_conflict is not None and len(conflicts) == 1:
+                    on_conflict()
+            s = next(sdiff, None)
+            d = next(ddiff, None)

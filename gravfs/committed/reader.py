@@ -1,0 +1,186 @@
+"""Reading committed trees: metarange indexes and range SSTs through the local tier.
+
+Everything read here is immutable and content-addressed, so the caches below
+(open range readers, parsed metaranges) never need invalidation; they are only
+bounded.  Every file is acquired from the tier with a verify callback that
+checks all SST block checksums once per process, so a corrupt cached copy is
+refetched instead of served.
+"""
+
+from __future__ import annotations
+
+import logging
+from bisect import bisect_left
+from typing import Iterator, NamedTuple
+
+from gravfs import sstable as _sstable
+from gravfs.committed.messages import RangeData
+from gravfs.committed.record import EMPTY_ID, Record, decode_record, decode_value
+from gravfs.errors import CorruptDataError
+
+log = logging.getLogger(__name__)
+
+RANGES_PREFIX = "_gravfs/ranges/"
+METARANGES_PREFIX = "_gravfs/metaranges/"
+
+
+def range_key(range_id: str) -> str:
+    return RANGES_PREFIX + range_id
+
+
+def metarange_key(metarange_id: str) -> str:
+    return METARANGES_PREFIX + metarange_id
+
+
+class RangeInfo(NamedTuple):
+    """One entry of a metarange: a range SST and the key span it covers."""
+
+    id: str
+    min_key: bytes
+    max_key: bytes
+    count: int
+    estimated_size: int
+
+
+class MetaRange:
+    """Parsed metarange: parallel lists for bisecting by key."""
+
+    __slots__ = ("id", "ranges", "ids", "min_keys", "max_keys")
+
+    def __init__(self, metarange_id: str, ranges: list[RangeInfo]):
+        self.id = metarange_id
+        self.ranges = ranges
+        self.ids = [r.id for r in ranges]
+        self.min_keys = [r.min_key for r in ranges]
+        self.max_keys = [r.max_key for r in ranges]
+
+    def __len__(self) -> int:
+        return len(self.ranges)
+
+    @property
+    def count(self) -> int:
+        """Number of records in the tree."""
+        return sum(r.count for r in self.ranges)
+
+    def locate(self, key: bytes) -> int:
+        """Index of the first range whose max key >= key (len(self) if none)."""
+        return bisect_left(self.max_keys, key)
+
+
+EMPTY_METARANGE = MetaRange(EMPTY_ID, [])
+
+
+def verify_sst(path: str) -> None:
+    """Tier verify callback: full checksum pass over an SST file."""
+    reader = _sstable.SSTReader(path)
+    try:
+        reader.verify()
+    finally:
+        reader.close()
+
+
+class OpenSST:
+    """A reader plus the tier handle pinning its file; both freed when unreferenced.
+
+    Iterators keep a reference, so evicting an entry from the cache never
+    closes a file that is still being read.
+    """
+
+    __slots__ = ("reader", "_handle")
+
+    def __init__(self, reader, handle):
+        self.reader = reader
+        self._handle = handle
+
+    def __del__(self) -> None:
+        try:
+            self.reader.close()
+        except Exception:  # interpreter shutdown or double close: nothing to do
+            pass
+        try:
+            self._handle.release()
+        except Exception:
+            pass
+
+
+class RangeStore:
+    """Opens range and metarange SSTs by ID (gravfs's or lakeFS's) with bounded caches."""
+
+    def __init__(self, tier, max_open_ranges: int = 1024, max_metaranges: int = 256):
+        self.tier = tier
+        self.max_open_ranges = max_open_ranges
+        self.max_metaranges = max_metaranges
+        self._ranges: dict[str, OpenSST] = {}
+        self._metaranges: dict[str, MetaRange] = {EMPTY_ID: EMPTY_METARANGE}
+
+    # --- opening -----------------------------------------------------------
+
+    def _open(self, key: str) -> OpenSST:
+        handle = self.tier.acquire(key, verify=verify_sst)
+        try:
+            reader = _sstable.SSTReader(handle.path, name=key)
+        except BaseException:
+            handle.release()
+            raise
+        return OpenSST(reader, handle)
+
+    def open_range(self, range_id: str) -> OpenSST:
+        """Cached open reader of range ``range_id``."""
+        o = self._ranges.get(range_id)
+        if o is None:
+            o = self._open(range_key(range_id))
+            if len(self._ranges) >= self.max_open_ranges:
+                # FIFO eviction: cheap, and readers still in use stay alive by reference.
+                for k in list(self._ranges)[: max(1, self.max_open_ranges // 8)]:
+                    del self._ranges[k]
+            self._ranges[range_id] = o
+        return o
+
+    def metarange(self, metarange_id: str) -> MetaRange:
+        """Parsed metarange ``metarange_id`` (cached)."""
+        mr = self._metaranges.get(metarange_id)
+        if mr is not None:
+            return mr
+        key = metarange_key(metarange_id)
+        o = self._open(key)
+        ranges = []
+        try:
+            for max_key, value in o.reader:
+                ident, data = decode_value(value)
+                try:
+                    rd = RangeData.FromString(data)
+                except Exception as e:
+                    raise CorruptDataError(f"metarange record {max_key!r} has bad RangeData: {e}",
+                                           path=key) from None
+                ranges.append(RangeInfo(ident.decode("ascii"), bytes(rd.min_key) or bytes(max_key),
+                                        bytes(max_key), rd.count, rd.estimated_size))
+        finally:
+            del o
+        mr = MetaRange(metarange_id, ranges)
+        if len(self._metaranges) >= self.max_metaranges:
+            for k in list(self._metaranges)[1: max(2, self.max_metaranges // 8)]:
+                del self._metaranges[k]
+        self._metaranges[metarange_id] = mr
+        return mr
+
+    def remember_metarange(self, mr: MetaRange) -> None:
+        """Cache a metarange this process has just written (saves a fetch)."""
+        self._metaranges[mr.id] = mr
+
+    # --- reading records ---------------------------------------------------
+
+    def range_items(self, range_id: str, start: bytes = b"",
+                    fill_cache: bool = True) -> Iterator[tuple[bytes, bytes]]:
+        """Raw (key, encoded value) pairs of a range with key >= start.
+
+        ``fill_cache=False`` for one-off scans (rewrites, diffs) so they do not
+        evict the blocks point lookups keep hot.
+        """
+        o = self.open_range(range_id)
+        yield from o.reader.seek(start, fill_cache=fill_cache)
+
+    def range_records(self, range_id: str, start: bytes = b"") -> Iterator[Record]:
+        """Decoded records of a range with key >= start."""
+        o = self.open_range(range_id)
+        for k, v in o.reader.seek(start):
+            yield decode_record(k, v)

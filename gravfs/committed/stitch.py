@@ -1,0 +1,234 @@
+"""Building a target tree from existing trees plus sparse overrides (apply, merge).
+
+The target is described by one or more *views*: each view is an existing tree
+whose records, corrected by the overrides flagged for it, are exactly the
+target.  apply has one view (the base; every change is flagged for it);
+merge has two (dest corrected by source's changes, and source corrected by
+dest's), so whichever side has whole ranges to offer can supply them.
+
+The stitcher walks the key space once.  Whenever the writer sits at a range
+break and some view's next range starts right after the last decided key and
+holds no override, that range is appended by ID without being read.
+Otherwise records are streamed from one view, merged with its overrides, and
+fed to the writer, which breaks by the policy; as soon as it breaks at the
+end of a range of some view, copying resumes ("reused ranges keep their
+boundaries").  If the writer keeps missing the old boundaries for
+``max_carry`` untouched ranges, it is forced to break at the end of one so
+the cost of a change stays bounded.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Iterator
+
+from gravfs.committed.reader import MetaRange, RangeStore
+from gravfs.committed.results import Stats
+from gravfs.committed.writer import TreeWriter
+
+# Override entries: (key, identity or None for "absent", encoded value or None, mask)
+# where bit i of mask means "differs from view i".
+
+
+class _Overrides:
+    """Sorted override stream with a lookahead buffer shared by all views."""
+
+    def __init__(self, source: Iterator[tuple]):
+        self._src = source
+        self.buf: list[tuple] = []
+        self.bi = 0
+
+    def _pull(self) -> bool:
+        for e in self._src:
+            self.buf.append(e)
+            return True
+        return False
+
+    def drop_upto(self, last: bytes) -> None:
+        buf, bi = self.buf, self.bi
+        while True:
+            if bi == len(buf):
+                if bi > 1024:
+                    buf.clear()
+                    bi = 0
+                if not self._pull():
+                    break
+                buf = self.buf
+            if buf[bi][0] > last:
+                break
+            bi += 1
+        if bi > 4096:
+            del buf[:bi]
+            bi = 0
+        self.bi = bi
+
+    def next_for(self, bit: int, last: bytes | None):
+        """First entry flagged for ``bit`` with key > last (or None)."""
+        j = self.bi
+        buf = self.buf
+        while True:
+            if j == len(buf):
+                if not self._pull():
+                    return None
+            e = buf[j]
+            if e[3] & bit and (last is None or e[0] > last):
+                return e
+            j += 1
+
+    def any_for(self, bit: int, last: bytes | None, upto: bytes) -> bool:
+        """Is there an entry flagged for ``bit`` with last < key <= upto?"""
+        j = self.bi
+        buf = self.buf
+        while True:
+            if j == len(buf):
+                if not self._pull():
+                    return False
+            e = buf[j]
+            if e[0] > upto:
+                return False
+            if e[3] & bit and (last is None or e[0] > last):
+                return True
+            j += 1
+
+
+class _View:
+    """A tree read lazily, positioned just after the last decided key."""
+
+    __slots__ = ("bit", "mr", "rs", "stats", "idx", "loaded", "items", "cur")
+
+    def __init__(self, bit: int, mr: MetaRange, rs: RangeStore, stats: Stats):
+        self.bit = bit
+        self.mr = mr
+        self.rs = rs
+        self.stats = stats
+        self.idx = 0        # first range with max_key > last
+        self.loaded = -1    # index of the range ``items`` iterates
+        self.items = None
+        self.cur = None     # next (key, value) with key > last, or None
+
+    def sync(self, last: bytes | None) -> int:
+        """Advance ``idx`` past ranges wholly <= last."""
+        if last is not None:
+            mk = self.mr.max_keys
+            n = len(mk)
+            i = self.idx
+            if i < n and mk[i] <= last:
+                i += 1
+                if i < n and mk[i] <= last:
+                    i = bisect_right(mk, last, i)
+            self.idx = i
+        return self.idx
+
+    def aligned(self, last: bytes | None) -> bool:
+        i = self.sync(last)
+        return i < len(self.mr.ranges) and (last is None or self.mr.min_keys[i] > last)
+
+    def position(self, last: bytes | None) -> None:
+        """Make ``cur`` the first record with key > last (loading a range if needed)."""
+        cur = self.cur
+        if cur is not None and self.loaded >= 0 and (last is None or cur[0] > last):
+            if self.loaded == self.sync(last):
+                return
+        i = self.sync(last)
+        if i >= len(self.mr.ranges):
+            self.cur = None
+            self.items = None
+            self.loaded = -1
+            return
+        if self.loaded != i:
+            self.stats.ranges_read += 1
+        self.loaded = i
+        self.items = self.rs.range_items(self.mr.ids[i], last or b"", fill_cache=False)
+        self.cur = next(self.items, None)
+        if self.cur is not None and last is not None and self.cur[0] == last:
+            self.cur = next(self.items, None)
+        if self.cur is None:  # range ended exactly at last: take the next one
+            self.idx = i + 1
+            self.loaded = -1
+            self.position(last)
+
+    def advance(self) -> None:
+        """Move past ``cur``; at the end of a range, leave the next one unread."""
+        cur = next(self.items, None)
+        if cur is None:
+            self.idx = self.loaded + 1
+            self.loaded = -1
+            self.items = None
+        self.cur = cur
+
+    def refill(self) -> None:
+        """After a range ended: open the next one (if any), counting the read."""
+        i = self.idx
+        if self.cur is None and i < len(self.mr.ranges):
+            self.stats.ranges_read += 1
+            self.loaded = i
+            self.items = self.rs.range_items(self.mr.ids[i], fill_cache=False)
+            self.cur = next(self.items, None)
+
+
+def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
+           max_carry: int = 2) -> None:
+    """Feed the whole target into ``writer`` (see module docstring)."""
+    ovr = _Overrides(overrides)
+    last: bytes | None = None
+    while True:
+        # 1. At a break: append whole ranges by ID while some view offers one.
+        if writer.empty:
+            progress = True
+            while progress:
+                progress = False
+                for v in views:
+                    mr = v.mr
+                    while v.aligned(last):
+                        i = v.idx
+                        if ovr.any_for(v.bit, last, mr.max_keys[i]):
+                            break
+                        writer.copy_range(mr.ranges[i])
+                        last = mr.max_keys[i]
+                        v.idx = i + 1
+                        ovr.drop_upto(last)
+                        progress = True
+        # 2. Stream records from one view (one already reading here if any)
+        #    until the writer breaks.
+        v = views[0]
+        for w in views:
+            cur = w.cur
+            if cur is not None and (last is None or cur[0] > last) and w.loaded == w.sync(last):
+                v = w
+                break
+        v.position(last)
+        bit = v.bit
+        carry = 0
+        e = ovr.next_for(bit, last)
+        while True:
+            cur = v.cur
+            if cur is None and v.idx < len(v.mr.ranges):
+                v.refill()
+                cur = v.cur
+            if e is not None and (cur is None or e[0] <= cur[0]):
+                key = e[0]
+                if cur is not None and cur[0] == key:
+                    v.advance()
+                last = key
+                carry = 0
+                broke = e[1] is not None and writer.add(key, e[1], e[2])
+                ovr.drop_upto(key)
+                e = ovr.next_for(bit, key)
+            elif cur is None:
+                writer.flush()
+                return
+            else:
+                nxt, broke, key = writer.feed(cur, v.items, e[0] if e is not None else None)
+                last = key
+                if nxt is None:  # the range ended
+                    v.items = None
+                    v.idx = v.loaded + 1
+                    v.loaded = -1
+                    carry += 1
+                    if not broke and carry > max_carry:
+                        writer.flush()   # give up on the old boundaries: stay bounded
+                        broke = True
+                v.cur = nxt
+            if broke:
+                ovr.drop_upto(last)
+                break
