@@ -1,12 +1,17 @@
 """A byte-budgeted cache of decoded data blocks shared by all readers.
 
-Each reader keeps its decoded blocks in its own dict (offset -> DataBlock), so a
-hit is one dict lookup with no lock. This cache only does the accounting and
-eviction, CLOCK style: a hit sets ``block.ref``; when over budget the oldest
-block is evicted unless its ref bit is set, in which case the bit is cleared
-and it goes to the back of the ring. Thread safety is GIL-level: admission and
-eviction take a lock; readers never see a half-built block because a block is
-published in the dict only once fully decoded.
+Each reader keeps its decoded blocks in its own :class:`BlockTable` (offset ->
+DataBlock, and for tables with unique keys a key -> value map over the loaded
+blocks), so a hit is a dict lookup with no lock. This cache only does the
+accounting and eviction, CLOCK style: a lookup through the block dict sets
+``block.ref``; when over budget the oldest block is evicted unless its ref bit
+is set, in which case the bit is cleared and it goes to the back of the ring.
+(Hits served by the key map do not set the bit, so under memory pressure those
+blocks age out first-in first-out.)
+
+Thread safety is GIL-level: admission and eviction take a lock; a block is
+published only once fully decoded. Tables are immutable, so a key-map entry
+that outlives its block for a moment is still correct data.
 """
 
 from __future__ import annotations
@@ -17,24 +22,47 @@ from collections import deque
 from .block import DataBlock
 
 DEFAULT_CAPACITY_BYTES = 512 << 20
+KEY_MAP_ENTRY_CHARGE = 72  # bytes per entry of a reader's key -> value dict
+
+
+class BlockTable:
+    """One reader's decoded blocks, by file offset, and optionally its key map."""
+
+    __slots__ = ("blocks", "kv", "__weakref__")
+
+    def __init__(self, key_map: bool):
+        self.blocks: dict[int, DataBlock] = {}
+        self.kv: dict[bytes, bytes] | None = {} if key_map else None
+
+    def _drop(self, offset: int, block: DataBlock) -> None:
+        if self.blocks.get(offset) is block:
+            self.blocks.pop(offset, None)
+        kv = self.kv
+        if kv is not None and block.clean:
+            pop = kv.pop
+            for k in block.keys:
+                pop(k, None)
 
 
 class BlockCache:
-    """CLOCK cache over readers' block dicts; ``capacity_bytes`` counts decoded
+    """CLOCK cache over readers' block tables; ``capacity_bytes`` counts decoded
     block bytes plus an estimate of Python per-entry overhead."""
 
     def __init__(self, capacity_bytes: int = DEFAULT_CAPACITY_BYTES):
         self.capacity_bytes = int(capacity_bytes)
         self.used_bytes = 0
-        self._ring: deque[tuple[dict, int, DataBlock]] = deque()
+        self._ring: deque[tuple[BlockTable, int, DataBlock]] = deque()
         self._dead = 0
         self._lock = threading.Lock()
 
-    def admit(self, owner: dict, offset: int, block: DataBlock) -> None:
-        """Publish ``block`` in ``owner`` and account for it, evicting as needed."""
+    def admit(self, table: BlockTable, offset: int, block: DataBlock) -> None:
+        """Publish ``block`` in ``table`` and account for it, evicting as needed."""
         with self._lock:
-            owner[offset] = block
-            self._ring.append((owner, offset, block))
+            table.blocks[offset] = block
+            if table.kv is not None and block.clean:
+                table.kv.update(zip(block.keys, block.values))
+                block.charge += KEY_MAP_ENTRY_CHARGE * len(block.keys)
+            self._ring.append((table, offset, block))
             self.used_bytes += block.charge
             if self.used_bytes > self.capacity_bytes:
                 self._evict()
@@ -42,28 +70,29 @@ class BlockCache:
     def _evict(self) -> None:
         ring = self._ring
         while self.used_bytes > self.capacity_bytes and ring:
-            owner, offset, block = ring.popleft()
+            table, offset, block = ring.popleft()
             if block.charge == 0:  # released with its reader
                 self._dead -= 1
                 continue
             if block.ref:
                 block.ref = False
-                ring.append((owner, offset, block))
+                ring.append((table, offset, block))
                 continue
-            if owner.get(offset) is block:
-                owner.pop(offset, None)
+            table._drop(offset, block)
             self.used_bytes -= block.charge
             block.charge = 0
 
-    def release(self, owner: dict) -> None:
+    def release(self, table: BlockTable) -> None:
         """Forget every block of a closing reader."""
         with self._lock:
-            for block in list(owner.values()):
+            for block in list(table.blocks.values()):
                 if block.charge:
                     self.used_bytes -= block.charge
                     block.charge = 0
                     self._dead += 1
-            owner.clear()
+            table.blocks.clear()
+            if table.kv is not None:
+                table.kv.clear()
             if self._dead > 1024 and self._dead * 2 > len(self._ring):
                 self._ring = deque(e for e in self._ring if e[2].charge)
                 self._dead = 0
@@ -72,6 +101,17 @@ class BlockCache:
         with self._lock:
             self.capacity_bytes = int(capacity_bytes)
             self._evict()
+
+    def clear(self) -> None:
+        """Evict everything (mainly for tests and benchmarks of cold reads)."""
+        with self._lock:
+            while self._ring:
+                table, offset, block = self._ring.popleft()
+                if block.charge:
+                    table._drop(offset, block)
+                    block.charge = 0
+            self.used_bytes = 0
+            self._dead = 0
 
 
 DEFAULT_CACHE = BlockCache()

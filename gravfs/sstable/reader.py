@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 from ..errors import CorruptDataError
 from .block import DataBlock, decode_data_block, decode_entries, decode_index_block
-from .cache import DEFAULT_CACHE, BlockCache
+from .cache import DEFAULT_CACHE, BlockCache, BlockTable
 from .format import (
     BLOCK_TRAILER_SIZE,
     FOOTER_SIZE,
@@ -85,9 +85,11 @@ class SSTReader:
         self._file = None
         self._mmap: mmap.mmap | None = None
         self._copy_slices = False
-        self._blocks: dict[int, DataBlock] = {}
         self._cache = cache if cache is not None else DEFAULT_CACHE
-        self._finalizer = weakref.finalize(self, self._cache.release, self._blocks)
+        self._table: BlockTable | None = None
+        self._blocks: dict[int, DataBlock] = {}
+        self._kv: dict[bytes, bytes] = {}
+        self._finalizer = None
         self.verify_checksums = verify_checksums
         if isinstance(source, (str, os.PathLike)):
             path = os.fspath(source)
@@ -177,6 +179,21 @@ class SSTReader:
             raise self._corrupt(f"unsupported index type {tp.index_type}", handle[0] if handle else None)
         self._check_no_range_deletions()
 
+        # Tables built by SstFileWriter (RocksDB or Pebble) hold each user key
+        # at most once; without deletions or merge operands every entry of a
+        # loaded block is then the final answer for its key, so loaded blocks
+        # are also published in a key -> value map that serves warm lookups
+        # with one hash probe.
+        unique = (
+            "rocksdb.external_sst_file.version" in self._props
+            and tp.num_deletions == 0
+            and not tp.num_merge_operands
+        )
+        self._table = BlockTable(key_map=unique)
+        self._blocks = self._table.blocks
+        self._kv = self._table.kv if unique else {}
+        self._finalizer = weakref.finalize(self, self._cache.release, self._table)
+
         self._key_is_user = tp.index_key_is_user_key
         self._value_delta = tp.index_value_is_delta_encoded
         top = self._read_index(footer.index_offset, footer.index_size)
@@ -248,7 +265,7 @@ class SSTReader:
         except FormatError as e:
             raise self._corrupt(f"data block: {e} (at byte {e.offset} of the block)", offset) from None
         if fill_cache and not self._closed:
-            self._cache.admit(self._blocks, offset, blk)
+            self._cache.admit(self._table, offset, blk)
         return blk
 
     def _block(self, offset: int, size: int, fill_cache: bool = True) -> DataBlock:
@@ -298,6 +315,9 @@ class SSTReader:
 
     def get(self, key: bytes) -> bytes | None:
         """The value stored for ``key``, or None."""
+        v = self._kv.get(key)
+        if v is not None:
+            return v
         if self._closed:
             self._check_open()
         if self._two_level:
@@ -371,6 +391,11 @@ class SSTReader:
         for t in reversed(range(len(self._top.keys))):
             part = self._partition(t)
             yield from zip(reversed(part.offsets), reversed(part.sizes))
+
+    def block_handles(self) -> list[tuple[int, int]]:
+        """(offset, size) of every data block in key order (for tools and tests)."""
+        self._check_open()
+        return list(self._handles_from(b""))
 
     def seek(self, key: bytes = b"", *, fill_cache: bool = True) -> Iterator[tuple[bytes, bytes]]:
         """Iterate (key, value) in key order from the first key >= ``key``.
@@ -465,7 +490,8 @@ class SSTReader:
         if self._closed and self._mmap is None and self._file is None:
             return
         self._closed = True
-        self._finalizer()  # releases our blocks from the cache
+        if self._finalizer is not None:
+            self._finalizer()  # releases our blocks from the cache
         if self._mmap is not None:
             try:
                 self._mmap.close()

@@ -1,0 +1,312 @@
+"""SSTReader against tables written by rocksdict in every supported layout,
+compared with what RocksDB itself reads from the same files."""
+
+from __future__ import annotations
+
+import itertools
+import mmap
+import random
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gravfs.sstable import BlockCache, SSTReader
+from gravfs.sstable.format import INDEX_TWO_LEVEL
+from tests.test_sstable_support import make_items, rocksdb_items, rocksdict_sst
+
+
+def random_items(n: int, seed: int) -> list[tuple[bytes, bytes]]:
+    rnd = random.Random(seed)
+    keys = set()
+    while len(keys) < n:
+        keys.add(bytes(rnd.randrange(256) for _ in range(rnd.randrange(0, 40))))
+    return [(k, rnd.randbytes(rnd.randrange(0, 300))) for k in sorted(keys)]
+
+
+ITEMS = random_items(1500, seed=7)
+
+
+def check_reader(r: SSTReader, items: list[tuple[bytes, bytes]]) -> None:
+    """Everything a reader promises, against the sorted list ``items``."""
+    keys = [k for k, _ in items]
+    assert list(r) == items
+    assert r.num_entries == len(items)
+    assert r.first_key() == keys[0]
+    assert r.last_key() == keys[-1]
+    for k, v in items:
+        assert r.get(k) == v
+    # Absent keys: before the first, between neighbours, after the last.
+    assert r.get(keys[-1] + b"\x00") is None
+    if keys[0]:
+        assert r.get(keys[0][:-1]) is None or keys[0][:-1] in keys
+    for a, b in zip(keys[::37], keys[1::37]):
+        probe = a + b"\x00"
+        if probe != b:
+            assert r.get(probe) is None
+            assert next(r.seek(probe)) == (b, dict(items)[b])
+    # seek-GE at exact keys.
+    for i in range(0, len(items), 97):
+        assert list(itertools.islice(r.seek(keys[i]), 3)) == items[i : i + 3]
+    assert list(r.seek(keys[-1] + b"\x00")) == []
+    r.verify()
+
+
+VARIANTS = (
+    # every footer format_version x every checksum type, both index kinds
+    [dict(format_version=fv, checksum=ck, index=ix)
+     for fv in range(6)
+     for ck in ("crc32c", "xxhash", "xxhash64", "xxh3", "no_checksum")
+     for ix in ("binary_search", "two_level_index_search")]
+    # every codec, old and new compressed-block framing
+    + [dict(format_version=fv, compression=c)
+       for fv in (0, 1, 2, 5)
+       for c in ("none", "snappy", "zlib", "lz4", "zstd", "bz2")]
+    # data-block hash index, odd restart intervals, hash-search index type
+    + [dict(format_version=fv, data_block_index="binary_and_hash") for fv in (2, 4, 5)]
+    + [dict(format_version=fv, restart_interval=1, index_restart_interval=1) for fv in (2, 5)]
+    + [dict(format_version=fv, restart_interval=7, index_restart_interval=3, block_size=256) for fv in (2, 5)]
+    + [dict(format_version=5, compression="none", block_size=100000)]
+)
+
+
+def variant_id(v: dict) -> str:
+    return "-".join(f"{k}={val}" for k, val in v.items())
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
+def test_rocksdict_variant_round_trip(tmp_path, variant):
+    kw = dict(variant)
+    if kw.get("index") == "two_level_index_search":
+        kw["metadata_block_size"] = 128
+    path = rocksdict_sst(str(tmp_path / "t.sst"), ITEMS, **kw)
+    assert rocksdb_items(path) == ITEMS  # RocksDB reads the same file the same way
+    with SSTReader(path) as r:
+        expected = variant.get("format_version", 2)
+        if expected == 0 and variant.get("checksum", "crc32c") != "crc32c":
+            expected = 1  # the legacy footer cannot name a checksum type; RocksDB writes v1
+        assert r.table_properties.format_version == expected
+        if kw.get("index") == "two_level_index_search":
+            assert r.table_properties.index_type == INDEX_TWO_LEVEL
+            assert r.table_properties.index_partitions > 1
+        check_reader(r, ITEMS)
+
+
+@pytest.mark.parametrize("format_version", [2, 3, 5])
+def test_two_level_index_big_table(tmp_path, format_version):
+    items = make_items(60000, value_size=20)
+    path = rocksdict_sst(
+        str(tmp_path / "big.sst"), items, format_version=format_version,
+        index="two_level_index_search", metadata_block_size=256,
+    )
+    with SSTReader(path) as r:
+        tp = r.table_properties
+        assert tp.index_type == INDEX_TWO_LEVEL
+        assert tp.index_partitions > 10
+        assert tp.index_key_is_user_key == (format_version >= 3)
+        assert tp.index_value_is_delta_encoded == (format_version >= 4)
+        assert list(r) == items
+        rnd = random.Random(1)
+        for k, v in rnd.sample(items, 3000):
+            assert r.get(k) == v
+            assert r.get(k + b"~") is None
+        # seek across every partition boundary
+        for off_key in r._top.keys:
+            i = next(i for i, (k, _) in enumerate(items) if k >= off_key) if off_key <= items[-1][0] else len(items)
+            assert list(itertools.islice(r.seek(off_key), 2)) == items[i : i + 2]
+        r.verify()
+
+
+def test_hash_search_index_type_reads_as_binary_search(tmp_path):
+    items = make_items(3000)
+    path = rocksdict_sst(str(tmp_path / "h.sst"), items, format_version=4, index="hash_search", prefix_len=12)
+    with SSTReader(path) as r:
+        assert r.table_properties.index_type == 1
+        check_reader(r, items)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    keys=st.sets(st.binary(max_size=24), min_size=1, max_size=300),
+    value_size=st.integers(0, 200),
+    block_size=st.sampled_from([64, 256, 4096]),
+    format_version=st.sampled_from([2, 5]),
+    two_level=st.booleans(),
+    probes=st.lists(st.binary(max_size=25), max_size=40),
+)
+def test_hypothesis_seek_matches_sorted_list(tmp_path, keys, value_size, block_size, format_version, two_level, probes):
+    items = [(k, (k * 3)[:value_size] + bytes([len(k)])) for k in sorted(keys)]
+    path = rocksdict_sst(
+        str(tmp_path / "h.sst"), items, format_version=format_version, block_size=block_size,
+        index="two_level_index_search" if two_level else "binary_search", metadata_block_size=64,
+    )
+    oracle = dict(items)
+    key_list = [k for k, _ in items]
+    with SSTReader(path) as r:
+        assert list(r) == items
+        for p in probes + key_list[:: max(1, len(key_list) // 20)]:
+            assert r.get(p) == oracle.get(p)
+            i = next((i for i, k in enumerate(key_list) if k >= p), len(items))
+            assert list(itertools.islice(r.seek(p), 3)) == items[i : i + 3]
+
+
+def test_seek_boundaries_every_block(tmp_path):
+    items = make_items(3000)
+    path = rocksdict_sst(str(tmp_path / "b.sst"), items, block_size=512)
+    keys = [k for k, _ in items]
+    with SSTReader(path) as r:
+        assert len(r.block_handles()) > 50
+        assert list(r.seek(b"")) == items
+        assert list(r.seek(b"a")) == items  # before the first key
+        assert list(r.seek(b"dir/file-")) == items
+        assert list(r.seek(b"zzz")) == []  # after the last key
+        assert list(r.seek(keys[-1])) == items[-1:]
+        # exact and in-between seeks at every position, including each block's first and last key
+        for i, k in enumerate(keys):
+            assert next(r.seek(k)) == items[i]
+            nxt = list(itertools.islice(r.seek(k + b"\x00"), 1))
+            assert nxt == items[i + 1 : i + 2]
+        # the index separators themselves (shortened keys between blocks)
+        for sep in r._index_keys:
+            i = next((i for i, k in enumerate(keys) if k >= sep), len(keys))
+            assert list(itertools.islice(r.seek(sep), 2)) == items[i : i + 2]
+
+
+def test_seek_is_lazy(tmp_path):
+    items = make_items(20000)
+    path = rocksdict_sst(str(tmp_path / "l.sst"), items)
+    with SSTReader(path, cache=BlockCache()) as r:
+        it = r.seek(items[5000][0])
+        assert len(r._blocks) == 0
+        assert next(it) == items[5000]
+        assert len(r._blocks) == 1
+        assert list(itertools.islice(it, 2)) == items[5001:5003]
+        assert len(r._blocks) <= 2
+        # fill_cache=False scans leave the cache alone
+        assert sum(1 for _ in r.seek(b"", fill_cache=False)) == len(items)
+        assert len(r._blocks) <= 2
+
+
+def test_deletions_are_hidden(tmp_path):
+    items = make_items(500)
+    deleted = [b"dir/file-0000000x", b"dir/file-0000250~", b"zzz"]
+    path = rocksdict_sst(str(tmp_path / "d.sst"), items, deletes=deleted, format_version=5, block_size=256)
+    with SSTReader(path) as r:
+        assert r.table_properties.num_deletions == 3
+        assert not r._kv  # the key map is only for tables without deletions
+        assert list(r) == items
+        for k in deleted:
+            assert r.get(k) is None
+        assert next(r.seek(b"dir/file-0000000x")) == items[1]
+        assert r.last_key() == items[-1][0]
+        assert r.num_entries == len(items) + len(deleted)
+    only_deletes = rocksdict_sst(str(tmp_path / "o.sst"), [], deletes=[b"a", b"b"])
+    with SSTReader(only_deletes) as r:
+        assert list(r) == [] and r.first_key() is None and r.last_key() is None and r.get(b"a") is None
+
+
+def test_empty_keys_and_values(tmp_path):
+    items = [(b"", b"root"), (b"a", b""), (b"b", b"\x00")]
+    path = rocksdict_sst(str(tmp_path / "e.sst"), items)
+    with SSTReader(path) as r:
+        assert list(r) == items
+        assert r.get(b"") == b"root" and r.get(b"a") == b"" and r.get(b"c") is None
+
+
+@pytest.mark.parametrize("kind", ["path", "bytes", "bytearray", "memoryview", "mmap"])
+def test_sources(tmp_path, kind):
+    path = rocksdict_sst(str(tmp_path / "s.sst"), ITEMS)
+    data = open(path, "rb").read()
+    f = None
+    if kind == "path":
+        source = path
+    elif kind == "bytes":
+        source = data
+    elif kind == "bytearray":
+        source = bytearray(data)
+    elif kind == "memoryview":
+        source = memoryview(b"junk" + data)[4:]
+    else:
+        f = open(path, "rb")
+        source = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    with SSTReader(source, name="my-table") as r:
+        assert r.name == ("my-table")
+        check_reader(r, ITEMS)
+    if f is not None:
+        source.close()
+        f.close()
+
+
+def test_closed_reader_refuses(tmp_path):
+    path = rocksdict_sst(str(tmp_path / "c.sst"), ITEMS)
+    r = SSTReader(path)
+    k, v = ITEMS[3]
+    assert r.get(k) == v
+    r.close()
+    r.close()  # idempotent
+    with pytest.raises(ValueError):
+        r.get(k)
+    with pytest.raises(ValueError):
+        r.seek(b"")
+
+
+def test_small_cache_evicts_and_stays_correct(tmp_path):
+    items = make_items(20000)
+    path = rocksdict_sst(str(tmp_path / "c.sst"), items, block_size=1024)
+    cache = BlockCache(capacity_bytes=64 << 10)
+    with SSTReader(path, cache=cache) as r:
+        rnd = random.Random(3)
+        for k, v in rnd.choices(items, k=5000):
+            assert r.get(k) == v
+        assert cache.used_bytes <= cache.capacity_bytes
+        assert len(r._blocks) < len(r.block_handles())
+        assert len(r._kv) <= sum(len(b.keys) for b in r._blocks.values())
+        assert list(r) == items
+    assert cache.used_bytes == 0  # close released everything
+
+
+def test_warm_cache_shared_and_released(tmp_path):
+    cache = BlockCache()
+    p1 = rocksdict_sst(str(tmp_path / "1.sst"), make_items(3000, prefix=b"a/"))
+    p2 = rocksdict_sst(str(tmp_path / "2.sst"), make_items(3000, prefix=b"b/"))
+    r1, r2 = SSTReader(p1, cache=cache), SSTReader(p2, cache=cache)
+    list(r1)
+    used1 = cache.used_bytes
+    assert used1 > 0
+    list(r2)
+    assert cache.used_bytes > used1
+    r1.close()
+    assert 0 < cache.used_bytes < 2 * used1
+    r2.close()
+    assert cache.used_bytes == 0
+
+
+def test_concurrent_readers(tmp_path):
+    items = make_items(30000)
+    path = rocksdict_sst(str(tmp_path / "t.sst"), items, block_size=1024)
+    cache = BlockCache(capacity_bytes=256 << 10)  # force eviction races
+    errors = []
+    with SSTReader(path, cache=cache) as r:
+
+        def work(seed):
+            rnd = random.Random(seed)
+            try:
+                for _ in range(4000):
+                    k, v = items[rnd.randrange(len(items))]
+                    if r.get(k) != v:
+                        errors.append(("get", k))
+                    if rnd.random() < 0.01:
+                        start = rnd.randrange(len(items))
+                        got = list(itertools.islice(r.seek(items[start][0]), 50))
+                        if got != items[start : start + 50]:
+                            errors.append(("seek", start))
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
