@@ -42,6 +42,21 @@ def find_weed() -> str:
     )
 
 
+def _child_setup() -> None:
+    """In the child before exec: own process group, and die with the thread that started it.
+
+    PR_SET_PDEATHSIG fires when the *thread* that forked exits, so start the
+    server from a long-lived thread (the test's main thread).
+    """
+    os.setsid()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class SeaweedServer:
     """One `weed mini` process bound to 127.0.0.1; stop()/start() keep its data dir and S3 port."""
 
@@ -80,7 +95,7 @@ class SeaweedServer:
         try:
             self.proc = subprocess.Popen(
                 cmd, cwd=self.data_dir, env=env, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_child_setup,
             )
         finally:
             log.close()
@@ -142,7 +157,7 @@ class SeaweedServer:
         if proc is None or proc.poll() is not None:
             return
         try:
-            os.killpg(proc.pid, signal.SIGTERM)  # the group we started (start_new_session)
+            os.killpg(proc.pid, signal.SIGTERM)  # the group we started (setsid in _child_setup)
         except ProcessLookupError:
             return
         try:

@@ -70,6 +70,10 @@ def test_missing_objects(store, tmp_path):
     assert store.size("nope/x") is None
     assert not store.exists("nope/x")
     store.delete("nope/x")  # missing is fine
+    store.put("dir/child", b"c")
+    with pytest.raises(NotFoundError):
+        store.get("dir")  # a "directory" is not an object
+    assert store.size("dir") is None
     store.put("k", b"v")
     store.delete("k")
     store.delete("k")
@@ -165,6 +169,9 @@ def test_list_pagination_many_keys(store):
     assert len(got) == len(want)
     assert got == want
     assert list(store.list("many/", start_after=want[1049])) == want[1050:]
+    # a start_after the backend may use to skip ahead (no character below '/')
+    assert list(store.list("many/", start_after="many/00700")) == [k for k in want if k > "many/00700"]
+    assert list(store.list("many/s", start_after="many/sub/0012")) == [k for k in want if k > "many/sub/0012"]
 
 
 # --- conditional writes ------------------------------------------------------------
