@@ -112,14 +112,16 @@ class Repository:
     # -- opening ------------------------------------------------------------------
 
     @classmethod
-    def open(cls, url: str, state_dir: Optional[str] = None, **kw) -> "Repository":
-        return cls(open_store(url), state_dir, **kw)
+    def open(cls, target, state_dir: Optional[str] = None, **kw) -> "Repository":
+        """Open the repository on a store URL or ObjectStore."""
+        return cls(open_store(target) if isinstance(target, str) else target, state_dir, **kw)
 
     @classmethod
-    def init(cls, url: str, state_dir: Optional[str] = None,
+    def init(cls, target, state_dir: Optional[str] = None,
              settings: Optional[RepoSettings] = None, **kw) -> "Repository":
-        """Create a repository: settings, an empty root commit, and the default branch."""
-        store = open_store(url)
+        """Create a repository on a store URL or ObjectStore: settings, an empty root
+        commit, and the default branch."""
+        store = open_store(target) if isinstance(target, str) else target
         settings = settings or RepoSettings.new()
         if not store.put_if_absent(REPO_JSON, settings.to_json()):
             raise AlreadyExistsError(f"a gravfs repository already exists at {store.url}")

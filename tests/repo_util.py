@@ -19,9 +19,20 @@ def small_settings() -> RepoSettings:
     return RepoSettings.new(**SMALL_RANGES)
 
 
+@pytest.fixture(params=["local", "s3"])
+def store_target(request, tmp_path):
+    """A fresh, empty store: a local directory, or a unique prefix on SeaweedFS."""
+    if request.param == "local":
+        return str(tmp_path / "store")
+    server = request.getfixturevalue("s3_server")
+    if server.proc is None or server.proc.poll() is not None:
+        server.start()
+    return server.make_store()
+
+
 @pytest.fixture
-def repo(tmp_path):
-    r = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"), settings=small_settings())
+def repo(store_target, tmp_path):
+    r = Repository.init(store_target, str(tmp_path / "state"), settings=small_settings())
     yield r
     r.close()
 

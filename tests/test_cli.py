@@ -18,6 +18,28 @@ def cli(tmp_path):
     return run
 
 
+@pytest.fixture
+def s3_cli(tmp_path, s3_server, monkeypatch):
+    """The CLI on SeaweedFS, configured the way a user would: URL + AWS environment."""
+    if s3_server.proc is None or s3_server.proc.poll() is not None:
+        s3_server.start()
+    monkeypatch.setenv("GRAVFS_S3_ENDPOINT", s3_server.endpoint_url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    store = f"s3://{s3_server.bucket}/cli-{tmp_path.name}"
+    state = str(tmp_path / "state")
+
+    def run(*args, **kw):
+        return run_cli(*args, store=store, state=state, **kw)
+
+    run("init")
+    return run
+
+
+def test_full_workflow_on_s3(s3_cli, tmp_path):
+    test_full_workflow(s3_cli, tmp_path)
+
+
 def test_full_workflow(cli, tmp_path):
     src = tmp_path / "src"
     (src / "logs" / "2026").mkdir(parents=True)

@@ -10,20 +10,20 @@ from gravfs.errors import (AlreadyExistsError, AmbiguousRefError, BadNameError, 
                            GravfsError, NotFoundError, PathTypeError, ReadOnlyError)
 from gravfs.repository import Repository
 from gravfs.staging.compaction import compact
-from tests.repo_util import repo, small_settings  # noqa: F401  (fixture)
+from tests.repo_util import repo, small_settings, store_target  # noqa: F401  (fixtures)
 
 
 def names(nodes):
     return [n.name + ("/" if n.kind == "dir" else "") for n in nodes]
 
 
-def test_init_creates_main_with_root_commit(repo, tmp_path):
+def test_init_creates_main_with_root_commit(repo, store_target, tmp_path):
     (name, cid), = repo.list_branches()
     assert name == "main"
     c = repo.commits.get(cid)
     assert c.parents == () and c.generation == 0
     with pytest.raises(AlreadyExistsError):
-        Repository.init(str(tmp_path / "store"), str(tmp_path / "state2"))
+        Repository.init(store_target, str(tmp_path / "state2"))
     with pytest.raises(NotFoundError, match="no gravfs repository"):
         Repository.open(str(tmp_path / "nothing"), str(tmp_path / "state3"))
 
@@ -241,8 +241,8 @@ def test_writes_during_commit_go_to_the_next_commit(repo, monkeypatch):
     assert names(repo.list_dir(c2.id)) == ["before", "during"]
 
 
-def test_two_workspaces_rebase_or_conflict(tmp_path):
-    store = str(tmp_path / "store")
+def test_two_workspaces_rebase_or_conflict(store_target, tmp_path):
+    store = store_target
     a = Repository.init(store, str(tmp_path / "ws-a"), settings=small_settings())
     a.write_file("main", "common", b"0")
     a.commit("main", "base")
