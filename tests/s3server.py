@@ -78,6 +78,19 @@ class SeaweedServer:
     def start(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             return
+        # weed picks free ports by probing, so two sessions starting at once
+        # can race for one; a fresh start simply tries again.
+        attempts = 1 if self.port is not None else 3
+        for attempt in range(1, attempts + 1):
+            try:
+                self._start_once()
+                return
+            except RuntimeError:
+                if attempt == attempts:
+                    raise
+                time.sleep(1.0)
+
+    def _start_once(self) -> None:
         os.makedirs(os.path.join(self.data_dir, "data"), exist_ok=True)
         cmd = [
             self.weed, "mini",
@@ -106,20 +119,23 @@ class SeaweedServer:
         self.port = port
         self._wait_for_s3()
 
-    def _log_tail(self, offset: int = 0) -> str:
+    def _log_text(self, offset: int = 0) -> str:
         with open(self.log_path, "rb") as f:
             f.seek(offset)
-            return f.read().decode(errors="replace")[-3000:]
+            return f.read().decode(errors="replace")
+
+    def _log_tail(self, offset: int = 0) -> str:
+        return self._log_text(offset)[-3000:]
 
     def _wait_for_port(self, offset: int) -> int:
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
-            text = self._log_tail(offset) if os.path.exists(self.log_path) else ""
+            text = self._log_text(offset) if os.path.exists(self.log_path) else ""
             m = _S3_LINE.search(text)
             if m:
                 return int(m.group(1))
             if self.proc.poll() is not None:
-                raise RuntimeError(f"weed mini exited with {self.proc.returncode}:\n{text}")
+                raise RuntimeError(f"weed mini exited with {self.proc.returncode}:\n{text[-3000:]}")
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"weed mini printed no S3 endpoint within {START_TIMEOUT}s:\n{self._log_tail(offset)}")
