@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -68,3 +70,18 @@ def test_retries_ride_out_a_short_restart(s3_server):
     reader.join(timeout=90)
     assert result == [b"v"]  # botocore's backoff outlasted the restart
     assert time.monotonic() - t0 < 90
+
+
+def test_hung_server_times_out_as_unavailable(s3_server):
+    store = s3_server.make_store(max_attempts=2, connect_timeout=1, read_timeout=1)
+    store.put("k", b"v")
+    os.kill(s3_server.proc.pid, signal.SIGSTOP)  # accepts connections, never answers
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(StoreUnavailableError) as info:
+            store.get("k")
+        assert time.monotonic() - t0 < 15
+        assert "timeout" in str(info.value).lower()
+    finally:
+        os.kill(s3_server.proc.pid, signal.SIGCONT)
+    assert store.get("k") == b"v"

@@ -6,6 +6,17 @@ S3 ETags of single-part objects are the MD5 of the content, so a ref rewritten
 with identical bytes keeps its token (compare-and-swap is by value, as in
 lakeFS). One boto3 client is shared by all threads (clients are thread-safe,
 sessions are not, so the session is used only in the constructor).
+
+SeaweedFS (4.x, ``weed mini``) as seen from here:
+- PutObject If-Match / If-None-Match: * and DeleteObject If-Match are enforced
+  atomically (412 PreconditionFailed); If-Match on a missing key is also 412
+  (AWS says 404, handled too). Contended conditional writes on one key are
+  serialised server-side with waits of about 1 s per loser.
+- ETag: quoted MD5 of the content; multipart uploads give "<md5>-<parts>".
+- Listing walks filer directories, so "a/b" comes before "a-c"; ``list`` reads
+  one level at a time (Delimiter="/") and restores byte order (base.ordered_walk).
+  StartAfter compares bare names there, so it is only used as a safe skip-ahead.
+- A Range starting at or past EOF answers 416 InvalidRange: ``get_range`` returns b"".
 """
 
 from __future__ import annotations
@@ -35,10 +46,9 @@ DEFAULT_MAX_ATTEMPTS = 5
 
 # Failures of the transport (server down, connection reset, timeouts).
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    bce.ConnectionError,  # EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError, ...
-    bce.ConnectionClosedError,
+    bce.ConnectionError,  # EndpointConnectionError, ConnectTimeoutError, ...
+    bce.HTTPClientError,  # ReadTimeoutError, ConnectionClosedError, ResponseStreamingError
     bce.IncompleteReadError,
-    bce.ResponseStreamingError,
     ConnectionError,  # socket-level errors leaking from a streaming body
 )
 _UNAVAILABLE_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "ThrottlingException"}
