@@ -29,7 +29,7 @@ from gravfs.history import is_ancestor, merge_base
 from gravfs.paths import display, to_key
 from gravfs.refs.commits import Commit
 from gravfs.staging import view
-from gravfs.staging.area import BranchState, new_token
+from gravfs.staging.area import PUT, TOMBSTONE, BranchState, new_token
 
 log = logging.getLogger(__name__)
 
@@ -343,7 +343,7 @@ class Committer:
                     n += len(doomed)
                 tok = bytes.fromhex(st.staging)
                 for k, ident, data in restore:
-                    txn.put(tok + k, b"\x00" if ident is None else b"\x01" + encode_value(ident, data),
+                    txn.put(tok + k, TOMBSTONE if ident is None else PUT + encode_value(ident, data),
                             db=self.area.entries_db)
                 return n + len(restore)
 

@@ -33,6 +33,7 @@ from gravfs.refs.commits import Commit, CommitStore
 from gravfs.refs.heads import Heads
 from gravfs.refs.names import check_ref_name
 from gravfs.staging.area import StagingArea
+from gravfs.staging.compaction import CompactionPolicy
 from gravfs.staging.branchview import BranchLayers, branch_layers, committed_layers
 from gravfs.store import open_store
 from gravfs.store.tier import LocalTier
@@ -106,6 +107,7 @@ class Repository:
         self.staging = StagingArea(self.workspace.staging)
         self.data = DataObjects(store, self.tier, self.workspace.tmp)
         self.head_ttl = head_ttl
+        self.compaction: Optional[CompactionPolicy] = CompactionPolicy()
         self._heads_cache: dict[str, tuple[float, str]] = {}
         self._lock = threading.Lock()
 
@@ -333,7 +335,12 @@ class Repository:
             raise
 
     def stage(self, branch: str, items: Iterable[tuple[bytes, Optional[EntryInfo]]]) -> int:
-        """Stage entries (None = delete) atomically; the low-level write used by all."""
+        """Stage entries (None = delete) atomically; the low-level write used by all.
+
+        Returns how many entries were staged. When the branch's staging passes
+        the compaction policy's thresholds it is compacted here (synchronously:
+        set ``compaction = None`` and call compact() yourself to do it elsewhere).
+        """
         base = self._writable(branch)
         encoded = []
         for key, entry in items:
@@ -342,7 +349,11 @@ class Repository:
             else:
                 data = encode_entry(entry)
                 encoded.append((key, encode_value(entry_identity(data), data)))
-        return self.staging.put_many(branch, encoded, base)
+        st = self.staging.put_many(branch, encoded, base)
+        if self.compaction is not None and self.compaction.due(st):
+            from gravfs.staging.compaction import compact
+            compact(self, branch)
+        return len(encoded)
 
     def check_placement(self, branch: str, key: bytes, directory: bool) -> None:
         """Refuse a file where a directory is (or vice versa) and paths under a file."""

@@ -294,3 +294,18 @@ def test_streams_large_file_without_loading(repo, tmp_path):
     # identical content is stored once
     e2 = repo.write_file("main", "copy", io.BytesIO(big.read_bytes()))
     assert e2.address == e.address
+
+
+def test_sensor_compacts_past_threshold(repo):
+    from gravfs.staging.compaction import CompactionPolicy
+    for i in range(200):
+        repo.write_file("main", f"t/{i:03d}", b"x")
+    repo.commit("main", "base")
+    repo.compaction = CompactionPolicy(max_tombstones=100)
+    repo.stage("main", [(f"t/{i:03d}".encode(), None) for i in range(50)])
+    assert repo.staging.get_state("main").compacted is None
+    repo.stage("main", [(f"t/{i:03d}".encode(), None) for i in range(50, 150)])
+    st = repo.staging.get_state("main")
+    assert st.compacted is not None and st.tombstones == 0 and not st.sealed
+    assert [n.name for n in repo.list_dir("main", "t")] == [f"{i:03d}" for i in range(150, 200)]
+    assert [k for k, _ in repo.status("main")] == ["removed"] * 150

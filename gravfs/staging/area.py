@@ -147,15 +147,9 @@ class StagingArea:
 
     # -- entries --------------------------------------------------------------------
 
-    def put(self, branch: str, path: bytes, value: bytes, base: Optional[str]) -> None:
-        """Stage a put (value = lakeFS-encoded identity+data)."""
-        self.put_many(branch, [(path, value)], base)
-
-    def delete(self, branch: str, path: bytes, base: Optional[str]) -> None:
-        self.put_many(branch, [(path, None)], base)
-
-    def put_many(self, branch: str, items, base: Optional[str]) -> int:
-        """Stage puts (value bytes) and tombstones (value None) in one transaction.
+    def put_many(self, branch: str, items, base: Optional[str]) -> BranchState:
+        """Stage puts (value bytes) and tombstones (value None) in one transaction;
+        returns the branch state after it (its counters feed the compaction sensor).
 
         ``base`` is the head commit the caller sees; it becomes the branch's base
         when staging was empty, so a later commit can detect concurrent changes.
@@ -181,7 +175,7 @@ class StagingArea:
             st.puts += puts
             st.tombstones += tombs
             self.save_state(txn, branch, st)
-            return len(items)
+            return st
 
         return self.write(run)
 
