@@ -50,11 +50,14 @@ class CommittedManager:
     ``store`` is an ObjectStore; ``tier`` a LocalTier over the same store;
     ``policy`` decides range boundaries (fixed per repository).  Safe to share
     by threads for reading; writes use a small thread pool for SST uploads.
+    ``max_carry`` bounds how many untouched ranges a change may drag into a
+    rewrite before a boundary is forced (None: never force, so tree IDs are
+    always a function of content alone; see stitch.py).
     """
 
     def __init__(self, store, tier, policy: BreakPolicy, compression: str = "snappy",
                  block_size: int = 4096, tmp_dir: str | None = None, upload_threads: int = 2,
-                 max_open_ranges: int = 1024, max_carry: int = 2):
+                 max_open_ranges: int = 1024, max_carry: int | None = 8):
         self.store = store
         self.tier = tier
         self.policy = policy

@@ -15,6 +15,13 @@ end of a range of some view, copying resumes ("reused ranges keep their
 boundaries").  If the writer keeps missing the old boundaries for
 ``max_carry`` untouched ranges, it is forced to break at the end of one so
 the cost of a change stays bounded.
+
+Every break the writer takes is the policy's, decided from an empty writer at
+a boundary that is itself the policy's, so (barring such a forced break) the
+result has exactly the ranges a from-scratch write of the same records would
+have: tree IDs depend on content only, not on the history of edits.  With the
+lakeFS rule and min_size 0 any hash break realigns, so forced breaks only
+happen when nearly every range ends at max_size (a misconfigured policy).
 """
 
 from __future__ import annotations
@@ -87,6 +94,20 @@ class _Overrides:
             if e[0] > upto:
                 return False
             if e[3] & bit and (last is None or e[0] > last):
+                return True
+            j += 1
+
+
+    def any_put_after(self, bit: int, after: bytes) -> bool:
+        """Is there a put flagged for ``bit`` with key > after?"""
+        j = self.bi
+        buf = self.buf
+        while True:
+            if j == len(buf):
+                if not self._pull():
+                    return False
+            e = buf[j]
+            if e[3] & bit and e[1] is not None and e[0] > after:
                 return True
             j += 1
 
@@ -167,7 +188,7 @@ class _View:
 
 
 def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
-           max_carry: int = 2) -> None:
+           max_carry: int | None = 8) -> None:
     """Feed the whole target into ``writer`` (see module docstring)."""
     ovr = _Overrides(overrides)
     last: bytes | None = None
@@ -182,6 +203,10 @@ def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
                     while v.aligned(last):
                         i = v.idx
                         if ovr.any_for(v.bit, last, mr.max_keys[i]):
+                            break
+                        if i == len(mr.ranges) - 1 and ovr.any_put_after(v.bit, mr.max_keys[i]):
+                            # A tree's last range ends where its input ended, not at a
+                            # break: records added after it must be written with it.
                             break
                         writer.copy_range(mr.ranges[i])
                         last = mr.max_keys[i]
@@ -225,7 +250,7 @@ def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
                     v.idx = v.loaded + 1
                     v.loaded = -1
                     carry += 1
-                    if not broke and carry > max_carry:
+                    if not broke and max_carry is not None and carry > max_carry:
                         writer.flush()   # give up on the old boundaries: stay bounded
                         broke = True
                 v.cur = nxt
