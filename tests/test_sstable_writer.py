@@ -25,7 +25,7 @@ def test_round_trip_with_properties(tmp_path, compression):
     path = str(tmp_path / "r.sst")
     info = write_sst(path, items, PROPS, compression=compression)
     assert info == SSTInfo(size=os.path.getsize(path), count=1000, first_key=items[0][0], last_key=items[-1][0])
-    assert not os.path.exists(path + ".tmp")
+    assert os.listdir(tmp_path) == ["r.sst"]  # no temp file left behind
     with SSTReader(path) as r:
         assert r.user_properties == PROPS
         assert list(r) == items
@@ -110,9 +110,9 @@ def test_accepts_generators_and_large_ranges(tmp_path):
     "items, message",
     [
         ([], "no items"),
-        ([(b"b", b"1"), (b"a", b"2")], "not ascending"),
-        ([(b"a", b"1"), (b"a", b"2")], "duplicate"),
-        ([(b"a", b"1"), (b"c", b"2"), (b"b", b"3")], "not ascending"),
+        ([(b"b", b"1"), (b"a", b"2")], r"strictly ascending.*item 1 \(b'a'\)"),
+        ([(b"a", b"1"), (b"a", b"2")], "without duplicates: item 1"),
+        ([(b"a", b"1"), (b"c", b"2"), (b"b", b"3")], r"item 2 \(b'b'\)"),
     ],
 )
 def test_bad_input_raises_and_leaves_nothing(tmp_path, items, message):
@@ -132,6 +132,10 @@ def test_bad_arguments(tmp_path):
         write_sst(path, [(b"a", b"1")], {"rocksdb.num.entries": b"7"})
     with pytest.raises(TypeError):
         write_sst(path, [(b"a", b"1")], {"type": "ranges"})
+    with pytest.raises(TypeError):
+        write_sst(path, [("a", b"1")])
+    with pytest.raises(TypeError):
+        write_sst(path, [(b"a", b"1"), (b"b", "2")])
     assert os.listdir(tmp_path) == []
 
 
@@ -152,3 +156,36 @@ def test_failure_midway_keeps_old_file(tmp_path):
     write_sst(path, make_items(20), {"type": b"ranges"})
     with SSTReader(path) as r:
         assert r.num_entries == 20
+
+
+def test_missing_directory_is_an_os_error(tmp_path):
+    with pytest.raises(OSError):
+        write_sst(str(tmp_path / "no" / "such" / "dir.sst"), [(b"a", b"1")])
+
+
+def test_concurrent_writers_of_the_same_path(tmp_path):
+    """Content-addressed names get written by several threads at once: every
+    writer must produce the file whole, never a mix of two temp files."""
+    import threading
+
+    path = str(tmp_path / "same.sst")
+    items = make_items(20000)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(3):
+                write_sst(path, items, PROPS)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert os.listdir(tmp_path) == ["same.sst"]
+    with SSTReader(path) as r:
+        r.verify()
+        assert list(r) == items and r.user_properties == PROPS

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -96,18 +97,24 @@ def write_sst(
 ) -> SSTInfo:
     """Write ``items`` (strictly ascending keys, at least one) to an SSTable at ``path``.
 
-    The table is built at ``path + ".tmp"`` and renamed into place, so ``path``
-    never holds a partial file. ``properties`` become user properties of the
-    table. ``sync`` fsyncs the file before the rename.
+    The table is built in a temp file beside ``path`` (``path.<random>.tmp``)
+    and renamed into place, so ``path`` never holds a partial file. ``properties`` become user properties of the
+    table. ``sync`` fsyncs the file before the rename. Raises ValueError for
+    no items or keys that are not strictly ascending, TypeError for non-bytes.
     """
     if compression not in COMPRESSIONS:
         raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
     if not isinstance(block_size, int) or block_size <= 0:
         raise ValueError(f"block_size must be a positive int, not {block_size!r}")
     user_props = _normalize_properties(properties)
-    tmp = path + ".tmp"
+    # Unique per call: content-addressed paths can be written by several
+    # threads or processes at once, and they must not share a temp file.
+    tmp = f"{path}.{secrets.token_hex(6)}.tmp"
     writer = rocksdict.SstFileWriter(_options(compression, block_size))
-    writer.open(tmp)
+    try:
+        writer.open(tmp)
+    except Exception as e:
+        raise OSError(f"cannot create {tmp}: {e}") from None
     try:
         count, first, last = _add_all(writer, items)
         if count == 0:
@@ -134,23 +141,33 @@ def write_sst(
 
 
 def _add_all(writer: rocksdict.SstFileWriter, items: Iterable[tuple[bytes, bytes]]) -> tuple[int, bytes, bytes]:
-    it = iter(items)
-    for k, v in it:
-        first = prev = k
-        writer[k] = v
-        break
-    else:
-        return 0, b"", b""
-    count = 1
-    for k, v in it:
-        if k <= prev:
-            if k == prev:
-                raise ValueError(f"duplicate key {k!r} (item {count})")
-            raise ValueError(f"keys not ascending: {k!r} after {prev!r} (item {count})")
-        writer[k] = v
-        prev = k
-        count += 1
-    return count, bytes(first), bytes(prev)
+    # The hot loop does nothing but hand items to RocksDB: SstFileWriter itself
+    # rejects keys that are not strictly ascending, and we translate its error.
+    n = 0
+    k = b""
+    try:
+        it = iter(items)
+        for first, v in it:
+            k = first
+            writer[k] = v
+            n = 1
+            break
+        else:
+            return 0, b"", b""
+        for k, v in it:
+            writer[k] = v
+            n += 1
+    except Exception as e:
+        msg = str(e)
+        if "ascending order" in msg:
+            raise ValueError(
+                f"keys must be strictly ascending without duplicates: item {n} ({k!r}) "
+                "is not greater than the one before it"
+            ) from None
+        if "only support bytes" in msg:
+            raise TypeError(f"keys and values must be bytes (item {n})") from None
+        raise
+    return n, first, k
 
 
 def _add_user_properties(path: str, user_props: dict[bytes, bytes]) -> None:

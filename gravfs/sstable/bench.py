@@ -1,0 +1,106 @@
+"""Micro-benchmark of the SSTable layer: ``python3 -m gravfs.sstable.bench [N] [RANGES]``.
+
+Writes N records (lakeFS-like keys and ~80-byte values) with write_sst, split
+over RANGES files, then measures random point lookups through SSTReader
+(first pass = cold blocks, then warm) against rocksdict's Rdict.get on a DB
+holding the same files, and full scans.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from bisect import bisect_left
+
+import rocksdict
+
+from .cache import BlockCache
+from .reader import SSTReader
+from .writer import write_sst
+
+
+class _Timer:
+    """Wall and CPU time of a block: on a busy machine CPU time is the steadier figure."""
+
+    def __enter__(self) -> "_Timer":
+        self.w, self.c = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self.w
+        self.cpu = time.process_time() - self.c
+
+    def rate(self, n: int) -> str:
+        return f"{n / self.wall:>12,.0f}/s wall {n / max(self.cpu, 1e-9):>12,.0f}/s cpu"
+
+
+def main(n: int = 1_000_000, ranges: int = 100, lookups: int = 300_000) -> None:
+    rnd = random.Random(0)
+    keys = [b"data/table=%04d/part-%09d.parquet" % (i // 5000, i) for i in range(n)]
+    values = [b"\x40" + rnd.randbytes(32) + b"\x5e" + b"x" * 46 for _ in range(n)]
+    tmp = tempfile.mkdtemp(prefix="gravfs-sst-bench-")
+    try:
+        per = -(-n // ranges)
+        paths, last_keys = [], []
+        with _Timer() as t:
+            for r in range(ranges):
+                lo, hi = r * per, min(n, (r + 1) * per)
+                if lo >= hi:
+                    break
+                path = os.path.join(tmp, f"r{r:05d}.sst")
+                write_sst(path, zip(keys[lo:hi], values[lo:hi]), {"type": b"ranges"}, sync=False)
+                paths.append(path)
+                last_keys.append(keys[hi - 1])
+        size = sum(os.path.getsize(p) for p in paths)
+        print(f"write_sst {n:,} records in {len(paths)} files ({size / 2**20:.0f} MiB):")
+        print(f"  write_sst                          {t.rate(n)}")
+
+        cache = BlockCache(1 << 30)
+        readers = [SSTReader(p, cache=cache) for p in paths]
+        probe = [keys[rnd.randrange(n)] for _ in range(lookups)]
+        absent = [k + b"~" for k in probe[: lookups // 3]]
+        last = len(readers) - 1
+
+        def lookups_timed(qs: list[bytes]) -> _Timer:
+            with _Timer() as t:
+                for k in qs:
+                    readers[min(bisect_left(last_keys, k), last)].get(k)
+            return t
+
+        print(f"  SSTReader get, first pass (cold)   {lookups_timed(probe).rate(lookups)}")
+        for rd in readers:  # make every block warm
+            for _ in rd:
+                pass
+        print(f"  SSTReader get, warm                {lookups_timed(probe).rate(lookups)}")
+        print(f"  SSTReader get absent key, warm     {lookups_timed(absent).rate(len(absent))}")
+        with _Timer() as t:
+            count = sum(1 for rd in readers for _ in rd)
+        print(f"  SSTReader full scan, warm          {t.rate(count)}")
+        for rd in readers:
+            rd.close()
+        readers = [SSTReader(p, cache=cache) for p in paths]
+        with _Timer() as t:
+            count = sum(1 for rd in readers for _ in rd.seek(b"", fill_cache=False))
+        print(f"  SSTReader full scan, cold          {t.rate(count)}")
+        for rd in readers:
+            rd.close()
+
+        db = rocksdict.Rdict(os.path.join(tmp, "db"), rocksdict.Options(raw_mode=True))
+        db.ingest_external_file(paths)
+        for label in ("first pass", "warm      "):
+            with _Timer() as t:
+                for k in probe:
+                    db.get(k)
+            print(f"  Rdict.get {label}               {t.rate(lookups)}")
+        db.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    args = [int(a) for a in sys.argv[1:]]
+    main(*args)
