@@ -55,11 +55,26 @@ class BreakPolicy:
     def lakefs_defaults(cls, seed: int = 0) -> "BreakPolicy":
         return cls(LAKEFS_MIN_RANGE_SIZE, LAKEFS_MAX_RANGE_SIZE, LAKEFS_RANGE_RAGGEDNESS, seed)
 
+    def hash_break(self, key: bytes, record_size: int) -> bool:
+        """The content-defined part of the rule (subclasses change only this)."""
+        return _x64(key, self.seed) % self.raggedness == 0
+
+    def first_hash_break(self, keys: list[bytes], sizes: list[int], start: int, end: int) -> int:
+        """Index of the first i in [start, end) with hash_break(keys[i], sizes[i]), else end.
+
+        The writers' hot loop; subclasses may override it for speed.
+        """
+        x, seed, rg = _x64, self.seed, self.raggedness
+        for i in range(start, end):
+            if x(keys[i], seed) % rg == 0:
+                return i
+        return end
+
     def should_break(self, key: bytes, record_size: int, range_size: int) -> bool:
         """True to close the range after ``key``; ``range_size`` includes this record."""
         if range_size >= self.max_size:
             return True
-        return range_size >= self.min_size and _x64(key, self.seed) % self.raggedness == 0
+        return range_size >= self.min_size and self.hash_break(key, record_size)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "min_size": self.min_size, "max_size": self.max_size,
@@ -96,10 +111,15 @@ class SizeAwareBreakPolicy(BreakPolicy):
         self.target_size = int(target_size)
         self._scale = _TWO64 // self.target_size
 
-    def should_break(self, key: bytes, record_size: int, range_size: int) -> bool:
-        if range_size >= self.max_size:
-            return True
-        return range_size >= self.min_size and _x64(key, self.seed) < record_size * self._scale
+    def hash_break(self, key: bytes, record_size: int) -> bool:
+        return _x64(key, self.seed) < record_size * self._scale
+
+    def first_hash_break(self, keys: list[bytes], sizes: list[int], start: int, end: int) -> int:
+        x, seed, scale = _x64, self.seed, self._scale
+        for i in range(start, end):
+            if x(keys[i], seed) < sizes[i] * scale:
+                return i
+        return end
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "min_size": self.min_size, "max_size": self.max_size,

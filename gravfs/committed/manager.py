@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from bisect import bisect_left
 import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -107,12 +108,15 @@ class CommittedManager:
         return list(self.ranges.metarange(metarange_id).ranges)
 
     def get(self, metarange_id: str, key: bytes) -> Record | None:
-        """The record at ``key``, or None."""
-        mr = self.ranges._metaranges.get(metarange_id) or self.ranges.metarange(metarange_id)
-        i = mr.locate(key)
-        if i == len(mr.ids) or key < mr.min_keys[i]:
+        """The record at ``key``, or None (metarange index -> one range -> point lookup)."""
+        rs = self.ranges
+        mr = rs._metaranges.get(metarange_id) or rs.metarange(metarange_id)
+        mk = mr.max_keys
+        i = bisect_left(mk, key)
+        if i == len(mk) or key < mr.min_keys[i]:
             return None
-        o = self.ranges._ranges.get(mr.ids[i]) or self.ranges.open_range(mr.ids[i])
+        rid = mr.ids[i]
+        o = rs._ranges.get(rid) or rs.open_range(rid)
         value = o.reader.get(key)
         if value is None:
             return None

@@ -132,7 +132,7 @@ class RangeStore:
             if len(self._ranges) >= self.max_open_ranges:
                 # FIFO eviction: cheap, and readers still in use stay alive by reference.
                 for k in list(self._ranges)[: max(1, self.max_open_ranges // 8)]:
-                    del self._ranges[k]
+                    self._ranges.pop(k, None)
             self._ranges[range_id] = o
         return o
 
@@ -159,7 +159,7 @@ class RangeStore:
         mr = MetaRange(metarange_id, ranges)
         if len(self._metaranges) >= self.max_metaranges:
             for k in list(self._metaranges)[1: max(2, self.max_metaranges // 8)]:
-                del self._metaranges[k]
+                self._metaranges.pop(k, None)
         self._metaranges[metarange_id] = mr
         return mr
 

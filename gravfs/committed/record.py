@@ -24,7 +24,10 @@ from typing import Iterable, NamedTuple
 
 from gravfs.errors import CorruptDataError
 
-_sha = hashlib.sha256
+try:  # CPython's built-in SHA-256 has less per-call overhead than OpenSSL's for short inputs
+    from _sha256 import sha256 as _sha
+except ImportError:  # pragma: no cover
+    _sha = hashlib.sha256
 
 
 class Record(NamedTuple):

@@ -26,7 +26,7 @@ happen when nearly every range ends at max_size (a misconfigured policy).
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from typing import Iterator
 
 from gravfs.committed.reader import MetaRange, RangeStore
@@ -113,9 +113,13 @@ class _Overrides:
 
 
 class _View:
-    """A tree read lazily, positioned just after the last decided key."""
+    """A tree read lazily, positioned just after the last decided key.
 
-    __slots__ = ("bit", "mr", "rs", "stats", "idx", "loaded", "items", "cur")
+    The range being read is held as two lists (keys, values) and a position,
+    so the writer can take whole slices of it at once.
+    """
+
+    __slots__ = ("bit", "mr", "rs", "stats", "idx", "loaded", "keys", "values", "pos")
 
     def __init__(self, bit: int, mr: MetaRange, rs: RangeStore, stats: Stats):
         self.bit = bit
@@ -123,9 +127,10 @@ class _View:
         self.rs = rs
         self.stats = stats
         self.idx = 0        # first range with max_key > last
-        self.loaded = -1    # index of the range ``items`` iterates
-        self.items = None
-        self.cur = None     # next (key, value) with key > last, or None
+        self.loaded = -1    # index of the range held in keys/values
+        self.keys: list[bytes] = []
+        self.values: list[bytes] = []
+        self.pos = 0        # next record in keys/values
 
     def sync(self, last: bytes | None) -> int:
         """Advance ``idx`` past ranges wholly <= last."""
@@ -144,47 +149,48 @@ class _View:
         i = self.sync(last)
         return i < len(self.mr.ranges) and (last is None or self.mr.min_keys[i] > last)
 
-    def position(self, last: bytes | None) -> None:
-        """Make ``cur`` the first record with key > last (loading a range if needed)."""
-        cur = self.cur
-        if cur is not None and self.loaded >= 0 and (last is None or cur[0] > last):
-            if self.loaded == self.sync(last):
-                return
-        i = self.sync(last)
-        if i >= len(self.mr.ranges):
-            self.cur = None
-            self.items = None
-            self.loaded = -1
-            return
+    def current(self, last: bytes | None) -> bool:
+        """True if the held range is the one to read next and is positioned after last."""
+        return (self.loaded >= 0 and self.loaded == self.sync(last) and self.pos < len(self.keys)
+                and (last is None or self.keys[self.pos] > last))
+
+    def _load(self, i: int) -> None:
         if self.loaded != i:
             self.stats.ranges_read += 1
-        self.loaded = i
-        self.items = self.rs.range_items(self.mr.ids[i], last or b"", fill_cache=False)
-        self.cur = next(self.items, None)
-        if self.cur is not None and last is not None and self.cur[0] == last:
-            self.cur = next(self.items, None)
-        if self.cur is None:  # range ended exactly at last: take the next one
-            self.idx = i + 1
-            self.loaded = -1
-            self.position(last)
+            pairs = list(self.rs.range_items(self.mr.ids[i], fill_cache=False))
+            self.keys = [kv[0] for kv in pairs]
+            self.values = [kv[1] for kv in pairs]
+            self.loaded = i
+        self.pos = 0
 
-    def advance(self) -> None:
-        """Move past ``cur``; at the end of a range, leave the next one unread."""
-        cur = next(self.items, None)
-        if cur is None:
+    def position(self, last: bytes | None) -> None:
+        """Hold the range with the first record > last, positioned on that record."""
+        if self.current(last):
+            return
+        while True:
+            i = self.sync(last)
+            if i >= len(self.mr.ranges):
+                self.loaded = -1
+                self.keys, self.values, self.pos = [], [], 0
+                return
+            self._load(i)
+            if last is not None:
+                self.pos = bisect_right(self.keys, last)
+            if self.pos < len(self.keys):
+                return
+            self.idx = i + 1   # (only for an empty or mislabelled range)
+
+    def advanced(self, pos: int) -> None:
+        """Records before ``pos`` are consumed; at the end of the range leave the next unread."""
+        self.pos = pos
+        if pos >= len(self.keys):
             self.idx = self.loaded + 1
             self.loaded = -1
-            self.items = None
-        self.cur = cur
+            self.keys, self.values, self.pos = [], [], 0
 
-    def refill(self) -> None:
-        """After a range ended: open the next one (if any), counting the read."""
-        i = self.idx
-        if self.cur is None and i < len(self.mr.ranges):
-            self.stats.ranges_read += 1
-            self.loaded = i
-            self.items = self.rs.range_items(self.mr.ids[i], fill_cache=False)
-            self.cur = next(self.items, None)
+    @property
+    def exhausted(self) -> bool:
+        return self.loaded < 0 and self.idx >= len(self.mr.ranges)
 
 
 def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
@@ -217,8 +223,7 @@ def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
         #    until the writer breaks.
         v = views[0]
         for w in views:
-            cur = w.cur
-            if cur is not None and (last is None or cur[0] > last) and w.loaded == w.sync(last):
+            if w.current(last):
                 v = w
                 break
         v.position(last)
@@ -226,14 +231,15 @@ def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
         carry = 0
         e = ovr.next_for(bit, last)
         while True:
-            cur = v.cur
-            if cur is None and v.idx < len(v.mr.ranges):
-                v.refill()
-                cur = v.cur
-            if e is not None and (cur is None or e[0] <= cur[0]):
+            if v.loaded < 0 and not v.exhausted:
+                v.position(last)
+            keys = v.keys
+            pos = v.pos
+            cur = keys[pos] if pos < len(keys) else None
+            if e is not None and (cur is None or e[0] <= cur):
                 key = e[0]
-                if cur is not None and cur[0] == key:
-                    v.advance()
+                if cur == key:
+                    v.advanced(pos + 1)
                 last = key
                 carry = 0
                 broke = e[1] is not None and writer.add(key, e[1], e[2])
@@ -243,17 +249,15 @@ def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
                 writer.flush()
                 return
             else:
-                nxt, broke, key = writer.feed(cur, v.items, e[0] if e is not None else None)
-                last = key
-                if nxt is None:  # the range ended
-                    v.items = None
-                    v.idx = v.loaded + 1
-                    v.loaded = -1
+                end = len(keys) if e is None else bisect_left(keys, e[0], pos)
+                pos, broke = writer.take(keys, v.values, pos, end)
+                last = keys[pos - 1]
+                if pos >= len(keys):  # the range ended
                     carry += 1
                     if not broke and max_carry is not None and carry > max_carry:
                         writer.flush()   # give up on the old boundaries: stay bounded
                         broke = True
-                v.cur = nxt
+                v.advanced(pos)
             if broke:
                 ovr.drop_upto(last)
                 break

@@ -15,23 +15,28 @@ import hashlib
 import itertools
 import logging
 import os
+from bisect import bisect_left
 from collections import deque
+from itertools import accumulate, islice
+from operator import add as _add, lt as _lt
 from concurrent.futures import Executor, Future
 from typing import Iterable
-
-import xxhash
 
 from gravfs import sstable as _sstable
 from gravfs.committed.breaks import BreakPolicy
 from gravfs.committed.messages import encode_range_data
 from gravfs.committed.reader import MetaRange, RangeInfo, metarange_key, range_key
-from gravfs.committed.record import EMPTY_ID, _enc_len, decode_identity, encode_value
+from gravfs.committed.record import (EMPTY_ID, _LEN, _LEN_TABLE_SIZE, decode_identity,
+                                     encode_value)
 from gravfs.committed.results import Stats
 
 log = logging.getLogger(__name__)
 
-_sha = hashlib.sha256
-_x64 = xxhash.xxh3_64_intdigest
+try:  # CPython's built-in SHA-256 has less per-call overhead than OpenSSL's for short inputs
+    from _sha256 import sha256 as _sha
+except ImportError:  # pragma: no cover
+    _sha = hashlib.sha256
+_SLICE = 4096
 _tmp_counter = itertools.count()
 
 
@@ -80,6 +85,7 @@ class TreeWriter:
         self.stats = stats
         self.known = known if known is not None else set()
         self.dry = False
+        self._slice = 256
         self.out: list[RangeInfo] = []
         self._futures: deque[tuple[int, Future]] = deque()
         self._done: list[tuple[int, int, bool]] = []
@@ -102,103 +108,92 @@ class TreeWriter:
         return self.keys[-1] if self.keys else (self.out[-1].max_key if self.out else None)
 
     # --- adding ------------------------------------------------------------
+    #
+    # Records are handled in slices with list comprehensions and bisection
+    # over cumulative sizes instead of one Python-level step per record: the
+    # only per-record loop left is the policy's hash test, and it stops at
+    # the first break.
+
+    def take(self, keys: list[bytes], values: list[bytes], start: int, end: int,
+             idents: list[bytes] | None = None) -> tuple[int, bool]:
+        """Append keys[start:j] / values[start:j] (encoded) up to the first break.
+
+        Returns (j, broke): j == end when no break happened before ``end``;
+        otherwise the range closed after record j-1.  ``idents`` (same
+        indexing) saves decoding identities when the caller has them.
+        """
+        policy = self.policy
+        mn, mx = policy.min_size, policy.max_size
+        while start < end:
+            stop = min(end, start + self._slice)
+            ks = keys[start:stop]
+            vs = values[start:stop]
+            sizes = list(map(_add, map(len, ks), map(len, vs)))
+            cum = list(accumulate(sizes, initial=self.size))
+            m = len(ks)
+            i_min = bisect_left(cum, mn, 1) - 1
+            i_max = bisect_left(cum, mx, 1) - 1
+            brk = m
+            if i_min < m:
+                brk = policy.first_hash_break(ks, sizes, i_min, min(i_max, m))
+                if brk >= m and i_max < m:
+                    brk = i_max
+            n = m if brk >= m else brk + 1
+            if n < m:
+                ks, vs = ks[:n], vs[:n]
+            ids = idents[start:start + n] if idents is not None else [
+                v[1:1 + (v[0] >> 1)] if v[0] < 0x80 and not v[0] & 1 else decode_identity(v)
+                for v in vs]
+            self._h.update(b"".join([_sha(_sha(k).digest() + _sha(i).digest()).digest()
+                                     for k, i in zip(ks, ids)]))
+            self.keys += ks
+            self.values += vs
+            self.size = cum[n]
+            start += n
+            if n < m or brk < m:
+                self.flush()
+                return start, True
+        return start, False
 
     def add(self, key: bytes, identity: bytes, value: bytes) -> bool:
         """Append one record (value already encoded); True if a range closed after it."""
-        self.keys.append(key)
-        self.values.append(value)
-        self._h.update(_sha(_sha(key).digest() + _sha(identity).digest()).digest())
-        rs = len(key) + len(value)
-        self.size += rs
-        if self.policy.should_break(key, rs, self.size):
-            self.flush()
-            return True
-        return False
-
-    def feed(self, cur: tuple[bytes, bytes], items, limit: bytes | None):
-        """Append ``cur`` and the following raw (key, value) pairs from ``items``.
-
-        Stops before a key >= ``limit`` (None: no bound), right after a range
-        break, or when ``items`` ends.  Returns (next pair or None, broke,
-        last key added).  This is the hot loop of rewriting a range.
-        """
-        policy = self.policy
-        inline = type(policy) is BreakPolicy
-        mn, mx, rg, seed = policy.min_size, policy.max_size, policy.raggedness, policy.seed
-        should_break = policy.should_break
-        sha = _sha
-        keys, values = self.keys, self.values
-        kapp, vapp = keys.append, values.append
-        upd = self._h.update
-        size = self.size
-        key = None
-        while cur is not None:
-            key, value = cur
-            if limit is not None and key >= limit:
-                self.size = size
-                return cur, False, keys[-1] if keys else None
-            b = value[0] if value else 0x80
-            if b < 0x80 and not b & 1 and len(value) > (b >> 1):
-                identity = value[1:1 + (b >> 1)]
-            else:
-                identity = decode_identity(value)
-            kapp(key)
-            vapp(value)
-            upd(sha(sha(key).digest() + sha(identity).digest()).digest())
-            rs = len(key) + len(value)
-            size += rs
-            cur = next(items, None)
-            if size >= mn and (
-                    (size >= mx or _x64(key, seed) % rg == 0) if inline
-                    else should_break(key, rs, size)):
-                self.size = size
-                self.flush()
-                return cur, True, key
-        self.size = size
-        return None, False, key
+        return self.take([key], [value], 0, 1, [identity])[1]
 
     def add_items(self, items) -> None:
         """Append raw (key, encoded value) pairs, e.g. read from a range."""
-        items = iter(items)
-        cur = next(items, None)
-        while cur is not None:
-            cur, _, _ = self.feed(cur, items, None)
+        it = iter(items)
+        while True:
+            chunk = list(islice(it, _SLICE))
+            if not chunk:
+                return
+            ks = [kv[0] for kv in chunk]
+            vs = [kv[1] for kv in chunk]
+            pos = 0
+            while pos < len(ks):
+                pos, _ = self.take(ks, vs, pos, len(ks))
 
     def add_records(self, records: Iterable) -> None:
         """Bulk path for (key, identity, data) records in strictly ascending key order."""
-        policy = self.policy
-        inline = type(policy) is BreakPolicy
-        mn, mx, rg, seed = policy.min_size, policy.max_size, policy.raggedness, policy.seed
-        x64 = _x64
-        should_break = policy.should_break
-        sha = _sha
-        enc = _enc_len
-        last = self.last_key
-        keys, values = self.keys, self.values
-        h = self._h
-        size = self.size
-        for key, identity, data in records:
-            if last is not None and key <= last:
-                self.size = size
-                raise ValueError(f"records not in strictly ascending key order at {key!r}")
-            last = key
-            li, ld = len(identity), len(data)
-            if li < 64 and ld < 64:
-                value = bytes((li << 1,)) + identity + bytes((ld << 1,)) + data
+        it = iter(records)
+        table, tsize = _LEN, _LEN_TABLE_SIZE
+        while True:
+            chunk = list(islice(it, _SLICE))
+            if not chunk:
+                return
+            ks = [r[0] for r in chunk]
+            ids = [r[1] for r in chunk]
+            ds = [r[2] for r in chunk]
+            last = self.last_key
+            if (last is not None and ks[0] <= last) or not all(map(_lt, ks, islice(ks, 1, None))):
+                bad = next(k for p, k in zip([last] + ks, ks) if p is not None and k <= p)
+                raise ValueError(f"records not in strictly ascending key order at {bad!r}")
+            if max(map(len, ds)) < tsize and max(map(len, ids)) < tsize:
+                vs = [table[len(i)] + i + table[len(d)] + d for i, d in zip(ids, ds)]
             else:
-                value = enc(li) + identity + enc(ld) + data
-            keys.append(key)
-            values.append(value)
-            h.update(sha(sha(key).digest() + sha(identity).digest()).digest())
-            rs = len(key) + len(value)
-            size += rs
-            if size >= mn and (
-                    (size >= mx or x64(key, seed) % rg == 0) if inline
-                    else should_break(key, rs, size)):
-                self.size = size
-                self.flush()
-                keys, values, h, size = self.keys, self.values, self._h, 0
-        self.size = size
+                vs = [encode_value(i, d) for i, d in zip(ids, ds)]
+            pos = 0
+            while pos < len(ks):
+                pos, _ = self.take(ks, vs, pos, len(ks), ids)
 
     def copy_range(self, info: RangeInfo) -> None:
         """Append an existing range by ID; only legal at a break."""
@@ -215,6 +210,8 @@ class TreeWriter:
             return
         rid = self._h.hexdigest()
         info = RangeInfo(rid, keys[0], keys[-1], len(keys), self.size)
+        # Slices a bit longer than a typical range: little wasted work past a break.
+        self._slice = max(32, min(_SLICE, 2 * len(keys)))
         idx = len(self.out)
         self.out.append(info)
         if rid in self.known:
