@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import mmap
+import os
 import random
 import threading
 
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gravfs.errors import CorruptDataError
 from gravfs.sstable import BlockCache, SSTReader
 from gravfs.sstable.format import INDEX_TWO_LEVEL
 from tests.test_sstable_support import make_items, rocksdb_items, rocksdict_sst
@@ -310,3 +312,22 @@ def test_concurrent_readers(tmp_path):
         for t in threads:
             t.join()
     assert errors == []
+
+
+def test_readers_do_not_leak_descriptors(tmp_path):
+    path = rocksdict_sst(str(tmp_path / "fd.sst"), ITEMS)
+    before = len(os.listdir("/proc/self/fd"))
+    readers = [SSTReader(path) for _ in range(40)]
+    assert len(os.listdir("/proc/self/fd")) - before <= 40  # one (the mmap's) per reader
+    for r in readers:
+        assert r.get(ITEMS[0][0]) == ITEMS[0][1]
+        r.close()
+    assert len(os.listdir("/proc/self/fd")) == before
+    (tmp_path / "empty.sst").write_bytes(b"")
+    (tmp_path / "junk.sst").write_bytes(b"\x00" * 100)
+    for bad in ("empty.sst", "junk.sst"):
+        with pytest.raises(CorruptDataError):
+            SSTReader(str(tmp_path / bad))
+    with pytest.raises(FileNotFoundError):
+        SSTReader(str(tmp_path / "missing.sst"))
+    assert len(os.listdir("/proc/self/fd")) == before

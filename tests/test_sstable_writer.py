@@ -53,6 +53,8 @@ def test_sst_dump_accepts_and_shows_user_properties(tmp_path, compression):
     assert sst_dump_scan_hex(path) == items
     shown = sst_dump(path, "--show_properties")
     assert shown.returncode == 0, shown.stderr
+    assert "Not able to read table properties" not in shown.stdout + shown.stderr
+    assert "Corruption" not in shown.stdout + shown.stderr
     user_section = shown.stdout.split("Raw user collected properties", 1)[1]
     for name, value in PROPS.items():
         assert f"# {name}: 0x{value.hex().upper()}" in user_section
@@ -189,3 +191,35 @@ def test_concurrent_writers_of_the_same_path(tmp_path):
     with SSTReader(path) as r:
         r.verify()
         assert list(r) == items and r.user_properties == PROPS
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    entries=st.dictionaries(st.binary(max_size=30), st.binary(max_size=300), min_size=1, max_size=400),
+    props=st.dictionaries(
+        st.text(min_size=1, max_size=12).filter(lambda s: not s.startswith("rocksdb.")),
+        st.binary(max_size=64),
+        max_size=6,
+    ),
+    compression=st.sampled_from(["snappy", "none"]),
+    block_size=st.sampled_from([128, 1024, 4096]),
+    probes=st.lists(st.binary(max_size=31), max_size=30),
+)
+def test_hypothesis_write_then_read(tmp_path, entries, props, compression, block_size, probes):
+    items = sorted(entries.items())
+    path = str(tmp_path / "h.sst")
+    info = write_sst(path, items, props, compression=compression, block_size=block_size)
+    assert (info.count, info.first_key, info.last_key) == (len(items), items[0][0], items[-1][0])
+    keys = [k for k, _ in items]
+    with SSTReader(path) as r:
+        assert r.user_properties == props
+        assert list(r) == items
+        for p in probes + keys[:: max(1, len(keys) // 15)]:
+            assert r.get(p) == entries.get(p)
+            i = next((i for i, k in enumerate(keys) if k >= p), len(keys))
+            assert next(r.seek(p), None) == (items[i] if i < len(items) else None)
+        r.verify()

@@ -82,7 +82,6 @@ class SSTReader:
         cache: BlockCache | None = None,
     ):
         self._closed = True
-        self._file = None
         self._mmap: mmap.mmap | None = None
         self._copy_slices = False
         self._cache = cache if cache is not None else DEFAULT_CACHE
@@ -94,15 +93,10 @@ class SSTReader:
         if isinstance(source, (str, os.PathLike)):
             path = os.fspath(source)
             self.name = name if name is not None else path
-            self._file = open(path, "rb")
-            try:
-                size = os.fstat(self._file.fileno()).st_size
-                if size == 0:
+            with open(path, "rb") as f:  # the mmap keeps its own descriptor
+                if os.fstat(f.fileno()).st_size == 0:
                     raise CorruptDataError("empty file is not an SSTable", path=self.name, offset=0)
-                self._mmap = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-            except BaseException:
-                self._file.close()
-                raise
+                self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             self._buf = self._mmap
         else:
             self.name = name if name is not None else f"<{type(source).__name__}>"
@@ -487,7 +481,7 @@ class SSTReader:
     # ------------------------------------------------------------ lifetime
 
     def close(self) -> None:
-        if self._closed and self._mmap is None and self._file is None:
+        if self._closed and self._mmap is None:
             return
         self._closed = True
         if self._finalizer is not None:
@@ -498,9 +492,6 @@ class SSTReader:
             except BufferError:  # a caller still holds a view; let GC close it
                 log.debug("mmap of %s still exported; leaving it to the GC", self.name)
             self._mmap = None
-        if self._file is not None:
-            self._file.close()
-            self._file = None
 
     def __enter__(self) -> SSTReader:
         return self
