@@ -1,0 +1,92 @@
+"""Turning exceptions into errno values, so no handler ever lets one escape.
+
+pyfuse3 tears the mount down when a handler raises anything but FUSEError,
+so every request handler is wrapped by :func:`guarded`: gravfs errors map to
+the errno a shell user expects, OSErrors keep theirs, anything else is logged
+with its traceback and answered with EIO.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+
+import pyfuse3
+
+from gravfs.errors import (AlreadyExistsError, AmbiguousRefError, BadNameError, ConflictError,
+                           CorruptDataError, GravfsError, NotFoundError,
+                           PreconditionFailedError, ReadOnlyError, StoreUnavailableError)
+
+log = logging.getLogger(__name__)
+
+_BY_CLASS: list[tuple[type, int]] = [
+    (NotFoundError, errno.ENOENT),
+    (AlreadyExistsError, errno.EEXIST),
+    (AmbiguousRefError, errno.ENOENT),
+    (BadNameError, errno.EINVAL),
+    (ReadOnlyError, errno.EROFS),
+    (ConflictError, errno.EBUSY),
+    (PreconditionFailedError, errno.EBUSY),
+    (StoreUnavailableError, errno.EIO),
+    (CorruptDataError, errno.EIO),
+]
+
+
+def errno_of(exc: BaseException) -> int:
+    """The errno a failed request answers with."""
+    if isinstance(exc, pyfuse3.FUSEError):
+        return exc.errno
+    if isinstance(exc, GravfsError):
+        for cls, code in _BY_CLASS:
+            if isinstance(exc, cls):
+                if code == errno.EINVAL and "longer than" in str(exc):
+                    return errno.ENAMETOOLONG
+                return code
+        text = str(exc)
+        if "not a directory" in text:
+            return errno.ENOTDIR
+        if "not empty" in text:
+            return errno.ENOTEMPTY
+        return errno.EIO
+    if isinstance(exc, OSError) and exc.errno:
+        return exc.errno
+    return errno.EIO
+
+
+def fail(code: int) -> pyfuse3.FUSEError:
+    return pyfuse3.FUSEError(code)
+
+
+def guarded(fn):
+    """Wrap an async request handler: only FUSEError ever leaves it."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args, **kwargs):
+        try:
+            return await fn(*args, **kwargs)
+        except pyfuse3.FUSEError:
+            raise
+        except (GravfsError, OSError) as exc:
+            code = errno_of(exc)
+            level = logging.ERROR if code == errno.EIO else logging.DEBUG
+            log.log(level, "%s: %s -> %s", fn.__name__, exc, errno.errorcode.get(code, code))
+            raise pyfuse3.FUSEError(code) from None
+        except Exception:
+            log.exception("%s: unexpected error (answered EIO)", fn.__name__)
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return wrapper
+
+
+def quiet(fn):
+    """Wrap a handler that must not raise at all (forget, release, releasedir)."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args, **kwargs):
+        try:
+            return await fn(*args, **kwargs)
+        except Exception:
+            log.exception("%s failed", fn.__name__)
+
+    return wrapper

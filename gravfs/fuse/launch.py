@@ -1,0 +1,327 @@
+"""``gravfs mount`` / ``gravfs umount``: the daemon's life cycle.
+
+mount: parse options, fork (twice, with setsid) unless --foreground, and in
+the daemon open the repository, mount with pyfuse3 and only then tell the
+waiting parent "ready" through a pipe, so ``gravfs mount`` returns once the
+mount can be used (or fails with the daemon's one-line error). A daemon logs
+to ``<state dir>/logs/mount-<name>.log``. SIGTERM/SIGINT unmount cleanly;
+on unmount every modified open file is staged before the process exits.
+
+umount: ask the daemon for its pid (a virtual xattr on the mount root), run
+``fusermount3 -u`` and wait for the daemon to finish flushing and exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Optional
+
+from gravfs.config import default_state_dir
+from gravfs.errors import GravfsError
+from gravfs.fuse import options as mount_options
+
+log = logging.getLogger(__name__)
+
+READY = b"OK\n"
+UMOUNT_WAIT = 600.0
+
+
+# -- mount ------------------------------------------------------------------------------
+
+
+def mount(args) -> int:
+    opts = mount_options.parse(getattr(args, "options", None) or [])
+    store = args.store or opts.store or os.environ.get("GRAVFS_STORE")
+    if not store:
+        raise GravfsError("no store given: use -s/--store URL, -o store=URL or set GRAVFS_STORE")
+    state_dir = os.path.abspath(args.state_dir or opts.state_dir or default_state_dir())
+    branch = getattr(args, "branch", None) or opts.branch
+    mountpoint = os.path.abspath(args.mountpoint)
+    if not os.path.isdir(mountpoint):
+        raise GravfsError(f"mount point {mountpoint} is not a directory")
+    if os.path.ismount(mountpoint):
+        raise GravfsError(f"{mountpoint} is already a mount point")
+    verbose = getattr(args, "verbose", 0) or 0
+    cfg = dict(store=store, state_dir=state_dir, branch=branch, mountpoint=mountpoint,
+               opts=opts, verbose=verbose)
+    if getattr(args, "foreground", False):
+        return serve(cfg, ready_fd=None, daemon=False)
+    return _spawn(cfg)
+
+
+def _spawn(cfg: dict) -> int:
+    r, w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # child: detach, fork again, and serve from the grandchild
+        code = 1
+        try:
+            os.close(r)
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
+            code = serve(cfg, ready_fd=w, daemon=True)
+        except BaseException as exc:  # never return into the CLI from a forked child
+            try:
+                os.write(w, f"ERR 1 {exc}\n".encode())
+            except OSError:
+                pass
+        finally:
+            os._exit(code)
+    os.close(w)
+    os.waitpid(pid, 0)
+    chunks = []
+    while True:
+        buf = os.read(r, 4096)
+        if not buf:
+            break
+        chunks.append(buf)
+        if READY in b"".join(chunks):
+            break
+    os.close(r)
+    msg = b"".join(chunks)
+    if msg.startswith(READY):
+        return 0
+    text = msg.decode(errors="replace").strip()
+    m = re.match(r"ERR (\d+) (.*)", text, re.S)
+    if m:
+        raise _Reported(m.group(2), int(m.group(1)))
+    raise GravfsError("the mount daemon exited before the mount was ready"
+                      f" (see the log in {cfg['state_dir']}/logs)")
+
+
+class _Reported(GravfsError):
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.exit_code = code
+
+
+def log_path(state_dir: str, mountpoint: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", mountpoint.strip("/")) or "root"
+    return os.path.join(state_dir, "logs", f"mount-{name}.log")
+
+
+def _setup_daemon_logging(cfg: dict, daemon: bool) -> None:
+    opts = cfg["opts"]
+    level = logging.DEBUG if opts.debug or cfg["verbose"] >= 2 else logging.INFO
+    if os.environ.get("GRAVFS_LOG"):
+        level = getattr(logging, os.environ["GRAVFS_LOG"].upper(), level)
+    root = logging.getLogger()
+    if daemon:
+        path = opts.log_file or log_path(cfg["state_dir"], cfg["mountpoint"])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        handler = logging.FileHandler(path)
+        handler.setFormatter(logging.Formatter(
+            "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+        # stdio: nothing from the terminal; libfuse's own messages go to the log
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        os.close(null)
+    elif not root.handlers:
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root.setLevel(level)
+    if not opts.debug:
+        logging.getLogger("pyfuse3").setLevel(logging.INFO)
+
+
+def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
+    """Open, mount, serve until unmounted; returns the exit code."""
+    _setup_daemon_logging(cfg, daemon)
+
+    def report(code: int, message: str) -> int:
+        log.error("mount failed: %s", message)
+        if ready_fd is not None:
+            try:
+                os.write(ready_fd, f"ERR {code} {message}\n".encode())
+                os.close(ready_fd)
+            except OSError:
+                pass
+        else:
+            print(f"gravfs: {message}", file=sys.stderr)
+        return code
+
+    import pyfuse3
+    import trio
+
+    from gravfs.fuse.operations import GravfsOperations, MountSettings
+    from gravfs.repository import Repository
+
+    opts = cfg["opts"]
+    try:
+        repo = Repository.open(cfg["store"], cfg["state_dir"])
+    except GravfsError as exc:
+        return report(exc.exit_code, str(exc))
+    settings = MountSettings(branch=cfg["branch"], read_only=opts.read_only,
+                             branch_ttl=opts.attr_timeout, poll_interval=opts.poll,
+                             commits_listed=opts.commits_listed, threads=opts.threads,
+                             cache_mb=opts.cache_mb)
+    try:
+        ops = GravfsOperations(repo, settings)
+        ops.prepare(_files_dir(repo))
+    except GravfsError as exc:
+        repo.close()
+        return report(exc.exit_code, str(exc))
+    fuse_opts = set(opts.fuse)
+    fuse_opts.add(f"fsname=gravfs:{_short_url(cfg['store'])}")
+    fuse_opts.add("subtype=gravfs")
+    if opts.debug:
+        fuse_opts.add("debug")
+    try:
+        pyfuse3.init(ops, cfg["mountpoint"], fuse_opts)
+    except Exception as exc:
+        repo.close()
+        return report(1, f"cannot mount on {cfg['mountpoint']}: {exc} "
+                         f"(see {log_path(cfg['state_dir'], cfg['mountpoint'])})")
+    log.info("mounted %s on %s (pid %d%s)", cfg["store"], cfg["mountpoint"], os.getpid(),
+             f", branch {cfg['branch']}" if cfg["branch"] else "")
+    if ready_fd is not None:
+        os.write(ready_fd, READY)
+        os.close(ready_fd)
+    _notify_systemd(b"READY=1")
+    code = 0
+    try:
+        trio.run(_main, ops)
+    except BaseException:
+        log.exception("mount loop failed")
+        code = 1
+        try:
+            pyfuse3.close(unmount=True)
+        except Exception:
+            log.exception("cleanup after failure")
+    else:
+        pyfuse3.close(unmount=True)
+    finally:
+        ops.reader.close()
+        repo.close()
+        _notify_systemd(b"STOPPING=1")
+    log.info("unmounted %s", cfg["mountpoint"])
+    return code
+
+
+async def _main(ops) -> None:
+    import pyfuse3
+    import trio
+
+    from gravfs.fuse.watcher import Watcher
+
+    watcher = Watcher(ops)
+    async with trio.open_nursery() as nursery:
+        ops.nursery = nursery
+        nursery.start_soon(watcher.run)
+        nursery.start_soon(_signals, nursery)
+        await pyfuse3.main(min_tasks=4, max_tasks=64)
+        log.info("kernel ended the session; staging open files")
+        nursery.cancel_scope.cancel()
+    await ops.flush_all()
+
+
+async def _signals(nursery) -> None:
+    import pyfuse3
+    import trio
+
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
+        async for sig in sigs:
+            if sig == signal.SIGHUP:
+                continue
+            log.info("signal %d: unmounting", sig)
+            pyfuse3.terminate()
+            return
+
+
+def _files_dir(repo) -> str:
+    """A private directory for this daemon's local copies; dead daemons' leftovers go."""
+    base = repo.workspace.sub("files")
+    for name in os.listdir(base):
+        m = re.match(r"(\d+)-", name)
+        if m and not _alive(int(m.group(1))):
+            path = os.path.join(base, name)
+            leftovers = len(os.listdir(path)) if os.path.isdir(path) else 0
+            if leftovers:
+                log.warning("removing %d unsaved local file(s) of a dead mount in %s (they were "
+                            "never closed or fsync'd)", leftovers, path)
+            shutil.rmtree(path, ignore_errors=True)
+    path = os.path.join(base, f"{os.getpid()}-{int(time.time())}")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _short_url(url: str) -> str:
+    return url.replace(",", "_")
+
+
+def _notify_systemd(msg: bytes) -> None:
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
+        return
+    if addr.startswith("@"):
+        addr = "\0" + addr[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.connect(addr)
+            s.sendall(msg)
+    except OSError as exc:
+        log.warning("cannot notify systemd: %s", exc)
+
+
+# -- umount -----------------------------------------------------------------------------
+
+
+def daemon_pid(mountpoint: str) -> Optional[int]:
+    try:
+        return int(os.getxattr(mountpoint, "user.gravfs.pid"))
+    except (OSError, ValueError):
+        return None
+
+
+def umount(args) -> int:
+    mountpoint = os.path.abspath(args.mountpoint)
+    if not os.path.ismount(mountpoint):
+        raise GravfsError(f"{mountpoint} is not mounted")
+    pid = daemon_pid(mountpoint)
+    tool = shutil.which("fusermount3") or shutil.which("fusermount")
+    cmd = [tool, "-u", mountpoint] if tool else ["umount", mountpoint]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        msg = (res.stderr or res.stdout).strip().splitlines()
+        raise GravfsError(f"cannot unmount {mountpoint}: {msg[-1] if msg else 'failed'}")
+    if pid is not None:
+        deadline = time.monotonic() + UMOUNT_WAIT
+        while _alive(pid) and not _zombie(pid):
+            if time.monotonic() > deadline:
+                raise GravfsError(f"unmounted, but the daemon (pid {pid}) is still staging files")
+            time.sleep(0.05)
+    return 0
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True

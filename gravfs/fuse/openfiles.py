@@ -1,0 +1,155 @@
+"""Local write-back copies of branch files, and open-file handles.
+
+A branch file that is written, truncated or created gets one ``OpenFile``
+shared by every handle on its inode: a sparse local file in the mount's
+private files directory (inside the workspace). Existing content is copied in
+lazily, on the first write or truncate (copy-on-write), so opening a large
+committed file read-write costs nothing until it is modified. Whenever the
+kernel flushes (close), fsyncs or releases a modified file, its content goes
+to the store (content-addressed, deduplicated) and the new entry is staged in
+LMDB at the inode's *current* path (renames move open files along).
+
+Blocking methods are called from worker threads; ``lock`` (a trio lock) is
+taken by the caller so that content never changes while it is hashed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat as statmod
+import time
+import uuid
+from dataclasses import replace
+from typing import Optional
+
+import trio
+
+from gravfs.committed.entry import KIND_FILE, EntryInfo
+from gravfs.fuse.inodes import Inode
+from gravfs.fuse.reader import ReadState
+
+log = logging.getLogger(__name__)
+
+COPY_CHUNK = 1 << 20
+
+
+class OpenFile:
+    def __init__(self, node: Inode, entry: Optional[EntryInfo], files_dir: str):
+        self.node = node
+        self.entry = entry  # content last staged (or read) for this file; None when new
+        self.path = os.path.join(files_dir, f"{node.ino}-{uuid.uuid4().hex[:8]}")
+        self.fd = -1
+        self.dirty = False
+        self.handles = 0
+        self.lock = trio.Lock()
+        base = entry or EntryInfo(kind=KIND_FILE)
+        self.mode = base.mode
+        self.mtime_ns = base.mtime_ns or time.time_ns()
+        self.uid, self.gid = base.uid, base.gid
+        self.xattrs = dict(base.xattrs)
+
+    # -- content ------------------------------------------------------------------
+
+    @property
+    def materialized(self) -> bool:
+        return self.fd >= 0
+
+    def size(self) -> int:
+        if self.fd >= 0:
+            return os.fstat(self.fd).st_size
+        return self.entry.size if self.entry else 0
+
+    def materialize(self, repo, limit: Optional[int] = None) -> None:
+        """Create the local copy, with at most ``limit`` bytes of the old content."""
+        if self.fd >= 0:
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            e = self.entry
+            want = e.size if e else 0
+            if limit is not None:
+                want = min(want, limit)
+            if want > 0:
+                with repo.data.acquire(e.address) as h:
+                    off = 0
+                    while off < want:
+                        buf = h.read(off, min(COPY_CHUNK, want - off))
+                        if not buf:
+                            break
+                        os.pwrite(fd, buf, off)
+                        off += len(buf)
+                log.debug("copied %d bytes of %s for writing", want, e.address)
+        except BaseException:
+            os.close(fd)
+            _unlink(self.path)
+            raise
+        self.fd = fd
+
+    def pread(self, offset: int, length: int) -> bytes:
+        return os.pread(self.fd, length, offset)
+
+    def pwrite(self, data: bytes, offset: Optional[int]) -> int:
+        if offset is None:  # O_APPEND: the end of the file, whatever the kernel thinks
+            offset = os.fstat(self.fd).st_size
+        return os.pwrite(self.fd, data, offset)
+
+    def truncate(self, repo, size: int) -> None:
+        if self.fd < 0:
+            if size == 0:
+                self.entry = None  # nothing of the old content is needed
+            self.materialize(repo, limit=size)
+        os.ftruncate(self.fd, size)
+
+    # -- entries --------------------------------------------------------------------
+
+    def meta_entry(self, base: Optional[EntryInfo] = None) -> EntryInfo:
+        """The entry with this file's metadata over ``base`` (default: the last content)."""
+        b = base or self.entry or EntryInfo(kind=KIND_FILE)
+        return replace(b, mode=statmod.S_IFREG | (self.mode & 0o7777), mtime_ns=self.mtime_ns,
+                       uid=self.uid, gid=self.gid, xattrs=dict(self.xattrs), kind=KIND_FILE)
+
+    def upload(self, repo) -> EntryInfo:
+        """Store the local content (deduplicated) and return the entry to stage."""
+        address, size = repo.data.put_path(self.path)
+        return self.meta_entry(EntryInfo(address=address, size=size, kind=KIND_FILE))
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        _unlink(self.path)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class FileHandle:
+    """One open() of a file: its flags, its read state, and its shared OpenFile."""
+
+    def __init__(self, fh: int, node: Inode, entry: Optional[EntryInfo], flags: int,
+                 openfile: Optional[OpenFile]):
+        self.fh = fh
+        self.node = node
+        self.entry = entry  # snapshot for reads when there is no local copy
+        acc = flags & os.O_ACCMODE
+        self.writable = acc in (os.O_WRONLY, os.O_RDWR)
+        self.append = bool(flags & os.O_APPEND)
+        self.openfile = openfile
+        self.read_state = ReadState()
+        self.read_address: Optional[str] = None
+
+
+class DirHandle:
+    """One opendir(): offsets handed to the kernel map to the name they follow."""
+
+    def __init__(self, fh: int, node: Inode):
+        self.fh = fh
+        self.node = node
+        self.offsets: dict[int, bytes] = {}
+        self.next_offset = 1
+        self.snapshot: Optional[list] = None  # virtual directories list once per open

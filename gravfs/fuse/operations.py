@@ -1,0 +1,946 @@
+"""The request handlers: pyfuse3 operations over a Repository.
+
+Every handler is wrapped by ``errnos.guarded`` (only FUSEError leaves it) and
+does its blocking work (LMDB, store, hashing, local disk) in worker threads
+through one capacity limiter, so the trio thread only juggles requests.
+Namespace changes of one branch (create, mkdir, unlink, rmdir, rename,
+symlink, staging a closed file) are serialized by a per-branch trio lock,
+which makes each of them atomic as seen through the mount.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat as statmod
+import time
+from dataclasses import replace
+from functools import partial
+from typing import Optional
+
+import pyfuse3
+import trio
+
+from gravfs import hashing
+from gravfs.committed.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo
+from gravfs.dataobjects import address_of
+from gravfs.errors import AmbiguousRefError, BadNameError, GravfsError, NotFoundError
+from gravfs.fuse.errnos import fail, guarded, quiet
+from gravfs.fuse.inodes import ROOT, Inode, InodeTable
+from gravfs.fuse.openfiles import DirHandle, FileHandle, OpenFile
+from gravfs.fuse.reader import DataReader
+from gravfs.fuse.trees import Tree
+from gravfs.paths import MAX_NAME_BYTES
+from gravfs.repository import Node
+from gravfs.staging.area import MAX_PATH_BYTES
+
+log = logging.getLogger(__name__)
+
+BRANCHES_INO, COMMITS_INO, TAGS_INO = 2, 3, 4
+VIRTUAL_NAMES = {b"branches": BRANCHES_INO, b"commits": COMMITS_INO, b"tags": TAGS_INO}
+EMPTY_ADDRESS = address_of(hashing.hexdigest(b""))
+READDIR_BATCH = 512
+BLKSIZE = 128 * 1024
+PID_XATTR = b"user.gravfs.pid"
+COMMIT_XATTR = b"user.gravfs.commit"
+XATTR_NAMESPACES = (b"user.", b"trusted.", b"security.")
+
+
+class MountSettings:
+    """Knobs of one mount (from -o options)."""
+
+    def __init__(self, branch: Optional[str] = None, read_only: bool = False,
+                 branch_ttl: float = 1.0, immutable_ttl: float = 86400.0,
+                 poll_interval: float = 0.5, commits_listed: int = 200,
+                 threads: int = 24, cache_mb: int = 256):
+        self.branch = branch
+        self.read_only = read_only
+        self.branch_ttl = branch_ttl
+        self.immutable_ttl = immutable_ttl
+        self.poll_interval = poll_interval
+        self.commits_listed = commits_listed
+        self.threads = threads
+        self.cache_mb = cache_mb
+
+
+class GravfsOperations(pyfuse3.Operations):
+    supports_dot_lookup = True
+    enable_writeback_cache = False
+
+    def __init__(self, repo, settings: MountSettings):
+        super().__init__()
+        self.repo = repo
+        self.settings = settings
+        self.limiter = trio.CapacityLimiter(settings.threads)
+        self.inodes = InodeTable()
+        self.trees: dict[tuple, Tree] = {}
+        self.commit_trees: dict[str, Tree] = {}  # name as typed -> tree
+        self.files: dict[int, FileHandle] = {}
+        self.dirs: dict[int, DirHandle] = {}
+        self.open_files: dict[int, OpenFile] = {}  # ino -> local copy
+        self.ns_locks: dict[str, trio.Lock] = {}
+        self._next_fh = 1
+        self.started_ns = time.time_ns()
+        self.uid, self.gid = os.getuid(), os.getgid()
+        self.reader = DataReader(repo, cache_bytes=settings.cache_mb << 20)
+        self.files_dir = ""
+        if settings.branch:
+            tree = self._branch_tree(settings.branch)
+            self.inodes.add_virtual(ROOT, b"", "root", ROOT, tree=tree)
+        else:
+            self.inodes.add_virtual(ROOT, b"", "root", ROOT)
+            for name, ino in VIRTUAL_NAMES.items():
+                self.inodes.add_virtual(ino, name, name.decode(), ROOT)
+
+    # -- setup / teardown -------------------------------------------------------------
+
+    def prepare(self, files_dir: str) -> None:
+        """Blocking setup before mounting: the empty object, the local files dir."""
+        self.files_dir = files_dir
+        if self.repo.store.size(EMPTY_ADDRESS) is None:
+            self.repo.data.put_bytes(b"")
+        if self.settings.branch:
+            self.repo.head(self.settings.branch)  # NotFoundError before mounting
+
+    async def flush_all(self) -> None:
+        """Stage every modified open file (unmount, shutdown)."""
+        for of in list(self.open_files.values()):
+            try:
+                await self._stage(of)
+            except Exception:
+                log.exception("could not stage %s at shutdown; its content is kept in %s",
+                              of.node.key, of.path)
+                continue
+            of.close()
+        self.open_files.clear()
+
+    # -- helpers ----------------------------------------------------------------------
+
+    async def run(self, fn, *args, **kw):
+        return await trio.to_thread.run_sync(partial(fn, *args, **kw), limiter=self.limiter)
+
+    def _node(self, ino: int) -> Inode:
+        node = self.inodes.get(ino)
+        if node is None:
+            raise fail(errno.ESTALE)
+        return node
+
+    def _fh(self) -> int:
+        fh = self._next_fh
+        self._next_fh += 1
+        return fh
+
+    def _branch_tree(self, name: str) -> Tree:
+        ident = ("branch", name)
+        tree = self.trees.get(ident)
+        if tree is None:
+            tree = Tree("branch", name, writable=not self.settings.read_only)
+            self.trees[ident] = tree
+        return tree
+
+    def _ns(self, tree: Tree) -> trio.Lock:
+        lock = self.ns_locks.get(tree.name)
+        if lock is None:
+            lock = self.ns_locks[tree.name] = trio.Lock()
+        return lock
+
+    def _ttl(self, node: Inode) -> float:
+        if node.tree is None:
+            return self.settings.branch_ttl
+        if node.tree.immutable:
+            if node.key == b"" and node.tree.kind == "tag":
+                return self.settings.branch_ttl  # a tag may be deleted and re-created
+            return self.settings.immutable_ttl
+        return self.settings.branch_ttl
+
+    def _writable_tree(self, node: Inode) -> Tree:
+        tree = node.tree
+        if tree is None or not tree.writable:
+            raise fail(errno.EROFS)
+        return tree
+
+    @staticmethod
+    def _check_name(name: bytes) -> None:
+        if len(name) > MAX_NAME_BYTES:
+            raise fail(errno.ENAMETOOLONG)
+        if name in (b".", b"..") or b"/" in name or b"\x00" in name:
+            raise fail(errno.EINVAL)
+
+    def _child_key(self, parent: Inode, name: bytes) -> bytes:
+        self._check_name(name)
+        key = parent.child_key(name)
+        if len(key) + 1 > MAX_PATH_BYTES:
+            raise fail(errno.ENAMETOOLONG)
+        return key
+
+    async def _stat(self, tree: Tree, key: bytes) -> Optional[Node]:
+        try:
+            return await self.run(self.repo.stat, tree.ref, key)
+        except NotFoundError:
+            return None
+
+    def _now_dir_entry(self, mode: int, ctx=None, base: Optional[EntryInfo] = None) -> EntryInfo:
+        b = base or EntryInfo(kind=KIND_DIRECTORY)
+        return replace(b, address="", size=0, kind=KIND_DIRECTORY,
+                       mode=statmod.S_IFDIR | (mode & 0o7777),
+                       mtime_ns=b.mtime_ns if base else time.time_ns(),
+                       uid=ctx.uid if ctx else b.uid, gid=ctx.gid if ctx else b.gid)
+
+    # -- attributes -------------------------------------------------------------------
+
+    def _attrs(self, node: Inode, entry: Optional[EntryInfo]) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = node.ino
+        a.generation = 0
+        ttl = self._ttl(node)
+        a.entry_timeout = ttl
+        a.attr_timeout = ttl
+        a.st_blksize = BLKSIZE
+        a.st_rdev = 0
+        of = self.open_files.get(node.ino)
+        if of is not None:
+            size = of.size()
+            a.st_mode = statmod.S_IFREG | (of.mode & 0o7777)
+            a.st_nlink = 1
+            a.st_size = size
+            a.st_uid, a.st_gid = of.uid, of.gid
+            mtime = of.mtime_ns
+        elif entry is not None:
+            a.st_mode = entry.mode
+            if node.kind == "dir":
+                a.st_mode = statmod.S_IFDIR | (entry.mode & 0o7777)
+            a.st_nlink = 1
+            a.st_size = entry.size if node.kind != "dir" else 0
+            if node.kind == "symlink":
+                a.st_size = len(entry.symlink_target.encode("utf-8", "surrogateescape"))
+            a.st_uid, a.st_gid = entry.uid, entry.gid
+            mtime = entry.mtime_ns
+        else:  # implied or virtual directory
+            a.st_mode = statmod.S_IFDIR | (0o555 if node.tree is None or not node.tree.writable
+                                           else 0o755)
+            a.st_nlink = 1
+            a.st_size = 0
+            a.st_uid, a.st_gid = (self.uid, self.gid)
+            mtime = node.tree.commit.time_ns if node.tree and node.tree.commit else self.started_ns
+        a.st_blocks = (a.st_size + 511) // 512
+        a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = mtime
+        return a
+
+    async def _entry_of(self, node: Inode) -> Optional[EntryInfo]:
+        """Current entry of a tree inode (None: implied directory or tree root)."""
+        if node.tree is None or node.key == b"":
+            return None
+        if node.tree.immutable and "entry" in node.extra:
+            return node.extra["entry"]
+        n = await self._stat(node.tree, node.key)
+        if n is None or n.kind != node.kind:
+            if node.opens and "entry" in node.extra:
+                return node.extra["entry"]  # still open: what it was
+            raise fail(errno.ENOENT)
+        node.extra["entry"] = n.entry
+        return n.entry
+
+    def _remember(self, node: Inode, n: Node) -> None:
+        node.extra["entry"] = n.entry
+
+    # -- lookup / forget / getattr --------------------------------------------------------
+
+    @guarded
+    async def lookup(self, parent_inode, name, ctx=None):
+        parent = self._node(parent_inode)
+        if name == b".":
+            node = parent
+        elif name == b"..":
+            node = self._node(parent.parent)
+        else:
+            node, entry = await self._lookup_child(parent, name)
+            node.lookups += 1
+            return self._attrs(node, entry)
+        node.lookups += 1
+        return await self._getattr_node(node)
+
+    async def _lookup_child(self, parent: Inode, name: bytes) -> tuple[Inode, Optional[EntryInfo]]:
+        if len(name) > MAX_NAME_BYTES:
+            raise fail(errno.ENAMETOOLONG)
+        if parent.virtual is not None:
+            return await self._lookup_virtual(parent, name)
+        if parent.kind != "dir":
+            raise fail(errno.ENOTDIR)
+        tree = parent.tree
+        try:
+            key = self._child_key(parent, name)
+        except pyfuse3.FUSEError as e:
+            if e.errno == errno.EINVAL:
+                raise fail(errno.ENOENT)
+            raise
+        n = await self._stat(tree, key)
+        if n is None:
+            raise fail(errno.ENOENT)
+        node = self.inodes.ensure(tree, key, n.kind, parent.ino, name)
+        self._remember(node, n)
+        return node, n.entry
+
+    async def _lookup_virtual(self, parent: Inode, name: bytes) -> tuple[Inode, None]:
+        if parent.virtual == "root":
+            ino = VIRTUAL_NAMES.get(name)
+            if ino is None:
+                raise fail(errno.ENOENT)
+            return self._node(ino), None
+        try:
+            text = name.decode("utf-8")
+        except UnicodeDecodeError:
+            raise fail(errno.ENOENT)
+        if parent.virtual == "branches":
+            if not await self.run(self.repo.branch_exists, text):
+                raise fail(errno.ENOENT)
+            tree = self._branch_tree(text)
+        elif parent.virtual == "commits":
+            tree = self.commit_trees.get(text)
+            if tree is None:
+                if len(text) < 6 or not hashing.is_hex_id(text):
+                    raise fail(errno.ENOENT)
+                tree = await self.run(self._resolve_commit, text)
+                self.commit_trees[text] = tree
+        elif parent.virtual == "tags":
+            cid = await self.run(self.repo.heads.tag, text)
+            if cid is None:
+                raise fail(errno.ENOENT)
+            commit = await self.run(self.repo.commits.get, cid)
+            tree = Tree("tag", text, commit)
+        else:
+            raise fail(errno.ENOENT)
+        self.trees.setdefault(tree.ident, tree)
+        tree = self.trees[tree.ident]
+        return self.inodes.ensure(tree, b"", "dir", parent.ino, name), None
+
+    def _resolve_commit(self, text: str) -> Tree:
+        try:
+            cid = self.repo.commits.expand(text.lower())
+        except AmbiguousRefError:
+            raise fail(errno.ENOENT)
+        if cid is None:
+            raise fail(errno.ENOENT)
+        return Tree("commit", text, self.repo.commits.get(cid))
+
+    @quiet
+    async def forget(self, inode_list):
+        for ino, n in inode_list:
+            self.inodes.forget(ino, n)
+
+    @guarded
+    async def getattr(self, inode, ctx=None):
+        return await self._getattr_node(self._node(inode))
+
+    async def _getattr_node(self, node: Inode) -> pyfuse3.EntryAttributes:
+        if node.tree is None or node.key == b"":
+            return self._attrs(node, None)
+        if node.ino in self.open_files:
+            return self._attrs(node, None)
+        return self._attrs(node, await self._entry_of(node))
+
+    # -- directories ------------------------------------------------------------------
+
+    @guarded
+    async def opendir(self, inode, ctx):
+        node = self._node(inode)
+        if node.kind != "dir":
+            raise fail(errno.ENOTDIR)
+        fh = self._fh()
+        self.dirs[fh] = DirHandle(fh, node)
+        node.opens += 1
+        return fh
+
+    @quiet
+    async def releasedir(self, fh):
+        h = self.dirs.pop(fh, None)
+        if h is not None:
+            h.node.opens -= 1
+            self.inodes.maybe_drop(h.node)
+
+    @guarded
+    async def readdir(self, fh, start_id, token):
+        h = self.dirs.get(fh)
+        if h is None:
+            raise fail(errno.EBADF)
+        node = h.node
+        if start_id == 0:
+            start_after = None
+            h.snapshot = None
+        else:
+            start_after = h.offsets.get(start_id)
+            if start_after is None:
+                raise fail(errno.EINVAL)
+        if node.virtual is not None:
+            await self._readdir_virtual(h, start_after, token)
+            return
+        tree = node.tree
+        while True:
+            try:
+                batch = await self.run(self.repo.list_dir, tree.ref, node.key, start_after,
+                                       READDIR_BATCH)
+            except NotFoundError:
+                return
+            plen = len(node.key) + 1 if node.key else 0
+            for n in batch:
+                cont = n.key[plen:]  # continuation key: "name", or "name/" for a directory
+                name = cont.rstrip(b"/")
+                child = self.inodes.ensure(tree, node.child_key(name), n.kind, node.ino, name)
+                self._remember(child, n)
+                if not self._reply(h, token, name, child, n.entry, cont):
+                    return
+                start_after = cont
+            if len(batch) < READDIR_BATCH:
+                return
+
+    def _reply(self, h: DirHandle, token, name: bytes, child: Inode,
+               entry: Optional[EntryInfo], cont: Optional[bytes] = None) -> bool:
+        off = h.next_offset
+        if not pyfuse3.readdir_reply(token, name, self._attrs(child, entry), off):
+            self.inodes.maybe_drop(child)
+            return False
+        h.offsets[off] = name if cont is None else cont
+        h.next_offset += 1
+        child.lookups += 1
+        return True
+
+    async def _readdir_virtual(self, h: DirHandle, start_after: Optional[bytes], token) -> None:
+        node = h.node
+        if h.snapshot is None:
+            h.snapshot = sorted(await self._virtual_names(node))
+        for name in h.snapshot:
+            if start_after is not None and name <= start_after:
+                continue
+            if node.virtual == "root":
+                child = self._node(VIRTUAL_NAMES[name])
+            else:
+                try:
+                    child, _ = await self._lookup_virtual(node, name)
+                except pyfuse3.FUSEError:
+                    continue  # vanished since the listing
+            if not self._reply(h, token, name, child, None):
+                return
+
+    async def _virtual_names(self, node: Inode) -> list[bytes]:
+        if node.virtual == "root":
+            return list(VIRTUAL_NAMES)
+        if node.virtual == "branches":
+            rows = await self.run(self.repo.list_branches)
+            return [n.encode() for n, _ in rows]
+        if node.virtual == "tags":
+            rows = await self.run(self.repo.list_tags)
+            return [n.encode() for n, _ in rows]
+        if node.virtual == "commits":
+            return [cid.encode() for cid in await self.run(self._recent_commits)]
+        return []
+
+    def _recent_commits(self) -> list[str]:
+        from gravfs.history import walk
+        starts = {cid for _, cid in self.repo.list_branches()}
+        starts |= {cid for _, cid in self.repo.list_tags()}
+        if not starts:
+            return []
+        return [c.id for c in walk(self.repo.commits, sorted(starts), self.settings.commits_listed)]
+
+    @guarded
+    async def mkdir(self, parent_inode, name, mode, ctx):
+        parent = self._node(parent_inode)
+        if parent.virtual == "branches" and not self.settings.read_only:
+            return await self._create_branch(parent, name)
+        tree = self._writable_tree(parent)
+        key = self._child_key(parent, name)
+        entry = self._now_dir_entry(mode, ctx)
+        async with self._ns(tree):
+            if await self._stat(tree, key) is not None:
+                raise fail(errno.EEXIST)
+            await self.run(self.repo.stage, tree.name, [(key + b"/", entry)])
+        node = self.inodes.ensure(tree, key, "dir", parent.ino, name)
+        node.extra["entry"] = entry
+        node.lookups += 1
+        log.debug("mkdir %s:%s", tree.name, key)
+        return self._attrs(node, entry)
+
+    async def _create_branch(self, parent: Inode, name: bytes):
+        try:
+            text = name.decode("utf-8")
+        except UnicodeDecodeError:
+            raise fail(errno.EINVAL)
+        await self.run(self.repo.create_branch, text)
+        log.info("created branch %s through the mount", text)
+        node, _ = await self._lookup_virtual(parent, name)
+        node.lookups += 1
+        return self._attrs(node, None)
+
+    @guarded
+    async def rmdir(self, parent_inode, name, ctx):
+        parent = self._node(parent_inode)
+        if parent.virtual is not None:
+            raise fail(errno.EPERM if parent.virtual == "branches" else errno.EROFS)
+        tree = self._writable_tree(parent)
+        key = self._child_key(parent, name)
+        async with self._ns(tree):
+            n = await self._stat(tree, key)
+            if n is None:
+                raise fail(errno.ENOENT)
+            if n.kind != "dir":
+                raise fail(errno.ENOTDIR)
+            if await self.run(self.repo.list_dir, tree.ref, key, None, 1):
+                raise fail(errno.ENOTEMPTY)
+            await self.run(self._remove_keeping_parent, tree, parent.key, [(key + b"/", None)])
+        node = self.inodes.find(tree, key, "dir")
+        if node is not None:
+            self.inodes.unlink(node)
+
+    def _remove_keeping_parent(self, tree: Tree, parent_key: bytes, items: list) -> None:
+        """Stage removals; an implied parent directory gets a marker so it survives."""
+        items = list(items)
+        if parent_key:
+            p = self.repo.stat(tree.ref, parent_key)
+            if p.kind == "dir" and p.entry is None:
+                items.append((parent_key + b"/", self._now_dir_entry(0o755)))
+        self.repo.stage(tree.name, items)
+
+    # -- files: create / open / read / write ----------------------------------------------------
+
+    @guarded
+    async def create(self, parent_inode, name, mode, flags, ctx):
+        parent = self._node(parent_inode)
+        tree = self._writable_tree(parent)
+        key = self._child_key(parent, name)
+        now = time.time_ns()
+        entry = EntryInfo(address=EMPTY_ADDRESS, size=0, mtime_ns=now,
+                          mode=statmod.S_IFREG | (mode & 0o7777), kind=KIND_FILE,
+                          uid=ctx.uid, gid=ctx.gid)
+        async with self._ns(tree):
+            n = await self._stat(tree, key)
+            if n is not None:
+                raise fail(errno.EISDIR if n.kind == "dir" else errno.EEXIST)
+            await self.run(self.repo.stage, tree.name, [(key, entry)])
+        node = self.inodes.ensure(tree, key, "file", parent.ino, name)
+        node.extra["entry"] = entry
+        node.lookups += 1
+        of = self._openfile(node, entry)
+        await self.run(of.materialize, self.repo)
+        fi = self._open_handle(node, entry, flags, of)
+        log.debug("create %s:%s", tree.name, key)
+        return fi, self._attrs(node, entry)
+
+    def _openfile(self, node: Inode, entry: Optional[EntryInfo]) -> OpenFile:
+        of = self.open_files.get(node.ino)
+        if of is None:
+            of = OpenFile(node, entry, self.files_dir)
+            self.open_files[node.ino] = of
+        return of
+
+    def _open_handle(self, node: Inode, entry, flags: int, of: Optional[OpenFile]) -> pyfuse3.FileInfo:
+        fh = self._fh()
+        h = FileHandle(fh, node, entry, flags, of)
+        self.files[fh] = h
+        node.opens += 1
+        if of is not None and h.writable:
+            of.handles += 1
+        fi = pyfuse3.FileInfo(fh=fh)
+        fi.keep_cache = bool(node.tree and node.tree.immutable)
+        return fi
+
+    @guarded
+    async def open(self, inode, flags, ctx):
+        node = self._node(inode)
+        if node.kind == "dir":
+            raise fail(errno.EISDIR)
+        if node.tree is None:
+            raise fail(errno.EACCES)
+        acc = flags & os.O_ACCMODE
+        writing = acc in (os.O_WRONLY, os.O_RDWR)
+        if writing and not node.tree.writable:
+            raise fail(errno.EROFS)
+        of = self.open_files.get(node.ino)
+        entry = of.entry if of is not None else None
+        if of is None:
+            entry = await self._entry_of(node)
+            if node.kind != "file":
+                raise fail(errno.EINVAL)
+            if writing:
+                of = self._openfile(node, entry)
+        return self._open_handle(node, entry, flags, of if writing else None)
+
+    @guarded
+    async def read(self, fh, off, size):
+        h = self.files.get(fh)
+        if h is None:
+            raise fail(errno.EBADF)
+        of = self.open_files.get(h.node.ino)
+        if of is not None and of.materialized:
+            async with of.lock:
+                return await self.run(of.pread, off, size)
+        entry = of.entry if of is not None else h.entry
+        if entry is None or entry.size == 0 or off >= entry.size:
+            return b""
+        if h.read_address != entry.address:  # the content changed under a reused handle
+            h.read_state.close()
+            h.read_address = entry.address
+        return await self.run(self.reader.read, h.read_state, entry.address, entry.size, off, size)
+
+    @guarded
+    async def write(self, fh, off, buf):
+        h = self.files.get(fh)
+        if h is None:
+            raise fail(errno.EBADF)
+        if not h.writable or h.openfile is None:
+            raise fail(errno.EBADF)
+        of = h.openfile
+        async with of.lock:
+            if not of.materialized:
+                await self.run(of.materialize, self.repo)
+            n = await self.run(of.pwrite, buf, None if h.append else off)
+            of.dirty = True
+            of.mtime_ns = time.time_ns()
+        return n
+
+    async def _stage(self, of: OpenFile) -> None:
+        """Upload a modified local copy and stage it at the inode's current path."""
+        async with of.lock:
+            if not of.dirty:
+                return
+            node = of.node
+            tree = node.tree
+            if not node.linked:
+                of.dirty = False
+                return
+            if of.materialized:
+                entry = await self.run(of.upload, self.repo)
+            else:
+                entry = of.meta_entry()
+            async with self._ns(tree):
+                if not node.linked:
+                    of.dirty = False
+                    return
+                await self.run(self.repo.stage, tree.name, [(node.key, entry)])
+            of.entry = entry
+            of.dirty = False
+            node.extra["entry"] = entry
+            for h in self.files.values():
+                if h.node is node:
+                    h.entry = entry  # later reads of read-only handles see what was written
+            log.debug("staged %s:%s (%d bytes)", tree.name, node.key, entry.size)
+
+    @guarded
+    async def flush(self, fh):
+        h = self.files.get(fh)
+        if h is not None and h.openfile is not None:
+            await self._stage(h.openfile)
+
+    @guarded
+    async def fsync(self, fh, datasync):
+        h = self.files.get(fh)
+        if h is not None and h.openfile is not None:
+            await self._stage(h.openfile)
+
+    @guarded
+    async def release(self, fh):
+        h = self.files.pop(fh, None)
+        if h is None:
+            return
+        node = h.node
+        node.opens -= 1
+        h.read_state.close()
+        of = h.openfile
+        try:
+            if of is not None:
+                of.handles -= 1
+                if of.handles <= 0:
+                    try:
+                        await self._stage(of)
+                    except Exception:
+                        log.exception("could not stage %s:%s on close; its content is kept in %s",
+                                      node.tree.name, node.key, of.path)
+                        self.open_files.pop(node.ino, None)
+                        raise
+                    if of.handles <= 0 and self.open_files.get(node.ino) is of:
+                        del self.open_files[node.ino]
+                        await self.run(of.close)
+        finally:
+            self.inodes.maybe_drop(node)
+
+    # -- attributes -----------------------------------------------------------------------
+
+    @guarded
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        node = self._node(inode)
+        if node.tree is None or node.tree.immutable:
+            raise fail(errno.EROFS)
+        tree = self._writable_tree(node)
+        if node.key == b"":
+            return self._attrs(node, None)  # a branch root has no entry to keep metadata in
+        if fields.update_size:
+            if node.kind != "file":
+                raise fail(errno.EISDIR if node.kind == "dir" else errno.EINVAL)
+            await self._truncate(node, attr.st_size)
+
+        def change(e: EntryInfo) -> EntryInfo:
+            if fields.update_mode:
+                e = replace(e, mode=statmod.S_IFMT(e.mode) | (attr.st_mode & 0o7777))
+            if fields.update_uid:
+                e = replace(e, uid=attr.st_uid)
+            if fields.update_gid:
+                e = replace(e, gid=attr.st_gid)
+            if fields.update_mtime:
+                e = replace(e, mtime_ns=attr.st_mtime_ns)
+            return e
+
+        if fields.update_mode or fields.update_uid or fields.update_gid or fields.update_mtime:
+            await self._change_meta(node, tree, change)
+        elif fields.update_size:
+            pass
+        return await self._getattr_node(node)
+
+    async def _truncate(self, node: Inode, size: int) -> None:
+        of = self.open_files.get(node.ino)
+        temporary = of is None
+        if temporary:
+            entry = await self._entry_of(node)
+            of = self._openfile(node, entry)
+        try:
+            async with of.lock:
+                await self.run(of.truncate, self.repo, size)
+                of.dirty = True
+                of.mtime_ns = time.time_ns()
+            if of.handles <= 0:
+                await self._stage(of)
+        finally:
+            if temporary and of.handles <= 0 and self.open_files.get(node.ino) is of:
+                del self.open_files[node.ino]
+                await self.run(of.close)
+
+    async def _change_meta(self, node: Inode, tree: Tree, change) -> None:
+        """Apply ``change`` to the entry's metadata and stage it (or keep it for the close)."""
+        of = self.open_files.get(node.ino)
+        if of is not None:
+            async with of.lock:
+                e = change(of.meta_entry())
+                of.mode, of.mtime_ns, of.uid, of.gid = e.mode, e.mtime_ns, e.uid, e.gid
+                of.xattrs = dict(e.xattrs)
+                if of.dirty:
+                    return  # staged with the content on close
+                async with self._ns(tree):
+                    if node.linked:
+                        await self.run(self.repo.stage, tree.name, [(node.key, e)])
+                of.entry = e
+                node.extra["entry"] = e
+            return
+        async with self._ns(tree):
+            n = await self._stat(tree, node.key)
+            if n is None or n.kind != node.kind:
+                raise fail(errno.ENOENT)
+            if n.kind == "dir":
+                e = change(n.entry or self._now_dir_entry(0o755))
+                key = node.key + b"/"
+            else:
+                e = change(n.entry)
+                key = node.key
+            await self.run(self.repo.stage, tree.name, [(key, e)])
+        node.extra["entry"] = e
+
+    # -- names: unlink / rename / symlink / link ---------------------------------------------
+
+    @guarded
+    async def unlink(self, parent_inode, name, ctx):
+        parent = self._node(parent_inode)
+        tree = self._writable_tree(parent)
+        key = self._child_key(parent, name)
+        async with self._ns(tree):
+            n = await self._stat(tree, key)
+            if n is None:
+                raise fail(errno.ENOENT)
+            if n.kind == "dir":
+                raise fail(errno.EISDIR)
+            await self.run(self._remove_keeping_parent, tree, parent.key, [(key, None)])
+            node = self.inodes.find(tree, key, n.kind)
+            if node is not None:
+                self.inodes.unlink(node)
+        log.debug("unlink %s:%s", tree.name, key)
+
+    @guarded
+    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        if flags & pyfuse3.RENAME_EXCHANGE:
+            raise fail(errno.EINVAL)
+        po, pn = self._node(parent_inode_old), self._node(parent_inode_new)
+        if po.tree is None or pn.tree is None:
+            raise fail(errno.EPERM if po.virtual == "branches" or pn.virtual == "branches"
+                       else errno.EROFS)
+        if po.tree is not pn.tree:
+            raise fail(errno.EXDEV)
+        tree = self._writable_tree(po)
+        src = self._child_key(po, name_old)
+        dst = self._child_key(pn, name_new)
+        async with self._ns(tree):
+            s = await self._stat(tree, src)
+            if s is None:
+                raise fail(errno.ENOENT)
+            d = await self._stat(tree, dst)
+            if s.kind == "dir" and (dst == src or dst.startswith(src + b"/")):
+                raise fail(errno.EINVAL)
+            if d is not None:
+                if flags & pyfuse3.RENAME_NOREPLACE:
+                    raise fail(errno.EEXIST)
+                if src == dst:
+                    return
+                if s.kind == "dir":
+                    if d.kind != "dir":
+                        raise fail(errno.ENOTDIR)
+                    if await self.run(self.repo.list_dir, tree.ref, dst, None, 1):
+                        raise fail(errno.ENOTEMPTY)
+                elif d.kind == "dir":
+                    raise fail(errno.EISDIR)
+            await self.run(self._rename_blocking, tree, po.key, src, dst)
+            if d is not None:
+                victim = self.inodes.find(tree, dst, d.kind)
+                if victim is not None:
+                    self.inodes.unlink(victim)
+            self.inodes.rekey(tree, src, dst, pn.ino, name_new)
+        log.debug("rename %s:%s -> %s", tree.name, src, dst)
+
+    def _rename_blocking(self, tree: Tree, src_parent: bytes, src: bytes, dst: bytes) -> None:
+        if src_parent:
+            p = self.repo.stat(tree.ref, src_parent)
+            if p.entry is None:  # keep an implied source directory alive
+                self.repo.stage(tree.name, [(src_parent + b"/", self._now_dir_entry(0o755))])
+        self.repo.rename(tree.name, src, dst)
+
+    @guarded
+    async def symlink(self, parent_inode, name, target, ctx):
+        parent = self._node(parent_inode)
+        tree = self._writable_tree(parent)
+        key = self._child_key(parent, name)
+        try:
+            text = target.decode("utf-8")
+        except UnicodeDecodeError:
+            raise fail(errno.EINVAL)
+        entry = EntryInfo(address="", size=len(target), mtime_ns=time.time_ns(),
+                          mode=statmod.S_IFLNK | 0o777, kind=KIND_SYMLINK, symlink_target=text,
+                          uid=ctx.uid, gid=ctx.gid)
+        async with self._ns(tree):
+            if await self._stat(tree, key) is not None:
+                raise fail(errno.EEXIST)
+            await self.run(self.repo.stage, tree.name, [(key, entry)])
+        node = self.inodes.ensure(tree, key, "symlink", parent.ino, name)
+        node.extra["entry"] = entry
+        node.lookups += 1
+        return self._attrs(node, entry)
+
+    @guarded
+    async def readlink(self, inode, ctx):
+        node = self._node(inode)
+        if node.kind != "symlink":
+            raise fail(errno.EINVAL)
+        entry = await self._entry_of(node)
+        return entry.symlink_target.encode("utf-8", "surrogateescape")
+
+    @guarded
+    async def link(self, inode, new_parent_inode, new_name, ctx):
+        raise fail(errno.EPERM)
+
+    @guarded
+    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+        if not statmod.S_ISREG(mode):
+            raise fail(errno.EPERM)
+        fi, attrs = await self.create(parent_inode, name, mode, os.O_WRONLY, ctx)
+        await self.release(fi.fh)
+        return attrs
+
+    # -- extended attributes ----------------------------------------------------------------
+
+    @staticmethod
+    def _xattr_name(name: bytes) -> str:
+        if not name.startswith(XATTR_NAMESPACES):
+            raise fail(errno.ENOTSUP)
+        try:
+            return name.decode("utf-8")
+        except UnicodeDecodeError:
+            raise fail(errno.EINVAL)
+
+    async def _xattrs_of(self, node: Inode) -> dict:
+        of = self.open_files.get(node.ino)
+        if of is not None:
+            return dict(of.xattrs)
+        entry = await self._entry_of(node)
+        return dict(entry.xattrs) if entry is not None else {}
+
+    @guarded
+    async def getxattr(self, inode, name, ctx):
+        node = self._node(inode)
+        if name == PID_XATTR and inode == ROOT:
+            return str(os.getpid()).encode()
+        if name == COMMIT_XATTR and node.tree is not None and node.key == b"":
+            if node.tree.kind == "branch":
+                return (await self.run(self.repo.head, node.tree.name, True)).encode()
+            return node.tree.commit.id.encode()
+        if name == b"security.capability":
+            raise fail(pyfuse3.ENOATTR)  # asked before every write; never stored
+        if node.tree is None or node.key == b"":
+            raise fail(pyfuse3.ENOATTR)
+        value = (await self._xattrs_of(node)).get(name.decode("utf-8", "surrogateescape"))
+        if value is None:
+            raise fail(pyfuse3.ENOATTR)
+        return bytes(value)
+
+    @guarded
+    async def listxattr(self, inode, ctx):
+        node = self._node(inode)
+        if node.tree is None or node.key == b"":
+            return []
+        return [k.encode() for k in sorted(await self._xattrs_of(node))]
+
+    @guarded
+    async def setxattr(self, inode, name, value, ctx):
+        node = self._node(inode)
+        tree = self._writable_tree(node)
+        if node.key == b"":
+            raise fail(errno.ENOTSUP)
+        if name == b"security.capability":
+            raise fail(errno.ENOTSUP)
+        key = self._xattr_name(name)
+
+        def change(e: EntryInfo) -> EntryInfo:
+            return replace(e, xattrs={**e.xattrs, key: bytes(value)})
+
+        await self._change_meta(node, tree, change)
+
+    @guarded
+    async def removexattr(self, inode, name, ctx):
+        node = self._node(inode)
+        tree = self._writable_tree(node)
+        if node.key == b"":
+            raise fail(pyfuse3.ENOATTR)
+        key = self._xattr_name(name)
+        if key not in await self._xattrs_of(node):
+            raise fail(pyfuse3.ENOATTR)
+
+        def change(e: EntryInfo) -> EntryInfo:
+            return replace(e, xattrs={k: v for k, v in e.xattrs.items() if k != key})
+
+        await self._change_meta(node, tree, change)
+
+    # -- file system ----------------------------------------------------------------------
+
+    @guarded
+    async def statfs(self, ctx):
+        st = await self.run(os.statvfs, self.repo.workspace.root)
+        s = pyfuse3.StatvfsData()
+        s.f_bsize = st.f_bsize
+        s.f_frsize = st.f_frsize
+        s.f_blocks = st.f_blocks
+        s.f_bfree = st.f_bfree
+        s.f_bavail = st.f_bavail
+        s.f_files = st.f_files
+        s.f_ffree = st.f_ffree
+        s.f_favail = st.f_favail
+        s.f_namemax = MAX_NAME_BYTES
+        return s
+
+    @guarded
+    async def access(self, inode, mode, ctx):
+        node = self._node(inode)
+        if mode & os.W_OK and (node.tree is None or not node.tree.writable):
+            return node.virtual == "branches" and not self.settings.read_only
+        return True

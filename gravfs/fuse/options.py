@@ -1,0 +1,81 @@
+"""Mount options: ``-o a,b=c`` strings -> FUSE options + gravfs settings.
+
+Options a user may write in /etc/fstab that only matter to mount(8) (auto,
+nofail, _netdev, x-systemd.*, ...) are accepted and ignored; gravfs's own
+options (branch=, store=, state_dir=, poll=, ...) configure the daemon; the
+rest are passed to FUSE if FUSE knows them, else refused with a clear error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from gravfs.errors import GravfsError
+
+# mount(8)/fstab options that mean nothing to a FUSE daemon.
+IGNORED = {"defaults", "auto", "noauto", "user", "users", "nouser", "owner", "group", "nofail",
+           "_netdev", "rw", "async", "atime", "noatime", "relatime", "strictatime", "nodiratime",
+           "diratime", "lazytime", "nolazytime", "sync", "loud", "silent", "remount", "bind"}
+IGNORED_PREFIXES = ("x-", "comment=", "context=", "fscontext=", "defcontext=", "rootcontext=")
+# passed through to libfuse (fuse_session_new / fuse_session_mount)
+FUSE_FLAGS = {"allow_other", "allow_root", "default_permissions", "nosuid", "suid", "nodev",
+              "dev", "noexec", "exec", "dirsync", "auto_unmount", "debug"}
+FUSE_VALUED = {"fsname", "subtype", "max_read", "blkdev", "blksize"}
+
+
+@dataclass
+class MountOptions:
+    fuse: set = field(default_factory=set)
+    read_only: bool = False
+    branch: Optional[str] = None
+    store: Optional[str] = None
+    state_dir: Optional[str] = None
+    poll: float = 0.5
+    attr_timeout: float = 1.0
+    commits_listed: int = 200
+    cache_mb: int = 256
+    threads: int = 24
+    debug: bool = False
+    log_file: Optional[str] = None
+
+
+def parse(opts: list[str]) -> MountOptions:
+    """Parse every ``-o`` value (each may hold several comma-separated options)."""
+    out = MountOptions(fuse={"default_permissions"})
+    for group in opts or []:
+        for item in group.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            name, eq, value = item.partition("=")
+            if name in IGNORED or item.startswith(IGNORED_PREFIXES):
+                continue
+            if name == "ro":
+                out.read_only = True
+                out.fuse.add("ro")
+            elif name == "debug":
+                out.debug = True
+            elif name in ("branch", "store", "state_dir", "log_file") and eq:
+                setattr(out, name, value)
+            elif name in ("poll", "attr_timeout") and eq:
+                out.__dict__[name] = _number(name, value, float)
+            elif name in ("commits_listed", "cache_mb", "threads") and eq:
+                out.__dict__[name] = _number(name, value, int)
+            elif name in FUSE_FLAGS and not eq:
+                out.fuse.add(name)
+            elif name in FUSE_VALUED and eq:
+                out.fuse.add(item)
+            else:
+                raise GravfsError(f"unknown mount option {item!r}")
+    return out
+
+
+def _number(name: str, value: str, kind):
+    try:
+        v = kind(value)
+    except ValueError:
+        raise GravfsError(f"mount option {name}={value!r}: not a number") from None
+    if v < 0:
+        raise GravfsError(f"mount option {name}={value!r}: must not be negative")
+    return v

@@ -1,0 +1,198 @@
+"""Reading immutable data objects for the mount: ranged, cached, read ahead.
+
+Small objects, and any object already in the local tier, are read from the
+tier (whole, hash-verified copies on local disk). A large object that is not
+local is read in fixed-size chunks with ``store.get_range``, so the first byte
+of a 10 GiB file does not wait for the whole file: chunks live in a bounded
+in-memory LRU, concurrent readers of one chunk share a single fetch, and a
+sequential reader gets the next chunks fetched ahead in the background.
+
+Chunks cannot be verified one by one (objects are named by the hash of the
+whole content), so the reader feeds chunks in order into a running hash as
+they arrive; when the last chunk has been seen and the digest does not match
+the name, the object is marked corrupt: its chunks are dropped, the error is
+logged, and further reads fail with CorruptDataError (EIO).
+
+All methods block; the FUSE layer calls them from worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from gravfs import hashing
+from gravfs.dataobjects import digest_of
+from gravfs.errors import CorruptDataError
+
+log = logging.getLogger(__name__)
+
+MiB = 1 << 20
+CHUNK = 4 * MiB
+CACHE_BYTES = 256 * MiB
+MAX_AHEAD = 8  # chunks
+
+
+class _Verifier:
+    """Running hash of an object's chunks, fed strictly in order."""
+
+    __slots__ = ("hasher", "next", "last")
+
+    def __init__(self, last: int):
+        self.hasher = hashing.hasher()
+        self.next = 0
+        self.last = last
+
+
+class ReadState:
+    """Per open handle: where the last read ended, and how far ahead to fetch."""
+
+    __slots__ = ("next_offset", "ahead", "tier_handle")
+
+    def __init__(self):
+        self.next_offset = 0
+        self.ahead = 0
+        self.tier_handle = None
+
+    def close(self) -> None:
+        if self.tier_handle is not None:
+            self.tier_handle.release()
+            self.tier_handle = None
+
+
+class DataReader:
+    def __init__(self, repo, chunk_size: int = CHUNK, cache_bytes: int = CACHE_BYTES,
+                 workers: int = 8):
+        self.repo = repo
+        self.chunk = chunk_size
+        self.cache_bytes = cache_bytes
+        self._lock = threading.Lock()
+        self._chunks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._bytes = 0
+        self._inflight: dict[tuple[str, int], Future] = {}
+        self._verifiers: dict[str, _Verifier] = {}
+        self._corrupt: set[str] = set()
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="gravfs-readahead")
+        self.stats = {"chunk_fetches": 0, "chunk_hits": 0, "tier_reads": 0, "bytes_fetched": 0}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- public -------------------------------------------------------------------
+
+    def read(self, state: ReadState, address: str, size: int, offset: int, length: int) -> bytes:
+        if offset >= size or length <= 0:
+            return b""
+        length = min(length, size - offset)
+        if address in self._corrupt:
+            raise CorruptDataError(f"data object {address} does not match its hash")
+        if state.tier_handle is None and (size <= self.chunk or self.repo.tier.cached(address)):
+            state.tier_handle = self.repo.data.acquire(address)
+        if state.tier_handle is not None:
+            self.stats["tier_reads"] += 1
+            return state.tier_handle.read(offset, length)
+        return self._ranged(state, address, size, offset, length)
+
+    # -- chunks ---------------------------------------------------------------------
+
+    def _ranged(self, state: ReadState, address: str, size: int, offset: int, length: int) -> bytes:
+        first, last = offset // self.chunk, (offset + length - 1) // self.chunk
+        nchunks = (size + self.chunk - 1) // self.chunk
+        sequential = offset == state.next_offset or (
+            state.next_offset and abs(offset - state.next_offset) <= self.chunk)
+        state.ahead = min(MAX_AHEAD, max(1, state.ahead * 2)) if sequential else 0
+        state.next_offset = offset + length
+        for i in range(last + 1, min(nchunks, last + 1 + state.ahead)):
+            self._start(address, size, i)
+        parts = []
+        for i in range(first, last + 1):
+            data = self._get(address, size, i)
+            lo = offset - i * self.chunk if i == first else 0
+            hi = offset + length - i * self.chunk if i == last else len(data)
+            parts.append(data[lo:hi])
+        return b"".join(parts)
+
+    def _get(self, address: str, size: int, idx: int) -> bytes:
+        key = (address, idx)
+        with self._lock:
+            data = self._chunks.get(key)
+            if data is not None:
+                self._chunks.move_to_end(key)
+                self.stats["chunk_hits"] += 1
+                return data
+        data = self._start(address, size, idx).result()
+        if address in self._corrupt:
+            raise CorruptDataError(f"data object {address} does not match its hash")
+        return data
+
+    def _start(self, address: str, size: int, idx: int) -> Future:
+        """The (possibly shared) fetch of one chunk; already cached -> a done future."""
+        key = (address, idx)
+        with self._lock:
+            data = self._chunks.get(key)
+            if data is not None:
+                f = Future()
+                f.set_result(data)
+                return f
+            f = self._inflight.get(key)
+            if f is not None:
+                return f
+            f = Future()
+            self._inflight[key] = f
+        try:
+            self._pool.submit(self._fetch, address, size, idx, f)
+        except RuntimeError:  # pool shut down: fetch inline
+            self._fetch(address, size, idx, f)
+        return f
+
+    def _fetch(self, address: str, size: int, idx: int, f: Future) -> None:
+        key = (address, idx)
+        try:
+            off = idx * self.chunk
+            want = min(self.chunk, size - off)
+            data = self.repo.store.get_range(address, off, want)
+            if len(data) != want:
+                raise CorruptDataError(f"data object {address}: got {len(data)} bytes at "
+                                       f"offset {off}, expected {want}")
+        except BaseException as exc:
+            with self._lock:
+                self._inflight.pop(key, None)
+            f.set_exception(exc)
+            return
+        with self._lock:
+            self._inflight.pop(key, None)
+            self._chunks[key] = data
+            self._bytes += len(data)
+            self.stats["chunk_fetches"] += 1
+            self.stats["bytes_fetched"] += len(data)
+            self._feed_locked(address, size, idx)
+            while self._bytes > self.cache_bytes and self._chunks:
+                _, old = self._chunks.popitem(last=False)
+                self._bytes -= len(old)
+        f.set_result(data)
+
+    def _feed_locked(self, address: str, size: int, idx: int) -> None:
+        """Advance the object's running hash over every in-order chunk now cached."""
+        v = self._verifiers.get(address)
+        if v is None:
+            if idx != 0:
+                return
+            if len(self._verifiers) > 4096:  # abandoned partial reads
+                self._verifiers.clear()
+            v = self._verifiers[address] = _Verifier((size - 1) // self.chunk)
+        while (address, v.next) in self._chunks:
+            v.hasher.update(self._chunks[(address, v.next)])
+            if v.next == v.last:
+                del self._verifiers[address]
+                if v.hasher.hexdigest() != digest_of(address):
+                    log.error("data object %s does not match its hash; refusing further reads",
+                              address)
+                    self._corrupt.add(address)
+                    for k in [k for k in self._chunks if k[0] == address]:
+                        self._bytes -= len(self._chunks.pop(k))
+                else:
+                    log.debug("verified %s (%d bytes) from ranged reads", address, size)
+                return
+            v.next += 1

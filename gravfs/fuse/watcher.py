@@ -1,0 +1,110 @@
+"""Keeping the kernel's caches honest when branches change behind the mount.
+
+A commit, merge or reset run from the CLI (or another host) moves a branch
+head or swaps its staging tokens without a single FUSE request. Every
+``poll_interval`` seconds the watcher reads, for each branch the kernel knows
+about, the head (fresh from the store) and the branch's LMDB staging state;
+when either moved it invalidates every inode and directory entry of that tree
+in the kernel, so the next access re-reads through the repository. Branches
+that disappeared lose their ``branches/<name>`` entry the same way.
+
+Invalidation runs in its own thread: pyfuse3's notify calls block while a
+related request is in flight.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+
+import pyfuse3
+import trio
+
+from gravfs.errors import NotFoundError
+from gravfs.staging.area import BranchState
+
+log = logging.getLogger(__name__)
+
+
+def branch_signature(repo, branch: str):
+    """What changes when a branch's visible content may have changed underneath us."""
+    try:
+        head = repo.head(branch, fresh=True)
+    except NotFoundError:
+        return None
+    area = repo.staging
+    with area.read_txn() as txn:
+        raw = txn.get(branch.encode(), db=area.branches_db)
+    if raw is None:  # nothing staged yet: no token to watch
+        return (head, None, (), None)
+    st = BranchState.load(raw)
+    return (head, st.staging, tuple(st.sealed), (st.compacted or {}).get("metarange"))
+
+
+class Watcher:
+    def __init__(self, ops):
+        self.ops = ops
+        self.seen: dict[str, object] = {}
+        self.limiter = trio.CapacityLimiter(1)
+        self.rounds = 0
+
+    async def run(self) -> None:
+        interval = self.ops.settings.poll_interval
+        while True:
+            await trio.sleep(interval)
+            try:
+                await self.poll()
+            except Exception:
+                log.exception("watcher round failed")
+
+    async def poll(self) -> None:
+        ops = self.ops
+        self.rounds += 1
+        branches = [t for t in list(ops.trees.values())
+                    if t.kind == "branch" and ops.inodes.tree_inodes(t.ident)]
+        names = [t.name for t in branches]
+        sigs = await ops.run(lambda: [branch_signature(ops.repo, n) for n in names])
+        for tree, sig in zip(branches, sigs):
+            old = self.seen.get(tree.name)
+            self.seen[tree.name] = sig
+            if not _moved(old, sig):
+                continue
+            log.info("branch %s changed outside the mount (head %s); invalidating %d cached inodes",
+                     tree.name, (sig[0][:12] if sig else "deleted"),
+                     len(ops.inodes.tree_inodes(tree.ident)))
+            await self.invalidate_tree(tree)
+        for name in list(self.seen):
+            if name not in names:
+                del self.seen[name]
+
+    async def invalidate_tree(self, tree) -> None:
+        nodes = self.ops.inodes.tree_inodes(tree.ident)
+        targets = [(n.ino, n.parent, n.name, n.key) for n in nodes]
+        await trio.to_thread.run_sync(_invalidate, targets, limiter=self.limiter)
+
+
+def _moved(old, new) -> bool:
+    """Did the branch change in a way our own writes never cause?"""
+    if old is None or old == new:
+        return False
+    if new is None:
+        return True
+    if old[0] == new[0] and old[1] is None and not old[2]:
+        return False  # the first staged write created the branch's staging record
+    return True
+
+
+def _invalidate(targets) -> None:
+    for ino, _parent, _name, _key in targets:
+        _quietly(pyfuse3.invalidate_inode, ino, False)
+    for ino, parent, name, key in targets:
+        if name:
+            _quietly(pyfuse3.invalidate_entry, parent, name)
+
+
+def _quietly(fn, *args) -> None:
+    try:
+        fn(*args)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EBADF):
+            log.debug("%s%r: %s", fn.__name__, args, exc)
