@@ -137,7 +137,7 @@ def test_bad_entry_with_valid_checksum(table):
             list(r)
         assert e.value.offset == off
     block = bytearray(data[off : off + size])
-    block[0:3] = b"\x00\x7f\x7f"  # lengths that overrun the block
+    block[0:4] = b"\x00\xff\x7f\x00"  # non_shared = 16383: overruns the block
     rewrite_block(data, off, size, bytes(block))
     with SSTReader(bytes(data), name="entry-bad") as r:
         with pytest.raises(CorruptDataError, match="overruns") as e:

@@ -24,7 +24,12 @@ from .format import (
 
 
 def entries_end(data: bytes) -> int:
-    """Offset where the entries of ``data`` end (= start of the restart array)."""
+    """Offset where the entries of ``data`` end (= start of the restart array).
+
+    It is at least 4 bytes before the end of ``data`` (the footer), so an entry
+    header starting before it can always be read 3 bytes at a time; a header
+    that runs past it is caught by the overrun check on the entry lengths.
+    """
     n = len(data)
     if n < 4:
         raise FormatError(f"block of {n} bytes is too short for its footer", 0)
@@ -58,7 +63,7 @@ def decode_entries(data: bytes) -> tuple[list[bytes], list[bytes]]:
     p = 0
     while p < limit:
         start = p
-        if p + 3 <= limit and (data[p] | data[p + 1] | data[p + 2]) < 0x80:
+        if (data[p] | data[p + 1] | data[p + 2]) < 0x80:
             shared = data[p]
             non_shared = data[p + 1]
             vlen = data[p + 2]
@@ -97,26 +102,71 @@ class DataBlock:
 
 
 def decode_data_block(data: bytes) -> DataBlock:
-    """Decode a data block whose keys are internal keys (user key + 8-byte trailer)."""
-    ikeys, values = decode_entries(data)
-    if ikeys and min(map(len, ikeys)) < 8:
-        raise FormatError("internal key shorter than its 8-byte trailer", 0)
-    keys = [k[:-8] for k in ikeys]
-    clean = True
-    if any(k[-8] != KIND_VALUE for k in ikeys):
-        clean = False
-        for i, k in enumerate(ikeys):
-            kind = k[-8]
-            if kind == KIND_VALUE:
-                continue
-            if kind in DELETION_KINDS:
-                values[i] = None
-            else:
-                raise FormatError(f"unsupported entry kind {kind:#x} for key {keys[i]!r}", 0)
-    if clean and len(keys) > 1 and any(a == b for a, b in zip(keys, keys[1:])):
-        clean = False
+    """Decode a data block whose keys are internal keys (user key + 8-byte trailer).
+
+    One pass builds the user keys directly: the shared prefix of an entry is
+    taken from the previous user key (and, in the rare case it reaches into
+    the previous trailer, from that trailer), the trailer's low byte gives the
+    entry kind.
+    """
+    limit = entries_end(data)
+    keys: list[bytes] = []
+    values: list = []
+    kappend = keys.append
+    vappend = values.append
+    prev = b""  # previous user key
+    prev_trailer_at = -1  # where the previous trailer sits in data (-1: see prev_trailer)
+    prev_trailer = b""
+    odd: list[tuple[int, int]] = []  # (index, kind) of entries that are not plain values
+    repeated = False
+    p = 0
+    while p < limit:
+        start = p
+        if (data[p] | data[p + 1] | data[p + 2]) < 0x80:
+            shared = data[p]
+            non_shared = data[p + 1]
+            vlen = data[p + 2]
+            p += 3
+        else:
+            shared, p = read_varint(data, p, limit)
+            non_shared, p = read_varint(data, p, limit)
+            vlen, p = read_varint(data, p, limit)
+        q = p + non_shared
+        r = q + vlen
+        if r > limit:
+            raise FormatError("block entry overruns its block", start)
+        t = q - 8
+        if shared <= len(prev) and t >= p:
+            key = prev[:shared] + data[p:t] if shared else data[p:t]
+            kind = data[t]
+            prev_trailer_at = t
+        else:
+            if prev_trailer_at >= 0:
+                prev_trailer = data[prev_trailer_at : prev_trailer_at + 8]
+            if shared > len(prev) + len(prev_trailer):
+                raise FormatError("block entry shares more than the previous key", start)
+            full = (prev + prev_trailer)[:shared] + data[p:q]
+            if len(full) < 8:
+                raise FormatError("internal key shorter than its 8-byte trailer", start)
+            key = full[:-8]
+            kind = full[-8]
+            prev_trailer = full[-8:]
+            prev_trailer_at = -1
+        if kind != KIND_VALUE:
+            odd.append((len(keys), kind))
+        if key == prev and keys:
+            repeated = True
+        kappend(key)
+        vappend(data[q:r])
+        prev = key
+        p = r
+    for i, kind in odd:
+        if kind in DELETION_KINDS:
+            values[i] = None
+        else:
+            raise FormatError(f"unsupported entry kind {kind:#x} for key {keys[i]!r}", 0)
     charge = len(data) + 96 * len(keys)
-    return DataBlock(keys, values, clean, charge)
+    return DataBlock(keys, values, not (odd or repeated), charge)
 
 
 def decode_index_block(
