@@ -121,28 +121,31 @@ def decode_value(buf) -> tuple[bytes, bytes]:
     return identity, bytes(buf[pos:end])
 
 
+_new_record = tuple.__new__
+
+
 def decode_record(key: bytes, value: bytes) -> Record:
-    """Record from a key and its encoded value (fast path for short lengths)."""
-    n = len(value)
-    b = value[0] if n else 0x80
-    if b < 0x80 and not b & 1:
-        p = 1 + (b >> 1)
-        if p < n:
+    """Record from a key and its encoded value (fast path for the common lengths)."""
+    try:
+        b = value[0]
+        if b < 0x80 and not b & 1:
+            p = 1 + (b >> 1)
             c = value[p]
             if c < 0x80:
-                q = p + 1
-                dl = c
-            elif p + 1 < n and value[p + 1] < 0x80:
-                q = p + 2
-                dl = (c & 0x7F) | (value[p + 1] << 7)
+                if not c & 1:
+                    e = p + 1 + (c >> 1)
+                    if e <= len(value):
+                        return _new_record(Record, (key, value[1:p], value[p + 1:e]))
             else:
-                q = dl = -1
-            if q > 0 and not dl & 1:
-                e = q + (dl >> 1)
-                if e <= n:
-                    return Record(key, value[1:p], value[q:e])
+                d = value[p + 1]
+                if d < 0x80 and not c & 1:
+                    e = p + 2 + (((c & 0x7F) | (d << 7)) >> 1)
+                    if e <= len(value):
+                        return _new_record(Record, (key, value[1:p], value[p + 2:e]))
+    except IndexError:
+        pass
     ident, data = decode_value(value)
-    return Record(key, ident, data)
+    return _new_record(Record, (key, ident, data))
 
 
 def decode_identity(buf) -> bytes:
