@@ -9,9 +9,11 @@ Fixtures:
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -57,8 +59,18 @@ def _child_setup() -> None:
         pass
 
 
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 class SeaweedServer:
-    """One `weed mini` process bound to 127.0.0.1; stop()/start() keep its data dir and S3 port."""
+    """One `weed mini` process bound to 127.0.0.1; stop()/start() keep its data dir and ports."""
 
     def __init__(self, data_dir: str, weed: str):
         self.data_dir = data_dir
@@ -67,6 +79,7 @@ class SeaweedServer:
         self.access_key = ACCESS_KEY
         self.secret_key = SECRET_KEY
         self.port: int | None = None
+        self.ports: dict[str, int] | None = None
         self.proc: subprocess.Popen | None = None
         self.log_path = os.path.join(data_dir, "weed.log")
 
@@ -78,9 +91,9 @@ class SeaweedServer:
     def start(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             return
-        # weed picks free ports by probing, so two sessions starting at once
-        # can race for one; a fresh start simply tries again.
-        attempts = 1 if self.port is not None else 3
+        # A fresh start picks a random block of ports and retries with another
+        # block if one is taken; a restart must get its old ports back.
+        attempts = 1 if self.port is not None else 4
         for attempt in range(1, attempts + 1):
             try:
                 self._start_once()
@@ -88,19 +101,36 @@ class SeaweedServer:
             except RuntimeError:
                 if attempt == attempts:
                     raise
-                time.sleep(1.0)
+                self.ports = None
+                time.sleep(0.5)
+
+    def _pick_ports(self) -> dict[str, int]:
+        """A free block of ten loopback ports away from weed's defaults (8333, 9333...).
+
+        Other sessions on this machine run their own `weed mini` with default
+        ports, which it moves upwards when taken; with its own ports this one
+        never ends up answering at an address another server held a minute
+        before (an outage test would otherwise talk to a stranger's server).
+        """
+        for _ in range(50):
+            base = random.randrange(20000, 29990, 10)
+            if all(_port_free(base + i) for i in range(10)):
+                names = ["master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
+                         "filer.port.grpc", "s3.port", "s3.port.grpc", "admin.port", "admin.port.grpc"]
+                return {name: base + i for i, name in enumerate(names)}
+        raise RuntimeError("no free block of loopback ports for SeaweedFS in 20000-29999")
 
     def _start_once(self) -> None:
         os.makedirs(os.path.join(self.data_dir, "data"), exist_ok=True)
+        if self.ports is None:
+            self.ports = self._pick_ports()
         cmd = [
             self.weed, "mini",
             f"-dir={os.path.join(self.data_dir, 'data')}",
             "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             "-master.telemetry=false",  # no traffic off the machine
             "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-        ]
-        if self.port is not None:  # a restart keeps the endpoint stores were built with
-            cmd.append(f"-s3.port={self.port}")
+        ] + [f"-{name}={port}" for name, port in self.ports.items()]
         env = dict(os.environ)
         env.update(AWS_ACCESS_KEY_ID=self.access_key, AWS_SECRET_ACCESS_KEY=self.secret_key, S3_BUCKET=self.bucket)
         log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
@@ -112,10 +142,10 @@ class SeaweedServer:
             )
         finally:
             log.close()
-        port = self._wait_for_port(log_offset)
-        if self.port is not None and port != self.port:
+        port = self._wait_for_port(log_offset)  # what it printed is what clients use
+        if port != self.ports["s3.port"]:
             self.stop()
-            raise RuntimeError(f"SeaweedFS restarted on S3 port {port}, not {self.port} (port taken meanwhile?)")
+            raise RuntimeError(f"SeaweedFS came up on S3 port {port}, not {self.ports['s3.port']} (port taken?)")
         self.port = port
         self._wait_for_s3()
 

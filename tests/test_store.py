@@ -337,6 +337,20 @@ def test_local_writes_leave_no_temp_files(tmp_path):
     assert list(store.list("")) == ["a/b", "a/c"]
 
 
+def test_local_stale_temp_files_removed(tmp_path):
+    store = LocalStore(str(tmp_path / "s"))
+    store.put("a/b", b"1")
+    old = tmp_path / "s" / "a" / ".gravfs-tmp.b.1.dead"
+    new = tmp_path / "s" / "a" / ".gravfs-tmp.b.2.live"
+    old.write_bytes(b"partial")
+    new.write_bytes(b"in progress")
+    os.utime(old, (1, 1))
+    assert list(store.list("")) == ["a/b"]  # temp files never show
+    assert store.remove_stale_temp_files(max_age_s=600) == 1
+    assert not old.exists() and new.exists()
+    assert store.get("a/b") == b"1"
+
+
 # --- opening by URL and shipping to workers ------------------------------------------
 
 

@@ -201,6 +201,25 @@ class LocalStore(ObjectStore):
             return
         self._sync_dir(path)
 
+    def remove_stale_temp_files(self, max_age_s: float = 3600.0) -> int:
+        """Delete temp files left by writers that crashed (older than ``max_age_s``); returns how many."""
+        import time
+
+        cutoff = time.time() - max_age_s
+        removed = 0
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                if not name.startswith(_TMP):
+                    continue
+                path = os.path.join(dirpath, name)
+                try:
+                    if os.stat(path).st_mtime < cutoff:
+                        os.unlink(path)
+                        removed += 1
+                except FileNotFoundError:
+                    pass
+        return removed
+
     # --- listing -------------------------------------------------------------
 
     def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[str]:
