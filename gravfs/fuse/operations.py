@@ -562,6 +562,12 @@ class GravfsOperations(pyfuse3.Operations):
                 raise fail(errno.EINVAL)
             if writing:
                 of = self._openfile(node, entry)
+        if writing and flags & os.O_TRUNC:  # the kernel passes O_TRUNC (atomic_o_trunc)
+            async with of.lock:
+                if of.size() != 0 or not of.materialized:
+                    await self.run(of.truncate, self.repo, 0)
+                    of.dirty = True
+                    of.mtime_ns = time.time_ns()
         return self._open_handle(node, entry, flags, of if writing else None)
 
     @guarded

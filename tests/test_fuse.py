@@ -1,0 +1,444 @@
+"""The FUSE mount through Python's os APIs: layout, reads, writes, errnos, invalidation."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import time
+
+import pytest
+
+from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
+from tests.fuse_util import wait_for
+
+
+def _write(path: str, data: bytes, mode: str = "wb") -> None:
+    with open(path, mode) as f:
+        f.write(data)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _errno(fn, *args) -> int:
+    try:
+        fn(*args)
+    except OSError as e:
+        return e.errno
+    raise AssertionError(f"{fn.__name__}{args} did not fail")
+
+
+# -- layout --------------------------------------------------------------------------------
+
+
+def test_layout_lists_branches_commits_tags(gravfs_mount):
+    m = gravfs_mount
+    assert sorted(os.listdir(m.mnt)) == ["branches", "commits", "tags"]
+    assert os.listdir(m.path("branches")) == ["main"]
+    m.cli("branch", "create", "dev")
+    m.cli("tag", "create", "v1", "main")
+    assert sorted(os.listdir(m.path("branches"))) == ["dev", "main"]
+    assert os.listdir(m.path("tags")) == ["v1"]
+    head = m.head()
+    assert os.listdir(m.path("commits")) == [head]
+    assert os.path.isdir(m.path("commits", head[:8]))
+    assert os.path.isdir(m.path("commits", head))
+    assert not os.path.exists(m.path("commits", "0123456789"))
+    assert not os.path.exists(m.path("branches", "nope"))
+    assert _errno(os.listdir, m.path("nothing")) == errno.ENOENT
+    m.assert_clean_log()
+
+
+def test_write_commit_and_read_from_commit_dir(gravfs_mount):
+    m = gravfs_mount
+    os.makedirs(m.branch_path("a/b"))
+    _write(m.branch_path("a/b/c.txt"), b"hello world")
+    _write(m.branch_path("top"), b"x" * 100_000)
+    assert _read(m.branch_path("a/b/c.txt")) == b"hello world"
+    cid = m.commit(message="first")
+    # the new commit is there at once, by full id and any unique prefix
+    assert _read(m.path("commits", cid, "a/b/c.txt")) == b"hello world"
+    assert _read(m.path("commits", cid[:10], "top")) == b"x" * 100_000
+    assert cid in os.listdir(m.path("commits"))
+    assert sorted(os.listdir(m.path("commits", cid))) == ["a", "top"]
+    # the branch still shows the same content over its new head
+    assert _read(m.branch_path("a/b/c.txt")) == b"hello world"
+    assert os.getxattr(m.branch_path(), "user.gravfs.commit").decode() == cid
+    m.cli("tag", "create", "v1", cid)
+    assert _read(m.path("tags", "v1", "a/b/c.txt")) == b"hello world"
+    m.assert_clean_log()
+
+
+def test_stat_attributes(gravfs_mount):
+    m = gravfs_mount
+    p = m.branch_path("f.bin")
+    _write(p, b"0123456789")
+    os.chmod(p, 0o640)
+    os.utime(p, ns=(1_600_000_000_000_000_000, 1_600_000_000_123_456_789))
+    st = os.stat(p)
+    assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o640
+    assert st.st_size == 10
+    assert st.st_mtime_ns == 1_600_000_000_123_456_789
+    cid = m.commit()
+    st2 = os.stat(m.path("commits", cid, "f.bin"))
+    assert stat.S_IMODE(st2.st_mode) == 0o640 and st2.st_mtime_ns == 1_600_000_000_123_456_789
+    assert stat.S_ISDIR(os.stat(m.branch_path()).st_mode)
+    m.assert_clean_log()
+
+
+# -- writes ----------------------------------------------------------------------------------
+
+
+def test_append_truncate_and_random_writes(gravfs_mount):
+    m = gravfs_mount
+    p = m.branch_path("f")
+    _write(p, b"abc")
+    _write(p, b"def", "ab")
+    assert _read(p) == b"abcdef"
+    fd = os.open(p, os.O_WRONLY | os.O_APPEND)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, b"ghi")  # O_APPEND writes at the end whatever the offset
+    os.close(fd)
+    assert _read(p) == b"abcdefghi"
+    os.truncate(p, 4)
+    assert _read(p) == b"abcd"
+    os.truncate(p, 6)
+    assert _read(p) == b"abcd\0\0"
+    cid = m.commit()
+    # random write into a committed file: copy-on-write
+    with open(p, "r+b") as f:
+        f.seek(2)
+        f.write(b"ZZ")
+    assert _read(p) == b"abZZ\0\0"
+    assert _read(m.path("commits", cid, "f")) == b"abcd\0\0"
+    with open(p, "r+b") as f:
+        f.truncate(1)
+        f.seek(0, 2)
+        f.write(b"!")
+    assert _read(p) == b"a!"
+    m.assert_clean_log()
+
+
+def test_huge_sparse_truncate_does_not_allocate(gravfs_mount):
+    m = gravfs_mount
+    p = m.branch_path("sparse")
+    _write(p, b"head")
+    huge = 1 << 40  # 1 TiB
+    with open(p, "r+b") as f:
+        f.truncate(huge)
+        assert os.fstat(f.fileno()).st_size == huge
+        f.seek(huge - 4)
+        f.write(b"tail")
+        f.seek(huge - 8)
+        assert f.read(8) == b"\0\0\0\0tail"
+        f.truncate(8)
+    assert _read(p) == b"head\0\0\0\0"
+    assert os.stat(p).st_size == 8
+    m.assert_clean_log()
+
+
+def test_overwrite_with_o_trunc_and_two_handles(gravfs_mount):
+    m = gravfs_mount
+    p = m.branch_path("f")
+    _write(p, b"a long first version")
+    _write(p, b"short")
+    assert _read(p) == b"short"
+    with open(p, "r+b") as a, open(p, "rb") as b:
+        a.write(b"SH")
+        a.flush()
+        assert b.read() == b"SHort"
+    assert _read(p) == b"SHort"
+
+
+def test_mkdir_rmdir_and_empty_dirs_persist(gravfs_mount):
+    m = gravfs_mount
+    os.makedirs(m.branch_path("x/y/z"))
+    _write(m.branch_path("x/file"), b"1")
+    assert _errno(os.rmdir, m.branch_path("x")) == errno.ENOTEMPTY
+    assert _errno(os.mkdir, m.branch_path("x")) == errno.EEXIST
+    cid = m.commit()
+    assert os.path.isdir(m.path("commits", cid, "x/y/z"))
+    assert os.listdir(m.path("commits", cid, "x/y/z")) == []
+    os.rmdir(m.branch_path("x/y/z"))
+    assert os.listdir(m.branch_path("x/y")) == []
+    os.rmdir(m.branch_path("x/y"))
+    assert os.listdir(m.branch_path("x")) == ["file"]
+
+
+def test_removing_last_file_keeps_implied_directory(gravfs_mount):
+    m = gravfs_mount
+    src = os.path.join(m.base, "src")
+    os.makedirs(os.path.join(src, "d"))
+    _write(os.path.join(src, "d", "only"), b"1")
+    m.cli("import", src, "main", "-m", "import")  # 'd' exists only implied by its file
+    p = m.branch_path("d", "only")
+    wait_for(lambda: os.path.exists(p))
+    os.unlink(p)
+    assert os.path.isdir(m.branch_path("d")) and os.listdir(m.branch_path("d")) == []
+    os.rmdir(m.branch_path("d"))
+    assert not os.path.exists(m.branch_path("d"))
+
+
+def test_rename_files_and_directories(gravfs_mount):
+    m = gravfs_mount
+    os.makedirs(m.branch_path("job/_temporary/0/task"))
+    for i in range(5):
+        _write(m.branch_path(f"job/_temporary/0/task/part-{i}"), str(i).encode())
+    os.rename(m.branch_path("job/_temporary/0/task"), m.branch_path("job/out"))
+    assert sorted(os.listdir(m.branch_path("job/out"))) == [f"part-{i}" for i in range(5)]
+    assert os.listdir(m.branch_path("job/_temporary/0")) == []
+    assert _read(m.branch_path("job/out/part-3")) == b"3"
+    # replace an existing file atomically
+    _write(m.branch_path("a"), b"A")
+    _write(m.branch_path("b"), b"B")
+    os.rename(m.branch_path("a"), m.branch_path("b"))
+    assert _read(m.branch_path("b")) == b"A" and not os.path.exists(m.branch_path("a"))
+    # a directory onto an empty directory; not onto a non-empty one
+    os.mkdir(m.branch_path("empty"))
+    os.rename(m.branch_path("job/out"), m.branch_path("empty"))
+    assert len(os.listdir(m.branch_path("empty"))) == 5
+    os.mkdir(m.branch_path("d2"))
+    _write(m.branch_path("d2/f"), b"")
+    assert _errno(os.rename, m.branch_path("empty"), m.branch_path("d2")) == errno.ENOTEMPTY
+    assert _errno(os.rename, m.branch_path("b"), m.branch_path("d2")) == errno.EISDIR
+    assert _errno(os.rename, m.branch_path("d2"), m.branch_path("b")) == errno.ENOTDIR
+    assert _errno(os.rename, m.branch_path("d2"), m.branch_path("d2/sub")) == errno.EINVAL
+    cid = m.commit()
+    assert sorted(os.listdir(m.path("commits", cid))) == ["b", "d2", "empty", "job"]
+    m.assert_clean_log()
+
+
+def test_rename_open_file_follows_path(gravfs_mount):
+    m = gravfs_mount
+    f = open(m.branch_path("tmp.part"), "wb")
+    f.write(b"first ")
+    f.flush()
+    os.rename(m.branch_path("tmp.part"), m.branch_path("final"))
+    f.write(b"second")
+    f.close()
+    assert _read(m.branch_path("final")) == b"first second"
+    assert not os.path.exists(m.branch_path("tmp.part"))
+    cid = m.commit()
+    assert os.listdir(m.path("commits", cid)) == ["final"]
+
+
+def test_unlink_open_file(gravfs_mount):
+    m = gravfs_mount
+    f = open(m.branch_path("gone"), "w+b")
+    f.write(b"data")
+    os.unlink(m.branch_path("gone"))
+    f.write(b" more")
+    f.seek(0)
+    assert f.read() == b"data more"
+    f.close()
+    assert not os.path.exists(m.branch_path("gone"))
+    assert "gone" not in os.listdir(m.branch_path())
+
+
+def test_symlinks(gravfs_mount):
+    m = gravfs_mount
+    _write(m.branch_path("target"), b"t")
+    os.symlink("target", m.branch_path("link"))
+    os.symlink("../nowhere/\u00e9", m.branch_path("dangling"))
+    assert os.readlink(m.branch_path("link")) == "target"
+    assert _read(m.branch_path("link")) == b"t"
+    assert os.readlink(m.branch_path("dangling")) == "../nowhere/\u00e9"
+    assert stat.S_ISLNK(os.lstat(m.branch_path("link")).st_mode)
+    cid = m.commit()
+    assert os.readlink(m.path("commits", cid, "link")) == "target"
+
+
+def test_xattrs_kept_as_metadata(gravfs_mount):
+    m = gravfs_mount
+    p = m.branch_path("x")
+    _write(p, b"1")
+    os.setxattr(p, "user.color", b"blue")
+    os.setxattr(p, "user.bin", bytes(range(256)))
+    os.mkdir(m.branch_path("d"))
+    os.setxattr(m.branch_path("d"), "user.dir", b"yes")
+    assert os.getxattr(p, "user.color") == b"blue"
+    assert sorted(os.listxattr(p)) == ["user.bin", "user.color"]
+    os.removexattr(p, "user.bin")
+    assert os.listxattr(p) == ["user.color"]
+    assert _errno(os.getxattr, p, "user.nope") == errno.ENODATA
+    cid = m.commit()
+    assert os.getxattr(m.path("commits", cid, "x"), "user.color") == b"blue"
+    assert os.getxattr(m.path("commits", cid, "d"), "user.dir") == b"yes"
+    assert _errno(os.setxattr, m.path("commits", cid, "x"), "user.a", b"1") == errno.EROFS
+
+
+def test_fsync_makes_content_durable(gravfs_mount):
+    m = gravfs_mount
+    with open(m.branch_path("f"), "wb") as f:
+        f.write(b"synced")
+        f.flush()
+        os.fsync(f.fileno())
+        out = m.cli("status", "main").stdout
+        assert "f" in out
+        assert m.cli("cat", "main:f").stdout == "synced"
+
+
+def test_statfs(gravfs_mount):
+    m = gravfs_mount
+    st = os.statvfs(m.branch_path())
+    assert st.f_namemax == 255
+    local = os.statvfs(m.state_dir)
+    assert st.f_blocks == local.f_blocks and st.f_bsize == local.f_bsize
+
+
+# -- errnos -----------------------------------------------------------------------------------
+
+
+def test_errnos(gravfs_mount):
+    m = gravfs_mount
+    _write(m.branch_path("file"), b"1")
+    os.mkdir(m.branch_path("dir"))
+    cid = m.commit()
+    ro = m.path("commits", cid)
+    assert _errno(open, os.path.join(ro, "new"), "wb") == errno.EROFS
+    assert _errno(open, os.path.join(ro, "file"), "ab") == errno.EROFS
+    assert _errno(os.mkdir, os.path.join(ro, "d2")) == errno.EROFS
+    assert _errno(os.unlink, os.path.join(ro, "file")) == errno.EROFS
+    assert _errno(os.rename, os.path.join(ro, "file"), os.path.join(ro, "f2")) == errno.EROFS
+    assert _errno(os.chmod, os.path.join(ro, "file"), 0o600) == errno.EROFS
+    assert _errno(os.truncate, os.path.join(ro, "file"), 0) == errno.EROFS
+    assert _errno(os.mkdir, m.path("commits", "abc")) == errno.EROFS
+    assert _errno(os.stat, m.branch_path("missing")) == errno.ENOENT
+    assert _errno(os.unlink, m.branch_path("missing")) == errno.ENOENT
+    assert _errno(os.rmdir, m.branch_path("file")) == errno.ENOTDIR
+    assert _errno(os.listdir, m.branch_path("file")) == errno.ENOTDIR
+    assert _errno(os.stat, m.branch_path("file", "x")) == errno.ENOTDIR
+    assert _errno(open, m.branch_path("dir"), "wb") == errno.EISDIR
+    assert _errno(os.unlink, m.branch_path("dir")) == errno.EISDIR
+    assert _errno(os.mkdir, m.branch_path("file")) == errno.EEXIST
+    assert _errno(os.open, m.branch_path("file"), os.O_CREAT | os.O_EXCL | os.O_WRONLY) == errno.EEXIST
+    long = "n" * 256
+    assert _errno(open, m.branch_path(long), "wb") == errno.ENAMETOOLONG
+    assert _errno(os.mkdir, m.branch_path(long)) == errno.ENAMETOOLONG
+    assert _errno(os.stat, m.branch_path(long)) == errno.ENAMETOOLONG
+    _write(m.branch_path("n" * 255), b"ok")  # 255 bytes is fine
+    assert _errno(os.link, m.branch_path("file"), m.branch_path("hard")) == errno.EPERM
+    m.cli("branch", "create", "other")
+    assert _errno(os.rename, m.branch_path("file"), m.branch_path("file", branch="other")) == errno.EXDEV
+    m.assert_clean_log()
+
+
+def test_mkdir_in_branches_creates_a_branch(gravfs_mount):
+    m = gravfs_mount
+    _write(m.branch_path("f"), b"1")
+    m.commit()
+    os.mkdir(m.path("branches", "feature"))
+    assert "feature" in m.cli("branch", "list").stdout
+    assert _read(m.branch_path("f", branch="feature")) == b"1"
+
+
+# -- changes from outside the mount -------------------------------------------------------------
+
+
+def test_cli_changes_show_up_in_the_mount(gravfs_mount):
+    m = gravfs_mount
+    _write(m.branch_path("keep"), b"1")
+    _write(m.branch_path("drop"), b"2")
+    assert sorted(os.listdir(m.branch_path())) == ["drop", "keep"]
+    m.commit()
+    # put from the CLI: visible once the short attribute/entry timeouts pass
+    local = os.path.join(m.base, "local")
+    _write(local, b"from cli")
+    m.cli("put", local, "main:cli.txt")
+    wait_for(lambda: os.path.exists(m.branch_path("cli.txt")), timeout=5)
+    assert _read(m.branch_path("cli.txt")) == b"from cli"
+    # reset from the CLI drops staged changes: the mount follows
+    os.unlink(m.branch_path("drop"))
+    m.cli("reset", "main")
+    wait_for(lambda: os.path.exists(m.branch_path("drop")), timeout=5)
+    assert not os.path.exists(m.branch_path("cli.txt"))
+    # a merge moving the head shows up too
+    m.cli("branch", "create", "dev")
+    m.cli("put", local, "dev:merged.txt")
+    m.cli("commit", "dev", "-m", "on dev")
+    assert "merged.txt" not in os.listdir(m.branch_path())
+    m.cli("merge", "dev", "main")
+    wait_for(lambda: "merged.txt" in os.listdir(m.branch_path()), timeout=5)
+    head = m.head()
+    assert os.getxattr(m.branch_path(), "user.gravfs.commit").decode() == head
+    assert head in os.listdir(m.path("commits"))
+
+
+def test_head_move_invalidates_cached_content(gravfs_mount):
+    m = gravfs_mount
+    _write(m.branch_path("f"), b"version one")
+    m.commit()
+    assert _read(m.branch_path("f")) == b"version one"
+    m.cli("branch", "create", "dev")
+    local = os.path.join(m.base, "v2")
+    _write(local, b"version two!")
+    m.cli("put", local, "dev:f")
+    m.cli("commit", "dev", "-m", "v2")
+    m.cli("merge", "dev", "main")
+    wait_for(lambda: _read(m.branch_path("f")) == b"version two!", timeout=5)
+    assert os.stat(m.branch_path("f")).st_size == 12
+
+
+# -- large files --------------------------------------------------------------------------------
+
+
+def test_large_file_ranged_reads(gravfs_mount):
+    m = gravfs_mount
+    size = 20 * 1024 * 1024 + 12345
+    block = os.urandom(1 << 20)
+    data = (block * 21)[:size]
+    _write(m.branch_path("big"), data)
+    cid = m.commit()
+    # the tier does not hold it (it was written locally), so reads are ranged
+    with open(m.path("commits", cid, "big"), "rb") as f:
+        f.seek(size - 100)
+        assert f.read() == data[-100:]
+        f.seek(7 * 1024 * 1024 + 3)
+        assert f.read(10) == data[7 * 1024 * 1024 + 3:7 * 1024 * 1024 + 13]
+    assert _read(m.path("commits", cid, "big")) == data
+    assert _read(m.branch_path("big")) == data
+    m.assert_clean_log()
+
+
+def test_umount_flushes_and_remount_shows_everything(gravfs_mount):
+    m = gravfs_mount
+    os.makedirs(m.branch_path("d"))
+    _write(m.branch_path("d/f"), b"kept")
+    m.umount()
+    assert not os.path.ismount(m.mnt)
+    assert m.cli("cat", "main:d/f").stdout == "kept"
+    m.remount()
+    assert _read(m.branch_path("d/f")) == b"kept"
+
+
+def test_branch_mounted_at_root(tmp_path):
+    from tests.fuse_util import Mount
+    m = Mount(str(tmp_path)).init()
+    m.cli("branch", "create", "dev")
+    m.mount(branch="dev")
+    try:
+        _write(m.path("x"), b"on dev")
+        assert os.listdir(m.mnt) == ["x"]
+        assert m.cli("cat", "dev:x").stdout == "on dev"
+        assert m.cli("ls", "main").stdout.strip() == ""
+    finally:
+        m.cleanup()
+
+
+def test_mount_errors_are_one_line(tmp_path):
+    from tests.fuse_util import Mount
+    m = Mount(str(tmp_path))
+    res = m.cli("mount", m.mnt, check=False)
+    assert res.returncode != 0
+    assert "no gravfs repository" in res.stderr and "Traceback" not in res.stderr
+    assert not os.path.ismount(m.mnt)
+    m.init()
+    res = m.cli("mount", m.mnt, "--branch", "nope", check=False)
+    assert res.returncode != 0 and "nope" in res.stderr
+    res = m.cli("mount", m.mnt, "-o", "bogus_option", check=False)
+    assert res.returncode != 0 and "bogus_option" in res.stderr
+    res = m.cli("umount", m.mnt, check=False)
+    assert res.returncode != 0 and "not mounted" in res.stderr
