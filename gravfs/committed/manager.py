@@ -13,6 +13,7 @@ import os
 from bisect import bisect_left
 import shutil
 import tempfile
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Iterator
 
@@ -67,6 +68,8 @@ class CommittedManager:
         self._own_tmp = tmp_dir is None
         self._tmp_dir = tmp_dir or tempfile.mkdtemp(prefix="gravfs-committed-")
         os.makedirs(self._tmp_dir, exist_ok=True)
+        if self._own_tmp:  # also cleaned if the manager is dropped without close()
+            self._tmp_cleanup = weakref.finalize(self, shutil.rmtree, self._tmp_dir, True)
         self._executor = ThreadPoolExecutor(upload_threads, thread_name_prefix="gravfs-sst") \
             if upload_threads > 0 else None
         self._ctx = WriteContext(store, self._tmp_dir, self._executor, compression, block_size,
@@ -77,7 +80,7 @@ class CommittedManager:
             self._executor.shutdown(wait=True)
             self._executor = None
         if self._own_tmp:
-            shutil.rmtree(self._tmp_dir, ignore_errors=True)
+            self._tmp_cleanup()
 
     def __enter__(self) -> "CommittedManager":
         return self

@@ -74,8 +74,7 @@ class TreeWriter:
     """Accumulates a new tree; see module docstring.
 
     ``known`` holds range IDs already stored (e.g. the base tree's): a range
-    rebuilt with one of those IDs is not written again.  With ``dry`` set no
-    object is written at all (used once a merge has found a conflict).
+    rebuilt with one of those IDs is not written again.
     """
 
     def __init__(self, ctx: WriteContext, policy: BreakPolicy, stats: Stats,
@@ -84,7 +83,6 @@ class TreeWriter:
         self.policy = policy
         self.stats = stats
         self.known = known if known is not None else set()
-        self.dry = False
         self._slice = 256
         self.out: list[RangeInfo] = []
         self._futures: deque[tuple[int, Future]] = deque()
@@ -216,7 +214,7 @@ class TreeWriter:
         self.out.append(info)
         if rid in self.known:
             self.stats.ranges_reused += 1
-        elif not self.dry:
+        else:
             self.known.add(rid)
             self.stats.ranges_written += 1
             self.stats.records_written += len(keys)
@@ -283,12 +281,11 @@ class TreeWriter:
             values.append(encode_value(ident, encode_range_data(
                 r.min_key, r.max_key, r.estimated_size, r.count)))
         mid = h.hexdigest()
-        if not self.dry:
-            props = {"type": b"metaranges", "min_key": keys[0], "max_key": keys[-1],
-                     "count": str(len(keys)).encode(),
-                     "estimated_size_bytes": str(sum(len(k) + len(v) for k, v in zip(keys, values))).encode()}
-            size, created = self.ctx.write_sst(metarange_key(mid), keys, values, props)
-            self.stats.metaranges_written += 1
-            if created:
-                self.stats.bytes_written += size
+        logical = sum(len(k) + len(v) for k, v in zip(keys, values))
+        props = {"type": b"metaranges", "min_key": keys[0], "max_key": keys[-1],
+                 "count": str(len(keys)).encode(), "estimated_size_bytes": str(logical).encode()}
+        size, created = self.ctx.write_sst(metarange_key(mid), keys, values, props)
+        self.stats.metaranges_written += 1
+        if created:
+            self.stats.bytes_written += size
         return MetaRange(mid, list(ranges))
