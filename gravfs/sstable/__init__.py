@@ -1,4 +1,21 @@
-"""RocksDB block-based SSTables: rocksdict-backed writer, pure-Python mmap reader."""
+"""RocksDB block-based SSTables: rocksdict-backed writer, pure-Python mmap reader.
+
+- ``write_sst(path, items, properties=None, compression="snappy", block_size=4096)
+  -> SSTInfo(size, count, first_key, last_key)``: strictly ascending bytes keys,
+  at least one item; format_version 2, CRC32C, Snappy or none; ``properties``
+  (str -> bytes) become user properties visible to RocksDB/sst_dump/Pebble.
+  Built in a temp file beside ``path`` and renamed into place.
+- ``SSTReader(path | bytes | memoryview | mmap, name=None, verify_checksums=True)``:
+  ``get``, ``seek`` (seek-GE iterator), ``first_key``/``last_key``,
+  ``properties``/``user_properties``/``table_properties``/``num_entries``,
+  ``verify``, ``close`` (also a context manager). Errors in the bytes raise
+  ``gravfs.errors.CorruptDataError`` naming the file and offset.
+- Decoded blocks live in a process-wide ``BlockCache`` (``DEFAULT_CACHE``,
+  512 MiB by default: about 2M warm entries of ~120 bytes; resize with
+  ``DEFAULT_CACHE.set_capacity``) or one passed as ``cache=``.
+
+``python3 -m gravfs.sstable.bench`` measures write, lookup and scan rates.
+"""
 
 from .cache import DEFAULT_CACHE, BlockCache
 from .reader import SSTReader
