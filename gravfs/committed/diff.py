@@ -14,63 +14,87 @@ from __future__ import annotations
 from typing import Iterator
 
 from gravfs.committed.reader import MetaRange, RangeStore
-from gravfs.committed.record import Record, decode_value
+from gravfs.committed.record import decode_record
 from gravfs.committed.results import ADDED, CHANGED, REMOVED, Diff, Stats
 
 
 class _Side:
-    """Cursor over a tree: either at the start of an unread range or inside a read one."""
+    """Cursor over a tree: at the start of an unread range, or inside a read one."""
 
-    __slots__ = ("mr", "rs", "stats", "i", "items", "cur")
+    __slots__ = ("mr", "rs", "stats", "i", "keys", "values", "pos")
 
     def __init__(self, mr: MetaRange, rs: RangeStore, stats: Stats):
         self.mr = mr
         self.rs = rs
         self.stats = stats
         self.i = 0          # current range index
-        self.items = None   # iterator over range i once read
-        self.cur = None     # current (key, value) inside range i
+        self.keys = None    # records of range i once read
+        self.values = None
+        self.pos = 0
 
     @property
     def at_start(self) -> bool:
-        return self.items is None and self.i < len(self.mr.ranges)
-
-    @property
-    def done(self) -> bool:
-        return self.items is None and self.i >= len(self.mr.ranges)
+        return self.keys is None and self.i < len(self.mr.ranges)
 
     def peek_key(self) -> bytes | None:
-        if self.items is not None:
-            return self.cur[0]
+        if self.keys is not None:
+            return self.keys[self.pos]
         if self.i < len(self.mr.ranges):
             return self.mr.min_keys[self.i]
         return None
 
     def load(self) -> None:
         self.stats.ranges_read += 1
-        self.items = self.rs.range_items(self.mr.ids[self.i], fill_cache=False)
-        self.cur = next(self.items, None)
-        if self.cur is None:  # empty range (never written by gravfs): skip it
-            self.items = None
+        pairs = list(self.rs.range_items(self.mr.ids[self.i], fill_cache=False))
+        if not pairs:  # empty range (never written by gravfs): skip it
             self.i += 1
+            return
+        self.keys = [kv[0] for kv in pairs]
+        self.values = [kv[1] for kv in pairs]
+        self.pos = 0
 
     def take(self) -> tuple[bytes, bytes]:
         """Return the current record and move past it (range must be loaded)."""
-        cur = self.cur
-        nxt = next(self.items, None)
-        if nxt is None:
-            self.items = None
+        p = self.pos
+        kv = self.keys[p], self.values[p]
+        self.skip_to(p + 1)
+        return kv
+
+    def skip_to(self, pos: int) -> None:
+        if pos >= len(self.keys):
+            self.keys = self.values = None
+            self.pos = 0
             self.i += 1
-        self.cur = nxt
-        return cur
+        else:
+            self.pos = pos
 
     def skip_range(self) -> None:
         self.i += 1
 
 
-def _record(kv: tuple[bytes, bytes]) -> Record:
-    ident, data = decode_value(kv[1])
-    return Record(kv[0], ident, data)
+def _equal_run(L: _Side, R: _Side) -> int:
+    """Length of the run of identical (key, value) pairs at both cursors (C-speed compares)."""
+    lk, rk, lv, rv = L.keys, R.keys, L.values, R.values
+    i, j = L.pos, R.pos
+    limit = min(len(lk) - i, len(rk) - j)
+    if lk[i:i + limit] == rk[j:j + limit] and lv[i:i + limit] == rv[j:j + limit]:
+        return limit
+    # Galloping then bisection over slice equality: O(run) compares done in C.
+    lo, step = 0, 16
+    while lo + step <= limit and lk[i + lo:i + lo + step] == rk[j + lo:j + lo + step] \
+            and lv[i + lo:i + lo + step] == rv[j + lo:j + lo + step]:
+        lo += step
+        step *= 2
+    hi = min(limit, lo + step)  # the first mismatch is in [lo, hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if lk[i + lo:i + mid] == rk[j + lo:j + mid] and lv[i + lo:i + mid] == rv[j + lo:j + mid]:
+            lo = mid
+        else:
+            hi = mid
+    if lo < limit and lk[i + lo] == rk[j + lo] and lv[i + lo] == rv[j + lo]:
+        lo += 1
+    return lo
 
 
 def diff_trees(rs: RangeStore, left: MetaRange, right: MetaRange, stats: Stats) -> Iterator[Diff]:
@@ -88,25 +112,29 @@ def diff_trees(rs: RangeStore, left: MetaRange, right: MetaRange, stats: Stats) 
         if lk is None and rk is None:
             return
         if rk is None or (lk is not None and lk < rk):
-            if L.items is None:
+            if L.keys is None:
                 L.load()
                 continue
-            yield Diff(lk, REMOVED, _record(L.take()), None)
+            yield Diff(lk, REMOVED, decode_record(*L.take()), None)
         elif lk is None or rk < lk:
-            if R.items is None:
+            if R.keys is None:
                 R.load()
                 continue
-            yield Diff(rk, ADDED, None, _record(R.take()))
+            yield Diff(rk, ADDED, None, decode_record(*R.take()))
         else:
-            if L.items is None or R.items is None:
+            if L.keys is None or R.keys is None:
                 # Load, then compare again with the real first keys.
-                if L.items is None:
+                if L.keys is None:
                     L.load()
-                if R.items is None:
+                if R.keys is None:
                     R.load()
                 continue
+            n = _equal_run(L, R)
+            if n:
+                L.skip_to(L.pos + n)
+                R.skip_to(R.pos + n)
+                continue
             lkv, rkv = L.take(), R.take()
-            if lkv[1] != rkv[1]:
-                lrec, rrec = _record(lkv), _record(rkv)
-                if lrec.identity != rrec.identity:
-                    yield Diff(lkv[0], CHANGED, lrec, rrec)
+            lrec, rrec = decode_record(*lkv), decode_record(*rkv)
+            if lrec.identity != rrec.identity:
+                yield Diff(lkv[0], CHANGED, lrec, rrec)
