@@ -507,3 +507,22 @@ def test_trees_on_s3(s3_store, tmp_path):
     assert d == [(recs[10].key, "removed"), (recs[700].key, "changed")]
     m.close()
     m2.close()
+
+
+def test_open_reader_cache_is_bounded(tmp_path):
+    m = make_manager(str(tmp_path), max_open_ranges=8)
+    recs = sorted_records(3000)
+    mid = m.write_metarange(recs)
+    n = len(m.iter_ranges(mid))
+    assert n > 40
+    it = m.iter(mid)
+    first = [next(it) for _ in range(5)]
+    for r in recs[::50]:
+        assert m.get(mid, r.key) == r
+    assert len(m.ranges._ranges) <= 8
+    # An iterator whose reader was evicted keeps reading.
+    assert first + list(it) == recs
+    m.ranges.max_open_bytes = 1
+    assert m.get(mid, recs[-1].key) == recs[-1]
+    assert len(m.ranges._ranges) == 1
+    m.close()

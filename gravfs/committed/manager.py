@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import logging
 import os
-from bisect import bisect_left
 import shutil
 import tempfile
 import weakref
+from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Iterator
 
 from gravfs.committed.breaks import BreakPolicy
 from gravfs.committed.diff import diff_trees
 from gravfs.committed.merge import DEST_BIT, SOURCE_BIT, STRATEGIES, join_changes
-from gravfs.committed.reader import (EMPTY_METARANGE, MetaRange, RangeInfo, RangeStore)
+from gravfs.committed.reader import MetaRange, RangeInfo, RangeStore
 from gravfs.committed.record import EMPTY_ID, Record, decode_record, encode_value
 from gravfs.committed.results import ApplyResult, Diff, MergeResult, Stats
 from gravfs.committed.stitch import _View, stitch
@@ -59,7 +59,7 @@ class CommittedManager:
 
     def __init__(self, store, tier, policy: BreakPolicy, compression: str = "snappy",
                  block_size: int = 4096, tmp_dir: str | None = None, upload_threads: int = 2,
-                 max_open_ranges: int = 1024, max_carry: int | None = 8):
+                 max_open_ranges: int = 512, max_carry: int | None = 8):
         self.store = store
         self.tier = tier
         self.policy = policy

@@ -10,6 +10,7 @@ refetched instead of served.
 from __future__ import annotations
 
 import logging
+import os
 from bisect import bisect_left
 from typing import Iterator, NamedTuple
 
@@ -86,11 +87,12 @@ class OpenSST:
     closes a file that is still being read.
     """
 
-    __slots__ = ("reader", "_handle")
+    __slots__ = ("reader", "_handle", "size")
 
-    def __init__(self, reader, handle):
+    def __init__(self, reader, handle, size: int):
         self.reader = reader
         self._handle = handle
+        self.size = size
 
     def __del__(self) -> None:
         try:
@@ -104,13 +106,23 @@ class OpenSST:
 
 
 class RangeStore:
-    """Opens range and metarange SSTs by ID (gravfs's or lakeFS's) with bounded caches."""
+    """Opens range and metarange SSTs by ID (gravfs's or lakeFS's) with bounded caches.
 
-    def __init__(self, tier, max_open_ranges: int = 1024, max_metaranges: int = 256):
+    Open readers pin their files in the tier, so their number and total size
+    are bounded (``max_open_ranges``, ``max_open_bytes``: by default half the
+    tier budget) to leave the tier room to evict.
+    """
+
+    def __init__(self, tier, max_open_ranges: int = 512, max_open_bytes: int | None = None,
+                 max_metaranges: int = 256):
         self.tier = tier
         self.max_open_ranges = max_open_ranges
+        budget = getattr(tier, "budget_bytes", None)
+        self.max_open_bytes = max_open_bytes if max_open_bytes is not None else (
+            budget // 2 if budget else 4 << 30)
         self.max_metaranges = max_metaranges
         self._ranges: dict[str, OpenSST] = {}
+        self._open_bytes = 0
         self._metaranges: dict[str, MetaRange] = {EMPTY_ID: EMPTY_METARANGE}
 
     # --- opening -----------------------------------------------------------
@@ -119,21 +131,30 @@ class RangeStore:
         handle = self.tier.acquire(key, verify=verify_sst)
         try:
             reader = _sstable.SSTReader(handle.path, name=key)
+            size = getattr(handle, "size", None)
+            if size is None:
+                size = os.path.getsize(handle.path)
         except BaseException:
             handle.release()
             raise
-        return OpenSST(reader, handle)
+        return OpenSST(reader, handle, size)
 
     def open_range(self, range_id: str) -> OpenSST:
         """Cached open reader of range ``range_id``."""
         o = self._ranges.get(range_id)
         if o is None:
             o = self._open(range_key(range_id))
-            if len(self._ranges) >= self.max_open_ranges:
-                # FIFO eviction: cheap, and readers still in use stay alive by reference.
-                for k in list(self._ranges)[: max(1, self.max_open_ranges // 8)]:
-                    self._ranges.pop(k, None)
-            self._ranges[range_id] = o
+            ranges = self._ranges
+            # FIFO eviction: cheap, and readers still in use stay alive by reference.
+            while ranges and (len(ranges) >= self.max_open_ranges
+                              or self._open_bytes + o.size > self.max_open_bytes):
+                try:
+                    old = ranges.pop(next(iter(ranges)))
+                except (KeyError, StopIteration, RuntimeError):  # raced with another thread
+                    break
+                self._open_bytes -= old.size
+            ranges[range_id] = o
+            self._open_bytes += o.size
         return o
 
     def metarange(self, metarange_id: str) -> MetaRange:
