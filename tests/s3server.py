@@ -241,3 +241,10 @@ def s3_store(s3_server):
     if s3_server.proc is None or s3_server.proc.poll() is not None:
         s3_server.start()
     return s3_server.make_store()
+
+
+def pytest_collection_modifyitems(items):
+    """Mark every test that needs the server `s3`, so `-m "not s3"` can leave SeaweedFS out."""
+    for item in items:
+        if "s3_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.s3)

@@ -14,11 +14,12 @@ from gravfs.errors import BadNameError, GravfsError, NotFoundError, Precondition
 from gravfs.store import open_store
 from gravfs.store.local import LocalStore
 from gravfs.store.s3 import S3Store
+from tests.test_store_workers import counter_proc, increment, race_proc
 
 MiB = 1 << 20
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
 def store(request, tmp_path):
     if request.param == "local":
         return LocalStore(str(tmp_path / "store"))
@@ -246,40 +247,11 @@ def test_cas_race_threads_exactly_one_wins(store):
         assert store.read_versioned(key) == (b"w%d-%d" % (r, winners[0]), results[winners[0]])
 
 
-def _increment(store, key: str, times: int) -> int:
-    """Read-modify-CAS loop; returns how many CAS attempts lost."""
-    lost = 0
-    done = 0
-    while done < times:
-        data, version = store.read_versioned(key)
-        try:
-            store.compare_and_swap(key, version, str(int(data) + 1).encode())
-            done += 1
-        except PreconditionFailedError:
-            lost += 1
-    return lost
-
-
 def test_cas_counter_threads_no_lost_update(store):
     store.put("counter", b"0")
-    lost = run_threads(4, lambda i: _increment(store, "counter", 15))
+    lost = run_threads(4, lambda i: increment(store, "counter", 15))
     assert store.get("counter") == b"60"
     assert sum(lost) >= 0
-
-
-def _race_proc(root, key, base, i, barrier, out):
-    store = LocalStore(root)
-    barrier.wait()
-    try:
-        out.put((i, store.compare_and_swap(key, base, b"proc%d" % i)))
-    except PreconditionFailedError:
-        out.put((i, None))
-
-
-def _counter_proc(root, key, times, barrier):
-    store = LocalStore(root)
-    barrier.wait()
-    _increment(store, key, times)
 
 
 def test_local_cas_race_processes(tmp_path):
@@ -292,7 +264,7 @@ def test_local_cas_race_processes(tmp_path):
         store.put(key, b"base%d" % r)
         _, base = store.read_versioned(key)
         barrier, out = ctx.Barrier(n), ctx.Queue()
-        procs = [ctx.Process(target=_race_proc, args=(root, key, base, i, barrier, out)) for i in range(n)]
+        procs = [ctx.Process(target=race_proc, args=(root, key, base, i, barrier, out)) for i in range(n)]
         for p in procs:
             p.start()
         results = dict(out.get(timeout=60) for _ in range(n))
@@ -310,7 +282,7 @@ def test_local_cas_counter_processes(tmp_path):
     store = LocalStore(root)
     store.put("counter", b"0")
     barrier = ctx.Barrier(4)
-    procs = [ctx.Process(target=_counter_proc, args=(root, "counter", 25, barrier)) for _ in range(4)]
+    procs = [ctx.Process(target=counter_proc, args=(root, "counter", 25, barrier)) for _ in range(4)]
     for p in procs:
         p.start()
     for p in procs:
