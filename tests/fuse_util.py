@@ -124,16 +124,21 @@ class Mount:
             raise AssertionError(f"umount failed: {res.stderr}")
         self.mounted = False
 
-    def kill9(self) -> None:
-        """Kill the daemon without any chance to flush, then clear the dead mount."""
+    def kill9(self, clear: bool = True) -> None:
+        """Kill the daemon without any chance to flush; clear the dead mount unless told not to."""
         pid = self.pid()
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: not _alive(pid), timeout=10)
-        subprocess.run(["fusermount3", "-u", "-z", self.mnt], capture_output=True)
-        wait_for(lambda: not os.path.ismount(self.mnt), timeout=10)
+        if clear:
+            subprocess.run(["fusermount3", "-u", "-z", self.mnt], capture_output=True)
+            wait_for(lambda: not os.path.ismount(self.mnt), timeout=10)
         self.mounted = False
 
     def cleanup(self) -> None:
+        try:
+            os.stat(self.mnt)
+        except OSError:  # a dead mount
+            subprocess.run(["fusermount3", "-u", "-z", self.mnt], capture_output=True)
         if os.path.ismount(self.mnt):
             try:
                 self.umount()

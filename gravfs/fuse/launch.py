@@ -13,6 +13,7 @@ umount: ask the daemon for its pid (a virtual xattr on the mount root), run
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -44,7 +45,10 @@ def mount(args) -> int:
         raise GravfsError("no store given: use -s/--store URL, -o store=URL or set GRAVFS_STORE")
     state_dir = os.path.abspath(args.state_dir or opts.state_dir or default_state_dir())
     branch = getattr(args, "branch", None) or opts.branch
+    if opts.s3_endpoint:
+        os.environ["GRAVFS_S3_ENDPOINT"] = opts.s3_endpoint
     mountpoint = os.path.abspath(args.mountpoint)
+    _clear_stale_mount(mountpoint)
     if not os.path.isdir(mountpoint):
         raise GravfsError(f"mount point {mountpoint} is not a directory")
     if os.path.ismount(mountpoint):
@@ -55,6 +59,35 @@ def mount(args) -> int:
     if getattr(args, "foreground", False):
         return serve(cfg, ready_fd=None, daemon=False)
     return _spawn(cfg)
+
+
+def _mounted_at(mountpoint: str) -> bool:
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                field = line.split()[4]
+                field = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+                if field == mountpoint:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def _clear_stale_mount(mountpoint: str) -> None:
+    """A daemon that died (kill -9, crash) leaves a dead mount: unmount it lazily."""
+    if not _mounted_at(mountpoint):
+        return
+    try:
+        os.getxattr(mountpoint, "user.gravfs.pid")  # never cached by the kernel
+        return
+    except OSError as exc:
+        if exc.errno != errno.ENOTCONN:
+            return
+    log.warning("%s is a dead gravfs mount (its daemon is gone); unmounting it", mountpoint)
+    tool = shutil.which("fusermount3") or shutil.which("fusermount")
+    subprocess.run([tool, "-u", "-z", mountpoint] if tool else ["umount", "-l", mountpoint],
+                   capture_output=True)
 
 
 def _spawn(cfg: dict) -> int:
@@ -262,13 +295,14 @@ def _files_dir(repo) -> str:
 
 
 def _alive(pid: int) -> bool:
+    """Running (a zombie nobody reaped yet counts as dead)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return not _zombie(pid)
 
 
 def _short_url(url: str) -> str:
@@ -312,7 +346,7 @@ def umount(args) -> int:
         raise GravfsError(f"cannot unmount {mountpoint}: {msg[-1] if msg else 'failed'}")
     if pid is not None:
         deadline = time.monotonic() + UMOUNT_WAIT
-        while _alive(pid) and not _zombie(pid):
+        while _alive(pid):
             if time.monotonic() > deadline:
                 raise GravfsError(f"unmounted, but the daemon (pid {pid}) is still staging files")
             time.sleep(0.05)

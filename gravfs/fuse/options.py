@@ -31,6 +31,7 @@ class MountOptions:
     branch: Optional[str] = None
     store: Optional[str] = None
     state_dir: Optional[str] = None
+    s3_endpoint: Optional[str] = None
     poll: float = 0.5
     attr_timeout: float = 1.0
     commits_listed: int = 200
@@ -56,7 +57,7 @@ def parse(opts: list[str]) -> MountOptions:
                 out.fuse.add("ro")
             elif name == "debug":
                 out.debug = True
-            elif name in ("branch", "store", "state_dir", "log_file") and eq:
+            elif name in ("branch", "store", "state_dir", "log_file", "s3_endpoint") and eq:
                 setattr(out, name, value)
             elif name in ("poll", "attr_timeout") and eq:
                 out.__dict__[name] = _number(name, value, float)

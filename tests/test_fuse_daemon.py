@@ -1,0 +1,171 @@
+"""The mount daemon's life: kill -9 recovery, the mount.gravfs helper, the systemd unit."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
+from tests.fuse_util import ROOT, Mount, wait_for
+
+HELPER = os.path.join(ROOT, "scripts", "mount.gravfs")
+UNIT = os.path.join(ROOT, "systemd", "gravfs@.service")
+
+
+def _write(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_kill9_keeps_everything_closed_or_fsynced(gravfs_mount):
+    m = gravfs_mount
+    os.makedirs(m.branch_path("d/e"))
+    _write(m.branch_path("d/closed"), b"closed before the kill")
+    _write(m.branch_path("d/e/big"), os.urandom(5 << 20))
+    big = _read(m.branch_path("d/e/big"))
+    os.rename(m.branch_path("d/closed"), m.branch_path("d/renamed"))
+    os.symlink("renamed", m.branch_path("d/link"))
+    synced = open(m.branch_path("d/synced"), "wb")
+    synced.write(b"fsynced, still open")
+    synced.flush()
+    os.fsync(synced.fileno())
+    pending = open(m.branch_path("d/pending"), "wb")
+    pending.write(b"never closed")
+    pending.flush()  # reaches the daemon's local copy, but no close/fsync
+    m.kill9(clear=False)  # leave the dead mount for `gravfs mount` to clear
+    for f in (synced, pending):
+        try:
+            f.close()
+        except OSError:
+            pass
+    m.remount()
+    assert _read(m.branch_path("d/renamed")) == b"closed before the kill"
+    assert _read(m.branch_path("d/synced")) == b"fsynced, still open"
+    assert _read(m.branch_path("d/e/big")) == big
+    assert os.readlink(m.branch_path("d/link")) == "renamed"
+    assert not os.path.exists(m.branch_path("d/closed"))
+    # the never-closed file exists (created) but its unsaved bytes are not promised
+    assert os.path.exists(m.branch_path("d/pending"))
+    cid = m.commit()
+    assert _read(m.path("commits", cid, "d/synced")) == b"fsynced, still open"
+    assert "unsaved local file(s) of a dead mount" in m.log_text()
+
+
+def test_sigterm_stages_open_files_and_unmounts(gravfs_mount):
+    m = gravfs_mount
+    pid = m.pid()
+    f = open(m.branch_path("open-at-stop"), "wb")
+    f.write(b"written, not closed")
+    f.flush()
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or _zombie(pid), timeout=30)
+    try:
+        f.close()
+    except OSError:
+        pass
+    wait_for(lambda: not os.path.ismount(m.mnt), timeout=10)
+    assert m.cli("cat", "main:open-at-stop").stdout == "written, not closed"
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _helper(m: Mount, *args, env=None) -> subprocess.CompletedProcess:
+    e = dict(m.env)
+    e.update(env or {})
+    e["GRAVFS_PYTHON"] = sys.executable
+    return subprocess.run([HELPER, *args], capture_output=True, text=True, env=e, timeout=120)
+
+
+def test_mount_helper_like_fstab(tmp_path):
+    m = Mount(str(tmp_path)).init()
+    src = tmp_path / "src.txt"
+    src.write_bytes(b"via helper")
+    m.cli("put", str(src), "main:x.txt")
+    m.cli("commit", "main", "-m", "one")
+    # what mount(8) runs for "STORE MOUNTPOINT fuse.gravfs branch=main,state_dir=...,nofail 0 0"
+    opts = f"rw,nofail,_netdev,branch=main,state_dir={m.state_dir},allow_other"
+    res = _helper(m, m.store, m.mnt, "-o", opts)
+    try:
+        assert res.returncode == 0, res.stderr
+        assert os.path.ismount(m.mnt)
+        assert os.listdir(m.mnt) == ["x.txt"]
+        assert _read(m.path("x.txt")) == b"via helper"
+        _write(m.path("y.txt"), b"written through the helper mount")
+        mounts = open("/proc/mounts").read()
+        line = next(l for l in mounts.splitlines() if f" {m.mnt} " in l)
+        assert " fuse.gravfs " in line and "allow_other" in line
+        # plain umount(8) works on it, and the daemon stages before exiting
+        pid = m.pid()
+        subprocess.run(["umount", m.mnt], check=True)
+        wait_for(lambda: _zombie(pid), timeout=30)
+    finally:
+        m.cleanup()
+    assert m.cli("cat", "main:y.txt").stdout == "written through the helper mount"
+
+
+def test_mount_helper_errors(tmp_path):
+    m = Mount(str(tmp_path))
+    res = _helper(m, m.store, m.mnt, "-o", f"state_dir={m.state_dir}")
+    assert res.returncode == 32 and "no gravfs repository" in res.stderr
+    m.init()
+    res = _helper(m, m.store, m.mnt, "-o", f"state_dir={m.state_dir},frobnicate")
+    assert res.returncode == 1 and "frobnicate" in res.stderr
+    res = _helper(m, m.store, m.mnt, "-s", "-f", "-o", f"state_dir={m.state_dir},frobnicate")
+    assert res.returncode == 0 and not os.path.ismount(m.mnt)
+    res = _helper(m, m.store)
+    assert res.returncode == 1
+    assert not os.path.ismount(m.mnt)
+
+
+def _unit_exec_start() -> list[str]:
+    text = open(UNIT).read()
+    line = re.search(r"^ExecStart=(.*)$", text, re.M).group(1)
+    return line.split()
+
+
+def test_systemd_unit_command_notifies_ready_and_stops_on_sigterm(tmp_path):
+    """Run the unit's ExecStart as systemd would (Type=notify, EnvironmentFile)."""
+    m = Mount(str(tmp_path)).init()
+    conf = {"STORE": m.store, "MOUNTPOINT": m.mnt, "OPTIONS": "branch=main",
+            "GRAVFS_STATE_DIR": m.state_dir}
+    sock_path = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(sock_path)
+    sock.settimeout(60)
+    argv = [re.sub(r"\$\{(\w+)\}", lambda v: conf[v.group(1)], w) for w in _unit_exec_start()]
+    assert argv[0] == "/sbin/mount.gravfs"
+    argv[0] = HELPER
+    env = dict(m.env, NOTIFY_SOCKET=sock_path, GRAVFS_PYTHON=sys.executable, **conf)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        msg = sock.recv(4096)
+        assert msg == b"READY=1"
+        assert os.path.ismount(m.mnt)
+        _write(m.path("f"), b"from the service")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        assert not os.path.ismount(m.mnt)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        sock.close()
+        m.cleanup()
+    assert m.cli("cat", "main:f").stdout == "from the service"
