@@ -33,6 +33,8 @@ from gravfs.committed.reader import MetaRange, RangeStore
 from gravfs.committed.results import Stats
 from gravfs.committed.writer import TreeWriter
 
+_RUN = 4096  # overrides merged per step
+
 # Override entries: (key, identity or None for "absent", encoded value or None, mask)
 # where bit i of mask means "differs from view i".
 
@@ -97,6 +99,22 @@ class _Overrides:
                 return True
             j += 1
 
+    def run_for(self, bit: int, last: bytes | None, upto: bytes | None, limit: int) -> list:
+        """Up to ``limit`` entries flagged for ``bit`` with last < key <= upto (not consumed)."""
+        out = []
+        j = self.bi
+        buf = self.buf
+        while len(out) < limit:
+            if j == len(buf):
+                if not self._pull():
+                    break
+            e = buf[j]
+            if upto is not None and e[0] > upto:
+                break
+            if e[3] & bit and (last is None or e[0] > last):
+                out.append(e)
+            j += 1
+        return out
 
     def any_put_after(self, bit: int, after: bytes) -> bool:
         """Is there a put flagged for ``bit`` with key > after?"""
@@ -229,35 +247,70 @@ def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
         v.position(last)
         bit = v.bit
         carry = 0
-        e = ovr.next_for(bit, last)
         while True:
             if v.loaded < 0 and not v.exhausted:
                 v.position(last)
             keys = v.keys
             pos = v.pos
-            cur = keys[pos] if pos < len(keys) else None
-            if e is not None and (cur is None or e[0] <= cur):
-                key = e[0]
-                if cur == key:
-                    v.advanced(pos + 1)
-                last = key
-                carry = 0
-                broke = e[1] is not None and writer.add(key, e[1], e[2])
-                ovr.drop_upto(key)
-                e = ovr.next_for(bit, key)
-            elif cur is None:
-                writer.flush()
-                return
+            if pos >= len(keys):
+                # The view has no more records: the rest of the target is overrides.
+                run = ovr.run_for(bit, last, None, _RUN)
+                if not run:
+                    writer.flush()
+                    return
+                puts = [x for x in run if x[1] is not None]
+                broke = False
+                last = run[-1][0]
+                if puts:
+                    n, broke = writer.take([x[0] for x in puts], [x[2] for x in puts], 0,
+                                           len(puts), [x[1] for x in puts])
+                    if broke:
+                        last = puts[n - 1][0]
             else:
-                end = len(keys) if e is None else bisect_left(keys, e[0], pos)
-                pos, broke = writer.take(keys, v.values, pos, end)
-                last = keys[pos - 1]
-                if pos >= len(keys):  # the range ended
-                    carry += 1
-                    if not broke and max_carry is not None and carry > max_carry:
-                        writer.flush()   # give up on the old boundaries: stay bounded
-                        broke = True
-                v.advanced(pos)
+                seg_end = keys[-1]
+                run = ovr.run_for(bit, last, seg_end, _RUN)
+                if not run:
+                    # Untouched records: take them straight from the range.
+                    pos, broke = writer.take(keys, v.values, pos, len(keys))
+                    last = keys[pos - 1]
+                    if pos >= len(keys):  # the range ended
+                        carry += 1
+                        if not broke and max_carry is not None and carry > max_carry:
+                            writer.flush()   # give up on the old boundaries: stay bounded
+                            broke = True
+                    v.advanced(pos)
+                else:
+                    # Merge the range's records with the overrides falling among them.
+                    carry = 0
+                    if len(run) == _RUN:
+                        seg_end = run[-1][0]
+                    values = v.values
+                    end = bisect_right(keys, seg_end, pos)
+                    mk: list[bytes] = []
+                    mv: list[bytes] = []
+                    i = pos
+                    for k, ident, val, _ in run:
+                        j = bisect_left(keys, k, i, end)
+                        if j > i:
+                            mk += keys[i:j]
+                            mv += values[i:j]
+                        if j < end and keys[j] == k:
+                            j += 1
+                        if ident is not None:
+                            mk.append(k)
+                            mv.append(val)
+                        i = j
+                    if end > i:
+                        mk += keys[i:end]
+                        mv += values[i:end]
+                    broke = False
+                    last = seg_end
+                    if mk:
+                        n, broke = writer.take(mk, mv, 0, len(mk))
+                        if broke:
+                            last = mk[n - 1]
+                    v.advanced(bisect_right(keys, last, pos))
             if broke:
                 ovr.drop_upto(last)
                 break
+            ovr.drop_upto(last)
