@@ -292,14 +292,25 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Refs are branch names, tags, commit ids or unique prefixes (>= 6 hex), "
                "optionally followed by ~N. Store URLs: a local path, file://PATH, or s3://BUCKET/PREFIX.")
     p.add_argument("--version", action="version", version=f"gravfs {__version__}")
-    p.add_argument("-s", "--store", help="repository store URL (default: $GRAVFS_STORE)")
-    p.add_argument("--state-dir", help="local state: staging, cache (default: $GRAVFS_STATE_DIR)")
-    p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
+
+    def add_globals(parser, default):
+        parser.add_argument("-s", "--store", default=default(None),
+                            help="repository store URL (default: $GRAVFS_STORE)")
+        parser.add_argument("--state-dir", default=default(None),
+                            help="local state: staging, cache (default: $GRAVFS_STATE_DIR)")
+        parser.add_argument("-v", "--verbose", action="count", default=default(0),
+                            help="log more (-vv for debug)")
+
+    add_globals(p, lambda d: d)
+    # the same options after the command name (gravfs ls main -s URL) without
+    # overriding what was given before it
+    common = argparse.ArgumentParser(add_help=False)
+    add_globals(common, lambda d: argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
     def cmd(name, fn, help_, **kw):
-        sp = sub.add_parser(name, help=help_, description=help_, **kw)
+        sp = sub.add_parser(name, help=help_, description=help_, parents=[common], **kw)
         sp.set_defaults(func=fn)
         return sp
 
@@ -309,20 +320,20 @@ def build_parser() -> argparse.ArgumentParser:
     sp = cmd("branch", cmd_branch, "create, list or delete branches")
     bs = sp.add_subparsers(dest="action", metavar="ACTION")
     bs.required = True
-    b = bs.add_parser("create", help="create a branch")
+    b = bs.add_parser("create", parents=[common], help="create a branch")
     b.add_argument("name")
     b.add_argument("--from", dest="source", metavar="REF", help="start point (default: main)")
-    bs.add_parser("list", help="list branches").add_argument("--json", action="store_true")
-    bs.add_parser("delete", help="delete a branch (its uncommitted changes too)").add_argument("name")
+    bs.add_parser("list", parents=[common], help="list branches").add_argument("--json", action="store_true")
+    bs.add_parser("delete", parents=[common], help="delete a branch (its uncommitted changes too)").add_argument("name")
 
     sp = cmd("tag", cmd_tag, "create, list or delete tags")
     ts = sp.add_subparsers(dest="action", metavar="ACTION")
     ts.required = True
-    t = ts.add_parser("create", help="tag a commit")
+    t = ts.add_parser("create", parents=[common], help="tag a commit")
     t.add_argument("name")
     t.add_argument("ref")
-    ts.add_parser("list", help="list tags").add_argument("--json", action="store_true")
-    ts.add_parser("delete", help="delete a tag").add_argument("name")
+    ts.add_parser("list", parents=[common], help="list tags").add_argument("--json", action="store_true")
+    ts.add_parser("delete", parents=[common], help="delete a tag").add_argument("name")
 
     sp = cmd("import", cmd_import, "stage a local directory tree and commit it")
     sp.add_argument("src", metavar="SRC_DIR")

@@ -118,3 +118,17 @@ def test_help_reads_well():
     for cmd in ["init", "branch", "tag", "import", "put", "rm", "cat", "ls", "status", "commit",
                 "log", "diff", "merge", "reset", "fsck", "mount", "umount", "sst-dump"]:
         assert cmd in p.stdout
+
+
+def test_global_options_also_after_the_command(tmp_path):
+    import subprocess
+    import sys
+    store = str(tmp_path / "s")
+    env = {"PATH": "/usr/bin:/bin", "GRAVFS_STATE_DIR": str(tmp_path / "st")}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "gravfs.cli", *a], env=env,  # noqa: E731
+                                    capture_output=True, text=True)
+    assert run("init", "-s", store).returncode == 0
+    p = run("branch", "list", "-s", store)
+    assert p.returncode == 0 and p.stdout.startswith("main\t")
+    p = run("-s", store, "log", "main", "-n", "1", "--json")
+    assert p.returncode == 0 and "Repository created" in p.stdout
