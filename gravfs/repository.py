@@ -244,10 +244,24 @@ class Repository:
         if txn is None:
             raise GravfsError("internal: reading a branch needs a staging transaction")
         st = self.staging.state(txn, target.branch)
+        if self.head_ttl > 0 and st.base and st.base != target.commit.id:
+            target = self._recheck_head(target, st.base)
         mr = target.commit.metarange
         if st.compacted:
             mr = st.compacted["metarange"]
         return branch_layers(self.staging, txn, self.committed, target.branch, mr, st)
+
+    def _recheck_head(self, target: RefTarget, base: str) -> RefTarget:
+        """With a head cache (head_ttl > 0): staging based on a commit at least as new
+        as the cached head means a commit of this workspace landed since the cache was
+        filled (its tokens may be gone already), so read the head again."""
+        try:
+            stale = self.commits.get(base).generation >= target.commit.generation
+        except NotFoundError:
+            stale = True
+        if not stale:
+            return target  # another host moved the head past our base: the cache is newer
+        return RefTarget(self.commits.get(self.head(target.branch, fresh=True)), target.branch)
 
     def stat(self, ref: str, path: str | bytes) -> Node:
         key = to_key(path)
@@ -342,6 +356,10 @@ class Repository:
         set ``compaction = None`` and call compact() yourself to do it elsewhere).
         """
         base = self._writable(branch)
+        if self.head_ttl > 0:  # never record a stale cached head as the staging base
+            st = self.staging.get_state(branch)
+            if st.base and st.base != base:
+                base = self._recheck_head(RefTarget(self.commits.get(base), branch), st.base).commit.id
         encoded = []
         for key, entry in items:
             if entry is None:
