@@ -442,3 +442,35 @@ def test_mount_errors_are_one_line(tmp_path):
     assert res.returncode != 0 and "bogus_option" in res.stderr
     res = m.cli("umount", m.mnt, check=False)
     assert res.returncode != 0 and "not mounted" in res.stderr
+
+
+def test_files_never_vanish_while_the_cli_commits(gravfs_mount):
+    """Commit drops staged tokens after moving the head: the mount's head cache must follow."""
+    import threading
+
+    m = gravfs_mount
+    names = [f"f{i}" for i in range(40)]
+    missing = []
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            listed = set(os.listdir(m.branch_path()))
+            for n in names:
+                if n in written and n not in listed:
+                    missing.append(n)
+
+    written: set = set()
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for round_ in range(4):
+            for n in names[round_ * 10:(round_ + 1) * 10]:
+                _write(m.branch_path(n), n.encode())
+                written.add(n)
+            m.commit(message=f"round {round_}")
+    finally:
+        stop.set()
+        t.join()
+    assert not missing, f"files disappeared from listings during commits: {sorted(set(missing))}"
+    assert sorted(os.listdir(m.branch_path())) == sorted(names)

@@ -38,6 +38,9 @@ def errno_of(exc: BaseException) -> int:
     if isinstance(exc, pyfuse3.FUSEError):
         return exc.errno
     if isinstance(exc, GravfsError):
+        own = getattr(exc, "errno", None)
+        if isinstance(own, int) and own > 0:  # e.g. PathTypeError carries its errno
+            return own
         for cls, code in _BY_CLASS:
             if isinstance(exc, cls):
                 if code == errno.EINVAL and "longer than" in str(exc):

@@ -197,7 +197,8 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
 
     opts = cfg["opts"]
     try:
-        repo = Repository.open(cfg["store"], cfg["state_dir"])
+        # branch heads are cached briefly; the watcher refreshes them every poll
+        repo = Repository.open(cfg["store"], cfg["state_dir"], head_ttl=opts.head_ttl)
     except GravfsError as exc:
         return report(exc.exit_code, str(exc))
     settings = MountSettings(branch=cfg["branch"], read_only=opts.read_only,

@@ -34,6 +34,7 @@ class MountOptions:
     s3_endpoint: Optional[str] = None
     poll: float = 0.5
     attr_timeout: float = 1.0
+    head_ttl: float = 1.0
     commits_listed: int = 200
     cache_mb: int = 256
     threads: int = 24
@@ -59,7 +60,7 @@ def parse(opts: list[str]) -> MountOptions:
                 out.debug = True
             elif name in ("branch", "store", "state_dir", "log_file", "s3_endpoint") and eq:
                 setattr(out, name, value)
-            elif name in ("poll", "attr_timeout") and eq:
+            elif name in ("poll", "attr_timeout", "head_ttl") and eq:
                 out.__dict__[name] = _number(name, value, float)
             elif name in ("commits_listed", "cache_mb", "threads") and eq:
                 out.__dict__[name] = _number(name, value, int)
