@@ -59,7 +59,7 @@ class CommittedManager:
 
     def __init__(self, store, tier, policy: BreakPolicy, compression: str = "snappy",
                  block_size: int = 4096, tmp_dir: str | None = None, upload_threads: int = 2,
-                 max_open_ranges: int = 512, max_carry: int | None = 8):
+                 max_open_ranges: int | None = None, max_carry: int | None = 8):
         self.store = store
         self.tier = tier
         self.policy = policy

@@ -81,17 +81,19 @@ def verify_sst(path: str) -> None:
 
 
 class OpenSST:
-    """A reader plus the tier handle pinning its file; both freed when unreferenced.
+    """An open reader, closed when unreferenced.
 
     Iterators keep a reference, so evicting an entry from the cache never
-    closes a file that is still being read.
+    closes a file that is still being read.  The tier handle is released as
+    soon as the reader has mapped the file: a mapping stays valid even if the
+    tier later evicts the file, so open readers pin nothing and cost one
+    descriptor each.
     """
 
-    __slots__ = ("reader", "_handle", "size")
+    __slots__ = ("reader", "size")
 
-    def __init__(self, reader, handle, size: int):
+    def __init__(self, reader, size: int):
         self.reader = reader
-        self._handle = handle
         self.size = size
 
     def __del__(self) -> None:
@@ -99,24 +101,34 @@ class OpenSST:
             self.reader.close()
         except Exception:  # interpreter shutdown or double close: nothing to do
             pass
-        try:
-            self._handle.release()
-        except Exception:
-            pass
+
+
+def _default_max_open() -> int:
+    """A quarter of the descriptor limit (one descriptor per open reader), within [64, 4096]."""
+    try:
+        import resource
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 256
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return 4096
+    return max(64, min(4096, soft // 4))
 
 
 class RangeStore:
     """Opens range and metarange SSTs by ID (gravfs's or lakeFS's) with bounded caches.
 
-    Open readers pin their files in the tier, so their number and total size
-    are bounded (``max_open_ranges``, ``max_open_bytes``: by default half the
-    tier budget) to leave the tier room to evict.
+    Open readers are bounded by number (``max_open_ranges``, default from the
+    descriptor limit) and by mapped bytes (``max_open_bytes``, default half
+    the tier budget: a mapped file evicted by the tier still holds its disk
+    space until unmapped).  Decoded blocks live in the SST block cache, so
+    the count bound mostly saves re-parsing index blocks.
     """
 
-    def __init__(self, tier, max_open_ranges: int = 512, max_open_bytes: int | None = None,
-                 max_metaranges: int = 256):
+    def __init__(self, tier, max_open_ranges: int | None = None,
+                 max_open_bytes: int | None = None, max_metaranges: int = 256):
         self.tier = tier
-        self.max_open_ranges = max_open_ranges
+        self.max_open_ranges = max_open_ranges or _default_max_open()
         budget = getattr(tier, "budget_bytes", None)
         self.max_open_bytes = max_open_bytes if max_open_bytes is not None else (
             budget // 2 if budget else 4 << 30)
@@ -134,10 +146,9 @@ class RangeStore:
             size = getattr(handle, "size", None)
             if size is None:
                 size = os.path.getsize(handle.path)
-        except BaseException:
+        finally:
             handle.release()
-            raise
-        return OpenSST(reader, handle, size)
+        return OpenSST(reader, size)
 
     def open_range(self, range_id: str) -> OpenSST:
         """Cached open reader of range ``range_id``."""
