@@ -54,17 +54,25 @@ class CommittedManager:
     by threads for reading; writes use a small thread pool for SST uploads.
     ``max_carry`` bounds how many untouched ranges a change may drag into a
     rewrite before a boundary is forced (None: never force, so tree IDs are
-    always a function of content alone; see stitch.py).
+    always a function of content alone; see stitch.py).  ``block_cache_bytes``
+    gives this manager its own decoded-block cache of that size instead of
+    the SST module's shared one (random lookups over trees larger than the
+    cache decode a block per miss).
     """
 
     def __init__(self, store, tier, policy: BreakPolicy, compression: str = "snappy",
                  block_size: int = 4096, tmp_dir: str | None = None, upload_threads: int = 2,
-                 max_open_ranges: int | None = None, max_carry: int | None = 8):
+                 max_open_ranges: int | None = None, max_carry: int | None = 8,
+                 block_cache_bytes: int | None = None):
         self.store = store
         self.tier = tier
         self.policy = policy
         self.max_carry = max_carry
-        self.ranges = RangeStore(tier, max_open_ranges=max_open_ranges)
+        cache = None
+        if block_cache_bytes is not None:
+            from gravfs.sstable import BlockCache
+            cache = BlockCache(block_cache_bytes)
+        self.ranges = RangeStore(tier, max_open_ranges=max_open_ranges, block_cache=cache)
         self._own_tmp = tmp_dir is None
         self._tmp_dir = tmp_dir or tempfile.mkdtemp(prefix="gravfs-committed-")
         os.makedirs(self._tmp_dir, exist_ok=True)

@@ -126,8 +126,10 @@ class RangeStore:
     """
 
     def __init__(self, tier, max_open_ranges: int | None = None,
-                 max_open_bytes: int | None = None, max_metaranges: int = 256):
+                 max_open_bytes: int | None = None, max_metaranges: int = 256,
+                 block_cache=None):
         self.tier = tier
+        self.block_cache = block_cache  # None: the SST module's shared default cache
         self.max_open_ranges = max_open_ranges or _default_max_open()
         budget = getattr(tier, "budget_bytes", None)
         self.max_open_bytes = max_open_bytes if max_open_bytes is not None else (
@@ -142,7 +144,10 @@ class RangeStore:
     def _open(self, key: str) -> OpenSST:
         handle = self.tier.acquire(key, verify=verify_sst)
         try:
-            reader = _sstable.SSTReader(handle.path, name=key)
+            if self.block_cache is None:
+                reader = _sstable.SSTReader(handle.path, name=key)
+            else:
+                reader = _sstable.SSTReader(handle.path, name=key, cache=self.block_cache)
             size = getattr(handle, "size", None)
             if size is None:
                 size = os.path.getsize(handle.path)
