@@ -49,17 +49,19 @@ class _Verifier:
 class ReadState:
     """Per open handle: where the last read ended, and how far ahead to fetch."""
 
-    __slots__ = ("next_offset", "ahead", "tier_handle")
+    __slots__ = ("next_offset", "ahead", "tier_handle", "lock")
 
     def __init__(self):
         self.next_offset = 0
         self.ahead = 0
         self.tier_handle = None
+        self.lock = threading.Lock()  # the kernel may send reads of one handle in parallel
 
     def close(self) -> None:
-        if self.tier_handle is not None:
-            self.tier_handle.release()
-            self.tier_handle = None
+        with self.lock:
+            if self.tier_handle is not None:
+                self.tier_handle.release()
+                self.tier_handle = None
 
 
 class DataReader:
@@ -88,11 +90,13 @@ class DataReader:
         length = min(length, size - offset)
         if address in self._corrupt:
             raise CorruptDataError(f"data object {address} does not match its hash")
-        if state.tier_handle is None and (size <= self.chunk or self.repo.tier.cached(address)):
-            state.tier_handle = self.repo.data.acquire(address)
-        if state.tier_handle is not None:
+        with state.lock:
+            if state.tier_handle is None and (size <= self.chunk or self.repo.tier.cached(address)):
+                state.tier_handle = self.repo.data.acquire(address)
+            handle = state.tier_handle
+        if handle is not None:
             self.stats["tier_reads"] += 1
-            return state.tier_handle.read(offset, length)
+            return handle.read(offset, length)
         return self._ranged(state, address, size, offset, length)
 
     # -- chunks ---------------------------------------------------------------------
