@@ -6,8 +6,10 @@ Public API (see each module for details):
               metarange_id, EMPTY_ID
 - entry.py    EntryInfo, encode_entry/decode_entry, entry_identity, entry_record
 - breaks.py   BreakPolicy (lakeFS rule), SizeAwareBreakPolicy, policy_from_dict
-- manager.py  CommittedManager: write_metarange, get, iter, iter_ranges,
-              apply, diff, merge
+- manager.py  CommittedManager: write_metarange/write_tree, get, iter,
+              iter_ranges, range_records, apply, diff, merge
+- reader.py   RangeStore (tier-backed SST opening, caches), MetaRange, RangeInfo
+- writer.py / stitch.py / diff.py / merge.py  the algorithms behind the manager
 - results.py  Change, Diff, Stats, ApplyResult, MergeResult
 """
 
@@ -15,7 +17,8 @@ from gravfs.committed.breaks import BreakPolicy, SizeAwareBreakPolicy, policy_fr
 from gravfs.committed.entry import (
     ADDRESS_FULL, ADDRESS_RELATIVE, KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo,
     decode_entry, encode_entry, entry_identity, entry_record)
-from gravfs.committed.manager import CommittedManager, DiffIterator
+from gravfs.committed.manager import EMPTY_METARANGE_ID, CommittedManager, DiffIterator
+from gravfs.committed.merge import STRATEGIES
 from gravfs.committed.reader import (
     METARANGES_PREFIX, RANGES_PREFIX, MetaRange, RangeInfo, RangeStore, metarange_key, range_key)
 from gravfs.committed.record import (
@@ -25,7 +28,7 @@ from gravfs.committed.results import (
     ADDED, CHANGED, REMOVED, ApplyResult, Change, Diff, MergeResult, Stats)
 
 __all__ = [
-    "ADDED", "ADDRESS_FULL", "ADDRESS_RELATIVE", "CHANGED", "EMPTY_ID", "KIND_DIRECTORY",
+    "ADDED", "EMPTY_METARANGE_ID", "STRATEGIES", "ADDRESS_FULL", "ADDRESS_RELATIVE", "CHANGED", "EMPTY_ID", "KIND_DIRECTORY",
     "KIND_FILE", "KIND_SYMLINK", "METARANGES_PREFIX", "RANGES_PREFIX", "REMOVED",
     "ApplyResult", "BreakPolicy", "Change", "CommittedManager", "Diff", "DiffIterator",
     "EntryInfo", "IDBuilder", "MergeResult", "MetaRange", "RangeInfo", "RangeStore", "Record",
