@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
@@ -82,7 +81,7 @@ class Mount:
         return self
 
     def commit(self, branch: str = "main", message: str = "test") -> str:
-        out = self.cli("commit", branch, "-m", message).stdout
+        self.cli("commit", branch, "-m", message)
         return self.head(branch)
 
     def head(self, branch: str = "main") -> str:

@@ -8,9 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
-import pytest
 
 from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
 from tests.fuse_util import ROOT, Mount, wait_for

@@ -25,7 +25,7 @@ import trio
 from gravfs import hashing
 from gravfs.committed.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo
 from gravfs.dataobjects import address_of
-from gravfs.errors import AmbiguousRefError, BadNameError, GravfsError, NotFoundError
+from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
 from gravfs.fuse.errnos import fail, guarded, quiet
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
 from gravfs.fuse.openfiles import DirHandle, FileHandle, OpenFile
@@ -98,8 +98,12 @@ class GravfsOperations(pyfuse3.Operations):
     def prepare(self, files_dir: str) -> None:
         """Blocking setup before mounting: the empty object, the local files dir."""
         self.files_dir = files_dir
-        if self.repo.store.size(EMPTY_ADDRESS) is None:
-            self.repo.data.put_bytes(b"")
+        if not self.settings.read_only:
+            try:  # new empty files point at the empty object: make sure it exists
+                if self.repo.store.size(EMPTY_ADDRESS) is None:
+                    self.repo.data.put_bytes(b"")
+            except GravfsError as exc:
+                log.warning("cannot store the empty object (%s); creating files may fail", exc)
         if self.settings.branch:
             self.repo.head(self.settings.branch)  # NotFoundError before mounting
 
