@@ -43,6 +43,8 @@ def mount(args) -> int:
     store = args.store or opts.store or os.environ.get("GRAVFS_STORE")
     if not store:
         raise GravfsError("no store given: use -s/--store URL, -o store=URL or set GRAVFS_STORE")
+    if "://" not in store:
+        store = os.path.abspath(store)  # the daemon runs from /
     state_dir = os.path.abspath(args.state_dir or opts.state_dir or default_state_dir())
     branch = getattr(args, "branch", None) or opts.branch
     if opts.s3_endpoint:
@@ -102,6 +104,7 @@ def _spawn(cfg: dict) -> int:
             os.setsid()
             if os.fork() != 0:
                 os._exit(0)
+            os.chdir("/")  # do not keep the caller's directory busy
             code = serve(cfg, ready_fd=w, daemon=True)
         except BaseException as exc:  # never return into the CLI from a forked child
             try:
