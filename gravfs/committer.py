@@ -34,7 +34,9 @@ from gravfs.staging.area import PUT, TOMBSTONE, BranchState, new_token
 log = logging.getLogger(__name__)
 
 CAS_RETRIES = 20
-Change = tuple[bytes, Optional[bytes], bytes]  # (key, identity or None = delete, data)
+# (key, identity or None = delete, data[, encoded value]); data may be None when the
+# encoded value is given (changes read from staging)
+Change = tuple
 
 
 class NothingToCommitError(GravfsError):
@@ -132,10 +134,11 @@ class Committer:
         return self.area.write(run)
 
     def _token_changes(self, tokens: list[str]) -> list[Change]:
+        """Changes of the tokens (newest first wins), values kept encoded for apply."""
         if not tokens:
             return []
         with self.area.read_txn() as txn:
-            layers = [view.TokenLayer(self.area, txn, t) for t in tokens]
+            layers = [view.RawTokenLayer(self.area, txn, t) for t in tokens]
             return list(view.merged(layers))
 
     def staged_changes(self, st: BranchState, head: Commit) -> tuple[list[Change], str]:
@@ -184,7 +187,7 @@ class Committer:
     def check_rebase(self, base_id: str, head: Commit, changes: list[Change]) -> None:
         """Raise ConflictError when upstream changed a path we change differently."""
         base = self.repo.commits.get(base_id)
-        ours = {k: ident for k, ident, _ in changes}
+        ours = {c[0]: c[1] for c in changes}
         conflicts = []
         for d in self.committed.diff(base.metarange, head.metarange):
             if d.key in ours:
@@ -293,7 +296,8 @@ class Committer:
                                                             st.compacted["metarange"])))
             changes = overlay(comp, changes)
         out = []
-        for key, ident, _ in changes:
+        for change in changes:
+            key, ident = change[0], change[1]
             cur = self.committed.get(head.metarange, key)
             if ident is None:
                 if cur is not None:

@@ -172,7 +172,8 @@ class CommittedManager:
         return ApplyResult(mr.id, stats)
 
     def apply(self, base_metarange_id: str, changes: Iterable) -> ApplyResult:
-        """Apply sorted changes (puts: (key, identity, data); deletes: (key, None, None)).
+        """Apply sorted changes (puts: (key, identity, data[, encoded value]);
+        deletes: (key, None, None)).
 
         Untouched ranges are copied by ID unread; only ranges a change falls
         into (plus, rarely, neighbours until the old boundaries line up
@@ -275,7 +276,11 @@ class _counting:
 
 
 def _change_overrides(changes: Iterable) -> Iterator[tuple]:
-    """Change/Record tuples -> stitch override entries, checking the order."""
+    """Change/Record tuples -> stitch override entries, checking the order.
+
+    A put may carry its already-encoded value as a 4th element (staging keeps
+    values encoded), which saves a decode/encode round trip per record.
+    """
     last = None
     for ch in changes:
         key, identity = ch[0], ch[1]
@@ -284,5 +289,7 @@ def _change_overrides(changes: Iterable) -> Iterator[tuple]:
         last = key
         if identity is None:
             yield (key, None, None, 1)
+        elif len(ch) > 3 and ch[3] is not None:
+            yield (key, identity, ch[3], 1)
         else:
             yield (key, identity, encode_value(identity, ch[2]), 1)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from typing import Callable, Iterable, Iterator, Optional, Protocol
 
-from gravfs.committed.record import decode_value
+from gravfs.committed.record import decode_identity, decode_value
 from gravfs.staging.area import TOMBSTONE, StagingArea
 
 Item = tuple[bytes, Optional[bytes], bytes]
@@ -40,6 +40,25 @@ class TokenLayer:
         for key, raw in self.area.iter_token(self.txn, self.token, start):
             ident, data = decode_staged(raw)
             yield key, ident, data
+
+
+class RawTokenLayer:
+    """One staging token as changes for apply: ``(key, identity, None, encoded)``.
+
+    Staging stores values already encoded, so a commit passes them through
+    without decoding the data.
+    """
+
+    def __init__(self, area: StagingArea, txn, token: str):
+        self.area, self.txn, self.token = area, txn, token
+
+    def open(self, start: bytes):
+        for key, raw in self.area.iter_token(self.txn, self.token, start):
+            if raw == TOMBSTONE:
+                yield key, None, None
+            else:
+                enc = raw[1:]
+                yield key, decode_identity(enc), None, enc
 
 
 class CommittedLayer:
