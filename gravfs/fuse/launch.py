@@ -63,17 +63,38 @@ def mount(args) -> int:
     return _spawn(cfg)
 
 
-def _mounted_at(mountpoint: str) -> bool:
+def _mount_device(mountpoint: str) -> Optional[str]:
+    """The "major:minor" of what is mounted at mountpoint (from mountinfo: no FUSE request)."""
+    found = None
     try:
         with open("/proc/self/mountinfo") as f:
             for line in f:
-                field = line.split()[4]
-                field = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-                if field == mountpoint:
-                    return True
+                fields = line.split()
+                where = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+                if where == mountpoint:
+                    found = fields[2]  # the last one is on top
     except OSError:
         pass
-    return False
+    return found
+
+
+def _mounted_at(mountpoint: str) -> bool:
+    return _mount_device(mountpoint) is not None
+
+
+def _tune_readahead(mountpoint: str, kb: int) -> None:
+    """Raise the kernel's read-ahead for the mount (root only; best effort)."""
+    if kb <= 0:
+        return
+    dev = _mount_device(mountpoint)
+    if dev is None:
+        return
+    try:
+        with open(f"/sys/class/bdi/{dev}/read_ahead_kb", "w") as f:
+            f.write(str(kb))
+        log.debug("read-ahead of %s set to %d KiB", mountpoint, kb)
+    except OSError as exc:
+        log.debug("cannot set read-ahead of %s: %s", mountpoint, exc)
 
 
 def _clear_stale_mount(mountpoint: str) -> None:
@@ -207,7 +228,8 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     settings = MountSettings(branch=cfg["branch"], read_only=opts.read_only,
                              branch_ttl=opts.attr_timeout, poll_interval=opts.poll,
                              commits_listed=opts.commits_listed, threads=opts.threads,
-                             cache_mb=opts.cache_mb)
+                             cache_mb=opts.cache_mb, readahead_kb=opts.readahead_kb,
+                             mountpoint=cfg["mountpoint"])
     try:
         ops = GravfsOperations(repo, settings)
         ops.prepare(_files_dir(repo))
@@ -262,10 +284,20 @@ async def _main(ops) -> None:
         ops.nursery = nursery
         nursery.start_soon(watcher.run)
         nursery.start_soon(_signals, nursery)
+        nursery.start_soon(_readahead_after_init, ops)
         await pyfuse3.main(min_tasks=4, max_tasks=64)
         log.info("kernel ended the session; staging open files")
         nursery.cancel_scope.cancel()
     await ops.flush_all()
+
+
+async def _readahead_after_init(ops) -> None:
+    """The kernel sets the read-ahead from FUSE INIT's reply: raise it once that is done."""
+    import trio
+
+    kb = ops.settings.readahead_kb
+    await trio.sleep(0.3)
+    await trio.to_thread.run_sync(_tune_readahead, ops.settings.mountpoint, kb)
 
 
 async def _signals(nursery) -> None:

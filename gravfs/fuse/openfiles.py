@@ -35,10 +35,10 @@ COPY_CHUNK = 1 << 20
 
 
 class OpenFile:
-    def __init__(self, node: Inode, entry: Optional[EntryInfo], files_dir: str):
-        self.node = node
+    def __init__(self, node: Optional[Inode], entry: Optional[EntryInfo], files_dir: str):
+        self.node = node  # set by the caller when created before its inode
         self.entry = entry  # content last staged (or read) for this file; None when new
-        self.path = os.path.join(files_dir, f"{node.ino}-{uuid.uuid4().hex[:8]}")
+        self.path = os.path.join(files_dir, uuid.uuid4().hex)
         self.fd = -1
         self.dirty = False
         self.handles = 0

@@ -53,7 +53,8 @@ class MountSettings:
     def __init__(self, branch: Optional[str] = None, read_only: bool = False,
                  branch_ttl: float = 1.0, immutable_ttl: float = 86400.0,
                  poll_interval: float = 0.5, commits_listed: int = 200,
-                 threads: int = 24, cache_mb: int = 256):
+                 threads: int = 24, cache_mb: int = 256, readahead_kb: int = 0,
+                 mountpoint: str = ""):
         self.branch = branch
         self.read_only = read_only
         self.branch_ttl = branch_ttl
@@ -62,6 +63,8 @@ class MountSettings:
         self.commits_listed = commits_listed
         self.threads = threads
         self.cache_mb = cache_mb
+        self.readahead_kb = readahead_kb
+        self.mountpoint = mountpoint
 
 
 class GravfsOperations(pyfuse3.Operations):
@@ -242,11 +245,28 @@ class GravfsOperations(pyfuse3.Operations):
             if node.opens and "entry" in node.extra:
                 return node.extra["entry"]  # still open: what it was
             raise fail(errno.ENOENT)
-        node.extra["entry"] = n.entry
+        self._remember_entry(node, n.entry)
         return n.entry
 
     def _remember(self, node: Inode, n: Node) -> None:
-        node.extra["entry"] = n.entry
+        self._remember_entry(node, n.entry)
+
+    @staticmethod
+    def _remember_entry(node: Inode, entry: Optional[EntryInfo]) -> None:
+        """Keep the entry last seen for an inode (and when: branch entries age)."""
+        node.extra["entry"] = entry
+        node.extra["seen"] = time.monotonic()
+
+    def _recent_entry(self, node: Inode) -> tuple[bool, Optional[EntryInfo]]:
+        """(known, entry) when the entry was seen within the branch attribute timeout."""
+        seen = node.extra.get("seen")
+        if seen is None or "entry" not in node.extra:
+            return False, None
+        if node.tree is not None and node.tree.immutable:
+            return True, node.extra["entry"]
+        if time.monotonic() - seen < self.settings.branch_ttl:
+            return True, node.extra["entry"]
+        return False, None
 
     # -- lookup / forget / getattr --------------------------------------------------------
 
@@ -455,11 +475,9 @@ class GravfsOperations(pyfuse3.Operations):
         key = self._child_key(parent, name)
         entry = self._now_dir_entry(mode, ctx)
         async with self._ns(tree):
-            if await self._stat(tree, key) is not None:
-                raise fail(errno.EEXIST)
-            await self.run(self.repo.stage, tree.name, [(key + b"/", entry)])
+            await self.run(self._create_blocking, tree, key, key + b"/", entry)
         node = self.inodes.ensure(tree, key, "dir", parent.ino, name)
-        node.extra["entry"] = entry
+        self._remember_entry(node, entry)
         node.lookups += 1
         log.debug("mkdir %s:%s", tree.name, key)
         return self._attrs(node, entry)
@@ -483,17 +501,45 @@ class GravfsOperations(pyfuse3.Operations):
         tree = self._writable_tree(parent)
         key = self._child_key(parent, name)
         async with self._ns(tree):
-            n = await self._stat(tree, key)
-            if n is None:
-                raise fail(errno.ENOENT)
-            if n.kind != "dir":
-                raise fail(errno.ENOTDIR)
-            if await self.run(self.repo.list_dir, tree.ref, key, None, 1):
-                raise fail(errno.ENOTEMPTY)
-            await self.run(self._remove_keeping_parent, tree, parent.key, [(key + b"/", None)])
+            await self.run(self._rmdir_blocking, tree, parent.key, key)
         node = self.inodes.find(tree, key, "dir")
         if node is not None:
             self.inodes.unlink(node)
+
+    def _stat_or_none(self, tree: Tree, key: bytes) -> Optional[Node]:
+        try:
+            return self.repo.stat(tree.ref, key)
+        except NotFoundError:
+            return None
+
+    def _create_blocking(self, tree: Tree, key: bytes, staged_key: bytes, entry: EntryInfo,
+                         of: Optional[OpenFile] = None) -> None:
+        """One worker-thread trip for mkdir/create/symlink: check, stage, local file."""
+        n = self._stat_or_none(tree, key)
+        if n is not None:
+            raise fail(errno.EISDIR if n.kind == "dir" and of is not None else errno.EEXIST)
+        self.repo.stage(tree.name, [(staged_key, entry)])
+        if of is not None:
+            of.materialize(self.repo)
+
+    def _rmdir_blocking(self, tree: Tree, parent_key: bytes, key: bytes) -> None:
+        n = self._stat_or_none(tree, key)
+        if n is None:
+            raise fail(errno.ENOENT)
+        if n.kind != "dir":
+            raise fail(errno.ENOTDIR)
+        if self.repo.list_dir(tree.ref, key, None, 1):
+            raise fail(errno.ENOTEMPTY)
+        self._remove_keeping_parent(tree, parent_key, [(key + b"/", None)])
+
+    def _unlink_blocking(self, tree: Tree, parent_key: bytes, key: bytes) -> str:
+        n = self._stat_or_none(tree, key)
+        if n is None:
+            raise fail(errno.ENOENT)
+        if n.kind == "dir":
+            raise fail(errno.EISDIR)
+        self._remove_keeping_parent(tree, parent_key, [(key, None)])
+        return n.kind
 
     def _remove_keeping_parent(self, tree: Tree, parent_key: bytes, items: list) -> None:
         """Stage removals; an implied parent directory gets a marker so it survives."""
@@ -515,16 +561,23 @@ class GravfsOperations(pyfuse3.Operations):
         entry = EntryInfo(address=EMPTY_ADDRESS, size=0, mtime_ns=now,
                           mode=statmod.S_IFREG | (mode & 0o7777), kind=KIND_FILE,
                           uid=ctx.uid, gid=ctx.gid)
+        scratch = OpenFile(None, entry, self.files_dir)
         async with self._ns(tree):
-            n = await self._stat(tree, key)
-            if n is not None:
-                raise fail(errno.EISDIR if n.kind == "dir" else errno.EEXIST)
-            await self.run(self.repo.stage, tree.name, [(key, entry)])
+            try:
+                await self.run(self._create_blocking, tree, key, key, entry, scratch)
+            except BaseException:
+                scratch.close()
+                raise
+        stale = self.inodes.find(tree, key, "file")
+        if stale is not None and stale.ino in self.open_files:
+            # still open under a name that vanished outside the mount: keep it apart
+            self.inodes.unlink(stale)
         node = self.inodes.ensure(tree, key, "file", parent.ino, name)
-        node.extra["entry"] = entry
+        self._remember_entry(node, entry)
         node.lookups += 1
-        of = self._openfile(node, entry)
-        await self.run(of.materialize, self.repo)
+        scratch.node = node
+        self.open_files[node.ino] = scratch
+        of = scratch
         fi = self._open_handle(node, entry, flags, of)
         log.debug("create %s:%s", tree.name, key)
         return fi, self._attrs(node, entry)
@@ -561,7 +614,9 @@ class GravfsOperations(pyfuse3.Operations):
         of = self.open_files.get(node.ino)
         entry = of.entry if of is not None else None
         if of is None:
-            entry = await self._entry_of(node)
+            known, entry = self._recent_entry(node) if not writing else (False, None)
+            if not known:  # reads may use what lookup just saw; writes start from fresh
+                entry = await self._entry_of(node)
             if node.kind != "file":
                 raise fail(errno.EINVAL)
             if writing:
@@ -628,7 +683,7 @@ class GravfsOperations(pyfuse3.Operations):
                 await self.run(self.repo.stage, tree.name, [(node.key, entry)])
             of.entry = entry
             of.dirty = False
-            node.extra["entry"] = entry
+            self._remember_entry(node, entry)
             for h in self.files.values():
                 if h.node is node:
                     h.entry = entry  # later reads of read-only handles see what was written
@@ -736,7 +791,7 @@ class GravfsOperations(pyfuse3.Operations):
                     if node.linked:
                         await self.run(self.repo.stage, tree.name, [(node.key, e)])
                 of.entry = e
-                node.extra["entry"] = e
+                self._remember_entry(node, e)
             return
         async with self._ns(tree):
             n = await self._stat(tree, node.key)
@@ -749,7 +804,7 @@ class GravfsOperations(pyfuse3.Operations):
                 e = change(n.entry)
                 key = node.key
             await self.run(self.repo.stage, tree.name, [(key, e)])
-        node.extra["entry"] = e
+        self._remember_entry(node, e)
 
     # -- names: unlink / rename / symlink / link ---------------------------------------------
 
@@ -759,13 +814,8 @@ class GravfsOperations(pyfuse3.Operations):
         tree = self._writable_tree(parent)
         key = self._child_key(parent, name)
         async with self._ns(tree):
-            n = await self._stat(tree, key)
-            if n is None:
-                raise fail(errno.ENOENT)
-            if n.kind == "dir":
-                raise fail(errno.EISDIR)
-            await self.run(self._remove_keeping_parent, tree, parent.key, [(key, None)])
-            node = self.inodes.find(tree, key, n.kind)
+            kind = await self.run(self._unlink_blocking, tree, parent.key, key)
+            node = self.inodes.find(tree, key, kind)
             if node is not None:
                 self.inodes.unlink(node)
         log.debug("unlink %s:%s", tree.name, key)
@@ -784,25 +834,9 @@ class GravfsOperations(pyfuse3.Operations):
         src = self._child_key(po, name_old)
         dst = self._child_key(pn, name_new)
         async with self._ns(tree):
-            s = await self._stat(tree, src)
-            if s is None:
-                raise fail(errno.ENOENT)
-            d = await self._stat(tree, dst)
-            if s.kind == "dir" and (dst == src or dst.startswith(src + b"/")):
-                raise fail(errno.EINVAL)
-            if d is not None:
-                if flags & pyfuse3.RENAME_NOREPLACE:
-                    raise fail(errno.EEXIST)
-                if src == dst:
-                    return
-                if s.kind == "dir":
-                    if d.kind != "dir":
-                        raise fail(errno.ENOTDIR)
-                    if await self.run(self.repo.list_dir, tree.ref, dst, None, 1):
-                        raise fail(errno.ENOTEMPTY)
-                elif d.kind == "dir":
-                    raise fail(errno.EISDIR)
-            await self.run(self._rename_blocking, tree, po.key, src, dst)
+            d = await self.run(self._rename_blocking, tree, po.key, src, dst, flags)
+            if d is False:
+                return  # renamed onto itself
             if d is not None:
                 victim = self.inodes.find(tree, dst, d.kind)
                 if victim is not None:
@@ -810,12 +844,33 @@ class GravfsOperations(pyfuse3.Operations):
             self.inodes.rekey(tree, src, dst, pn.ino, name_new)
         log.debug("rename %s:%s -> %s", tree.name, src, dst)
 
-    def _rename_blocking(self, tree: Tree, src_parent: bytes, src: bytes, dst: bytes) -> None:
+    def _rename_blocking(self, tree: Tree, src_parent: bytes, src: bytes, dst: bytes,
+                         flags: int):
+        """Check and stage a rename; returns the replaced node (None, or False for a no-op)."""
+        s = self._stat_or_none(tree, src)
+        if s is None:
+            raise fail(errno.ENOENT)
+        d = self._stat_or_none(tree, dst)
+        if s.kind == "dir" and (dst == src or dst.startswith(src + b"/")):
+            raise fail(errno.EINVAL)
+        if d is not None:
+            if flags & pyfuse3.RENAME_NOREPLACE:
+                raise fail(errno.EEXIST)
+            if src == dst:
+                return False
+            if s.kind == "dir":
+                if d.kind != "dir":
+                    raise fail(errno.ENOTDIR)
+                if self.repo.list_dir(tree.ref, dst, None, 1):
+                    raise fail(errno.ENOTEMPTY)
+            elif d.kind == "dir":
+                raise fail(errno.EISDIR)
         if src_parent:
             p = self.repo.stat(tree.ref, src_parent)
             if p.entry is None:  # keep an implied source directory alive
                 self.repo.stage(tree.name, [(src_parent + b"/", self._now_dir_entry(0o755))])
         self.repo.rename(tree.name, src, dst)
+        return d
 
     @guarded
     async def symlink(self, parent_inode, name, target, ctx):
@@ -830,11 +885,9 @@ class GravfsOperations(pyfuse3.Operations):
                           mode=statmod.S_IFLNK | 0o777, kind=KIND_SYMLINK, symlink_target=text,
                           uid=ctx.uid, gid=ctx.gid)
         async with self._ns(tree):
-            if await self._stat(tree, key) is not None:
-                raise fail(errno.EEXIST)
-            await self.run(self.repo.stage, tree.name, [(key, entry)])
+            await self.run(self._create_blocking, tree, key, key, entry)
         node = self.inodes.ensure(tree, key, "symlink", parent.ino, name)
-        node.extra["entry"] = entry
+        self._remember_entry(node, entry)
         node.lookups += 1
         return self._attrs(node, entry)
 

@@ -21,7 +21,7 @@ IGNORED_PREFIXES = ("x-", "comment=", "context=", "fscontext=", "defcontext=", "
 # passed through to libfuse (fuse_session_new / fuse_session_mount)
 FUSE_FLAGS = {"allow_other", "allow_root", "default_permissions", "nosuid", "suid", "nodev",
               "dev", "noexec", "exec", "dirsync", "auto_unmount", "debug"}
-FUSE_VALUED = {"fsname", "subtype", "max_read", "blkdev", "blksize"}
+FUSE_VALUED = {"fsname", "subtype"}
 
 
 @dataclass
@@ -37,6 +37,7 @@ class MountOptions:
     head_ttl: float = 1.0
     commits_listed: int = 200
     cache_mb: int = 256
+    readahead_kb: int = 1024
     threads: int = 24
     debug: bool = False
     log_file: Optional[str] = None
@@ -62,7 +63,7 @@ def parse(opts: list[str]) -> MountOptions:
                 setattr(out, name, value)
             elif name in ("poll", "attr_timeout", "head_ttl") and eq:
                 out.__dict__[name] = _number(name, value, float)
-            elif name in ("commits_listed", "cache_mb", "threads") and eq:
+            elif name in ("commits_listed", "cache_mb", "threads", "readahead_kb") and eq:
                 out.__dict__[name] = _number(name, value, int)
             elif name in FUSE_FLAGS and not eq:
                 out.fuse.add(name)
