@@ -247,15 +247,24 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
         repo.close()
         return report(1, f"cannot mount on {cfg['mountpoint']}: {exc} "
                          f"(see {log_path(cfg['state_dir'], cfg['mountpoint'])})")
-    log.info("mounted %s on %s (pid %d%s)", cfg["store"], cfg["mountpoint"], os.getpid(),
-             f", branch {cfg['branch']}" if cfg["branch"] else "")
-    if ready_fd is not None:
-        os.write(ready_fd, READY)
-        os.close(ready_fd)
-    _notify_systemd(b"READY=1")
+    state = {"ready": False}
+
+    def announce() -> None:
+        """The mount answered a request of ours: tell the waiting parent / systemd."""
+        state["ready"] = True
+        log.info("mounted %s on %s (pid %d%s)", cfg["store"], cfg["mountpoint"], os.getpid(),
+                 f", branch {cfg['branch']}" if cfg["branch"] else "")
+        if ready_fd is not None:
+            os.write(ready_fd, READY)
+            os.close(ready_fd)
+        _notify_systemd(b"READY=1")
+
     code = 0
     try:
-        trio.run(_main, ops)
+        trio.run(_main, ops, announce)
+        if not state["ready"]:
+            code = report(1, f"the kernel refused the mount on {cfg['mountpoint']} "
+                             f"(see {log_path(cfg['state_dir'], cfg['mountpoint'])})")
     except BaseException:
         log.exception("mount loop failed")
         code = 1
@@ -273,7 +282,7 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     return code
 
 
-async def _main(ops) -> None:
+async def _main(ops, announce) -> None:
     import pyfuse3
     import trio
 
@@ -284,20 +293,34 @@ async def _main(ops) -> None:
         ops.nursery = nursery
         nursery.start_soon(watcher.run)
         nursery.start_soon(_signals, nursery)
-        nursery.start_soon(_readahead_after_init, ops)
+        nursery.start_soon(_self_check, ops, announce)
         await pyfuse3.main(min_tasks=4, max_tasks=64)
         log.info("kernel ended the session; staging open files")
         nursery.cancel_scope.cancel()
     await ops.flush_all()
 
 
-async def _readahead_after_init(ops) -> None:
-    """The kernel sets the read-ahead from FUSE INIT's reply: raise it once that is done."""
+async def _self_check(ops, announce) -> None:
+    """Ask the mount for our own pid: once that works the mount is really usable.
+
+    Only then is readiness announced (a FUSE INIT the kernel rejects ends the
+    session instead), and the read-ahead raised (INIT's reply sets it first).
+    """
     import trio
 
-    kb = ops.settings.readahead_kb
-    await trio.sleep(0.3)
-    await trio.to_thread.run_sync(_tune_readahead, ops.settings.mountpoint, kb)
+    mountpoint = ops.settings.mountpoint
+    while True:
+        try:
+            got = await trio.to_thread.run_sync(os.getxattr, mountpoint, "user.gravfs.pid")
+        except OSError as exc:
+            log.debug("self check of %s: %s", mountpoint, exc)
+            await trio.sleep(0.05)
+            continue
+        if int(got) == os.getpid():
+            break
+        await trio.sleep(0.05)  # an older mount still on top; ours is not visible yet
+    await trio.to_thread.run_sync(_tune_readahead, mountpoint, ops.settings.readahead_kb)
+    announce()
 
 
 async def _signals(nursery) -> None:
