@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import subprocess
@@ -102,3 +103,33 @@ def test_s3_rename_and_kill9(s3_mounts):
     assert _read(a.branch_path("job/synced")) == b"fsync on s3"
     cid = a.commit()
     assert _read(a.path("commits", cid, "job/out/part-3")) == b"3" * 1000
+
+
+def test_s3_outage_gives_eio_and_the_mount_survives(s3_server, tmp_path):
+    url = f"s3://{s3_server.bucket}/fuse-{uuid.uuid4().hex[:10]}"
+    env = dict(s3_env(s3_server), GRAVFS_S3_MAX_ATTEMPTS="1")
+    a = Mount(str(tmp_path / "a"), store=url, env=env).init()
+    b = Mount(str(tmp_path / "b"), store=url, env=env)
+    try:
+        a.mount()
+        os.makedirs(a.branch_path("d"))
+        _write(a.branch_path("d/f"), b"survives")
+        cid = a.commit()
+        a.umount()
+        b.mount()  # nothing of the data is cached in this workspace
+        s3_server.stop()
+        try:
+            with pytest.raises(OSError) as exc:
+                _read(b.path("commits", cid, "d", "f"))
+            assert exc.value.errno == errno.EIO
+            assert sorted(os.listdir(b.mnt)) == ["branches", "commits", "tags"]
+        finally:
+            s3_server.start()
+        assert _read(b.path("commits", cid, "d", "f")) == b"survives"
+        assert _read(b.branch_path("d/f")) == b"survives"
+        assert "Traceback" not in b.log_text()
+    finally:
+        if s3_server.proc is None or s3_server.proc.poll() is not None:
+            s3_server.start()
+        a.cleanup()
+        b.cleanup()

@@ -195,6 +195,8 @@ def _setup_daemon_logging(cfg: dict, daemon: bool) -> None:
     root.setLevel(level)
     if not opts.debug:
         logging.getLogger("pyfuse3").setLevel(logging.INFO)
+        for noisy in ("botocore", "boto3", "urllib3", "s3transfer"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:

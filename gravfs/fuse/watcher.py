@@ -20,7 +20,7 @@ import logging
 import pyfuse3
 import trio
 
-from gravfs.errors import NotFoundError
+from gravfs.errors import GravfsError, NotFoundError
 from gravfs.staging.area import BranchState
 
 log = logging.getLogger(__name__)
@@ -50,12 +50,22 @@ class Watcher:
 
     async def run(self) -> None:
         interval = self.ops.settings.poll_interval
+        failing = None
         while True:
             await trio.sleep(interval)
             try:
                 await self.poll()
+            except GravfsError as exc:  # e.g. the store is unreachable: say so once
+                if str(exc) != failing:
+                    log.warning("cannot poll branch heads: %s", exc)
+                failing = str(exc)
+                continue
             except Exception:
                 log.exception("watcher round failed")
+                continue
+            if failing is not None:
+                log.warning("polling branch heads works again")
+                failing = None
 
     async def poll(self) -> None:
         ops = self.ops
