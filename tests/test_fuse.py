@@ -518,3 +518,14 @@ def test_read_only_mount(tmp_path):
         assert _errno(os.unlink, m.branch_path("x")) == errno.EROFS
     finally:
         m.cleanup()
+
+
+def test_create_read_only_then_write_through_another_handle(gravfs_mount):
+    m = gravfs_mount
+    p = m.branch_path("ro-created")
+    fd_ro = os.open(p, os.O_CREAT | os.O_RDONLY, 0o644)
+    with open(p, "r+b") as w:
+        os.close(fd_ro)  # releasing the read-only creator must not end the writer's copy
+        w.write(b"still writing")
+    assert _read(p) == b"still writing"
+    assert m.cli("cat", "main:ro-created").stdout == "still writing"

@@ -594,7 +594,7 @@ class GravfsOperations(pyfuse3.Operations):
         h = FileHandle(fh, node, entry, flags, of)
         self.files[fh] = h
         node.opens += 1
-        if of is not None and h.writable:
+        if of is not None:  # counted until release, whatever the access mode
             of.handles += 1
         fi = pyfuse3.FileInfo(fh=fh)
         fi.keep_cache = bool(node.tree and node.tree.immutable)
