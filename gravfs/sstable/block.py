@@ -63,11 +63,15 @@ def decode_entries(data: bytes) -> tuple[list[bytes], list[bytes]]:
     p = 0
     while p < limit:
         start = p
-        if (data[p] | data[p + 1] | data[p + 2]) < 0x80:
-            shared = data[p]
-            non_shared = data[p + 1]
-            vlen = data[p + 2]
+        shared = data[p]
+        non_shared = data[p + 1]
+        vlen = data[p + 2]
+        if (shared | non_shared | vlen) < 0x80:
             p += 3
+        elif (shared | non_shared) < 0x80 and data[p + 3] < 0x80:
+            # values of 128..16383 bytes (gravfs entries): two-byte value length
+            vlen = (vlen & 0x7F) | (data[p + 3] << 7)
+            p += 4
         else:
             shared, p = read_varint(data, p, limit)
             non_shared, p = read_varint(data, p, limit)
@@ -122,11 +126,15 @@ def decode_data_block(data: bytes) -> DataBlock:
     p = 0
     while p < limit:
         start = p
-        if (data[p] | data[p + 1] | data[p + 2]) < 0x80:
-            shared = data[p]
-            non_shared = data[p + 1]
-            vlen = data[p + 2]
+        shared = data[p]
+        non_shared = data[p + 1]
+        vlen = data[p + 2]
+        if (shared | non_shared | vlen) < 0x80:
             p += 3
+        elif (shared | non_shared) < 0x80 and data[p + 3] < 0x80:
+            # values of 128..16383 bytes (gravfs entries): two-byte value length
+            vlen = (vlen & 0x7F) | (data[p + 3] << 7)
+            p += 4
         else:
             shared, p = read_varint(data, p, limit)
             non_shared, p = read_varint(data, p, limit)
