@@ -73,12 +73,16 @@ def cmd_branch(args) -> int:
         repo.delete_branch(args.name)
         print(f"Deleted branch {args.name}")
     else:
-        rows = repo.list_branches()
-        if args.json:
-            _print_json([{"name": n, "commit": c} for n, c in rows])
-        for n, c in ([] if args.json else rows):
-            print(f"{n}\t{_short(c)}")
+        _print_refs(repo.list_branches(), args.json)
     return 0
+
+
+def _print_refs(rows: list[tuple[str, str]], as_json: bool) -> None:
+    if as_json:
+        _print_json([{"name": n, "commit": c} for n, c in rows])
+        return
+    for n, c in rows:
+        print(f"{n}\t{_short(c)}")
 
 
 def cmd_tag(args) -> int:
@@ -90,11 +94,7 @@ def cmd_tag(args) -> int:
         repo.delete_tag(args.name)
         print(f"Deleted tag {args.name}")
     else:
-        rows = repo.list_tags()
-        if args.json:
-            _print_json([{"name": n, "commit": c} for n, c in rows])
-        for n, c in ([] if args.json else rows):
-            print(f"{n}\t{_short(c)}")
+        _print_refs(repo.list_tags(), args.json)
     return 0
 
 

@@ -23,6 +23,7 @@ import hashlib
 from typing import Iterable, NamedTuple
 
 from gravfs.errors import CorruptDataError
+from gravfs.sstable.format import encode_varint
 
 try:  # CPython's built-in SHA-256 has less per-call overhead than OpenSSL's for short inputs
     from _sha256 import sha256 as _sha
@@ -44,21 +45,12 @@ EMPTY_ID: str = _sha(b"").hexdigest()
 
 # --- zigzag varints (Go binary.PutVarint / binary.Varint) -------------------
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def put_varint(x: int) -> bytes:
     """Signed varint exactly as Go's binary.PutVarint writes it."""
     ux = x << 1
     if x < 0:
         ux = ~ux
-    return _uvarint(ux)
+    return encode_varint(ux)
 
 
 # Encoded lengths for the common sizes, so encoding a value is two slices.
