@@ -158,6 +158,9 @@ class Committer:
             self.recover(branch)
             st = self._seal(branch)
             crash_point("commit:sealed")
+            # never reference an object that is not in the store: entries are staged
+            # after their pending file exists, so draining after the seal covers them
+            self.repo.data.flush_pending()
             head_id, _ = self.repo.heads.branch(branch)
             head = self.repo.commits.get(head_id)
             changes, base = self.staged_changes(st, head)

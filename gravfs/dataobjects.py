@@ -4,15 +4,26 @@ Writing streams the bytes through SHA-256 (never holding a file in memory)
 and uploads only content the store lacks, so identical files on any branch
 share one object. Reads go through the local tier and are verified against
 the name, so a corrupted cached copy is refetched rather than served.
+
+Write-back (the mount): ``put_pending`` moves a closed local file into the
+workspace's ``pending/<aa>/<sha256>`` and returns its address at once; a
+small uploader pool stores it in the background and only then removes the
+pending file, so at every moment an address is either pending here or in
+the store. Reads look in pending first. Any process of the workspace may
+drain pending uploads (``flush_pending``: the committer does before every
+commit), concurrently with others: uploads are idempotent (content-addressed).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import shutil
 import tempfile
-from typing import BinaryIO
+import threading
+import time
+from typing import BinaryIO, Optional
 
 from gravfs import hashing
 from gravfs.errors import CorruptDataError
@@ -45,9 +56,208 @@ def hash_file(path: str) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
+class PendingHandle:
+    """A pending object's local file, read like a tier handle (hash known: not verified)."""
+
+    def __init__(self, path: str, fd: int):
+        self.path, self._fd = path, fd
+        self.size = os.fstat(fd).st_size
+
+    def read(self, offset: int = 0, length: Optional[int] = None) -> bytes:
+        if length is None:
+            length = max(0, self.size - offset)
+        return os.pread(self._fd, length, offset)
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        self.release()
+
+
+# Tests pause the background uploader while this file exists (see tests/test_fuse_writeback.py).
+PAUSE_ENV = "GRAVFS_TEST_UPLOAD_PAUSE_FILE"
+RETRY_DELAY = 2.0
+
+
 class DataObjects:
-    def __init__(self, store, tier, tmp_dir: str):
+    def __init__(self, store, tier, tmp_dir: str, pending_dir: Optional[str] = None):
         self.store, self.tier, self.tmp_dir = store, tier, tmp_dir
+        self.pending_dir = pending_dir
+        self._queue: Optional[queue.Queue] = None
+        self._queued: set[str] = set()
+        self._qlock = threading.Lock()
+        self._workers: list[threading.Thread] = []
+        self._failed_at = 0.0
+
+    # -- write-back --------------------------------------------------------------------
+
+    def pending_path(self, address: str) -> str:
+        digest = digest_of(address)
+        return os.path.join(self.pending_dir, digest[:2], digest)
+
+    def put_pending(self, path: str, durable: bool = False) -> tuple[str, int]:
+        """Move a local file (same filesystem as the workspace) into pending uploads;
+        returns (address, size) at once. ``durable``: fsync the file and its directory.
+
+        Without an uploader running (or a pending directory) this stores synchronously.
+        """
+        if self.pending_dir is None or self._queue is None:
+            return self.put_path(path)
+        digest, size = hash_file(path)
+        address = address_of(digest)
+        dest = self.pending_path(address)
+        if durable:
+            _fsync_path(path)
+        try:
+            os.rename(path, dest)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            os.rename(path, dest)
+        if durable:
+            _fsync_path(os.path.dirname(dest))
+        self._enqueue(address)
+        return address, size
+
+    def sync_pending(self, address: str) -> None:
+        """fsync a still pending object (an fsync after the close that staged it)."""
+        if self.pending_dir is None:
+            return
+        dest = self.pending_path(address)
+        try:
+            _fsync_path(dest)
+        except FileNotFoundError:
+            return  # uploaded already: the store has it
+        _fsync_path(os.path.dirname(dest))
+
+    def pending_addresses(self) -> list[str]:
+        if self.pending_dir is None:
+            return []
+        out = []
+        try:
+            subs = os.listdir(self.pending_dir)
+        except FileNotFoundError:
+            return []
+        for sub in subs:
+            try:
+                names = os.listdir(os.path.join(self.pending_dir, sub))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            out.extend(address_of(n) for n in names if len(n) == 64)
+        return out
+
+    def upload_pending(self, address: str) -> bool:
+        """Store one pending object and remove its pending file; False when another
+        process did it first (the file vanished: removed only after its upload)."""
+        path = self.pending_path(address)
+        try:
+            if self.store.size(address) is None:
+                self.store.upload(address, path)
+                log.debug("uploaded pending %s", address)
+        except FileNotFoundError:
+            return False
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def flush_pending(self) -> int:
+        """Upload every pending object of the workspace (before a commit); returns how many."""
+        n = 0
+        for address in self.pending_addresses():
+            if self.upload_pending(address):
+                n += 1
+        if n:
+            log.info("uploaded %d pending data object(s)", n)
+        return n
+
+    def start_uploader(self, workers: int = 4) -> None:
+        """Background uploads for put_pending (the daemon); queues what a dead one left."""
+        if self.pending_dir is None or self._queue is not None:
+            return
+        os.makedirs(self.pending_dir, exist_ok=True)
+        self._queue = queue.Queue()
+        for i in range(workers):
+            t = threading.Thread(target=self._work, name=f"gravfs-upload-{i}", daemon=True)
+            t.start()
+            self._workers.append(t)
+        self.requeue_pending()
+
+    def requeue_pending(self) -> int:
+        """Queue every pending object not queued yet (startup, retries after failures)."""
+        if self._queue is None:
+            return 0
+        found = self.pending_addresses()
+        for a in found:
+            self._enqueue(a)
+        return len(found)
+
+    def retry_due(self) -> bool:
+        return self._failed_at > 0 and time.monotonic() - self._failed_at >= RETRY_DELAY
+
+    def uploads_waiting(self) -> int:
+        with self._qlock:
+            return len(self._queued)
+
+    def stop_uploader(self, drain: bool = True) -> None:
+        """Stop the pool; with drain, upload what is left first (errors leave it pending)."""
+        q = self._queue
+        if q is None:
+            return
+        for _ in self._workers:
+            q.put(None)
+        for t in self._workers:
+            t.join()
+        self._workers.clear()
+        self._queue = None
+        with self._qlock:
+            self._queued.clear()
+        if drain:
+            try:
+                self.flush_pending()
+            except Exception as exc:
+                log.warning("pending uploads stay pending (the next mount or commit uploads "
+                            "them): %s", exc)
+
+    def _enqueue(self, address: str) -> None:
+        q = self._queue
+        if q is None:
+            return
+        with self._qlock:
+            if address in self._queued:
+                return
+            self._queued.add(address)
+        q.put(address)
+
+    def _work(self) -> None:
+        q = self._queue
+        while True:
+            address = q.get()
+            if address is None:
+                return
+            pause = os.environ.get(PAUSE_ENV)
+            while pause and os.path.exists(pause):
+                time.sleep(0.05)
+            with self._qlock:
+                self._queued.discard(address)
+            try:
+                self.upload_pending(address)
+            except Exception as exc:  # store outage: stays pending, retried later
+                if self._failed_at == 0:
+                    log.warning("background upload of %s failed (kept pending, retried): %s",
+                                address, exc)
+                self._failed_at = time.monotonic()
+            else:
+                self._failed_at = 0.0
 
     def put_path(self, path: str) -> tuple[str, int]:
         """Store a local file's content; returns (address, size)."""
@@ -75,7 +285,14 @@ class DataObjects:
             os.unlink(tmp)
 
     def acquire(self, address: str):
-        """Pinned tier handle of the object (fetched once, hash-verified)."""
+        """Pinned tier handle of the object (fetched once, hash-verified), or the
+        pending file while its upload has not finished."""
+        if self.pending_dir is not None:
+            path = self.pending_path(address)
+            try:
+                return PendingHandle(path, os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+            except FileNotFoundError:
+                pass  # uploaded (or never pending): the tier fetches it
         digest = digest_of(address)
 
         def verify(path: str) -> None:
@@ -87,18 +304,25 @@ class DataObjects:
         return self.tier.acquire(address, verify=verify)
 
     def read(self, address: str, offset: int = 0, length: int = -1) -> bytes:
-        with self.acquire(address) as h:
-            with open(h.path, "rb") as f:
-                f.seek(offset)
-                return f.read(length if length >= 0 else -1)
+        with self.acquire(address) as h:  # through the handle: a pending file may vanish
+            if length < 0:
+                length = max(0, h.size - offset)
+            return h.read(offset, length)
 
     def copy_to(self, address: str, out: BinaryIO) -> int:
         n = 0
         with self.acquire(address) as h:
-            with open(h.path, "rb") as f:
-                while True:
-                    buf = f.read(CHUNK)
-                    if not buf:
-                        return n
-                    out.write(buf)
-                    n += len(buf)
+            while True:
+                buf = h.read(n, CHUNK)
+                if not buf:
+                    return n
+                out.write(buf)
+                n += len(buf)
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -88,7 +88,10 @@ def node_from_item(key: bytes, data: bytes) -> Node:
 
 class Repository:
     def __init__(self, store, state_dir: Optional[str] = None,
-                 tier_bytes: int = DEFAULT_TIER_BYTES, head_ttl: float = 0.0):
+                 tier_bytes: int = DEFAULT_TIER_BYTES, head_ttl: float = 0.0,
+                 staging_sync: bool = True):
+        """``staging_sync=False`` (the mount daemon): LMDB commits skip fsync; the
+        caller syncs (``self.staging.sync()``) on fsync and periodically."""
         self.store = store
         try:
             raw = store.get(REPO_JSON)
@@ -104,8 +107,9 @@ class Repository:
                                           tmp_dir=self.workspace.sub("sst-tmp"))
         self.commits = CommitStore(store)
         self.heads = Heads(store)
-        self.staging = StagingArea(self.workspace.staging)
-        self.data = DataObjects(store, self.tier, self.workspace.tmp)
+        self.staging = StagingArea(self.workspace.staging, sync=staging_sync)
+        self.data = DataObjects(store, self.tier, self.workspace.tmp,
+                                pending_dir=self.workspace.sub("pending"))
         self.head_ttl = head_ttl
         self.compaction: Optional[CompactionPolicy] = CompactionPolicy()
         self._heads_cache: dict[str, tuple[float, str]] = {}
@@ -135,6 +139,7 @@ class Repository:
         return repo
 
     def close(self) -> None:
+        self.data.stop_uploader()
         self.committed.close()
         self.staging.close()
 

@@ -5,7 +5,8 @@ the daemon open the repository, mount with pyfuse3 and only then tell the
 waiting parent "ready" through a pipe, so ``gravfs mount`` returns once the
 mount can be used (or fails with the daemon's one-line error). A daemon logs
 to ``<state dir>/logs/mount-<name>.log``. SIGTERM/SIGINT unmount cleanly;
-on unmount every modified open file is staged before the process exits.
+on unmount every modified open file is staged and the pending uploads are
+uploaded before the process exits.
 
 umount: ask the daemon for its pid (a virtual xattr on the mount root), run
 ``fusermount3 -u`` and wait for the daemon to finish flushing and exit.
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 READY = b"OK\n"
 UMOUNT_WAIT = 600.0
+UPLOAD_WORKERS = 4
+SYNC_INTERVAL = 1.0
 
 
 # -- mount ------------------------------------------------------------------------------
@@ -224,9 +227,13 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     opts = cfg["opts"]
     try:
         # branch heads are cached briefly; the watcher refreshes them every poll
-        repo = Repository.open(cfg["store"], cfg["state_dir"], head_ttl=opts.head_ttl)
+        # staging commits skip fsync (synced on fsync and every second, see _sync_loop)
+        repo = Repository.open(cfg["store"], cfg["state_dir"], head_ttl=opts.head_ttl,
+                               staging_sync=False)
     except GravfsError as exc:
         return report(exc.exit_code, str(exc))
+    if not opts.read_only:  # write-back of closed files; drains what a dead daemon left
+        repo.data.start_uploader(UPLOAD_WORKERS)
     settings = MountSettings(branch=cfg["branch"], read_only=opts.read_only,
                              branch_ttl=opts.attr_timeout, poll_interval=opts.poll,
                              commits_listed=opts.commits_listed, threads=opts.threads,
@@ -296,10 +303,25 @@ async def _main(ops, announce) -> None:
         nursery.start_soon(watcher.run)
         nursery.start_soon(_signals, nursery)
         nursery.start_soon(_self_check, ops, announce)
+        nursery.start_soon(_sync_loop, ops.repo)
         await pyfuse3.main(min_tasks=4, max_tasks=64)
         log.info("kernel ended the session; staging open files")
         nursery.cancel_scope.cancel()
     await ops.flush_all()
+
+
+async def _sync_loop(repo) -> None:
+    """Every second: sync the (MDB_NOSYNC) staging database, retry failed uploads."""
+    import trio
+
+    while True:
+        await trio.sleep(SYNC_INTERVAL)
+        try:
+            await trio.to_thread.run_sync(repo.staging.sync)
+            if repo.data.retry_due():
+                await trio.to_thread.run_sync(repo.data.requeue_pending)
+        except Exception:
+            log.exception("periodic staging sync")
 
 
 async def _self_check(ops, announce) -> None:

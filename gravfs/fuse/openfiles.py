@@ -6,8 +6,9 @@ private files directory (inside the workspace). Existing content is copied in
 lazily, on the first write or truncate (copy-on-write), so opening a large
 committed file read-write costs nothing until it is modified. Whenever the
 kernel flushes (close), fsyncs or releases a modified file, its content goes
-to the store (content-addressed, deduplicated) and the new entry is staged in
-LMDB at the inode's *current* path (renames move open files along).
+to the store (content-addressed, deduplicated; small files by write-back:
+moved into pending uploads and uploaded in the background) and the new entry
+is staged in LMDB at the inode's *current* path (renames move open files along).
 
 Blocking methods are called from worker threads; ``lock`` (a trio lock) is
 taken by the caller so that content never changes while it is hashed.
@@ -32,6 +33,10 @@ from gravfs.fuse.reader import ReadState
 log = logging.getLogger(__name__)
 
 COPY_CHUNK = 1 << 20
+# Files up to this size are written back (uploaded in the background): the
+# mount's reader serves objects up to its chunk size (4 MiB) through
+# DataObjects.acquire, which sees pending files; bigger ones it fetches by range.
+WRITEBACK_MAX = 4 << 20
 
 
 class OpenFile:
@@ -109,9 +114,26 @@ class OpenFile:
         return replace(b, mode=statmod.S_IFREG | (self.mode & 0o7777), mtime_ns=self.mtime_ns,
                        uid=self.uid, gid=self.gid, xattrs=dict(self.xattrs), kind=KIND_FILE)
 
-    def upload(self, repo) -> EntryInfo:
-        """Store the local content (deduplicated) and return the entry to stage."""
-        address, size = repo.data.put_path(self.path)
+    def upload(self, repo, durable: bool = False) -> EntryInfo:
+        """Store the local content (deduplicated) and return the entry to stage.
+
+        Write-back: a small file's local copy moves into the workspace's pending
+        uploads (renamed, not copied) and is uploaded in the background; this
+        copy is then gone (a later write copies the content back in). Larger
+        files upload here: ranged reads of big objects go to the store directly.
+        ``durable`` (fsync): the pending file is fsync'd too.
+        """
+        if self.fd >= 0 and os.fstat(self.fd).st_size <= WRITEBACK_MAX:
+            os.close(self.fd)
+            self.fd = -1
+            try:
+                address, size = repo.data.put_pending(self.path, durable=durable)
+            except BaseException:
+                if os.path.exists(self.path):  # not moved: keep it as the local copy
+                    self.fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+                raise
+        else:
+            address, size = repo.data.put_path(self.path)
         return self.meta_entry(EntryInfo(address=address, size=size, kind=KIND_FILE))
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ from gravfs.fuse.errnos import fail, guarded, quiet
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
 from gravfs.fuse.openfiles import DirHandle, FileHandle, OpenFile
 from gravfs.fuse.reader import DataReader
+from gravfs.fuse.statcache import MISSING, BranchStatCache
 from gravfs.fuse.trees import Tree
 from gravfs.paths import MAX_NAME_BYTES
 from gravfs.repository import Node
@@ -87,6 +88,7 @@ class GravfsOperations(pyfuse3.Operations):
         self.started_ns = time.time_ns()
         self.uid, self.gid = os.getuid(), os.getgid()
         self.reader = DataReader(repo, cache_bytes=settings.cache_mb << 20)
+        self.statcache = BranchStatCache(repo)
         self.files_dir = ""
         if settings.branch:
             tree = self._branch_tree(settings.branch)
@@ -182,10 +184,27 @@ class GravfsOperations(pyfuse3.Operations):
         return key
 
     async def _stat(self, tree: Tree, key: bytes) -> Optional[Node]:
+        if tree.kind != "branch":
+            try:
+                return await self.run(self.repo.stat, tree.ref, key)
+            except NotFoundError:
+                return None
+        cache = self.statcache  # branch paths: answered here while the branch is unchanged
+        n = cache.get(tree.name, cache.version(tree.name, blocking=False), key)
+        if n is not MISSING:
+            return n
+        version, n = await self.run(self._stat_versioned, tree, key)
+        if version is not None:
+            cache.put(tree.name, version, key, n)
+        return n
+
+    def _stat_versioned(self, tree: Tree, key: bytes) -> tuple[tuple, Optional[Node]]:
+        version = None
         try:
-            return await self.run(self.repo.stat, tree.ref, key)
+            version = self.statcache.version(tree.name, blocking=True)  # before the stat
+            return version, self.repo.stat(tree.ref, key)
         except NotFoundError:
-            return None
+            return version, None
 
     def _now_dir_entry(self, mode: int, ctx=None, base: Optional[EntryInfo] = None) -> EntryInfo:
         b = base or EntryInfo(kind=KIND_DIRECTORY)
@@ -662,8 +681,8 @@ class GravfsOperations(pyfuse3.Operations):
             of.mtime_ns = time.time_ns()
         return n
 
-    async def _stage(self, of: OpenFile) -> None:
-        """Upload a modified local copy and stage it at the inode's current path."""
+    async def _stage(self, of: OpenFile, durable: bool = False) -> None:
+        """Upload (write back) a modified local copy and stage it at the inode's current path."""
         async with of.lock:
             if not of.dirty:
                 return
@@ -673,7 +692,8 @@ class GravfsOperations(pyfuse3.Operations):
                 of.dirty = False
                 return
             if of.materialized:
-                entry = await self.run(of.upload, self.repo)
+                entry = await self.run(of.upload, self.repo, durable)
+                of.entry = entry  # the local copy may be pending now: reads follow the entry
             else:
                 entry = of.meta_entry()
             async with self._ns(tree):
@@ -699,7 +719,16 @@ class GravfsOperations(pyfuse3.Operations):
     async def fsync(self, fh, datasync):
         h = self.files.get(fh)
         if h is not None and h.openfile is not None:
-            await self._stage(h.openfile)
+            of = h.openfile
+            await self._stage(of, durable=True)
+            await self.run(self._make_durable, of.entry)
+
+    def _make_durable(self, entry: Optional[EntryInfo]) -> None:
+        """fsync: a content staged by an earlier close may still be a pending upload,
+        and the daemon's staging commits are not synced (sync=False)."""
+        if entry is not None and entry.address:
+            self.repo.data.sync_pending(entry.address)
+        self.repo.staging.sync()
 
     @guarded
     async def release(self, fh):

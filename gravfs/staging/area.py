@@ -71,15 +71,21 @@ def check_path(path: bytes) -> None:
 
 
 class StagingArea:
-    """The per-workspace LMDB environment; safe to share between threads and processes."""
+    """The per-workspace LMDB environment; safe to share between threads and processes.
 
-    def __init__(self, path: str):
+    ``sync=False`` (the mount daemon) commits without fsync (MDB_NOSYNC): a process
+    crash loses nothing and the database stays consistent, an OS crash may lose
+    the last transactions; the owner calls ``sync()`` on fsync and periodically.
+    """
+
+    def __init__(self, path: str, sync: bool = True):
         os.makedirs(path, exist_ok=True)
         self.path = path
+        self.synchronous = sync
         self._resize_lock = threading.Lock()
         try:
             self.env = lmdb.open(path, map_size=_INITIAL_MAP, max_dbs=4, max_readers=256,
-                                 subdir=True, lock=True)
+                                 subdir=True, lock=True, sync=sync)
         except lmdb.Error as exc:
             raise GravfsError(f"cannot open staging database {path}: {exc}") from exc
         info = self.env.info()
@@ -89,7 +95,16 @@ class StagingArea:
         self.entries_db = self.env.open_db(b"entries")
 
     def close(self) -> None:
+        if not self.synchronous:
+            self.sync()
         self.env.close()
+
+    def sync(self) -> None:
+        """Flush committed transactions to disk (a no-op cost when already synced)."""
+        try:
+            self.env.sync(True)
+        except lmdb.Error as exc:
+            raise GravfsError(f"staging database {self.path}: cannot sync: {exc}") from exc
 
     # -- transactions -------------------------------------------------------------
 
