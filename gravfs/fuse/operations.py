@@ -30,7 +30,6 @@ from gravfs.fuse.errnos import fail, guarded, quiet
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
 from gravfs.fuse.openfiles import DirHandle, FileHandle, OpenFile
 from gravfs.fuse.reader import DataReader
-from gravfs.fuse.statcache import MISSING, BranchStatCache
 from gravfs.fuse.trees import Tree
 from gravfs.paths import MAX_NAME_BYTES
 from gravfs.repository import Node
@@ -88,7 +87,6 @@ class GravfsOperations(pyfuse3.Operations):
         self.started_ns = time.time_ns()
         self.uid, self.gid = os.getuid(), os.getgid()
         self.reader = DataReader(repo, cache_bytes=settings.cache_mb << 20)
-        self.statcache = BranchStatCache(repo)
         self.files_dir = ""
         if settings.branch:
             tree = self._branch_tree(settings.branch)
@@ -184,27 +182,10 @@ class GravfsOperations(pyfuse3.Operations):
         return key
 
     async def _stat(self, tree: Tree, key: bytes) -> Optional[Node]:
-        if tree.kind != "branch":
-            try:
-                return await self.run(self.repo.stat, tree.ref, key)
-            except NotFoundError:
-                return None
-        cache = self.statcache  # branch paths: answered here while the branch is unchanged
-        n = cache.get(tree.name, cache.version(tree.name, blocking=False), key)
-        if n is not MISSING:
-            return n
-        version, n = await self.run(self._stat_versioned, tree, key)
-        if version is not None:
-            cache.put(tree.name, version, key, n)
-        return n
-
-    def _stat_versioned(self, tree: Tree, key: bytes) -> tuple[tuple, Optional[Node]]:
-        version = None
         try:
-            version = self.statcache.version(tree.name, blocking=True)  # before the stat
-            return version, self.repo.stat(tree.ref, key)
+            return await self.run(self.repo.stat, tree.ref, key)
         except NotFoundError:
-            return version, None
+            return None
 
     def _now_dir_entry(self, mode: int, ctx=None, base: Optional[EntryInfo] = None) -> EntryInfo:
         b = base or EntryInfo(kind=KIND_DIRECTORY)
