@@ -28,7 +28,7 @@ from gravfs.dataobjects import address_of
 from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
 from gravfs.fuse.errnos import fail, guarded, quiet
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
-from gravfs.fuse.openfiles import DirHandle, FileHandle, OpenFile
+from gravfs.fuse.openfiles import WRITEBACK_MAX, DirHandle, FileHandle, OpenFile
 from gravfs.fuse.reader import DataReader
 from gravfs.fuse.trees import Tree
 from gravfs.paths import MAX_NAME_BYTES
@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 BRANCHES_INO, COMMITS_INO, TAGS_INO = 2, 3, 4
 VIRTUAL_NAMES = {b"branches": BRANCHES_INO, b"commits": COMMITS_INO, b"tags": TAGS_INO}
 EMPTY_ADDRESS = address_of(hashing.hexdigest(b""))
+INLINE_WRITE = 128 * 1024  # writes up to this size go to the local copy without a thread hop
 READDIR_BATCH = 512
 BLKSIZE = 128 * 1024
 PID_XATTR = b"user.gravfs.pid"
@@ -657,7 +658,10 @@ class GravfsOperations(pyfuse3.Operations):
         async with of.lock:
             if not of.materialized:
                 await self.run(of.materialize, self.repo)
-            n = await self.run(of.pwrite, buf, None if h.append else off)
+            if len(buf) <= INLINE_WRITE:  # into the page cache: cheaper than a thread hop
+                n = of.pwrite(buf, None if h.append else off)
+            else:
+                n = await self.run(of.pwrite, buf, None if h.append else off)
             of.dirty = True
             of.mtime_ns = time.time_ns()
         return n
@@ -672,9 +676,18 @@ class GravfsOperations(pyfuse3.Operations):
             if not node.linked:
                 of.dirty = False
                 return
+            if of.materialized and of.size() <= WRITEBACK_MAX:
+                # write-back: hash, move to pending uploads and stage in one thread hop
+                async with self._ns(tree):
+                    if not node.linked:
+                        of.dirty = False
+                        return
+                    entry = await self.run(self._writeback_blocking, of, tree, node.key, durable)
+                self._staged(of, entry)
+                return
             if of.materialized:
                 entry = await self.run(of.upload, self.repo, durable)
-                of.entry = entry  # the local copy may be pending now: reads follow the entry
+                of.entry = entry
             else:
                 entry = of.meta_entry()
             async with self._ns(tree):
@@ -682,13 +695,24 @@ class GravfsOperations(pyfuse3.Operations):
                     of.dirty = False
                     return
                 await self.run(self.repo.stage, tree.name, [(node.key, entry)])
-            of.entry = entry
-            of.dirty = False
-            self._remember_entry(node, entry)
-            for h in self.files.values():
-                if h.node is node:
-                    h.entry = entry  # later reads of read-only handles see what was written
-            log.debug("staged %s:%s (%d bytes)", tree.name, node.key, entry.size)
+            self._staged(of, entry)
+
+    def _writeback_blocking(self, of: OpenFile, tree: Tree, key: bytes,
+                            durable: bool) -> EntryInfo:
+        entry = of.upload(self.repo, durable)
+        of.entry = entry  # the local copy is pending now: reads follow the entry
+        self.repo.stage(tree.name, [(key, entry)])
+        return entry
+
+    def _staged(self, of: OpenFile, entry: EntryInfo) -> None:
+        node = of.node
+        of.entry = entry
+        of.dirty = False
+        self._remember_entry(node, entry)
+        for h in self.files.values():
+            if h.node is node:
+                h.entry = entry  # later reads of read-only handles see what was written
+        log.debug("staged %s:%s (%d bytes)", node.tree.name, node.key, entry.size)
 
     @guarded
     async def flush(self, fh):
@@ -733,7 +757,10 @@ class GravfsOperations(pyfuse3.Operations):
                         raise
                     if of.handles <= 0 and self.open_files.get(node.ino) is of:
                         del self.open_files[node.ino]
-                        await self.run(of.close)
+                        if of.materialized:
+                            await self.run(of.close)
+                        else:
+                            of.close()  # nothing local left (written back): no thread hop
         finally:
             self.inodes.maybe_drop(node)
 

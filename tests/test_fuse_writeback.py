@@ -1,0 +1,174 @@
+"""Write-back of small files through the mount: closed files are staged at once
+and uploaded in the background from the workspace's pending directory.
+
+The daemon's uploader is held with a test hook (GRAVFS_TEST_UPLOAD_PAUSE_FILE:
+uploads wait while that file exists), so the tests see the pending state.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import threading
+
+from gravfs import hashing
+from gravfs.dataobjects import PAUSE_ENV, DataObjects, address_of
+from gravfs.store.local import LocalStore
+from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
+from tests.fuse_util import Mount, fuse_available, wait_for
+
+import pytest
+
+
+def _write(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _pending(m: Mount) -> list[str]:
+    return sorted(os.path.basename(p) for p in
+                  glob.glob(os.path.join(m.state_dir, "repos", "*", "pending", "*", "*")))
+
+
+def _in_store(m: Mount, data: bytes) -> bool:
+    address = address_of(hashing.hexdigest(data))
+    return os.path.exists(os.path.join(m.store, *address.split("/")))
+
+
+@pytest.fixture
+def paused_mount(tmp_path):
+    """A mounted repository whose background uploader waits until ``m.unpause()``."""
+    if not fuse_available():
+        pytest.fail("/dev/fuse is not usable: these tests need real FUSE mounts")
+    pause = str(tmp_path / "pause-uploads")
+    open(pause, "w").close()
+    m = Mount(str(tmp_path / "repo"), env={PAUSE_ENV: pause})
+    m.unpause = lambda: os.path.exists(pause) and os.unlink(pause)
+    m.init()
+    m.mount()
+    try:
+        yield m
+    finally:
+        m.unpause()
+        m.cleanup()
+
+
+def _files(n: int = 5) -> dict[str, bytes]:
+    return {f"d/f{i}": os.urandom(4096) for i in range(n)}
+
+
+def test_closed_file_is_readable_before_its_upload(paused_mount):
+    m = paused_mount
+    files = _files()
+    os.makedirs(m.branch_path("d"))
+    for name, data in files.items():
+        _write(m.branch_path(name), data)
+    digests = sorted(hashing.hexdigest(d) for d in files.values())
+    assert _pending(m) == digests
+    assert not any(_in_store(m, d) for d in files.values())
+    for name, data in files.items():
+        assert _read(m.branch_path(name)) == data
+    # append to a written-back file: its content comes back from the pending copy
+    with open(m.branch_path("d/f1"), "ab") as f:
+        f.write(b"tail")
+    assert _read(m.branch_path("d/f1")) == files["d/f1"] + b"tail"
+    m.unpause()
+    wait_for(lambda: _pending(m) == [], timeout=30)
+    assert all(_in_store(m, d) for d in files.values())
+    assert _read(m.branch_path("d/f1")) == files["d/f1"] + b"tail"
+    m.assert_clean_log()
+
+
+def test_cat_reads_pending_content(paused_mount):
+    m = paused_mount
+    data = b"only in the pending directory\n"
+    _write(m.branch_path("note.txt"), data)
+    assert _pending(m) == [hashing.hexdigest(data)]
+    assert not _in_store(m, data)
+    res = m.cli("cat", "main:note.txt")
+    assert res.stdout == data.decode()
+
+
+def test_cli_commit_while_uploads_are_pending(paused_mount):
+    m = paused_mount
+    files = _files()
+    os.makedirs(m.branch_path("d"))
+    for name, data in files.items():
+        _write(m.branch_path(name), data)
+    assert len(_pending(m)) == len(files)
+    cid = m.commit()  # the CLI drains the workspace's pending uploads first
+    assert _pending(m) == []
+    assert all(_in_store(m, d) for d in files.values())
+    fsck = m.cli("fsck")
+    assert "clean" in fsck.stdout + fsck.stderr, fsck.stdout + fsck.stderr
+    for name, data in files.items():
+        assert _read(m.path("commits", cid, name)) == data
+    m.unpause()  # the daemon's queued uploads find their files gone: fine
+    _write(m.branch_path("after"), b"after the commit")
+    wait_for(lambda: _pending(m) == [], timeout=30)
+    m.umount()
+    m.assert_clean_log()
+
+
+def test_kill9_with_pending_uploads_then_remount(paused_mount):
+    m = paused_mount
+    files = _files()
+    os.makedirs(m.branch_path("d"))
+    for name, data in files.items():
+        _write(m.branch_path(name), data)
+    with open(m.branch_path("synced"), "wb") as f:
+        f.write(b"fsynced")
+        f.flush()
+        os.fsync(f.fileno())
+    files["synced"] = b"fsynced"
+    assert len(_pending(m)) == len(files)
+    m.kill9(clear=False)
+    assert len(_pending(m)) == len(files)  # a process crash loses nothing closed
+    m.unpause()
+    m.remount()  # the new daemon drains what the dead one left
+    wait_for(lambda: _pending(m) == [], timeout=30)
+    assert all(_in_store(m, d) for d in files.values())
+    for name, data in files.items():
+        assert _read(m.branch_path(name)) == data
+    cid = m.commit()
+    fsck = m.cli("fsck")
+    assert "clean" in fsck.stdout + fsck.stderr, fsck.stdout + fsck.stderr
+    assert _read(m.path("commits", cid, "d/f3")) == files["d/f3"]
+
+
+def test_concurrent_drains_of_one_workspace(tmp_path):
+    """Several processes may drain at once: a file another one just uploaded and
+    removed is skipped, and every object ends up in the store."""
+    store = LocalStore(str(tmp_path / "store"), fsync=False)
+    pending = str(tmp_path / "pending")
+    blobs = [os.urandom(1000 + i) for i in range(40)]
+    for b in blobs:
+        digest = hashing.hexdigest(b)
+        os.makedirs(os.path.join(pending, digest[:2]), exist_ok=True)
+        with open(os.path.join(pending, digest[:2], digest), "wb") as f:
+            f.write(b)
+    drainers = [DataObjects(store, None, str(tmp_path), pending_dir=pending) for _ in range(4)]
+    errors: list[BaseException] = []
+    counts: list[int] = []
+
+    def drain(d: DataObjects) -> None:
+        try:
+            counts.append(d.flush_pending())
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=drain, args=(d,)) for d in drainers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sum(counts) == len(blobs)  # each pending file removed exactly once
+    assert drainers[0].pending_addresses() == []
+    for b in blobs:
+        assert store.get(address_of(hashing.hexdigest(b))) == b
