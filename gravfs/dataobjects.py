@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO, Optional
 
 from gravfs import hashing
@@ -86,6 +87,12 @@ class PendingHandle:
 # Tests pause the background uploader while this file exists (see tests/test_fuse_writeback.py).
 PAUSE_ENV = "GRAVFS_TEST_UPLOAD_PAUSE_FILE"
 RETRY_DELAY = 2.0
+# Foreground first: background uploads wait while files are being written back
+# (they would take the daemon's CPU and GIL), unless the backlog grows past these.
+QUIET_BEFORE_UPLOAD = 0.05
+BACKLOG_FILES = 20000
+BACKLOG_BYTES = 1 << 30
+DRAIN_WORKERS = 8  # parallel uploads when a commit drains the pending directory
 
 
 class DataObjects:
@@ -97,6 +104,8 @@ class DataObjects:
         self._qlock = threading.Lock()
         self._workers: list[threading.Thread] = []
         self._failed_at = 0.0
+        self._last_put = 0.0  # monotonic time of the last put_pending
+        self._backlog_bytes = 0
 
     # -- write-back --------------------------------------------------------------------
 
@@ -124,7 +133,8 @@ class DataObjects:
             os.rename(path, dest)
         if durable:
             _fsync_path(os.path.dirname(dest))
-        self._enqueue(address)
+        self._last_put = time.monotonic()
+        self._enqueue(address, size)
         return address, size
 
     def sync_pending(self, address: str) -> None:
@@ -158,10 +168,9 @@ class DataObjects:
         """Store one pending object and remove its pending file; False when another
         process did it first (the file vanished: removed only after its upload)."""
         path = self.pending_path(address)
-        try:
-            if self.store.size(address) is None:
-                self.store.upload(address, path)
-                log.debug("uploaded pending %s", address)
+        try:  # no existence check first: a repeated upload of the same content is harmless
+            self.store.upload(address, path)
+            log.debug("uploaded pending %s", address)
         except FileNotFoundError:
             return False
         try:
@@ -170,12 +179,17 @@ class DataObjects:
             return False
         return True
 
-    def flush_pending(self) -> int:
+    def flush_pending(self, workers: int = DRAIN_WORKERS) -> int:
         """Upload every pending object of the workspace (before a commit); returns how many."""
-        n = 0
-        for address in self.pending_addresses():
-            if self.upload_pending(address):
-                n += 1
+        addresses = self.pending_addresses()
+        if not addresses:
+            return 0
+        if len(addresses) == 1 or workers <= 1:
+            n = sum(1 for a in addresses if self.upload_pending(a))
+        else:
+            with ThreadPoolExecutor(min(workers, len(addresses)),
+                                    thread_name_prefix="gravfs-drain") as pool:
+                n = sum(1 for ok in pool.map(self.upload_pending, addresses) if ok)
         if n:
             log.info("uploaded %d pending data object(s)", n)
         return n
@@ -221,6 +235,7 @@ class DataObjects:
         self._queue = None
         with self._qlock:
             self._queued.clear()
+            self._backlog_bytes = 0
         if drain:
             try:
                 self.flush_pending()
@@ -228,7 +243,7 @@ class DataObjects:
                 log.warning("pending uploads stay pending (the next mount or commit uploads "
                             "them): %s", exc)
 
-    def _enqueue(self, address: str) -> None:
+    def _enqueue(self, address: str, size: int = 0) -> None:
         q = self._queue
         if q is None:
             return
@@ -236,19 +251,31 @@ class DataObjects:
             if address in self._queued:
                 return
             self._queued.add(address)
-        q.put(address)
+            self._backlog_bytes += size
+        q.put((address, size))
+
+    def _wait_for_quiet(self) -> None:
+        """Let a burst of writes finish before uploading, within the backlog limits."""
+        while time.monotonic() - self._last_put < QUIET_BEFORE_UPLOAD:
+            with self._qlock:
+                if len(self._queued) > BACKLOG_FILES or self._backlog_bytes > BACKLOG_BYTES:
+                    return
+            time.sleep(QUIET_BEFORE_UPLOAD)
 
     def _work(self) -> None:
         q = self._queue
         while True:
-            address = q.get()
-            if address is None:
+            item = q.get()
+            if item is None:
                 return
+            address, size = item
             pause = os.environ.get(PAUSE_ENV)
             while pause and os.path.exists(pause):
                 time.sleep(0.05)
+            self._wait_for_quiet()
             with self._qlock:
                 self._queued.discard(address)
+                self._backlog_bytes -= size
             try:
                 self.upload_pending(address)
             except Exception as exc:  # store outage: stays pending, retried later

@@ -30,6 +30,7 @@ from gravfs.fuse.errnos import fail, guarded, quiet
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
 from gravfs.fuse.openfiles import WRITEBACK_MAX, DirHandle, FileHandle, OpenFile
 from gravfs.fuse.reader import DataReader
+from gravfs.fuse.statcache import MISSING, BranchStatCache
 from gravfs.fuse.trees import Tree
 from gravfs.paths import MAX_NAME_BYTES
 from gravfs.repository import Node
@@ -88,6 +89,7 @@ class GravfsOperations(pyfuse3.Operations):
         self.started_ns = time.time_ns()
         self.uid, self.gid = os.getuid(), os.getgid()
         self.reader = DataReader(repo, cache_bytes=settings.cache_mb << 20)
+        self.statcache = BranchStatCache(repo)
         self.files_dir = ""
         if settings.branch:
             tree = self._branch_tree(settings.branch)
@@ -183,10 +185,27 @@ class GravfsOperations(pyfuse3.Operations):
         return key
 
     async def _stat(self, tree: Tree, key: bytes) -> Optional[Node]:
+        if tree.kind != "branch":
+            try:
+                return await self.run(self.repo.stat, tree.ref, key)
+            except NotFoundError:
+                return None
+        cache = self.statcache  # branch paths: answered here while the branch is unchanged
+        n = cache.get(tree.name, cache.version(tree.name, blocking=False), key)
+        if n is not MISSING:
+            return n
+        version, n = await self.run(self._stat_versioned, tree, key)
+        if version is not None:
+            cache.put(tree.name, version, key, n)
+        return n
+
+    def _stat_versioned(self, tree: Tree, key: bytes) -> tuple[tuple, Optional[Node]]:
+        version = None
         try:
-            return await self.run(self.repo.stat, tree.ref, key)
+            version = self.statcache.version(tree.name, blocking=True)  # before the stat
+            return version, self.repo.stat(tree.ref, key)
         except NotFoundError:
-            return None
+            return version, None
 
     def _now_dir_entry(self, mode: int, ctx=None, base: Optional[EntryInfo] = None) -> EntryInfo:
         b = base or EntryInfo(kind=KIND_DIRECTORY)
@@ -392,6 +411,7 @@ class GravfsOperations(pyfuse3.Operations):
         if start_id == 0:
             start_after = None
             h.snapshot = None
+            h.pending = None
         else:
             start_after = h.offsets.get(start_id)
             if start_after is None:
@@ -400,23 +420,46 @@ class GravfsOperations(pyfuse3.Operations):
             await self._readdir_virtual(h, start_after, token)
             return
         tree = node.tree
+        plen = len(node.key) + 1 if node.key else 0
         while True:
-            try:
-                batch = await self.run(self.repo.list_dir, tree.ref, node.key, start_after,
-                                       READDIR_BATCH)
-            except NotFoundError:
-                return
-            plen = len(node.key) + 1 if node.key else 0
-            for n in batch:
+            # a kernel readdir takes a few dozen entries: the rest of a listed batch
+            # waits on the handle for the next call instead of being listed again
+            pending = getattr(h, "pending", None)
+            h.pending = None
+            if pending is not None and pending[0] == start_after:
+                batch, more = pending[1], pending[2]
+            else:
+                try:
+                    version, batch = await self.run(self._list_batch, tree, node.key, start_after)
+                except NotFoundError:
+                    return
+                if version is not None:
+                    self._cache_listed(tree.name, version, batch)
+                more = len(batch) >= READDIR_BATCH
+            for i, n in enumerate(batch):
                 cont = n.key[plen:]  # continuation key: "name", or "name/" for a directory
                 name = cont.rstrip(b"/")
                 child = self.inodes.ensure(tree, node.child_key(name), n.kind, node.ino, name)
                 self._remember(child, n)
                 if not self._reply(h, token, name, child, n.entry, cont):
+                    h.pending = (start_after, batch[i:], more)
                     return
                 start_after = cont
-            if len(batch) < READDIR_BATCH:
+            if not more:
                 return
+
+    def _list_batch(self, tree: Tree, key: bytes, start_after: Optional[bytes]):
+        version = None
+        if tree.kind == "branch":
+            version = self.statcache.version(tree.name, blocking=True)  # before the listing
+        return version, self.repo.list_dir(tree.ref, key, start_after, READDIR_BATCH)
+
+    def _cache_listed(self, branch: str, version: tuple, batch: list[Node]) -> None:
+        """Listed files and symlinks are what stat would return (not directories: a
+        name that is both a file and a directory lists as the directory)."""
+        for n in batch:
+            if n.kind != "dir":
+                self.statcache.put(branch, version, n.key, n)
 
     def _reply(self, h: DirHandle, token, name: bytes, child: Inode,
                entry: Optional[EntryInfo], cont: Optional[bytes] = None) -> bool:
@@ -622,13 +665,21 @@ class GravfsOperations(pyfuse3.Operations):
                 raise fail(errno.EINVAL)
             if writing:
                 of = self._openfile(node, entry)
+        if writing:
+            node.extra.pop("cached_address", None)  # its pages may soon hold other content
         if writing and flags & os.O_TRUNC:  # the kernel passes O_TRUNC (atomic_o_trunc)
             async with of.lock:
                 if of.size() != 0 or not of.materialized:
                     await self.run(of.truncate, self.repo, 0)
                     of.dirty = True
                     of.mtime_ns = time.time_ns()
-        return self._open_handle(node, entry, flags, of if writing else None)
+        fi = self._open_handle(node, entry, flags, of if writing else None)
+        if not writing and of is None and entry is not None and node.tree.kind == "branch":
+            # data is named by its hash: pages the kernel cached for an earlier read-only
+            # open of the same address still hold this content (writers drop the mark)
+            fi.keep_cache = node.extra.get("cached_address") == entry.address
+            node.extra["cached_address"] = entry.address
+        return fi
 
     @guarded
     async def read(self, fh, off, size):
