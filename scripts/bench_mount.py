@@ -1,15 +1,24 @@
 #!/usr/bin/env python3
-"""Benchmark the FUSE mount against a plain local directory.
+"""Benchmark file access through the gravfs mount against native disk and rclone.
 
-    scripts/bench_mount.py [--store URL] [--files N] [--file-kb K] [--big-mb M] [--json]
+    scripts/bench_mount.py [--quick] [--runs N] [--targets native,gravfs-local,gravfs-s3,rclone-s3]
+                           [--big-mb M] [--creates N] [--list-entries N] [--stats N] [--no-spark]
 
-Creates a repository (a fresh local store by default; ``--store s3://...`` with
-``GRAVFS_S3_ENDPOINT`` and AWS credentials for S3), mounts it, and measures:
-small-file creation, stat, listing and reads on a branch; the CLI commit of
-those files; cold reads from ``commits/<id>/`` in a fresh workspace (nothing
-cached locally); sequential write and read of one big file; and the time to
-the first byte of that big file when it is not cached. The same file
-operations on a local directory give the baseline.
+Targets (all measured in the same run, so ratios share the machine's state):
+  native        a plain directory on the local disk (the baseline of every ratio)
+  gravfs-local  gravfs mounted over a local-directory store
+  gravfs-s3     gravfs mounted over a SeaweedFS bucket (``weed mini`` on loopback)
+  rclone-s3     ``rclone mount`` of the same SeaweedFS bucket (--vfs-cache-mode full)
+
+Measurements (each the median of --runs repetitions):
+  seq read of one big file: cold from the store (fresh workspace / cache, page
+  cache dropped), cold from the local tier (page cache dropped, object in the
+  workspace's tier), warm (second read, page cache); stat/s on commits/ paths
+  (immutable, kernel-cached) and on branch paths; creating small files (files/s);
+  ``ls -l`` of a directory of many entries (made with Repository.stage, not
+  through the mount); a Spark (local[2]) scan of a Parquet dataset.
+
+Prints a table and writes bench/results/mount-<timestamp>.json.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,20 +35,11 @@ import time
 import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+MiB = 1 << 20
 
 
-class Cli:
-    def __init__(self, store: str, state_dir: str):
-        self.store, self.state_dir = store, state_dir
-        self.env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-
-    def __call__(self, *args: str) -> str:
-        res = subprocess.run([sys.executable, "-m", "gravfs.cli", "-s", self.store, "--state-dir",
-                              self.state_dir, *args], capture_output=True, text=True, env=self.env)
-        if res.returncode != 0:
-            raise SystemExit(f"gravfs {' '.join(args)} failed: {res.stderr.strip()}")
-        return res.stdout
-
+# -- helpers ------------------------------------------------------------------------------
 
 def timed(fn) -> float:
     t = time.perf_counter()
@@ -46,137 +47,471 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def small_files(root: str, n: int, size: int) -> dict:
-    payload = os.urandom(size)
-    d = os.path.join(root, "small")
-    os.makedirs(d, exist_ok=True)
-    names = [os.path.join(d, f"f{i:06d}") for i in range(n)]
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
 
-    def create():
-        for p in names:
-            with open(p, "wb") as f:
-                f.write(payload)
 
-    def stat():
-        for p in names:
+def drop_caches() -> bool:
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def read_file(path: str, bs: int = MiB) -> int:
+    n = 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        buf = bytearray(bs)
+        mv = memoryview(buf)
+        while True:
+            k = os.readv(fd, [mv])
+            if not k:
+                return n
+            n += k
+    finally:
+        os.close(fd)
+
+
+def read_MBps(path: str) -> float:
+    t = time.perf_counter()
+    n = read_file(path)
+    return n / MiB / (time.perf_counter() - t)
+
+
+def stat_rate(paths: list[str], min_s: float = 0.0) -> float:
+    """stats per second over the paths (repeated until min_s has passed)."""
+    n = 0
+    t = time.perf_counter()
+    while True:
+        for p in paths:
             os.stat(p)
+        n += len(paths)
+        el = time.perf_counter() - t
+        if el >= min_s:
+            return n / el
 
-    def read():
-        for p in names:
-            with open(p, "rb") as f:
-                f.read()
 
-    out = {"create_per_s": n / timed(create), "stat_per_s": n / timed(stat)}
-    out["list_s"] = timed(lambda: os.listdir(d))
-    out["read_per_s"] = n / timed(read)
+def create_rate(d: str, n: int, size: int = 4096) -> float:
+    os.makedirs(d, exist_ok=True)
+    payload = os.urandom(size)
+    t = time.perf_counter()
+    for i in range(n):
+        with open(os.path.join(d, f"c{i:06d}"), "wb") as f:
+            f.write(payload)
+    return n / (time.perf_counter() - t)
+
+
+def ls_l_seconds(d: str) -> float:
+    t = time.perf_counter()
+    subprocess.run(["ls", "-l", d], stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - t
+
+
+def make_small_tree(d: str, n: int) -> None:
+    os.makedirs(d, exist_ok=True)
+    for i in range(n):
+        with open(os.path.join(d, f"f{i:06d}"), "wb") as f:
+            f.write(b"x" * 100)
+
+
+def make_big(path: str, mb: int) -> None:
+    block = os.urandom(MiB)
+    with open(path, "wb") as f:
+        for _ in range(mb):
+            f.write(block)
+
+
+def wait_mounted(mnt: str, timeout: float = 30) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if os.path.ismount(mnt):
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"{mnt} did not get mounted")
+
+
+def unmount(mnt: str) -> None:
+    if os.path.ismount(mnt):
+        subprocess.run(["fusermount3", "-u", mnt], capture_output=True)
+        if os.path.ismount(mnt):
+            time.sleep(1)
+            subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+
+
+# -- Spark ---------------------------------------------------------------------------------
+
+class Spark:
+    """One local[2] session for every target (the JVM starts once)."""
+
+    def __init__(self):
+        from pyspark.sql import SparkSession
+        self.s = (SparkSession.builder.master("local[2]").appName("gravfs-bench")
+                  .config("spark.ui.enabled", "false")
+                  .config("spark.sql.parquet.enableVectorizedReader", "true")
+                  .config("spark.driver.memory", "2g").getOrCreate())
+        self.s.sparkContext.setLogLevel("ERROR")
+
+    def make_dataset(self, path: str, rows: int) -> None:
+        from pyspark.sql import functions as F
+        df = self.s.range(rows).select(
+            F.col("id"), (F.col("id") * 7 % 1000).alias("k"), F.rand(1).alias("x"),
+            F.sha2(F.col("id").cast("string"), 256).alias("s"))
+        df.repartition(8).write.mode("overwrite").parquet(path)
+
+    def scan_seconds(self, path: str) -> float:
+        from pyspark.sql import functions as F
+        t = time.perf_counter()
+        self.s.read.parquet(path).agg(F.sum("x"), F.countDistinct("k"), F.max("s")).collect()
+        return time.perf_counter() - t
+
+    def stop(self) -> None:
+        self.s.stop()
+
+
+# -- targets -------------------------------------------------------------------------------
+
+class Gravfs:
+    """A repository on a store, mounted from a CLI daemon per workspace."""
+
+    def __init__(self, name: str, store: str, base: str, env: dict):
+        self.name, self.store, self.base = name, store, base
+        self.env = dict(os.environ, **env, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.mnt = os.path.join(base, "mnt")
+        os.makedirs(self.mnt, exist_ok=True)
+        self.state = os.path.join(base, "state")
+        self.workspaces = 0
+
+    def cli(self, state: str, *args: str) -> str:
+        res = subprocess.run([sys.executable, "-m", "gravfs.cli", "-s", self.store, "--state-dir", state,
+                              *args], capture_output=True, text=True, env=self.env)
+        if res.returncode != 0:
+            raise SystemExit(f"gravfs {' '.join(args)} failed: {res.stderr.strip()}")
+        return res.stdout
+
+    def setup(self, big_local: str, small_local: str, spark_local: str | None, list_entries: int) -> None:
+        """Fill the repository through the API (not the mount) and commit."""
+        old = dict(os.environ)
+        os.environ.update({k: v for k, v in self.env.items() if k.startswith(("AWS_", "GRAVFS_"))})
+        try:
+            from gravfs.committed.entry import EntryInfo, KIND_FILE
+            from gravfs.importer import import_tree
+            from gravfs.repository import Repository
+            repo = Repository.init(self.store, self.state)
+            try:
+                e = repo.write_file("main", "big", big_local)
+                self.big_address = e.address
+                import_tree(repo, small_local, "main", "small", "small", progress=False)
+                if spark_local:
+                    import_tree(repo, spark_local, "main", "parquet", "parquet", progress=False)
+                small = repo.write_file("main", "many/.seed", os.path.join(small_local, "f000000"))
+                now = time.time_ns()
+                items = [(b"many/e%07d" % i, EntryInfo(address=small.address, size=small.size,
+                                                       mtime_ns=now, mode=0o100644, kind=KIND_FILE))
+                         for i in range(list_entries)]
+                for i in range(0, len(items), 20000):
+                    repo.stage("main", items[i:i + 20000])
+                self.commit = repo.commit("main", "bench data").id
+            finally:
+                repo.close()
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+
+    def prime_tier(self, state: str) -> None:
+        code = ("import sys; from gravfs.repository import Repository;"
+                "r=Repository.open(sys.argv[1], sys.argv[2]); r.data.acquire(sys.argv[3]).release(); r.close()")
+        subprocess.run([sys.executable, "-c", code, self.store, state, self.big_address],
+                       check=True, env=self.env)
+
+    def mount(self, state: str | None = None, fresh: bool = False) -> str:
+        if fresh:
+            self.workspaces += 1
+            state = os.path.join(self.base, f"ws{self.workspaces}")
+        self.cli(state or self.state, "mount", self.mnt)
+        wait_mounted(self.mnt)
+        return self.mnt
+
+    def umount(self) -> None:
+        if os.path.ismount(self.mnt):
+            subprocess.run([sys.executable, "-m", "gravfs.cli", "umount", self.mnt], capture_output=True,
+                           env=self.env)
+        unmount(self.mnt)
+
+    def paths(self) -> dict:
+        return {"commit": os.path.join(self.mnt, "commits", self.commit),
+                "branch": os.path.join(self.mnt, "branches", "main")}
+
+
+class Rclone:
+    def __init__(self, base: str, endpoint: str, bucket: str, key: str, secret: str):
+        self.base = base
+        self.mnt = os.path.join(base, "mnt")
+        os.makedirs(self.mnt, exist_ok=True)
+        self.prefix = f"rclone-{uuid.uuid4().hex[:8]}"
+        self.remote = f"sw:{bucket}/{self.prefix}"
+        self.env = dict(os.environ, RCLONE_CONFIG_SW_TYPE="s3", RCLONE_CONFIG_SW_PROVIDER="Other",
+                        RCLONE_CONFIG_SW_ENDPOINT=endpoint, RCLONE_CONFIG_SW_ACCESS_KEY_ID=key,
+                        RCLONE_CONFIG_SW_SECRET_ACCESS_KEY=secret, RCLONE_CONFIG_SW_REGION="us-east-1",
+                        RCLONE_CONFIG="/dev/null")
+        self.env.pop("AWS_CA_BUNDLE", None)  # rclone refuses a CA bundle on a plain-HTTP transport
+        self.caches = 0
+
+    def run(self, *args: str) -> None:
+        res = subprocess.run(["rclone", *args], env=self.env, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"rclone {' '.join(args)} failed: {res.stderr.strip()[-2000:]}")
+
+    def setup(self, big_local: str, small_local: str, spark_local: str | None) -> None:
+        self.run("copyto", big_local, f"{self.remote}/big")
+        self.run("copy", "--transfers", "16", small_local, f"{self.remote}/small")
+        if spark_local:
+            self.run("copy", spark_local, f"{self.remote}/parquet")
+
+    def mount(self) -> str:
+        self.caches += 1
+        cache = os.path.join(self.base, f"cache{self.caches}")
+        subprocess.run(["rclone", "mount", self.remote, self.mnt, "--daemon", "--vfs-cache-mode", "full",
+                        "--cache-dir", cache, "--dir-cache-time", "1h", "--attr-timeout", "1s",
+                        "--vfs-read-chunk-size", "16M"], check=True, env=self.env)
+        wait_mounted(self.mnt)
+        return self.mnt
+
+    def umount(self) -> None:
+        unmount(self.mnt)
+
+
+# -- measurement ---------------------------------------------------------------------------
+
+def bench_native(a, data: dict, spark) -> dict:
+    out: dict = {k: [] for k in ("read_cold_MBps", "read_warm_MBps", "stat_per_s", "create_per_s",
+                                 "ls_l_s", "spark_s")}
+    smalls = [os.path.join(data["small"], n) for n in sorted(os.listdir(data["small"]))]
+    for r in range(a.runs):
+        drop_caches()
+        out["read_cold_MBps"].append(read_MBps(data["big"]))
+        out["read_warm_MBps"].append(read_MBps(data["big"]))
+        stat_rate(smalls)
+        out["stat_per_s"].append(stat_rate(smalls, 1.0))
+        d = os.path.join(data["base"], f"creates{r}")
+        out["create_per_s"].append(create_rate(d, a.creates))
+        shutil.rmtree(d)
+        out["ls_l_s"].append(ls_l_seconds(data["many"]))
+        if spark:
+            out["spark_s"].append(spark.scan_seconds(data["parquet"]))
     return out
 
 
-def big_file(path: str, mb: int) -> dict:
-    block = os.urandom(1 << 20)
+def bench_gravfs(a, g: Gravfs, spark) -> dict:
+    out: dict = {k: [] for k in ("read_cold_store_MBps", "read_cold_tier_MBps", "read_warm_MBps",
+                                 "read_warm_branch_MBps", "first_byte_ms", "stat_commit_per_s",
+                                 "stat_branch_first_per_s", "stat_branch_per_s", "create_per_s",
+                                 "ls_l_s", "spark_s")}
+    for r in range(a.runs):
+        # cold from the store: a fresh workspace, page cache dropped
+        mnt = g.mount(fresh=True)
+        p = g.paths()
+        drop_caches()
+        big = os.path.join(p["commit"], "big")
+        t = time.perf_counter()
+        with open(big, "rb") as f:
+            f.read(4096)
+            out["first_byte_ms"].append((time.perf_counter() - t) * 1000)
+        drop_caches()
+        out["read_cold_store_MBps"].append(read_MBps(big))
+        g.umount()
+        # cold from the local tier: the main workspace holds the object
+        g.prime_tier(g.state)
+        g.mount()
+        drop_caches()
+        out["read_cold_tier_MBps"].append(read_MBps(big))
+        out["read_warm_MBps"].append(read_MBps(big))
+        bbig = os.path.join(p["branch"], "big")
+        read_MBps(bbig)
+        out["read_warm_branch_MBps"].append(read_MBps(bbig))
+        sm = os.path.join(p["commit"], "small")
+        smalls = [os.path.join(sm, n) for n in sorted(os.listdir(sm))]
+        stat_rate(smalls)
+        out["stat_commit_per_s"].append(stat_rate(smalls, 1.0))
+        sb = os.path.join(p["branch"], "small")
+        bsmalls = [os.path.join(sb, n) for n in sorted(os.listdir(sb))]
+        time.sleep(1.1)  # attributes from the listing expire
+        out["stat_branch_first_per_s"].append(stat_rate(bsmalls))
+        out["stat_branch_per_s"].append(stat_rate(bsmalls, 3.0))
+        out["create_per_s"].append(create_rate(os.path.join(p["branch"], f"creates{r}"), a.creates))
+        out["ls_l_s"].append(ls_l_seconds(os.path.join(p["commit"], "many")))
+        if spark:
+            out["spark_s"].append(spark.scan_seconds(os.path.join(p["commit"], "parquet")))
+        g.umount()
+    return out
 
-    def write():
-        with open(path, "wb") as f:
-            for _ in range(mb):
-                f.write(block)
 
-    def read():
-        with open(path, "rb") as f:
-            while f.read(1 << 20):
-                pass
+def bench_rclone(a, rc: Rclone, spark) -> dict:
+    out: dict = {k: [] for k in ("read_cold_store_MBps", "read_warm_MBps", "first_byte_ms",
+                                 "stat_per_s", "create_per_s", "spark_s")}
+    for r in range(a.runs):
+        mnt = rc.mount()
+        drop_caches()
+        big = os.path.join(mnt, "big")
+        t = time.perf_counter()
+        with open(big, "rb") as f:
+            f.read(4096)
+            out["first_byte_ms"].append((time.perf_counter() - t) * 1000)
+        rc.umount()
+        mnt = rc.mount()
+        drop_caches()
+        out["read_cold_store_MBps"].append(read_MBps(big))
+        out["read_warm_MBps"].append(read_MBps(big))
+        sm = os.path.join(mnt, "small")
+        smalls = [os.path.join(sm, n) for n in sorted(os.listdir(sm))]
+        stat_rate(smalls)
+        out["stat_per_s"].append(stat_rate(smalls, 1.0))
+        out["create_per_s"].append(create_rate(os.path.join(mnt, f"creates{r}"), a.creates))
+        if spark:
+            out["spark_s"].append(spark.scan_seconds(os.path.join(mnt, "parquet")))
+        rc.umount()
+    return out
 
-    return {"write_MBps": mb / timed(write), "read_MBps": mb / timed(read)}
+
+# -- report --------------------------------------------------------------------------------
+
+ROWS = [  # label, native key, gravfs key, rclone key, higher is better
+    ("seq read cold, store (MB/s)", "read_cold_MBps", "read_cold_store_MBps", "read_cold_store_MBps", True),
+    ("seq read cold, local tier (MB/s)", "read_cold_MBps", "read_cold_tier_MBps", None, True),
+    ("seq read warm (MB/s)", "read_warm_MBps", "read_warm_MBps", "read_warm_MBps", True),
+    ("seq read warm, branch path (MB/s)", "read_warm_MBps", "read_warm_branch_MBps", None, True),
+    ("first byte, cold (ms)", None, "first_byte_ms", "first_byte_ms", False),
+    ("stat/s commits/ (cached)", "stat_per_s", "stat_commit_per_s", None, True),
+    ("stat/s branch, first pass", "stat_per_s", "stat_branch_first_per_s", None, True),
+    ("stat/s branch, steady", "stat_per_s", "stat_branch_per_s", "stat_per_s", True),
+    ("create 4 KiB files (files/s)", "create_per_s", "create_per_s", "create_per_s", True),
+    ("ls -l of big dir (s)", "ls_l_s", "ls_l_s", None, False),
+    ("Spark Parquet scan (s)", "spark_s", "spark_s", "spark_s", False),
+]
 
 
-def read_cold(path: str, mb: int) -> dict:
-    t = time.perf_counter()
-    with open(path, "rb") as f:
-        f.read(4096)
-        first = time.perf_counter() - t
-        while f.read(1 << 20):
-            pass
-    total = time.perf_counter() - t
-    return {"first_byte_ms": first * 1000, "read_MBps": mb / total}
-
-
-def read_tree(root: str) -> float:
-    n = 0
-    for d, _dirs, files in os.walk(root):
-        for name in files:
-            with open(os.path.join(d, name), "rb") as f:
-                f.read()
-            n += 1
-    return n
+def table(results: dict) -> str:
+    med = {t: {k: median(v) for k, v in r.items()} for t, r in results["targets"].items()}
+    targets = [t for t in ("native", "gravfs-local", "gravfs-s3", "rclone-s3") if t in med]
+    lines = [f"{'':36}" + "".join(f"{t:>22}" for t in targets)]
+    for label, nk, gk, rk, higher in ROWS:
+        base = med.get("native", {}).get(nk) if nk else None
+        cells = []
+        for t in targets:
+            key = nk if t == "native" else rk if t == "rclone-s3" else gk
+            v = med[t].get(key) if key else None
+            if v is None:
+                cells.append(f"{'-':>22}")
+                continue
+            txt = f"{v:.3g}" if v < 100 else f"{v:,.0f}"
+            if base and t != "native":
+                ratio = v / base if higher else base / v
+                txt += f" ({ratio:.2f}x)"
+            cells.append(f"{txt:>22}")
+        lines.append(f"{label:36}" + "".join(cells))
+    lines.append("ratios: fraction of native speed (time-based rows: native time / target time)")
+    return "\n".join(lines)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--store", help="store URL (default: a fresh local store in a temp dir)")
-    ap.add_argument("--files", type=int, default=2000)
-    ap.add_argument("--file-kb", type=int, default=4)
-    ap.add_argument("--big-mb", type=int, default=256)
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="small sizes, one run, no Spark (< 3 min)")
+    ap.add_argument("--runs", type=int)
+    ap.add_argument("--targets", default="native,gravfs-local,gravfs-s3,rclone-s3")
+    ap.add_argument("--big-mb", type=int)
+    ap.add_argument("--creates", type=int)
+    ap.add_argument("--list-entries", type=int)
+    ap.add_argument("--stats", type=int, help="number of files stat'ed")
+    ap.add_argument("--spark-rows", type=int, default=4_000_000)
+    ap.add_argument("--no-spark", action="store_true")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     a = ap.parse_args()
+    q = a.quick
+    a.runs = a.runs or (1 if q else 3)
+    a.big_mb = a.big_mb or (128 if q else 1024)
+    a.creates = a.creates or (1000 if q else 10000)
+    a.list_entries = a.list_entries or (10000 if q else 100000)
+    a.stats = a.stats or (2000 if q else 10000)
+    use_spark = not (a.no_spark or q)
+    targets = a.targets.split(",")
 
-    base = tempfile.mkdtemp(prefix="gravfs-bench-")
-    store = a.store or os.path.join(base, "store")
-    if a.store and a.store.startswith("s3://"):
-        store = a.store.rstrip("/") + f"/bench-{uuid.uuid4().hex[:8]}"
-    cli = Cli(store, os.path.join(base, "state"))
-    mnt = os.path.join(base, "mnt")
-    os.makedirs(mnt)
-    results: dict = {"store": store, "files": a.files, "file_kb": a.file_kb, "big_mb": a.big_mb}
+    base = tempfile.mkdtemp(prefix="gravfs-bench-", dir=os.environ.get("BENCH_DIR", "/var/tmp"))
+    data = {"base": os.path.join(base, "native")}
+    for k in ("big", "small", "many", "parquet"):
+        data[k] = os.path.join(data["base"], k)
+    os.makedirs(data["base"])
+    results: dict = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "params": vars(a), "targets": {},
+                     "drop_caches": drop_caches(), "nproc": os.cpu_count()}
+    spark = server = None
+    mounts = []
     try:
-        local = os.path.join(base, "local")
-        results["local_small"] = small_files(local, a.files, a.file_kb << 10)
-        results["local_big"] = big_file(os.path.join(local, "big"), a.big_mb)
-
-        cli("init")
-        cli("mount", mnt)
-        branch = os.path.join(mnt, "branches", "main")
-        results["mount_small"] = small_files(branch, a.files, a.file_kb << 10)
-        results["mount_big"] = big_file(os.path.join(branch, "big"), a.big_mb)
-        results["commit_s"] = timed(lambda: cli("commit", "main", "-m", "bench"))
-        cid = json.loads(cli("branch", "list", "--json"))[0]["commit"]
-        cli("umount", mnt)
-
-        # a second workspace: nothing of the data is cached locally
-        cold = Cli(store, os.path.join(base, "state2"))
-        cold("mount", mnt)
-        tree = os.path.join(mnt, "commits", cid)
-        results["cold_big"] = read_cold(os.path.join(tree, "big"), a.big_mb)
-        t = time.perf_counter()
-        n = read_tree(os.path.join(tree, "small"))
-        results["cold_small_read_per_s"] = n / (time.perf_counter() - t)
-        t = time.perf_counter()
-        read_tree(os.path.join(tree, "small"))
-        results["warm_small_read_per_s"] = n / (time.perf_counter() - t)
-        cold("umount", mnt)
+        make_big(data["big"], a.big_mb)
+        make_small_tree(data["small"], a.stats)
+        make_small_tree(data["many"], a.list_entries)
+        if use_spark:
+            spark = Spark()
+            spark.make_dataset(data["parquet"], a.spark_rows)
+        spark_local = data["parquet"] if spark else None
+        print("native ...", flush=True)
+        if "native" in targets:
+            results["targets"]["native"] = bench_native(a, data, spark)
+        if "gravfs-local" in targets:
+            print("gravfs-local ...", flush=True)
+            g = Gravfs("gravfs-local", os.path.join(base, "gl", "store"), os.path.join(base, "gl"), {})
+            mounts.append(g)
+            g.setup(data["big"], data["small"], spark_local, a.list_entries)
+            results["targets"]["gravfs-local"] = bench_gravfs(a, g, spark)
+        if "gravfs-s3" in targets or "rclone-s3" in targets:
+            sys.path.insert(0, os.path.join(ROOT, "tests"))
+            from s3server import SeaweedServer, find_weed
+            server = SeaweedServer(os.path.join(base, "weed"), find_weed())
+            os.makedirs(server.data_dir)
+            server.start()
+            s3env = {"GRAVFS_S3_ENDPOINT": server.endpoint_url, "AWS_ACCESS_KEY_ID": server.access_key,
+                     "AWS_SECRET_ACCESS_KEY": server.secret_key}
+            if "gravfs-s3" in targets:
+                print("gravfs-s3 ...", flush=True)
+                g = Gravfs("gravfs-s3", f"s3://{server.bucket}/bench-{uuid.uuid4().hex[:8]}",
+                           os.path.join(base, "gs"), s3env)
+                mounts.append(g)
+                g.setup(data["big"], data["small"], spark_local, a.list_entries)
+                results["targets"]["gravfs-s3"] = bench_gravfs(a, g, spark)
+            if "rclone-s3" in targets:
+                print("rclone-s3 ...", flush=True)
+                rc = Rclone(os.path.join(base, "rc"), server.endpoint_url, server.bucket,
+                            server.access_key, server.secret_key)
+                mounts.append(rc)
+                rc.setup(data["big"], data["small"], spark_local)
+                results["targets"]["rclone-s3"] = bench_rclone(a, rc, spark)
+    except BaseException as exc:
+        results["error"] = repr(exc)
+        print(f"benchmark stopped: {exc!r}", file=sys.stderr)
     finally:
-        if os.path.ismount(mnt):
-            subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+        for m in mounts:
+            try:
+                m.umount()
+            except BaseException:
+                pass
+        if spark:
+            spark.stop()
+        if server:
+            server.stop()
         shutil.rmtree(base, ignore_errors=True)
 
-    if a.json:
-        print(json.dumps(results, indent=1, sort_keys=True))
-        return 0
-    print(f"store: {results['store']}  ({a.files} files of {a.file_kb} KiB, one {a.big_mb} MiB file)")
-    rows = [
-        ("create small files /s", results["local_small"]["create_per_s"], results["mount_small"]["create_per_s"]),
-        ("stat /s", results["local_small"]["stat_per_s"], results["mount_small"]["stat_per_s"]),
-        ("list directory s", results["local_small"]["list_s"], results["mount_small"]["list_s"]),
-        ("read small files /s", results["local_small"]["read_per_s"], results["mount_small"]["read_per_s"]),
-        ("big write MB/s", results["local_big"]["write_MBps"], results["mount_big"]["write_MBps"]),
-        ("big read MB/s", results["local_big"]["read_MBps"], results["mount_big"]["read_MBps"]),
-    ]
-    print(f"{'':28}{'local dir':>14}{'mount':>14}")
-    for name, l, m in rows:
-        print(f"{name:28}{l:14.1f}{m:14.1f}")
-    print(f"commit of the branch (CLI):    {results['commit_s']:.2f} s")
-    print(f"cold commits/<id> big file:    first byte {results['cold_big']['first_byte_ms']:.1f} ms, "
-          f"{results['cold_big']['read_MBps']:.1f} MB/s")
-    print(f"cold commits/<id> small files: {results['cold_small_read_per_s']:.0f}/s "
-          f"(warm {results['warm_small_read_per_s']:.0f}/s)")
+    results["medians"] = {t: {k: median(v) for k, v in r.items()} for t, r in results["targets"].items()}
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, f"mount-{time.strftime('%Y%m%d-%H%M%S')}{'-quick' if q else ''}.json")
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1, sort_keys=True)
+    print(f"{a.big_mb} MiB file, {a.stats} files stat'ed, {a.creates} creates, "
+          f"{a.list_entries}-entry directory, {a.runs} run(s), medians; page cache dropped: "
+          f"{results['drop_caches']}")
+    print(table(results))
+    print(f"results: {path}")
     return 0
 
 

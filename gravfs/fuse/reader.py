@@ -19,6 +19,7 @@ All methods block; the FUSE layer calls them from worker threads.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,27 +39,32 @@ MAX_AHEAD = 8  # chunks
 class _Verifier:
     """Running hash of an object's chunks, fed strictly in order."""
 
-    __slots__ = ("hasher", "next", "last")
+    __slots__ = ("hasher", "next", "last", "lock")
 
     def __init__(self, last: int):
         self.hasher = hashing.hasher()
         self.next = 0
         self.last = last
+        self.lock = threading.Lock()  # one thread hashes at a time (in order), not the cache lock
 
 
 class ReadState:
     """Per open handle: where the last read ended, and how far ahead to fetch."""
 
-    __slots__ = ("next_offset", "ahead", "tier_handle", "lock")
+    __slots__ = ("next_offset", "ahead", "tier_handle", "fd", "lock")
 
     def __init__(self):
         self.next_offset = 0
         self.ahead = 0
         self.tier_handle = None
+        self.fd = -1  # our own descriptor of the pinned local file: preads without a lock
         self.lock = threading.Lock()  # the kernel may send reads of one handle in parallel
 
     def close(self) -> None:
         with self.lock:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
             if self.tier_handle is not None:
                 self.tier_handle.release()
                 self.tier_handle = None
@@ -93,9 +99,13 @@ class DataReader:
         with state.lock:
             if state.tier_handle is None and (size <= self.chunk or self.repo.tier.cached(address)):
                 state.tier_handle = self.repo.data.acquire(address)
-            handle = state.tier_handle
+                if size > self.chunk:
+                    state.fd = _open_sequential(state.tier_handle.path)
+            handle, fd = state.tier_handle, state.fd
         if handle is not None:
             self.stats["tier_reads"] += 1
+            if fd >= 0:  # the kernel's parallel reads of one file reach the disk in parallel
+                return os.pread(fd, length, offset)
             return handle.read(offset, length)
         return self._ranged(state, address, size, offset, length)
 
@@ -171,32 +181,62 @@ class DataReader:
             self._bytes += len(data)
             self.stats["chunk_fetches"] += 1
             self.stats["bytes_fetched"] += len(data)
-            self._feed_locked(address, size, idx)
             while self._bytes > self.cache_bytes and self._chunks:
                 _, old = self._chunks.popitem(last=False)
                 self._bytes -= len(old)
+            v = self._verifiers.get(address)
+            if v is None and idx == 0:
+                if len(self._verifiers) > 4096:  # abandoned partial reads
+                    self._verifiers.clear()
+                v = self._verifiers[address] = _Verifier((size - 1) // self.chunk)
+        if v is not None:  # before the result: the last chunk's reader sees a mismatch
+            self._feed(address, size, v, idx, data)
         f.set_result(data)
 
-    def _feed_locked(self, address: str, size: int, idx: int) -> None:
-        """Advance the object's running hash over every in-order chunk now cached."""
-        v = self._verifiers.get(address)
-        if v is None:
-            if idx != 0:
-                return
-            if len(self._verifiers) > 4096:  # abandoned partial reads
-                self._verifiers.clear()
-            v = self._verifiers[address] = _Verifier((size - 1) // self.chunk)
-        while (address, v.next) in self._chunks:
-            v.hasher.update(self._chunks[(address, v.next)])
-            if v.next == v.last:
-                del self._verifiers[address]
-                if v.hasher.hexdigest() != digest_of(address):
-                    log.error("data object %s does not match its hash; refusing further reads",
-                              address)
-                    self._corrupt.add(address)
-                    for k in [k for k in self._chunks if k[0] == address]:
-                        self._bytes -= len(self._chunks.pop(k))
+    def _feed(self, address: str, size: int, v: _Verifier, idx: int, data: bytes) -> None:
+        """Advance the object's running hash over every in-order chunk now cached.
+
+        Hashing runs under the verifier's own lock, so fetches and cache hits of
+        other chunks go on meanwhile (hashlib releases the GIL on large buffers).
+        A fetcher takes that lock after filing its chunk, so no chunk is skipped.
+        """
+        with v.lock:
+            while True:
+                if v.next > v.last:
+                    return  # done (by another fetcher)
+                if v.next == idx:
+                    chunk = data
                 else:
-                    log.debug("verified %s (%d bytes) from ranged reads", address, size)
+                    with self._lock:
+                        chunk = self._chunks.get((address, v.next))
+                if chunk is None:
+                    return
+                v.hasher.update(chunk)
+                v.next += 1
+                if v.next > v.last:
+                    break
+            ok = v.hasher.hexdigest() == digest_of(address)
+        with self._lock:
+            if self._verifiers.get(address) is v:
+                del self._verifiers[address]
+            if not ok:
+                log.error("data object %s does not match its hash; refusing further reads",
+                          address)
+                self._corrupt.add(address)
+                for k in [k for k in self._chunks if k[0] == address]:
+                    self._bytes -= len(self._chunks.pop(k))
                 return
-            v.next += 1
+        log.debug("verified %s (%d bytes) from ranged reads", address, size)
+
+
+def _open_sequential(path: str) -> int:
+    """A descriptor of a pinned local file read front to back (-1: use the handle)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return -1  # e.g. a pending upload renamed away: its handle keeps its own descriptor
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    except OSError:
+        pass
+    return fd
