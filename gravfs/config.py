@@ -22,12 +22,23 @@ FORMAT_VERSION = 1
 
 @dataclass(frozen=True)
 class RangeParams:
-    """Range break policy; defaults chosen by scripts/bench_committed.py (see README)."""
+    """Range break policy (gravfs.committed.breaks); defaults chosen by
+    scripts/bench_committed.py, see docs/benchmarks-committed.md.
 
+    kind "lakefs": break at max_size, or past min_size when hash % raggedness == 0;
+    kind "size-aware": past min_size, break with probability record size / target_size.
+    """
+
+    kind: str = "lakefs"
     min_size: int = 512 * 1024
     max_size: int = 4 * 1024 * 1024
     raggedness: int = 4096
+    target_size: int = 0
     seed: int = 0
+
+    def policy(self):
+        from gravfs.committed.breaks import policy_from_dict
+        return policy_from_dict(asdict(self))
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,7 @@ class RepoSettings:
         try:
             d = json.loads(raw)
             ranges = RangeParams(**d.pop("ranges"))
+            ranges.policy()  # validates kind and sizes
             s = cls(ranges=ranges, **d)
         except (ValueError, TypeError, KeyError) as exc:
             raise CorruptDataError(f"repository settings do not parse: {exc}", path=REPO_JSON) from exc

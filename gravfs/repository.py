@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import BinaryIO, Iterable, Iterator, Optional
 
 from gravfs import hashing
-from gravfs.committed.breaks import BreakPolicy
 from gravfs.committed.entry import (KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo,
                                    decode_entry, encode_entry, entry_identity)
 from gravfs.committed.manager import EMPTY_METARANGE_ID, CommittedManager
@@ -100,9 +99,7 @@ class Repository:
         self.settings = RepoSettings.from_json(raw)
         self.workspace = Workspace.for_store(state_dir or default_state_dir(), store.url)
         self.tier = LocalTier(store, self.workspace.cache, tier_bytes)
-        r = self.settings.ranges
-        self.committed = CommittedManager(store, self.tier,
-                                          BreakPolicy(r.min_size, r.max_size, r.raggedness, r.seed),
+        self.committed = CommittedManager(store, self.tier, self.settings.ranges.policy(),
                                           compression=self.settings.compression,
                                           tmp_dir=self.workspace.sub("sst-tmp"))
         self.commits = CommitStore(store)
