@@ -201,12 +201,14 @@ def main() -> int:
     res: dict = {"machine": {"cpus": os.cpu_count()}, "quick": args.quick}
 
     res["commit_bulk"] = [bench_commit_bulk(n, args.repeat if n <= 100_000 else 1, tmp) for n in big]
+    print("commit_bulk", res["commit_bulk"], flush=True)
     res["rocksdb_ingest"] = [bench_rocksdb_ingest(n, tmp) for n in big]
     res["one_change"] = [bench_one_change(n, args.repeat, tmp, None, "local") for n in trees]
+    print("one_change", res["one_change"], flush=True)
     if args.s3:
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        from tests.s3server import SeaweedServer
-        srv = SeaweedServer(os.path.join(tmp, "weed"))
+        from tests.s3server import SeaweedServer, find_weed
+        srv = SeaweedServer(os.path.join(tmp, "weed"), find_weed())
         srv.start()
         try:
             os.environ.update(AWS_ACCESS_KEY_ID=srv.access_key, AWS_SECRET_ACCESS_KEY=srv.secret_key,
