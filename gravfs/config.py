@@ -30,9 +30,9 @@ class RangeParams:
     """
 
     kind: str = "lakefs"
-    min_size: int = 512 * 1024
-    max_size: int = 4 * 1024 * 1024
-    raggedness: int = 4096
+    min_size: int = 256 * 1024
+    max_size: int = 2 * 1024 * 1024
+    raggedness: int = 2048
     target_size: int = 0
     seed: int = 0
 
