@@ -627,18 +627,41 @@ MERGE_POOL = 0.055      # new files seen by either branch, per base file (55k on
                         # both branches, 5k on each only, so 50k per branch)
 
 
-def study_policies() -> list[tuple[str, BreakPolicy]]:
+def _size(n: int) -> str:
+    return f"{n // MiB}M" if n >= MiB and n % MiB == 0 else f"{n // KiB}K"
+
+
+def policy_name(p: BreakPolicy) -> str:
+    if isinstance(p, SizeAwareBreakPolicy):
+        return f"size-aware {_size(p.min_size)}+{_size(p.target_size)}/{_size(p.max_size)}"
+    if p == BreakPolicy.lakefs_defaults(p.seed):
+        return "lakeFS 0/20M/50000"
+    return f"{_size(p.min_size)}/{_size(p.max_size)}/{p.raggedness}"
+
+
+def default_policy() -> BreakPolicy:
+    """The repository default of gravfs.config (break seed 0, as in every tree here)."""
     rp = RangeParams()
-    return [
-        ("lakeFS 0/20M/50000", BreakPolicy.lakefs_defaults()),
-        (f"current {rp.min_size // KiB}K/{rp.max_size // MiB}M/{rp.raggedness}",
-         BreakPolicy(rp.min_size, rp.max_size, rp.raggedness)),
-        ("256K/2M/2048", BreakPolicy(256 * KiB, 2 * MiB, 2048)),
-        ("128K/1M/1024", BreakPolicy(128 * KiB, 1 * MiB, 1024)),
-        ("size-aware 512K+1M/4M", SizeAwareBreakPolicy(512 * KiB, 4 * MiB, 1 * MiB)),
-        ("size-aware 256K+512K/2M", SizeAwareBreakPolicy(256 * KiB, 2 * MiB, 512 * KiB)),
-        ("size-aware 128K+256K/1M", SizeAwareBreakPolicy(128 * KiB, 1 * MiB, 256 * KiB)),
+    if hasattr(rp, "policy"):
+        return rp.policy()
+    return BreakPolicy(rp.min_size, rp.max_size, rp.raggedness, rp.seed)
+
+
+def study_policies() -> list[tuple[str, BreakPolicy]]:
+    """lakeFS's rule at its and smaller sizes, and size-aware policies of about the same means."""
+    policies = [
+        BreakPolicy.lakefs_defaults(),
+        BreakPolicy(512 * KiB, 4 * MiB, 4096),
+        BreakPolicy(256 * KiB, 2 * MiB, 2048),
+        BreakPolicy(128 * KiB, 1 * MiB, 1024),
+        SizeAwareBreakPolicy(512 * KiB, 4 * MiB, 1 * MiB),
+        SizeAwareBreakPolicy(256 * KiB, 2 * MiB, 512 * KiB),
+        SizeAwareBreakPolicy(128 * KiB, 1 * MiB, 256 * KiB),
     ]
+    default = default_policy()
+    if default not in policies:
+        policies.insert(1, default)
+    return [(policy_name(p) + (" (default)" if p == default else ""), p) for p in policies]
 
 
 def _reuse(stats: dict) -> float:
@@ -972,12 +995,11 @@ def main(argv: list[str] | None = None) -> dict:
     cache_bytes = 4 * GiB
 
     check_encoder()
-    rp = RangeParams()
-    policy = BreakPolicy(rp.min_size, rp.max_size, rp.raggedness)
+    policy = default_policy()
     started = time.time()
     res: dict = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                  "mode": "quick" if quick else "full", "repeat": repeat,
-                 "tree_policy": f"{rp.min_size // KiB}K/{rp.max_size // MiB}M/{rp.raggedness}",
+                 "tree_policy": policy_name(policy),
                  "tree_policy_dict": policy.to_dict(),
                  "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                              "platform": platform.platform(), "loadavg_start": os.getloadavg()},
