@@ -32,8 +32,8 @@ are gravfs file entries, byte-identical to encode_entry/entry_identity output
 Times are wall clock and process CPU (the steadier figure on a shared machine),
 medians of --repeat runs (default 5; 3 with --quick).  The full mode (1M and
 10M entries) takes about 25 minutes on 2 cores; --quick (50k and 200k entries,
-policy study on 50k) is a smoke test of a few minutes whose policy figures
-mean little.  Results go to bench/results/committed-<timestamp>.json.
+policy study on 50k) is a smoke test of about 1.5 minutes (idle machine) whose
+policy figures mean little.  Results go to bench/results/committed-<timestamp>.json.
 """
 
 from __future__ import annotations
