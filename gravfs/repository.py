@@ -202,10 +202,17 @@ class Repository:
 
     def create_branch(self, name: str, from_ref: Optional[str] = None) -> Commit:
         check_ref_name(name, "branch")
-        source = self.resolve(from_ref or self.settings.default_branch).commit
+        source = self._resolve_fresh(from_ref or self.settings.default_branch).commit
         self.heads.create_branch(name, source.id)
         self.staging.write(lambda txn: self.staging.drop_branch(txn, name))
+        self.forget_head(name)
         return source
+
+    def _resolve_fresh(self, ref: str) -> RefTarget:
+        """resolve() past the head cache: a new ref starts where its source is now,
+        not where this process last looked (another process may just have committed)."""
+        self._heads_cache.clear()
+        return self.resolve(ref)
 
     def delete_branch(self, name: str) -> None:
         if name == self.settings.default_branch:
@@ -218,7 +225,7 @@ class Repository:
         return sorted(self.heads.branches())
 
     def create_tag(self, name: str, ref: str) -> Commit:
-        c = self.resolve(ref).commit
+        c = self._resolve_fresh(ref).commit
         self.heads.create_tag(name, c.id)
         return c
 

@@ -458,12 +458,17 @@ def test_files_never_vanish_while_the_cli_commits(gravfs_mount):
     missing = []
     stop = threading.Event()
 
+    errors = []
+
     def reader():
         while not stop.is_set():
-            listed = set(os.listdir(m.branch_path()))
-            for n in names:
-                if n in written and n not in listed:
-                    missing.append(n)
+            before = set(written)  # closed before the listing started
+            try:
+                listed = set(os.listdir(m.branch_path()))
+            except OSError as exc:
+                errors.append(exc)
+                return
+            missing.extend(before - listed)
 
     written: set = set()
     t = threading.Thread(target=reader)
@@ -477,6 +482,7 @@ def test_files_never_vanish_while_the_cli_commits(gravfs_mount):
     finally:
         stop.set()
         t.join()
+    assert not errors, f"listing failed during commits: {errors}\n{m.log_tail()}"
     assert not missing, f"files disappeared from listings during commits: {sorted(set(missing))}"
     assert sorted(os.listdir(m.branch_path())) == sorted(names)
 

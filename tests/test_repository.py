@@ -309,3 +309,17 @@ def test_sensor_compacts_past_threshold(repo):
     assert st.compacted is not None and st.tombstones == 0 and not st.sealed
     assert [n.name for n in repo.list_dir("main", "t")] == [f"{i:03d}" for i in range(150, 200)]
     assert [k for k, _ in repo.status("main")] == ["removed"] * 150
+
+
+def test_new_refs_start_at_the_current_head_despite_the_head_cache(store_target, tmp_path):
+    """The mount caches heads (head_ttl); a branch or tag it creates must still start at
+    the head another process just committed, not at the cached one."""
+    a = Repository.init(store_target, str(tmp_path / "ws-a"), settings=small_settings())
+    cached = Repository.open(store_target, str(tmp_path / "ws-b"), head_ttl=3600)
+    old = cached.head("main")  # now cached for an hour
+    a.write_file("main", "f", b"1")
+    new = a.commit("main", "add f").id
+    assert cached.head("main") == old  # the cache is stale, as intended for reads
+    assert cached.create_branch("feature").id == new
+    assert cached.read("feature", "f") == b"1"
+    assert cached.create_tag("v1", "main").id == new

@@ -72,8 +72,11 @@ def guarded(fn):
             raise
         except (GravfsError, OSError) as exc:
             code = errno_of(exc)
-            level = logging.ERROR if code == errno.EIO else logging.DEBUG
-            log.log(level, "%s: %s -> %s", fn.__name__, exc, errno.errorcode.get(code, code))
+            if code == errno.EBADF and isinstance(exc, OSError):  # our own fd misuse: a bug
+                log.exception("%s: internal error (answered EBADF)", fn.__name__)
+            else:
+                level = logging.ERROR if code == errno.EIO else logging.DEBUG
+                log.log(level, "%s: %s -> %s", fn.__name__, exc, errno.errorcode.get(code, code))
             raise pyfuse3.FUSEError(code) from None
         except Exception:
             log.exception("%s: unexpected error (answered EIO)", fn.__name__)

@@ -45,6 +45,7 @@ class OpenFile:
         self.entry = entry  # content last staged (or read) for this file; None when new
         self.path = os.path.join(files_dir, uuid.uuid4().hex)
         self.fd = -1
+        self.moving_size: Optional[int] = None  # size while the local copy moves to pending
         self.dirty = False
         self.handles = 0
         self.lock = trio.Lock()
@@ -61,8 +62,11 @@ class OpenFile:
         return self.fd >= 0
 
     def size(self) -> int:
-        if self.fd >= 0:
-            return os.fstat(self.fd).st_size
+        fd = self.fd  # read once: an upload in a worker thread may hand it over meanwhile
+        if fd >= 0:
+            return os.fstat(fd).st_size
+        if self.moving_size is not None:
+            return self.moving_size
         return self.entry.size if self.entry else 0
 
     def materialize(self, repo, limit: Optional[int] = None) -> None:
@@ -124,22 +128,31 @@ class OpenFile:
         ``durable`` (fsync): the pending file is fsync'd too.
         """
         if self.fd >= 0 and os.fstat(self.fd).st_size <= WRITEBACK_MAX:
-            os.close(self.fd)
+            # getattr on the trio thread reads fd and size without the lock: publish
+            # the size, then give up the fd, and only then close it (never a stale fd)
+            fd = self.fd
+            self.moving_size = os.fstat(fd).st_size
             self.fd = -1
+            os.close(fd)
             try:
                 address, size = repo.data.put_pending(self.path, durable=durable)
             except BaseException:
                 if os.path.exists(self.path):  # not moved: keep it as the local copy
                     self.fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+                self.moving_size = None
                 raise
+            self.entry = self.meta_entry(EntryInfo(address=address, size=size, kind=KIND_FILE))
+            self.moving_size = None
+            return self.entry
         else:
             address, size = repo.data.put_path(self.path)
         return self.meta_entry(EntryInfo(address=address, size=size, kind=KIND_FILE))
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
+        fd = self.fd
+        if fd >= 0:
             self.fd = -1
+            os.close(fd)
         _unlink(self.path)
 
 
