@@ -66,35 +66,31 @@ def cmd_init(args) -> int:
 
 def cmd_branch(args) -> int:
     repo = _repo(args)
-    if args.action == "create":
-        c = repo.create_branch(args.name, args.source)
-        print(f"Created branch {args.name} at {_short(c.id)}")
-    elif args.action == "delete":
-        repo.delete_branch(args.name)
-        print(f"Deleted branch {args.name}")
-    else:
-        _print_refs(repo.list_branches(), args.json)
-    return 0
-
-
-def _print_refs(rows: list[tuple[str, str]], as_json: bool) -> None:
-    if as_json:
-        _print_json([{"name": n, "commit": c} for n, c in rows])
-        return
-    for n, c in rows:
-        print(f"{n}\t{_short(c)}")
+    return _ref_command(args, "branch", lambda: repo.create_branch(args.name, args.source),
+                        repo.delete_branch, repo.list_branches)
 
 
 def cmd_tag(args) -> int:
     repo = _repo(args)
+    return _ref_command(args, "tag", lambda: repo.create_tag(args.name, args.ref),
+                        repo.delete_tag, repo.list_tags)
+
+
+def _ref_command(args, kind: str, create, delete, listing) -> int:
+    """create / delete / list, shared by `branch` and `tag`."""
     if args.action == "create":
-        c = repo.create_tag(args.name, args.ref)
-        print(f"Created tag {args.name} at {_short(c.id)}")
+        c = create()
+        print(f"Created {kind} {args.name} at {_short(c.id)}")
     elif args.action == "delete":
-        repo.delete_tag(args.name)
-        print(f"Deleted tag {args.name}")
+        delete(args.name)
+        print(f"Deleted {kind} {args.name}")
     else:
-        _print_refs(repo.list_tags(), args.json)
+        rows = listing()
+        if args.json:
+            _print_json([{"name": n, "commit": c} for n, c in rows])
+        else:
+            for n, c in rows:
+                print(f"{n}\t{_short(c)}")
     return 0
 
 
