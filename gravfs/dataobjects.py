@@ -16,6 +16,7 @@ commit), concurrently with others: uploads are idempotent (content-addressed).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import queue
@@ -33,6 +34,10 @@ log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
 PREFIX = "data/"
+# With the tier's disk full, objects up to this size are read into memory
+# (verified) instead of failing: a full disk must not stop reads.
+UNCACHED_MAX = 64 << 20
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def address_of(digest_hex: str) -> str:
@@ -93,6 +98,29 @@ QUIET_BEFORE_UPLOAD = 0.05
 BACKLOG_FILES = 20000
 BACKLOG_BYTES = 1 << 30
 DRAIN_WORKERS = 8  # parallel uploads when a commit drains the pending directory
+
+
+class BytesHandle:
+    """An object read into memory, served like a tier handle (no local file)."""
+
+    path = None
+
+    def __init__(self, data: bytes):
+        self._data = data
+        self.size = len(data)
+
+    def read(self, offset: int = 0, length: Optional[int] = None) -> bytes:
+        end = self.size if length is None else offset + length
+        return self._data[offset:end]
+
+    def release(self) -> None:
+        self._data = b""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 class DataObjects:
@@ -328,7 +356,21 @@ class DataObjects:
                 raise CorruptDataError(f"content hashes to {got[:16]}..., expected {digest[:16]}...",
                                        path=path)
 
-        return self.tier.acquire(address, verify=verify)
+        try:
+            return self.tier.acquire(address, verify=verify)
+        except OSError as exc:
+            if exc.errno not in _DISK_FULL:
+                raise
+            size = self.store.size(address)
+            if size is None or size > UNCACHED_MAX:
+                raise
+            log.warning("local tier: no space left for %s (%d bytes); reading it uncached",
+                        address, size)
+            data = self.store.get(address)
+            got = hashing.hexdigest(data)
+            if got != digest:
+                raise CorruptDataError(f"{address}: store content hashes to {got[:16]}...")
+            return BytesHandle(data)
 
     def read(self, address: str, offset: int = 0, length: int = -1) -> bytes:
         with self.acquire(address) as h:  # through the handle: a pending file may vanish

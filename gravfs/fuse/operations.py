@@ -26,7 +26,7 @@ from gravfs import hashing
 from gravfs.committed.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo
 from gravfs.dataobjects import address_of
 from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
-from gravfs.fuse.errnos import fail, guarded, quiet
+from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
 from gravfs.fuse.openfiles import WRITEBACK_MAX, DirHandle, FileHandle, OpenFile
 from gravfs.fuse.reader import DataReader
@@ -755,8 +755,32 @@ class GravfsOperations(pyfuse3.Operations):
         self.repo.stage(tree.name, [(key, entry)])
         return entry
 
+    def _keep_unstaged(self, of: OpenFile, exc: Exception) -> None:
+        """Staging failed on the last close (a full disk, the store down): the local
+        copy stays the file's content in the mount, its inode pinned so the name keeps
+        showing it, and the next close, fsync or unmount stages it again; unlinking
+        the name drops it (and frees its space)."""
+        node = of.node
+        of.node.pinned = True
+        if errno_of(exc) in (errno.ENOSPC, errno.EDQUOT, errno.EIO) and not isinstance(
+                exc, pyfuse3.FUSEError):
+            log.warning("could not stage %s:%s on close (%s); its content stays in the mount "
+                        "and is staged on the next close", node.tree.name, node.key, exc)
+        else:
+            log.exception("could not stage %s:%s on close; its content stays in the mount",
+                          node.tree.name, node.key)
+
+    def _drop_unstaged(self, node: Inode) -> None:
+        """The name of a file whose staging failed is gone: forget its local copy."""
+        of = self.open_files.get(node.ino)
+        if of is not None and of.handles <= 0:
+            del self.open_files[node.ino]
+            of.close()
+        node.pinned = False
+
     def _staged(self, of: OpenFile, entry: EntryInfo) -> None:
         node = of.node
+        node.pinned = False
         of.entry = entry
         of.dirty = False
         self._remember_entry(node, entry)
@@ -801,10 +825,8 @@ class GravfsOperations(pyfuse3.Operations):
                 if of.handles <= 0:
                     try:
                         await self._stage(of)
-                    except Exception:
-                        log.exception("could not stage %s:%s on close; its content is kept in %s",
-                                      node.tree.name, node.key, of.path)
-                        self.open_files.pop(node.ino, None)
+                    except Exception as exc:
+                        self._keep_unstaged(of, exc)
                         raise
                     if of.handles <= 0 and self.open_files.get(node.ino) is of:
                         del self.open_files[node.ino]
@@ -905,6 +927,7 @@ class GravfsOperations(pyfuse3.Operations):
             kind = await self.run(self._unlink_blocking, tree, parent.key, key)
             node = self.inodes.find(tree, key, kind)
             if node is not None:
+                self._drop_unstaged(node)
                 self.inodes.unlink(node)
         log.debug("unlink %s:%s", tree.name, key)
 

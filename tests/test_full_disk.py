@@ -1,0 +1,160 @@
+"""A full disk gives ENOSPC (or a one-line CLI error) and loses nothing.
+
+The repository (store and state dir) lives on a small tmpfs, a real full disk.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+
+import pytest
+
+from tests.fuse_util import Mount, fuse_available
+from tests.repo_util import run_cli
+
+TMPFS_BYTES = 6 << 20
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(size) -> the path of a fresh tmpfs of that many bytes."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a size-limited tmpfs (a real full disk)")
+    mounted = []
+
+    def mount(size: int) -> str:
+        where = tmp_path / f"disk{len(mounted)}"
+        where.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                       check=True)
+        mounted.append(str(where))
+        return str(where)
+
+    try:
+        yield mount
+    finally:
+        for where in mounted:
+            subprocess.run(["umount", "-l", where], check=False)
+
+
+@pytest.fixture
+def small_disk(tmpfs):
+    return tmpfs(TMPFS_BYTES)
+
+
+def _leftovers(root: str) -> list[str]:
+    """Temporary files a failed write may have left behind."""
+    out = []
+    for d, _, files in os.walk(root):
+        for f in files:
+            if f.startswith(".") and "tmp" in f or os.path.basename(d) == "tmp":
+                out.append(os.path.join(d, f))
+    return out
+
+
+def test_cli_put_on_a_full_disk_fails_cleanly(small_disk, tmp_path):
+    store, state = os.path.join(small_disk, "store"), os.path.join(small_disk, "state")
+    run_cli("init", store=store, state=state)
+    keep = tmp_path / "keep.bin"
+    keep.write_bytes(os.urandom(1 << 20))
+    run_cli("put", str(keep), "main:keep.bin", store=store, state=state)
+    run_cli("commit", "main", "-m", "keep", store=store, state=state)
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(TMPFS_BYTES))
+    rc, _, err = run_cli("put", str(big), "main:big.bin", store=store, state=state, check=False)
+    assert rc != 0
+    assert "no space left" in err.lower() and "Traceback" not in err
+    assert not _leftovers(small_disk), "a failed put left temporary files on the full disk"
+    _, out, _ = run_cli("status", "main", store=store, state=state)
+    assert "big.bin" not in out
+    p = subprocess.run([*_cli(), "cat", "main:keep.bin"], capture_output=True,
+                       env=_env(store, state), check=True)
+    assert p.stdout == keep.read_bytes()
+    rc, out, _ = run_cli("fsck", store=store, state=state, check=False)
+    assert rc == 0, out
+
+
+def _cli() -> list[str]:
+    import sys
+    return [sys.executable, "-m", "gravfs.cli"]
+
+
+def _env(store: str, state: str) -> dict:
+    return dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state)
+
+
+def test_mount_write_on_a_full_disk_is_enospc_and_keeps_the_rest(small_disk):
+    if not fuse_available():
+        pytest.fail("/dev/fuse is not usable: these tests need real FUSE mounts")
+    m = Mount(small_disk).init()
+    m.mount()
+    try:
+        keep = os.urandom(512 << 10)
+        with open(m.branch_path("keep.bin"), "wb") as f:
+            f.write(keep)
+        m.commit(message="keep")
+        with open(m.branch_path("staged.txt"), "wb") as f:
+            f.write(b"staged before the disk filled")
+        with pytest.raises(OSError) as ei:
+            with open(m.branch_path("big.bin"), "wb") as f:
+                chunk = os.urandom(1 << 20)
+                for _ in range(2 * TMPFS_BYTES >> 20):
+                    f.write(chunk)
+                    f.flush()
+        assert ei.value.errno == errno.ENOSPC
+        # the mount is alive and everything written before is intact
+        with open(m.branch_path("keep.bin"), "rb") as f:
+            assert f.read() == keep
+        with open(m.branch_path("staged.txt"), "rb") as f:
+            assert f.read() == b"staged before the disk filled"
+        # the user frees the space: writing and committing work again
+        if os.path.exists(m.branch_path("big.bin")):
+            os.unlink(m.branch_path("big.bin"))
+        with open(m.branch_path("after.txt"), "wb") as f:
+            f.write(b"space again")
+        m.commit(message="after")
+        with open(m.path("commits", m.head()[:12], "after.txt"), "rb") as f:
+            assert f.read() == b"space again"
+        with open(m.path("commits", m.head()[:12], "staged.txt"), "rb") as f:
+            assert f.read() == b"staged before the disk filled"
+        m.assert_clean_log()
+    finally:
+        m.cleanup()
+
+
+def test_mount_close_that_cannot_stage_keeps_the_content(tmpfs):
+    """A file whose close cannot store its content (the disk filled meanwhile) stays in
+    the mount with that content and is staged by the next fsync once there is space."""
+    if not fuse_available():
+        pytest.fail("/dev/fuse is not usable: these tests need real FUSE mounts")
+    disk = tmpfs(24 << 20)
+    m = Mount(disk).init()
+    m.mount()
+    try:
+        free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+        filler = os.path.join(disk, "filler")
+        with open(filler, "wb") as f:  # leave room for the local copy, not for storing it
+            f.write(b"\0" * (free - (8 << 20)))
+        data = os.urandom(6 << 20)  # above the write-back size: stored on close
+        f = open(m.branch_path("big.bin"), "wb")
+        f.write(data)
+        with pytest.raises(OSError) as ei:
+            f.close()
+        assert ei.value.errno == errno.ENOSPC
+        assert os.stat(m.branch_path("big.bin")).st_size == len(data)
+        with open(m.branch_path("big.bin"), "rb") as g:
+            assert g.read() == data
+        os.unlink(filler)
+        fd = os.open(m.branch_path("big.bin"), os.O_RDWR)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        m.commit(message="after the disk had room again")
+        with open(m.path("commits", m.head()[:12], "big.bin"), "rb") as g:
+            assert g.read() == data
+        m.assert_clean_log()
+    finally:
+        m.cleanup()
