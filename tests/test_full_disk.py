@@ -158,3 +158,33 @@ def test_mount_close_that_cannot_stage_keeps_the_content(tmpfs):
         m.assert_clean_log()
     finally:
         m.cleanup()
+
+
+def test_unmount_that_cannot_stage_saves_the_file_in_lost_and_found(tmpfs):
+    if not fuse_available():
+        pytest.fail("/dev/fuse is not usable: these tests need real FUSE mounts")
+    import glob
+    disk = tmpfs(24 << 20)
+    m = Mount(disk).init()
+    m.mount()
+    try:
+        free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+        with open(os.path.join(disk, "filler"), "wb") as f:
+            f.write(b"\0" * (free - (8 << 20)))
+        os.mkdir(m.branch_path("d"))
+        data = os.urandom(6 << 20)
+        f = open(m.branch_path("d/big.bin"), "wb")
+        f.write(data)
+        with pytest.raises(OSError):
+            f.close()
+        m.umount()
+        saved = glob.glob(os.path.join(m.state_dir, "repos", "*", "lost+found", "main", "d",
+                                       "big.bin"))
+        assert len(saved) == 1, "the unstaged file was not saved at unmount"
+        with open(saved[0], "rb") as g:
+            assert g.read() == data
+        assert "lost+found" in m.log_text()
+        m.remount()  # the next mount leaves lost+found alone
+        assert os.path.exists(saved[0])
+    finally:
+        m.cleanup()

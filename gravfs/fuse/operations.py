@@ -119,11 +119,29 @@ class GravfsOperations(pyfuse3.Operations):
             try:
                 await self._stage(of)
             except Exception:
-                log.exception("could not stage %s at shutdown; its content is kept in %s",
-                              of.node.key, of.path)
-                continue
+                where = self._rescue(of)
+                log.exception("could not stage %s:%s at shutdown; its content is saved as %s",
+                              of.node.tree.name, of.node.key, where)
+                if where == of.path:
+                    continue  # not moved: closing would delete it
             of.close()
         self.open_files.clear()
+
+    def _rescue(self, of: OpenFile) -> Optional[str]:
+        """Move the local copy of a file that could not be staged to
+        ``<workspace>/lost+found/<branch>/<path>``, where the next mount leaves it alone."""
+        if not of.materialized:
+            return None
+        node = of.node
+        dest = os.path.join(self.repo.workspace.sub("lost+found"), node.tree.name,
+                            os.fsdecode(node.key))
+        try:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            os.replace(of.path, dest)
+        except OSError as exc:
+            log.error("could not save %s to %s (%s); it stays in %s", node.key, dest, exc, of.path)
+            return of.path
+        return dest
 
     # -- helpers ----------------------------------------------------------------------
 
