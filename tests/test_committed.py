@@ -523,6 +523,7 @@ def test_open_reader_cache_is_bounded(tmp_path):
     # An iterator whose reader was evicted keeps reading.
     assert first + list(it) == recs
     m.ranges.max_open_bytes = 1
-    assert m.get(mid, recs[0].key) == recs[0]  # range 0 was evicted long ago
+    assert m.get(mid, recs[0].key) == recs[0]  # range 0's reader was evicted long ago
+    assert [r.key for r in m.range_records(m.iter_ranges(mid)[0].id)][:3] == [r.key for r in recs[:3]]
     assert len(m.ranges._ranges) == 1
     m.close()

@@ -21,7 +21,12 @@ from gravfs.committed.breaks import BreakPolicy
 from gravfs.committed.diff import diff_trees
 from gravfs.committed.merge import DEST_BIT, SOURCE_BIT, STRATEGIES, join_changes
 from gravfs.committed.reader import MetaRange, RangeInfo, RangeStore
-from gravfs.committed.record import EMPTY_ID, Record, decode_record, encode_value
+from gravfs.committed.record import EMPTY_ID, Record, decode_record, encode_value, put_varint
+
+_new_record = tuple.__new__
+# Go-varint encodings of the lengths that take exactly two bytes (64..8191); None for
+# the others, including the negative indexes a value shorter than 35 bytes gives.
+_LEN2 = [put_varint(n) if 64 <= n < 8192 else None for n in range(8192)] + [None] * 64
 from gravfs.committed.results import ApplyResult, Diff, MergeResult, Stats
 from gravfs.committed.stitch import _View, stitch
 from gravfs.committed.writer import TreeWriter, WriteContext
@@ -119,19 +124,46 @@ class CommittedManager:
         return list(self.ranges.metarange(metarange_id).ranges)
 
     def get(self, metarange_id: str, key: bytes) -> Record | None:
-        """The record at ``key``, or None (metarange index -> one range -> point lookup)."""
+        """The record at ``key``, or None (metarange index -> one range -> point lookup).
+
+        Warm lookups are answered from the range's cached key -> value map
+        without touching its file (see MetaRange.kv_maps); the rest go
+        through an open reader.  The record decoding is inlined for the
+        common lengths (see record.decode_record).
+        """
         rs = self.ranges
-        mr = rs._metaranges.get(metarange_id) or rs.metarange(metarange_id)
-        mk = mr.max_keys
-        i = bisect_left(mk, key)
-        if i == len(mk) or key < mr.min_keys[i]:
+        mr = rs._metaranges.get(metarange_id)
+        if mr is None:
+            mr = rs.metarange(metarange_id)
+        i = bisect_left(mr.max_keys, key)
+        try:
+            value = mr.kv_maps[i].get(key)
+        except IndexError:  # past the last range
             return None
-        rid = mr.ids[i]
-        o = rs._ranges.get(rid) or rs.open_range(rid)
-        value = o.reader.get(key)
         if value is None:
+            value = rs.lookup_in(mr, i, key)
+            if value is None:
+                return None
+        # A 32-byte identity (SHA-256: gravfs's and lakeFS's) and 64..8191 bytes of data.
+        try:
+            if value[0] == 64 and value[33:35] == _LEN2[len(value) - 35]:
+                return _new_record(Record, (key, value[1:33], value[35:]))
+        except IndexError:
+            pass
+        return decode_record(key, value)  # long fields, or corrupt (raises CorruptDataError)
+
+    def get_value(self, metarange_id: str, key: bytes) -> bytes | None:
+        """The encoded value (lakeFS encoding) at ``key``, or None: get() without decoding."""
+        rs = self.ranges
+        mr = rs._metaranges.get(metarange_id)
+        if mr is None:
+            mr = rs.metarange(metarange_id)
+        i = bisect_left(mr.max_keys, key)
+        try:
+            value = mr.kv_maps[i].get(key)
+        except IndexError:
             return None
-        return decode_record(key, value)
+        return value if value is not None else rs.lookup_in(mr, i, key)
 
     def iter(self, metarange_id: str, start: bytes = b"") -> Iterator[Record]:
         """Records with key >= start in key order, reading ranges lazily."""

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from bisect import bisect_left
+from collections import OrderedDict
 from typing import Iterator, NamedTuple
 
 from gravfs import sstable as _sstable
@@ -43,10 +45,19 @@ class RangeInfo(NamedTuple):
     estimated_size: int
 
 
-class MetaRange:
-    """Parsed metarange: parallel lists for bisecting by key."""
+_NO_MAP: dict = {}  # stands for "this range's key map is not known yet"; never written to
 
-    __slots__ = ("id", "ranges", "ids", "min_keys", "max_keys")
+
+class MetaRange:
+    """Parsed metarange: parallel lists for bisecting by key.
+
+    ``kv_maps[i]`` is the key -> value map of range i's cached blocks once a
+    lookup has gone through it (see RangeStore): the warm lookup path is then
+    one bisect and two dict probes.  A map outliving its range's cache entry
+    is at worst emptied, never wrong (ranges are immutable).
+    """
+
+    __slots__ = ("id", "ranges", "ids", "min_keys", "max_keys", "kv_maps")
 
     def __init__(self, metarange_id: str, ranges: list[RangeInfo]):
         self.id = metarange_id
@@ -54,6 +65,7 @@ class MetaRange:
         self.ids = [r.id for r in ranges]
         self.min_keys = [r.min_key for r in ranges]
         self.max_keys = [r.max_key for r in ranges]
+        self.kv_maps = [_NO_MAP] * len(ranges)
 
     def __len__(self) -> int:
         return len(self.ranges)
@@ -103,6 +115,37 @@ class OpenSST:
             pass
 
 
+_fd_limit_raised = False
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (once per process); returns the soft limit.
+
+    Every open range reader holds a descriptor (its mmap), and a tree has a
+    range per few hundred KiB of metadata: the usual soft limit of 1024 is
+    far below what a 10M-entry tree wants open, while the hard limit rarely is.
+    """
+    global _fd_limit_raised
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 1024
+    if not _fd_limit_raised:
+        _fd_limit_raised = True
+        if hard != soft and (hard == resource.RLIM_INFINITY or hard > soft):
+            target = hard
+            if target == resource.RLIM_INFINITY:
+                target = 1 << 20  # "unlimited" soft limits upset select()-style code; be generous
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                log.debug("raised the open-file soft limit from %d to %d", soft, target)
+                soft = target
+            except (OSError, ValueError) as e:
+                log.debug("could not raise the open-file soft limit from %d to %s: %s", soft, hard, e)
+    return soft
+
+
 def _default_max_open() -> int:
     """A quarter of the descriptor limit (one descriptor per open reader), within [64, 4096]."""
     try:
@@ -118,36 +161,66 @@ def _default_max_open() -> int:
 class RangeStore:
     """Opens range and metarange SSTs by ID (gravfs's or lakeFS's) with bounded caches.
 
-    Open readers are bounded by number (``max_open_ranges``, default from the
-    descriptor limit) and by mapped bytes (``max_open_bytes``, default half
-    the tier budget: a mapped file evicted by the tier still holds its disk
-    space until unmapped).  Decoded blocks live in the SST block cache, so
-    the count bound mostly saves re-parsing index blocks.
+    Two caches, both keyed by range ID (content-addressed, so never stale):
+
+    - parsed table states (index, properties, decoded blocks and the key ->
+      value map over them; ``max_states``): warm point lookups are served
+      from a state without any open file, and reopening a range reuses its
+      state instead of parsing the file again;
+    - open readers, least recently used closed first, bounded by number
+      (``max_open_ranges``, default a quarter of the descriptor limit, which
+      is raised to the hard limit when the first RangeStore is made) and by
+      mapped bytes (``max_open_bytes``, default half the tier budget: a
+      mapped file evicted by the tier still holds its disk space until
+      unmapped).  A reader is needed only to decode a block not in the cache.
     """
 
     def __init__(self, tier, max_open_ranges: int | None = None,
                  max_open_bytes: int | None = None, max_metaranges: int = 256,
-                 block_cache=None):
+                 block_cache=None, max_states: int | None = None):
+        raise_fd_limit()
         self.tier = tier
         self.block_cache = block_cache  # None: the SST module's shared default cache
         self.max_open_ranges = max_open_ranges or _default_max_open()
+        # A state costs its index (~150 bytes per 4 KiB block, ~20 KiB per
+        # range) plus its cached blocks, which the block cache bounds.
+        self.max_states = max_states or max(4 * self.max_open_ranges, 16384)
         budget = getattr(tier, "budget_bytes", None)
         self.max_open_bytes = max_open_bytes if max_open_bytes is not None else (
             budget // 2 if budget else 4 << 30)
         self.max_metaranges = max_metaranges
-        self._ranges: dict[str, OpenSST] = {}
+        self._ranges: OrderedDict[str, OpenSST] = OrderedDict()   # LRU first
+        self._states: OrderedDict[str, _sstable.TableState] = OrderedDict()  # LRU first
+        self._verified: dict[str, _sstable.TableState] = {}  # parsed while verifying
+        self._lock = threading.Lock()
         self._open_bytes = 0
         self._metaranges: dict[str, MetaRange] = {EMPTY_ID: EMPTY_METARANGE}
 
     # --- opening -----------------------------------------------------------
 
-    def _open(self, key: str) -> OpenSST:
-        handle = self.tier.acquire(key, verify=verify_sst)
+    def _new_reader(self, path: str, key: str, state=None):
+        if state is not None:
+            return _sstable.SSTReader(path, name=key, state=state)
+        if self.block_cache is None:
+            return _sstable.SSTReader(path, name=key)
+        return _sstable.SSTReader(path, name=key, cache=self.block_cache)
+
+    def _verify(self, key: str):
+        """Tier verify callback that keeps what it parsed for the reader that follows."""
+        def verify(path: str) -> None:
+            reader = self._new_reader(path, key)
+            try:
+                reader.verify()
+                self._verified[key] = reader.share_state()
+            finally:
+                reader.close()
+        return verify
+
+    def _open(self, key: str, state=None) -> OpenSST:
+        handle = self.tier.acquire(key, verify=self._verify(key))
         try:
-            if self.block_cache is None:
-                reader = _sstable.SSTReader(handle.path, name=key)
-            else:
-                reader = _sstable.SSTReader(handle.path, name=key, cache=self.block_cache)
+            pending = self._verified.pop(key, None)
+            reader = self._new_reader(handle.path, key, state or pending)
             size = getattr(handle, "size", None)
             if size is None:
                 size = os.path.getsize(handle.path)
@@ -156,22 +229,66 @@ class RangeStore:
         return OpenSST(reader, size)
 
     def open_range(self, range_id: str) -> OpenSST:
-        """Cached open reader of range ``range_id``."""
-        o = self._ranges.get(range_id)
-        if o is None:
-            o = self._open(range_key(range_id))
-            ranges = self._ranges
-            # FIFO eviction: cheap, and readers still in use stay alive by reference.
+        """Open reader of range ``range_id`` (cached, least recently used closed first)."""
+        ranges = self._ranges
+        o = ranges.get(range_id)
+        if o is not None:
+            try:
+                ranges.move_to_end(range_id)
+            except KeyError:  # evicted by another thread meanwhile: still usable
+                pass
+            return o
+        state = self._states.get(range_id)
+        o = self._open(range_key(range_id), state)
+        with self._lock:
+            other = ranges.get(range_id)
+            if other is not None:  # another thread opened it meanwhile
+                return other
+            if state is None:
+                self._remember_state(range_id, o.reader.share_state())
+            else:
+                try:
+                    self._states.move_to_end(range_id)
+                except KeyError:
+                    self._remember_state(range_id, state)
             while ranges and (len(ranges) >= self.max_open_ranges
                               or self._open_bytes + o.size > self.max_open_bytes):
-                try:
-                    old = ranges.pop(next(iter(ranges)))
-                except (KeyError, StopIteration, RuntimeError):  # raced with another thread
-                    break
+                _, old = ranges.popitem(last=False)
                 self._open_bytes -= old.size
+                # (closed when the last iterator using it lets go)
             ranges[range_id] = o
             self._open_bytes += o.size
         return o
+
+    def _remember_state(self, range_id: str, state) -> None:
+        states = self._states
+        states[range_id] = state
+        while len(states) > self.max_states:
+            # Its blocks leave the cache once no open reader uses it (finalizer).
+            states.popitem(last=False)
+
+    def state(self, range_id: str):
+        """Parsed state of a range if cached (its ``kv`` serves warm lookups), else None."""
+        return self._states.get(range_id)
+
+    def lookup(self, range_id: str, key: bytes) -> bytes | None:
+        """Encoded value at ``key`` in range ``range_id``, or None."""
+        st = self._states.get(range_id)
+        if st is not None:
+            v = st._kv.get(key)
+            if v is not None:
+                return v
+        return self.open_range(range_id).reader.get(key)
+
+    def lookup_in(self, mr: MetaRange, i: int, key: bytes) -> bytes | None:
+        """Encoded value at ``key`` in range i of ``mr`` (slow path of a lookup:
+        the key was not in ``mr.kv_maps[i]``), which it refreshes."""
+        if key < mr.min_keys[i]:
+            return None
+        o = self.open_range(mr.ids[i])
+        value = o.reader.get(key)
+        mr.kv_maps[i] = o.reader._kv
+        return value
 
     def metarange(self, metarange_id: str) -> MetaRange:
         """Parsed metarange ``metarange_id`` (cached)."""
@@ -192,6 +309,7 @@ class RangeStore:
                 ranges.append(RangeInfo(ident.decode("ascii"), bytes(rd.min_key) or bytes(max_key),
                                         bytes(max_key), rd.count, rd.estimated_size))
         finally:
+            o.reader.close()
             del o
         mr = MetaRange(metarange_id, ranges)
         if len(self._metaranges) >= self.max_metaranges:

@@ -18,7 +18,7 @@
 """
 
 from .cache import DEFAULT_CACHE, BlockCache
-from .reader import SSTReader
+from .reader import SSTReader, TableState
 from .writer import SSTInfo, write_sst
 
-__all__ = ["write_sst", "SSTInfo", "SSTReader", "BlockCache", "DEFAULT_CACHE"]
+__all__ = ["write_sst", "SSTInfo", "SSTReader", "TableState", "BlockCache", "DEFAULT_CACHE"]

@@ -64,13 +64,56 @@ class _Index:
         self.sizes = sizes
 
 
+_STATE_FIELDS = (
+    "_footer", "_data_end", "_format_version", "_checksum_type", "_meta", "_props",
+    "_table_props", "_user_props", "_table", "_blocks", "_kv", "_key_is_user",
+    "_value_delta", "_top", "_two_level", "_partitions", "_index_keys", "_index_offsets",
+    "_index_sizes", "_cache", "_size",
+)
+
+
+class TableState:
+    """What a reader parsed from a table, independent of the open file.
+
+    Footer, properties, decoded index (and index partitions as they are
+    read) and the table's decoded blocks in the block cache. For an
+    immutable, content-addressed file this can outlive the reader and be
+    handed to a new reader of the same file (``SSTReader(path, state=...)``),
+    which then opens without parsing anything and finds its blocks still
+    cached. The blocks leave the cache when the state is released or
+    garbage-collected.
+    """
+
+    __slots__ = _STATE_FIELDS + ("_release", "__weakref__")
+
+    def __init__(self, reader: "SSTReader"):
+        for f in _STATE_FIELDS:
+            setattr(self, f, getattr(reader, f))
+        self._release = weakref.finalize(self, self._cache.release, self._table)
+
+    @property
+    def kv(self) -> dict[bytes, bytes]:
+        """Key -> value map over the table's cached blocks (empty if keys may repeat)."""
+        return self._kv
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def release(self) -> None:
+        """Drop the table's blocks from the cache (idempotent)."""
+        self._release()
+
+
 class SSTReader:
     """Read-only view of one SSTable.
 
     ``source`` is a path (opened and mmap'd read-only, closed by :meth:`close`),
     or a bytes-like object / mmap the caller owns. ``name`` is used in error
     messages (default: the path). ``cache`` is the block cache to use (default:
-    the process-wide one). Safe for concurrent readers at GIL level.
+    the process-wide one). ``state`` is the :class:`TableState` of an earlier
+    reader of the same file (see :meth:`share_state`): nothing is parsed again
+    and its cache is used. Safe for concurrent readers at GIL level.
     """
 
     def __init__(
@@ -80,15 +123,17 @@ class SSTReader:
         verify_checksums: bool = True,
         *,
         cache: BlockCache | None = None,
+        state: TableState | None = None,
     ):
         self._closed = True
+        self._state: TableState | None = None
+        self._owns_state = False
         self._mmap: mmap.mmap | None = None
         self._copy_slices = False
         self._cache = cache if cache is not None else DEFAULT_CACHE
         self._table: BlockTable | None = None
         self._blocks: dict[int, DataBlock] = {}
         self._kv: dict[bytes, bytes] = {}
-        self._finalizer = None
         self.verify_checksums = verify_checksums
         if isinstance(source, (str, os.PathLike)):
             path = os.fspath(source)
@@ -113,11 +158,27 @@ class SSTReader:
                 raise TypeError(f"unsupported SSTable source {type(source).__name__}")
         self._size = len(self._buf)
         self._closed = False
+        if state is not None and state._size == self._size:
+            for f in _STATE_FIELDS:
+                setattr(self, f, getattr(state, f))
+            self._state = state
+            return
         try:
             self._open()
         except BaseException:
             self.close()
             raise
+        self._state = TableState(self)
+        self._owns_state = True
+
+    def share_state(self) -> TableState:
+        """This reader's parsed state, to open the same file again cheaply.
+
+        The caller takes it over: closing this reader no longer drops the
+        table's blocks from the cache; releasing (or dropping) the state does.
+        """
+        self._owns_state = False
+        return self._state
 
     # ------------------------------------------------------------ opening
 
@@ -186,7 +247,6 @@ class SSTReader:
         self._table = BlockTable(key_map=unique)
         self._blocks = self._table.blocks
         self._kv = self._table.kv if unique else {}
-        self._finalizer = weakref.finalize(self, self._cache.release, self._table)
 
         self._key_is_user = tp.index_key_is_user_key
         self._value_delta = tp.index_value_is_delta_encoded
@@ -484,8 +544,8 @@ class SSTReader:
         if self._closed and self._mmap is None:
             return
         self._closed = True
-        if self._finalizer is not None:
-            self._finalizer()  # releases our blocks from the cache
+        if self._owns_state and self._state is not None:
+            self._state.release()  # drops our blocks from the cache
         if self._mmap is not None:
             try:
                 self._mmap.close()

@@ -1,0 +1,179 @@
+"""RangeStore caches: descriptor limit, LRU of open readers, parsed states by range ID,
+and the warm lookup path of CommittedManager.get."""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import os
+import random
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from gravfs.committed import BreakPolicy, CommittedManager, Record, encode_value
+from gravfs.committed import reader as reader_mod
+from gravfs.errors import CorruptDataError
+from gravfs.store.local import LocalStore
+from gravfs.store.tier import LocalTier
+
+TINY = BreakPolicy(200, 2048, 8, seed=11)
+
+
+def make_manager(root, **kw) -> CommittedManager:
+    store = LocalStore(os.path.join(root, "store"), fsync=False)
+    tier = LocalTier(store, os.path.join(root, "cache"), 1 << 30, fsync=False)
+    return CommittedManager(store, tier, TINY, **kw)
+
+
+def records(n: int, tag: bytes = b"") -> list[Record]:
+    out = []
+    for i in range(n):
+        key = b"t/%02d/f%06d" % (i % 13, i)
+        out.append(Record(key, hashlib.sha256(key + tag).digest(), b"payload-" + tag + key))
+    return sorted(out)
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_fd_soft_limit_raised_to_hard_limit(tmp_path):
+    # In a fresh process with a low soft limit: making a RangeStore raises it.
+    code = (
+        "import resource, sys\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
+        "from gravfs.committed.reader import RangeStore\n"
+        "class T: budget_bytes = 1 << 30\n"
+        "rs = RangeStore(T())\n"
+        "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], hard, rs.max_open_ranges)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                         check=True).stdout.split()
+    soft, hard, max_open = (int(x) for x in out)
+    if hard == resource.RLIM_INFINITY:
+        assert soft > 256
+    else:
+        assert soft == hard
+        assert max_open == max(64, min(4096, hard // 4))
+
+
+def test_lru_closes_readers_and_reopened_ranges_read_correctly(tmp_path):
+    m = make_manager(str(tmp_path), max_open_ranges=3)
+    recs = records(4000)
+    mid = m.write_metarange(recs)
+    ranges = m.iter_ranges(mid)
+    assert len(ranges) > 30
+    gc.collect()
+    fds = open_fds()
+    rnd = random.Random(5)
+    for _ in range(3):
+        for r in rnd.sample(recs, 600):
+            assert m.get(mid, r.key) == r
+        assert m.get(mid, b"t/05/f999999x") is None
+        assert m.get(mid, b"zzz") is None
+        assert m.get(mid, b"") is None
+        assert len(m.ranges._ranges) <= 3
+    gc.collect()
+    assert open_fds() - fds <= 3  # evicted readers closed their mmaps
+    # Least recently used is closed first: a range used just now stays open.
+    a, b = ranges[0].id, ranges[1].id
+    oa = m.ranges.open_range(a)
+    m.ranges.open_range(b)
+    assert m.ranges.open_range(a) is oa
+    for info in ranges[2:4]:
+        m.ranges.open_range(info.id)
+    assert a in m.ranges._ranges and b not in m.ranges._ranges
+    # Reopening reuses the parsed state (index, cached blocks) kept by range ID.
+    st = m.ranges.state(b)
+    assert st is not None
+    ob = m.ranges.open_range(b)
+    assert ob.reader._state is st
+    assert [x.key for x in m.range_records(b)] == [r.key for r in recs if ranges[1].min_key <= r.key <= ranges[1].max_key]
+    assert list(m.iter(mid)) == recs
+    m.close()
+
+
+def test_tiny_budgets_with_many_states_evicted(tmp_path):
+    m = make_manager(str(tmp_path), max_open_ranges=1, block_cache_bytes=16 << 10)
+    m.ranges.max_states = 2
+    recs = records(3000)
+    mid = m.write_metarange(recs)
+    m2 = make_manager(str(tmp_path), max_open_ranges=1, block_cache_bytes=16 << 10)
+    m2.ranges.max_states = 2
+    rnd = random.Random(9)
+    for r in rnd.sample(recs, 1500):
+        assert m2.get(mid, r.key) == r
+        assert m2.get_value(mid, r.key) == encode_value(r.identity, r.data)
+    assert len(m2.ranges._states) <= 2 and len(m2.ranges._ranges) <= 1
+    assert m2.ranges.block_cache.used_bytes <= 16 << 10
+    m.close()
+    m2.close()
+
+
+def test_get_decodes_every_value_shape(tmp_path):
+    # The inlined decoder of get() takes 32-byte identities with 64..8191 bytes of data;
+    # everything else goes through decode_record: all must agree with the records.
+    m = make_manager(str(tmp_path))
+    recs = []
+    for i, (ilen, dlen) in enumerate([(0, 0), (32, 0), (32, 1), (32, 31), (32, 32), (32, 63),
+                                      (32, 64), (32, 135), (32, 8191), (32, 8192), (32, 9000),
+                                      (31, 100), (33, 100), (64, 100), (200, 5)]):
+        key = b"k%03d" % i
+        rnd = random.Random(i)
+        recs.append(Record(key, rnd.randbytes(ilen), rnd.randbytes(dlen)))
+    mid = m.write_metarange(recs)
+    for _ in range(2):  # cold, then warm through the key maps
+        for r in recs:
+            assert m.get(mid, r.key) == r
+    m.close()
+
+
+def test_get_reports_corrupt_values(tmp_path):
+    m = make_manager(str(tmp_path))
+    mid = m.write_metarange(records(10))
+    mr = m.metarange(mid)
+    key = mr.min_keys[0]
+    for bad in (b"", b"\x40" + b"x" * 10, b"\x40" + b"x" * 32 + b"\xc8\x01" + b"y" * 5):
+        mr.kv_maps[0] = {key: bad}
+        with pytest.raises(CorruptDataError):
+            m.get(mid, key)
+    m.close()
+
+
+def test_state_outlives_reader_and_blocks_leave_cache_when_dropped(tmp_path):
+    m = make_manager(str(tmp_path), max_open_ranges=1, block_cache_bytes=64 << 20)
+    recs = records(2000)
+    mid = m.write_metarange(recs)
+    m2 = make_manager(str(tmp_path), max_open_ranges=1, block_cache_bytes=64 << 20)
+    for r in recs:
+        assert m2.get(mid, r.key) == r
+    cache = m2.ranges.block_cache
+    assert cache.used_bytes > 0
+    # Readers were closed along the way, but warm lookups still hit the key maps.
+    opened = []
+    real_open = m2.ranges.open_range
+    m2.ranges.open_range = lambda rid: opened.append(rid) or real_open(rid)
+    for r in recs[::7]:
+        assert m2.get(mid, r.key) == r
+    assert opened == []
+    m2.ranges.open_range = real_open
+    m2.ranges._states.clear()
+    m2.ranges._ranges.clear()
+    m2.ranges._metaranges.clear()
+    gc.collect()
+    assert cache.used_bytes == 0
+    assert m2.get(mid, recs[3].key) == recs[3]
+    m.close()
+    m2.close()
+
+
+def test_default_max_open_follows_limit(monkeypatch):
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 4096))
+    assert reader_mod._default_max_open() == 256
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (100000, 100000))
+    assert reader_mod._default_max_open() == 4096
