@@ -17,6 +17,7 @@ from collections import OrderedDict
 from typing import Iterator, NamedTuple
 
 from gravfs import sstable as _sstable
+from gravfs.committed import metarecords
 from gravfs.committed.messages import RangeData
 from gravfs.committed.record import EMPTY_ID, Record, decode_record, decode_value
 from gravfs.errors import CorruptDataError
@@ -306,8 +307,10 @@ class RangeStore:
                 except Exception as e:
                     raise CorruptDataError(f"metarange record {max_key!r} has bad RangeData: {e}",
                                            path=key) from None
-                ranges.append(RangeInfo(ident.decode("ascii"), bytes(rd.min_key) or bytes(max_key),
-                                        bytes(max_key), rd.count, rd.estimated_size))
+                info = RangeInfo(ident.decode("ascii"), bytes(rd.min_key) or bytes(max_key),
+                                 bytes(max_key), rd.count, rd.estimated_size)
+                ranges.append(info)
+                metarecords.remember(info, value)
         finally:
             o.reader.close()
             del o

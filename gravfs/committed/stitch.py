@@ -224,17 +224,24 @@ def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
                 progress = False
                 for v in views:
                     mr = v.mr
+                    mk = mr.max_keys
+                    n = len(mk)
                     while v.aligned(last):
+                        # Copy, in one step, every range from here up to the first one
+                        # holding an override for this view (ranges of a tree are
+                        # disjoint and ordered, so each starts after the one before).
                         i = v.idx
-                        if ovr.any_for(v.bit, last, mr.max_keys[i]):
-                            break
-                        if i == len(mr.ranges) - 1 and ovr.any_put_after(v.bit, mr.max_keys[i]):
+                        e = ovr.next_for(v.bit, last)
+                        j = n if e is None else bisect_left(mk, e[0], i)
+                        if j == n and e is not None and ovr.any_put_after(v.bit, mk[n - 1]):
                             # A tree's last range ends where its input ended, not at a
                             # break: records added after it must be written with it.
+                            j = n - 1
+                        if j <= i:
                             break
-                        writer.copy_range(mr.ranges[i])
-                        last = mr.max_keys[i]
-                        v.idx = i + 1
+                        writer.copy_ranges(mr.ranges[i:j])
+                        last = mk[j - 1]
+                        v.idx = j
                         ovr.drop_upto(last)
                         progress = True
         # 2. Stream records from one view (one already reading here if any)

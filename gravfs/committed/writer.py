@@ -24,7 +24,7 @@ from typing import Iterable
 
 from gravfs import sstable as _sstable
 from gravfs.committed.breaks import BreakPolicy
-from gravfs.committed.messages import encode_range_data
+from gravfs.committed.metarecords import meta_record
 from gravfs.committed.reader import MetaRange, RangeInfo, metarange_key, range_key
 from gravfs.committed.record import (EMPTY_ID, _LEN, _LEN_TABLE_SIZE, decode_identity,
                                      encode_value)
@@ -199,6 +199,12 @@ class TreeWriter:
         self.out.append(info)
         self.stats.ranges_reused += 1
 
+    def copy_ranges(self, infos: list[RangeInfo]) -> None:
+        """Append consecutive existing ranges by ID; only legal at a break."""
+        assert not self.keys, "copy_ranges needs the writer at a range break"
+        self.out += infos
+        self.stats.ranges_reused += len(infos)
+
     # --- closing -----------------------------------------------------------
 
     def flush(self) -> None:
@@ -270,18 +276,14 @@ class TreeWriter:
         if not ranges:
             return MetaRange(EMPTY_ID, [])
         if base is not None and len(base.ids) == len(ranges) and \
-                all(a == b.id for a, b in zip(base.ids, ranges)):
+                base.ids == [r.id for r in ranges]:
             return base
-        h = _sha()
-        keys, values = [], []
-        for r in ranges:
-            ident = r.id.encode("ascii")
-            h.update(_sha(_sha(r.max_key).digest() + _sha(ident).digest()).digest())
-            keys.append(r.max_key)
-            values.append(encode_value(ident, encode_range_data(
-                r.min_key, r.max_key, r.estimated_size, r.count)))
+        recs = [meta_record(r) for r in ranges]  # cached for copied ranges
+        keys = [r.max_key for r in ranges]
+        values = [e[0] for e in recs]
+        h = _sha(b"".join([e[1] for e in recs]))
         mid = h.hexdigest()
-        logical = sum(len(k) + len(v) for k, v in zip(keys, values))
+        logical = sum(map(len, keys)) + sum(map(len, values))
         props = {"type": b"metaranges", "min_key": keys[0], "max_key": keys[-1],
                  "count": str(len(keys)).encode(), "estimated_size_bytes": str(logical).encode()}
         size, created = self.ctx.write_sst(metarange_key(mid), keys, values, props)
