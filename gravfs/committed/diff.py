@@ -73,26 +73,35 @@ class _Side:
 
 
 def _equal_run(L: _Side, R: _Side) -> int:
-    """Length of the run of identical (key, value) pairs at both cursors (C-speed compares)."""
+    """Length of the run of identical (key, value) pairs at both cursors.
+
+    Galloping (slices of 8, 16, 32, ... compared in C) then bisection inside
+    the first unequal slice: O(run) element compares and O(log run) slices,
+    so a range with many differences costs O(range) in all, not O(range) per
+    difference.
+    """
     lk, rk, lv, rv = L.keys, R.keys, L.values, R.values
     i, j = L.pos, R.pos
     limit = min(len(lk) - i, len(rk) - j)
-    if lk[i:i + limit] == rk[j:j + limit] and lv[i:i + limit] == rv[j:j + limit]:
-        return limit
-    # Galloping then bisection over slice equality: O(run) compares done in C.
-    lo, step = 0, 16
-    while lo + step <= limit and lk[i + lo:i + lo + step] == rk[j + lo:j + lo + step] \
-            and lv[i + lo:i + lo + step] == rv[j + lo:j + lo + step]:
-        lo += step
+    if limit <= 0 or lk[i] != rk[j] or lv[i] != rv[j]:
+        return 0
+    lo, step = 1, 8
+    while True:
+        hi = min(limit, lo + step)
+        if lo >= hi:
+            return lo
+        if lk[i + lo:i + hi] != rk[j + lo:j + hi] or lv[i + lo:i + hi] != rv[j + lo:j + hi]:
+            break
+        lo = hi
         step *= 2
-    hi = min(limit, lo + step)  # the first mismatch is in [lo, hi)
+    # The first mismatch is in [lo, hi).
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if lk[i + lo:i + mid] == rk[j + lo:j + mid] and lv[i + lo:i + mid] == rv[j + lo:j + mid]:
             lo = mid
         else:
             hi = mid
-    if lo < limit and lk[i + lo] == rk[j + lo] and lv[i + lo] == rv[j + lo]:
+    if lk[i + lo] == rk[j + lo] and lv[i + lo] == rv[j + lo]:
         lo += 1
     return lo
 
