@@ -141,6 +141,11 @@ class DataObjects:
         digest = digest_of(address)
         return os.path.join(self.pending_dir, digest[:2], digest)
 
+    @property
+    def writes_back(self) -> bool:
+        """put_pending only moves the file (an uploader runs): no store access."""
+        return self.pending_dir is not None and self._queue is not None
+
     def put_pending(self, path: str, durable: bool = False) -> tuple[str, int]:
         """Move a local file (same filesystem as the workspace) into pending uploads;
         returns (address, size) at once. ``durable``: fsync the file and its directory.
@@ -152,6 +157,12 @@ class DataObjects:
         digest, size = hash_file(path)
         address = address_of(digest)
         dest = self.pending_path(address)
+        if not durable and os.path.exists(dest):
+            # the same content is pending already (it is removed only once uploaded):
+            # renaming over it would make ext4 flush the new copy (auto_da_alloc)
+            os.unlink(path)
+            self._last_put = time.monotonic()
+            return address, size
         if durable:
             _fsync_path(path)
         try:

@@ -369,18 +369,31 @@ class Repository:
             st = self.staging.get_state(branch)
             if st.base and st.base != base:
                 base = self._recheck_head(RefTarget(self.commits.get(base), branch), st.base).commit.id
-        encoded = []
-        for key, entry in items:
-            if entry is None:
-                encoded.append((key, None))
-            else:
-                data = encode_entry(entry)
-                encoded.append((key, encode_value(entry_identity(data), data)))
+        encoded = _encode_items(items)
         st = self.staging.put_many(branch, encoded, base)
         if self.compaction is not None and self.compaction.due(st):
             from gravfs.staging.compaction import compact
             compact(self, branch)
         return len(encoded)
+
+    def stage_cached(self, branch: str, items: Iterable[tuple[bytes, Optional[EntryInfo]]]):
+        """stage() when it needs nothing but the local staging database: the branch
+        head is in the head cache and the staged changes are based on it. Returns
+        the branch state after the write, or None when that does not hold (nothing
+        is staged then: call stage()). Never compacts: when ``compaction.due`` the
+        state returned says so, and the caller compacts where it may block.
+
+        The mount calls this on its event-loop thread, where a store read or a
+        compaction must not happen.
+        """
+        hit = self._heads_cache.get(branch)
+        if self.head_ttl <= 0 or not hit or time.monotonic() - hit[0] >= self.head_ttl:
+            return None
+        base = hit[1]
+        st = self.staging.get_state(branch)
+        if st.base and st.base != base:
+            return None  # stage() checks whether the cached head is stale
+        return self.staging.put_many(branch, _encode_items(items), base)
 
     def check_placement(self, branch: str, key: bytes, directory: bool) -> None:
         """Refuse a file where a directory is (or vice versa) and paths under a file."""
@@ -507,6 +520,17 @@ class Repository:
         c = Committer(self).revert(branch, ref, author or _author())
         self.forget_head(branch)
         return c
+
+
+def _encode_items(items) -> list[tuple[bytes, Optional[bytes]]]:
+    encoded = []
+    for key, entry in items:
+        if entry is None:
+            encoded.append((key, None))
+        else:
+            data = encode_entry(entry)
+            encoded.append((key, encode_value(entry_identity(data), data)))
+    return encoded
 
 
 def _author() -> str:

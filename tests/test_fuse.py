@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import subprocess
+import time
 
 import pytest
 
@@ -535,3 +537,71 @@ def test_create_read_only_then_write_through_another_handle(gravfs_mount):
         w.write(b"still writing")
     assert _read(p) == b"still writing"
     assert m.cli("cat", "main:ro-created").stdout == "still writing"
+
+
+# -- caching of branch trees (long attribute timeouts, stat cache) --------------------------
+
+
+def test_acl_and_selinux_xattrs_are_absent_and_user_xattrs_work(gravfs_mount):
+    """ls -l asks system.posix_acl_* and security.selinux of every entry: answered
+    ENODATA (without a worker thread) while user xattrs keep working."""
+    m = gravfs_mount
+    p = m.branch_path("f")
+    _write(p, b"data")
+    os.mkdir(m.branch_path("d"))
+    os.setxattr(p, "user.k", b"v")
+    cid = m.commit()
+    for path in (p, m.branch_path("d"), m.path("commits", cid, "f"), m.branch_path()):
+        for name in ("system.posix_acl_access", "system.posix_acl_default", "security.selinux"):
+            assert _errno(os.getxattr, path, name) == errno.ENODATA, (path, name)
+    assert _errno(os.setxattr, p, "system.other", b"x") == errno.ENOTSUP
+    assert os.getxattr(p, "user.k") == b"v"
+    assert os.getxattr(m.path("commits", cid, "f"), "user.k") == b"v"
+    os.setxattr(p, "security.label", b"lbl")  # security.* other than the probed ones: kept
+    assert os.getxattr(p, "security.label") == b"lbl"
+    out = subprocess.run(["ls", "-l", m.branch_path()], capture_output=True, text=True, check=True)
+    assert " d\n" in out.stdout and " f\n" in out.stdout
+    m.assert_clean_log()
+
+
+def test_staging_by_another_process_shows_before_the_attr_timeout(gravfs_mount):
+    """Branch trees keep attributes in the kernel for 10 s; a write to the workspace's
+    staging by another process (the CLI) is seen within a few poll intervals."""
+    m = gravfs_mount
+    _write(m.branch_path("f"), b"short")
+    os.mkdir(m.branch_path("d"))
+    assert os.stat(m.branch_path("f")).st_size == 5  # cached in the kernel now
+    assert not os.path.exists(m.branch_path("d/new"))  # the mount knows d is empty
+    local = os.path.join(m.base, "local")
+    _write(local, b"much longer content")
+    t = time.monotonic()
+    m.cli("put", local, "main:f")
+    m.cli("put", local, "main:d/new")
+    wait_for(lambda: os.stat(m.branch_path("f")).st_size == 19, timeout=4)
+    wait_for(lambda: os.path.exists(m.branch_path("d/new")), timeout=4)
+    assert time.monotonic() - t < 8
+    assert _read(m.branch_path("f")) == b"much longer content"
+    assert _read(m.branch_path("d/new")) == b"much longer content"
+    m.assert_clean_log()
+
+
+def test_creates_in_a_new_directory_and_listing_agree(gravfs_mount):
+    """Creates in a directory the mount made answer their lookups from the stat cache;
+    what they report must match what a fresh listing and a remount show."""
+    m = gravfs_mount
+    d = m.branch_path("new")
+    os.mkdir(d)
+    for i in range(50):
+        _write(os.path.join(d, f"c{i:03d}"), b"%d" % i)
+    os.unlink(os.path.join(d, "c007"))
+    os.rename(os.path.join(d, "c008"), os.path.join(d, "moved"))
+    names = sorted(f"c{i:03d}" for i in range(50) if i not in (7, 8)) + ["moved"]
+    assert sorted(os.listdir(d)) == sorted(names)
+    assert not os.path.exists(os.path.join(d, "c007"))
+    assert _read(os.path.join(d, "moved")) == b"8"
+    assert os.stat(os.path.join(d, "c049")).st_size == 2
+    m.umount()
+    m.remount()
+    assert sorted(os.listdir(d)) == sorted(names)
+    assert _read(os.path.join(d, "c049")) == b"49"
+    m.assert_clean_log()

@@ -12,11 +12,14 @@ import errno
 import functools
 import logging
 
+import time
+
 import pyfuse3
 
 from gravfs.errors import (AlreadyExistsError, AmbiguousRefError, BadNameError, ConflictError,
                            CorruptDataError, GravfsError, NotFoundError,
                            PreconditionFailedError, ReadOnlyError, StoreUnavailableError)
+from gravfs.fuse import opstats
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +85,23 @@ def guarded(fn):
             log.exception("%s: unexpected error (answered EIO)", fn.__name__)
             raise pyfuse3.FUSEError(errno.EIO) from None
 
-    return wrapper
+    return _timed(wrapper, fn.__name__)
+
+
+def _timed(wrapper, name: str):
+    """The handler counted and timed (only with GRAVFS_OPSTATS set, see opstats)."""
+    if not opstats.enabled():
+        return wrapper
+
+    @functools.wraps(wrapper)
+    async def timed(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return await wrapper(*args, **kwargs)
+        finally:
+            opstats.record(name, time.perf_counter() - t)
+
+    return timed
 
 
 def quiet(fn):
@@ -95,4 +114,4 @@ def quiet(fn):
         except Exception:
             log.exception("%s failed", fn.__name__)
 
-    return wrapper
+    return _timed(wrapper, fn.__name__)

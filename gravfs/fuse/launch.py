@@ -270,7 +270,7 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
 
     code = 0
     try:
-        trio.run(_main, ops, announce)
+        _run_loop(_main, ops, announce)
         if not state["ready"]:
             code = report(1, f"the kernel refused the mount on {cfg['mountpoint']} "
                              f"(see {log_path(cfg['state_dir'], cfg['mountpoint'])})")
@@ -291,6 +291,24 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     return code
 
 
+def _run_loop(main, *args) -> None:
+    """trio.run, under cProfile when GRAVFS_PROFILE names a file for its stats
+    (the event loop's thread only: where the mount's per-request cost is)."""
+    import trio
+
+    path = os.environ.get("GRAVFS_PROFILE")
+    if not path:
+        trio.run(main, *args)
+        return
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        prof.runcall(trio.run, main, *args)
+    finally:
+        prof.dump_stats(path)
+
+
 async def _main(ops, announce) -> None:
     import pyfuse3
     import trio
@@ -308,6 +326,8 @@ async def _main(ops, announce) -> None:
         log.info("kernel ended the session; staging open files")
         nursery.cancel_scope.cancel()
     await ops.flush_all()
+    from gravfs.fuse import opstats
+    opstats.dump()
 
 
 async def _sync_loop(repo) -> None:

@@ -26,11 +26,12 @@ from gravfs import hashing
 from gravfs.committed.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo
 from gravfs.dataobjects import address_of
 from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
+from gravfs.fuse import opstats
 from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
 from gravfs.fuse.openfiles import WRITEBACK_MAX, DirHandle, FileHandle, OpenFile
 from gravfs.fuse.reader import DataReader
-from gravfs.fuse.statcache import MISSING, BranchStatCache
+from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
 from gravfs.fuse.trees import Tree
 from gravfs.paths import MAX_NAME_BYTES
 from gravfs.repository import Node
@@ -42,6 +43,9 @@ BRANCHES_INO, COMMITS_INO, TAGS_INO = 2, 3, 4
 VIRTUAL_NAMES = {b"branches": BRANCHES_INO, b"commits": COMMITS_INO, b"tags": TAGS_INO}
 EMPTY_ADDRESS = address_of(hashing.hexdigest(b""))
 INLINE_WRITE = 128 * 1024  # writes up to this size go to the local copy without a thread hop
+# Closed files up to this size are hashed and moved to pending uploads on the event
+# loop's thread: cheaper than the two thread switches of a hop on a small machine.
+INLINE_WRITEBACK = 64 * 1024
 READDIR_BATCH = 512
 BLKSIZE = 128 * 1024
 PID_XATTR = b"user.gravfs.pid"
@@ -53,7 +57,7 @@ class MountSettings:
     """Knobs of one mount (from -o options)."""
 
     def __init__(self, branch: Optional[str] = None, read_only: bool = False,
-                 branch_ttl: float = 1.0, immutable_ttl: float = 86400.0,
+                 branch_ttl: float = 10.0, immutable_ttl: float = 86400.0,
                  poll_interval: float = 0.5, commits_listed: int = 200,
                  threads: int = 24, cache_mb: int = 256, readahead_kb: int = 0,
                  mountpoint: str = ""):
@@ -89,7 +93,9 @@ class GravfsOperations(pyfuse3.Operations):
         self.started_ns = time.time_ns()
         self.uid, self.gid = os.getuid(), os.getgid()
         self.reader = DataReader(repo, cache_bytes=settings.cache_mb << 20)
-        self.statcache = BranchStatCache(repo)
+        self.own = OwnWrites()  # our staging transactions, told apart from others
+        self.own.wrap(repo.staging)
+        self.statcache = BranchStatCache(repo, self.own)
         self.files_dir = ""
         if settings.branch:
             tree = self._branch_tree(settings.branch)
@@ -148,6 +154,34 @@ class GravfsOperations(pyfuse3.Operations):
     async def run(self, fn, *args, **kw):
         return await trio.to_thread.run_sync(partial(fn, *args, **kw), limiter=self.limiter)
 
+    async def _stage_inline(self, tree: Tree, changes: list, items: list) -> bool:
+        """Stage on this (the event loop's) thread when that is only a local LMDB write:
+        cheaper than a worker-thread trip. False: nothing staged (use a worker)."""
+        if tree.kind != "branch":
+            return False
+        st = self.own.collect(tree.name, changes, self.repo.stage_cached, tree.name, items)
+        if opstats.PATH:
+            opstats.record("stage.inline" if st is not None else "stage.no-inline", 0.0)
+        if st is None:
+            return False
+        policy = self.repo.compaction
+        if policy is not None and policy.due(st):
+            from gravfs.staging.compaction import maybe_compact
+            await self._write(tree, None, maybe_compact, self.repo, tree.name, policy)
+        return True
+
+    def _known_missing(self, tree: Tree, key: bytes) -> bool:
+        """The stat cache knows (without a worker thread) that nothing is at key."""
+        cache = self.statcache
+        return cache.get(tree.name, cache.version(tree.name, blocking=False), key) is None
+
+    async def _write(self, tree: Tree, changes: Optional[list], fn, *args,
+                     fresh_dir: Optional[bytes] = None):
+        """run() for a call that stages: its transactions are filed as this mount's own,
+        with the keys it changes ((staged key, present); None: cannot tell)."""
+        return await self.run(self.own.collect, tree.name, changes, fn, *args,
+                              fresh_dir=fresh_dir)
+
     def _node(self, ino: int) -> Inode:
         node = self.inodes.get(ino)
         if node is None:
@@ -202,7 +236,8 @@ class GravfsOperations(pyfuse3.Operations):
             raise fail(errno.ENAMETOOLONG)
         return key
 
-    async def _stat(self, tree: Tree, key: bytes) -> Optional[Node]:
+    async def _stat(self, tree: Tree, key: bytes, parent: Optional[Inode] = None
+                    ) -> Optional[Node]:
         if tree.kind != "branch":
             try:
                 return await self.run(self.repo.stat, tree.ref, key)
@@ -212,18 +247,49 @@ class GravfsOperations(pyfuse3.Operations):
         n = cache.get(tree.name, cache.version(tree.name, blocking=False), key)
         if n is not MISSING:
             return n
-        version, n = await self.run(self._stat_versioned, tree, key)
+        ahead = self._lookahead(parent, key) if parent is not None else 0
+        version, n, listed = await self.run(self._stat_versioned, tree, key,
+                                            parent.key if ahead else None, ahead)
         if version is not None:
             cache.put(tree.name, version, key, n)
+            if listed:
+                self._cache_listed(tree.name, version, listed)
+                parent.extra["listed_upto"] = listed[-1].key[len(parent.key) + 1 if parent.key
+                                                             else 0:].rstrip(b"/")
         return n
 
-    def _stat_versioned(self, tree: Tree, key: bytes) -> tuple[tuple, Optional[Node]]:
+    @staticmethod
+    def _lookahead(parent: Inode, key: bytes) -> int:
+        """How many following names to list with a lookup that missed the stat cache:
+        names looked up in ascending order (ls, find, a stat loop over a listing) get
+        a growing batch of the next ones listed in the same worker-thread trip."""
+        name = key.rsplit(b"/", 1)[-1]
+        x = parent.extra
+        last, x["last_miss"] = x.get("last_miss"), name
+        upto = x.get("listed_upto")
+        if upto is not None and name > upto and last is not None and last <= upto:
+            x["ahead"] = min(READDIR_BATCH, 2 * x.get("ahead", 16))  # ran past the last batch
+        elif last is not None and name > last:
+            x["ahead"] = 32
+        else:
+            x["ahead"] = 0
+        return x["ahead"]
+
+    def _stat_versioned(self, tree: Tree, key: bytes, dir_key: Optional[bytes] = None,
+                        ahead: int = 0) -> tuple[tuple, Optional[Node], list]:
         version = None
+        listed: list = []
         try:
             version = self.statcache.version(tree.name, blocking=True)  # before the stat
-            return version, self.repo.stat(tree.ref, key)
+            n = self.repo.stat(tree.ref, key)
         except NotFoundError:
-            return version, None
+            n = None
+        if ahead and version is not None:
+            try:
+                listed = self.repo.list_dir(tree.ref, dir_key, key.rsplit(b"/", 1)[-1], ahead)
+            except GravfsError:
+                listed = []
+        return version, n, listed
 
     def _now_dir_entry(self, mode: int, ctx=None, base: Optional[EntryInfo] = None) -> EntryInfo:
         b = base or EntryInfo(kind=KIND_DIRECTORY)
@@ -336,7 +402,7 @@ class GravfsOperations(pyfuse3.Operations):
             if e.errno == errno.EINVAL:
                 raise fail(errno.ENOENT)
             raise
-        n = await self._stat(tree, key)
+        n = await self._stat(tree, key, parent)
         if n is None:
             raise fail(errno.ENOENT)
         node = self.inodes.ensure(tree, key, n.kind, parent.ino, name)
@@ -451,9 +517,10 @@ class GravfsOperations(pyfuse3.Operations):
                     version, batch = await self.run(self._list_batch, tree, node.key, start_after)
                 except NotFoundError:
                     return
-                if version is not None:
-                    self._cache_listed(tree.name, version, batch)
                 more = len(batch) >= READDIR_BATCH
+                if version is not None:
+                    self._cache_listed(tree.name, version, batch,
+                                       node.key if start_after is None and not more else None)
             for i, n in enumerate(batch):
                 cont = n.key[plen:]  # continuation key: "name", or "name/" for a directory
                 name = cont.rstrip(b"/")
@@ -472,12 +539,17 @@ class GravfsOperations(pyfuse3.Operations):
             version = self.statcache.version(tree.name, blocking=True)  # before the listing
         return version, self.repo.list_dir(tree.ref, key, start_after, READDIR_BATCH)
 
-    def _cache_listed(self, branch: str, version: tuple, batch: list[Node]) -> None:
+    def _cache_listed(self, branch: str, version: tuple, batch: list[Node],
+                      whole: Optional[bytes] = None) -> None:
         """Listed files and symlinks are what stat would return (not directories: a
-        name that is both a file and a directory lists as the directory)."""
+        name that is both a file and a directory lists as the directory).
+        ``whole``: the directory's key when the batch is its entire listing."""
         for n in batch:
             if n.kind != "dir":
                 self.statcache.put(branch, version, n.key, n)
+        if whole is not None:
+            names = {n.key.rstrip(b"/").rsplit(b"/", 1)[-1] for n in batch}
+            self.statcache.put_listing(branch, version, whole, names)
 
     def _reply(self, h: DirHandle, token, name: bytes, child: Inode,
                entry: Optional[EntryInfo], cont: Optional[bytes] = None) -> bool:
@@ -537,7 +609,8 @@ class GravfsOperations(pyfuse3.Operations):
         key = self._child_key(parent, name)
         entry = self._now_dir_entry(mode, ctx)
         async with self._ns(tree):
-            await self.run(self._create_blocking, tree, key, key + b"/", entry)
+            await self._write(tree, [(key + b"/", True)], self._create_blocking, tree, key,
+                              key + b"/", entry, fresh_dir=key)
         node = self.inodes.ensure(tree, key, "dir", parent.ino, name)
         self._remember_entry(node, entry)
         node.lookups += 1
@@ -563,7 +636,8 @@ class GravfsOperations(pyfuse3.Operations):
         tree = self._writable_tree(parent)
         key = self._child_key(parent, name)
         async with self._ns(tree):
-            await self.run(self._rmdir_blocking, tree, parent.key, key)
+            await self._write(tree, [(key + b"/", False), (parent.key + b"/", True)],
+                              self._rmdir_blocking, tree, parent.key, key)
         node = self.inodes.find(tree, key, "dir")
         if node is not None:
             self.inodes.unlink(node)
@@ -626,7 +700,12 @@ class GravfsOperations(pyfuse3.Operations):
         scratch = OpenFile(None, entry, self.files_dir)
         async with self._ns(tree):
             try:
-                await self.run(self._create_blocking, tree, key, key, entry, scratch)
+                if not (self._known_missing(tree, key)
+                        and await self._stage_inline(tree, [(key, True)], [(key, entry)])):
+                    await self._write(tree, [(key, True)], self._create_blocking, tree, key, key,
+                                      entry, scratch)
+                else:
+                    scratch.materialize(self.repo)  # empty: one open(2), no thread trip
             except BaseException:
                 scratch.close()
                 raise
@@ -751,7 +830,17 @@ class GravfsOperations(pyfuse3.Operations):
                     if not node.linked:
                         of.dirty = False
                         return
-                    entry = await self.run(self._writeback_blocking, of, tree, node.key, durable)
+                    if (not durable and of.size() <= INLINE_WRITEBACK and tree.kind == "branch"
+                            and self.repo.data.writes_back):
+                        entry = of.upload(self.repo)  # hash + rename into pending uploads
+                        changes = [(node.key, True)]
+                        if not await self._stage_inline(tree, changes, [(node.key, entry)]):
+                            await self._write(tree, changes, self.repo.stage, tree.name,
+                                              [(node.key, entry)])
+                    else:
+                        entry = await self._write(tree, [(node.key, True)],
+                                                  self._writeback_blocking, of, tree, node.key,
+                                                  durable)
                 self._staged(of, entry)
                 return
             if of.materialized:
@@ -763,7 +852,8 @@ class GravfsOperations(pyfuse3.Operations):
                 if not node.linked:
                     of.dirty = False
                     return
-                await self.run(self.repo.stage, tree.name, [(node.key, entry)])
+                await self._write(tree, [(node.key, True)], self.repo.stage, tree.name,
+                                  [(node.key, entry)])
             self._staged(of, entry)
 
     def _writeback_blocking(self, of: OpenFile, tree: Tree, key: bytes,
@@ -917,7 +1007,8 @@ class GravfsOperations(pyfuse3.Operations):
                     return  # staged with the content on close
                 async with self._ns(tree):
                     if node.linked:
-                        await self.run(self.repo.stage, tree.name, [(node.key, e)])
+                        await self._write(tree, [(node.key, True)], self.repo.stage, tree.name,
+                                          [(node.key, e)])
                 of.entry = e
                 self._remember_entry(node, e)
             return
@@ -931,7 +1022,7 @@ class GravfsOperations(pyfuse3.Operations):
             else:
                 e = change(n.entry)
                 key = node.key
-            await self.run(self.repo.stage, tree.name, [(key, e)])
+            await self._write(tree, [(key, True)], self.repo.stage, tree.name, [(key, e)])
         self._remember_entry(node, e)
 
     # -- names: unlink / rename / symlink / link ---------------------------------------------
@@ -942,7 +1033,8 @@ class GravfsOperations(pyfuse3.Operations):
         tree = self._writable_tree(parent)
         key = self._child_key(parent, name)
         async with self._ns(tree):
-            kind = await self.run(self._unlink_blocking, tree, parent.key, key)
+            kind = await self._write(tree, [(key, False), (parent.key + b"/", True)],
+                                     self._unlink_blocking, tree, parent.key, key)
             node = self.inodes.find(tree, key, kind)
             if node is not None:
                 self._drop_unstaged(node)
@@ -963,7 +1055,7 @@ class GravfsOperations(pyfuse3.Operations):
         src = self._child_key(po, name_old)
         dst = self._child_key(pn, name_new)
         async with self._ns(tree):
-            d = await self.run(self._rename_blocking, tree, po.key, src, dst, flags)
+            d = await self._write(tree, None, self._rename_blocking, tree, po.key, src, dst, flags)
             if d is False:
                 return  # renamed onto itself
             if d is not None:
@@ -1014,7 +1106,7 @@ class GravfsOperations(pyfuse3.Operations):
                           mode=statmod.S_IFLNK | 0o777, kind=KIND_SYMLINK, symlink_target=text,
                           uid=ctx.uid, gid=ctx.gid)
         async with self._ns(tree):
-            await self.run(self._create_blocking, tree, key, key, entry)
+            await self._write(tree, [(key, True)], self._create_blocking, tree, key, key, entry)
         node = self.inodes.ensure(tree, key, "symlink", parent.ino, name)
         self._remember_entry(node, entry)
         node.lookups += 1
@@ -1067,8 +1159,10 @@ class GravfsOperations(pyfuse3.Operations):
             if node.tree.kind == "branch":
                 return (await self.run(self.repo.head, node.tree.name, True)).encode()
             return node.tree.commit.id.encode()
-        if name == b"security.capability":
-            raise fail(pyfuse3.ENOATTR)  # asked before every write; never stored
+        if name == b"security.capability" or name.startswith(b"system."):
+            # capability: asked before every write, never stored; system.* (POSIX ACLs,
+            # asked by ls -l for every entry) cannot be set here
+            raise fail(pyfuse3.ENOATTR)
         if node.tree is None or node.key == b"":
             raise fail(pyfuse3.ENOATTR)
         value = (await self._xattrs_of(node)).get(name.decode("utf-8", "surrogateescape"))

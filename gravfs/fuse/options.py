@@ -33,7 +33,7 @@ class MountOptions:
     state_dir: Optional[str] = None
     s3_endpoint: Optional[str] = None
     poll: float = 0.5
-    attr_timeout: float = 1.0
+    attr_timeout: float = 10.0  # branch trees; the watcher invalidates on every change
     head_ttl: float = 1.0
     commits_listed: int = 200
     cache_mb: int = 256

@@ -8,26 +8,133 @@ environment's ``last_txnid``. Results are filed under that (head, txnid)
 version: while both are unchanged a lookup or getattr costs two dictionary
 reads and no worker thread, LMDB read transaction, JSON decode or layer walk.
 
+The mount's own staging writes do not throw the cache away: ``OwnWrites``
+notes the LMDB id of every write transaction this daemon commits, with the
+keys it staged, and a cached version moves forward over transactions that
+are all known to be ours by dropping just those keys (and ancestors whose
+answer may change). Any transaction id not in that log (another process
+wrote to the workspace) ends the cached version as before; the watcher uses
+the same log to tell such foreign writes apart and invalidate the kernel's
+caches.
+
+The cache also knows *complete* directories: ones this mount created empty
+or listed in one batch. A name missing from a complete directory is answered
+"no such file" without a worker thread, which is what a shell's negative
+lookup before every create needs.
+
 The version is read *before* the stat it labels, so a result can be filed
 under an older version than it reflects but never under a newer one.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Optional
+from typing import Iterable, Optional
 
 MISSING = object()  # "not cached" (None is a cached "no such path")
 MAX_ENTRIES = 500_000
+MAX_LOG = 20_000  # own transactions remembered
+MAX_REPLAY = 4096  # a cached version further behind than this is dropped, not replayed
+
+
+def parent_of(key: bytes) -> bytes:
+    i = key.rfind(b"/")
+    return key[:i] if i >= 0 else b""
+
+
+def ancestors(key: bytes) -> Iterable[bytes]:
+    """Proper ancestors of a key, nearest first, the branch root (b"") last."""
+    while key:
+        key = parent_of(key)
+        yield key
+
+
+class OwnWrites:
+    """LMDB write transactions committed by this daemon: txn id -> (branch, changes).
+
+    ``changes`` is a list of (staged key, present) for the keys written (a key
+    ending in "/" is a directory marker; present False is a removal), or None
+    when the writer cannot say (e.g. a rename of a whole directory). Ids are
+    noted inside the transaction (``wrap``) on the writing thread, and filed
+    with their changes when the caller's blocking call ends (``collect``).
+    """
+
+    def __init__(self):
+        self.log: dict[int, tuple[str, Optional[list], Optional[bytes]]] = {}
+        self.mine: set[int] = set()  # every write transaction of this process
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def wrap(self, area) -> None:
+        """Make ``area.write`` note the id of each transaction it runs (for the
+        watcher), and hand it to the collector of the running call, if any."""
+        inner = area.write
+        local = self._local
+        mine = self.mine
+
+        def write(fn, *args):
+            def run(txn, *a):
+                i = txn.id()  # an aborted try is retried under the same id
+                if len(mine) > MAX_LOG * 8:  # no watcher pruning: it would see these as foreign
+                    mine.clear()
+                mine.add(i)
+                ids = getattr(local, "ids", None)
+                if ids is not None:
+                    ids.append(i)
+                return fn(txn, *a)
+            return inner(run, *args)
+
+        area.write = write
+
+    def foreign_since(self, after: int, upto: int) -> bool:
+        """Did another process write the staging database in after+1 .. upto?
+        Forgets the ids up to ``upto`` (the watcher calls this with increasing ranges)."""
+        mine = self.mine
+        found = upto - after > MAX_LOG or any(i not in mine for i in range(after + 1, upto + 1))
+        for i in [i for i in mine if i <= upto]:
+            mine.discard(i)
+        return found
+
+    def collect(self, branch: str, changes: Optional[list], fn, *args,
+                fresh_dir: Optional[bytes] = None, **kw):
+        """Run fn (in a worker thread) and file its staging transactions as ours.
+
+        ``fresh_dir``: the key of a directory the call created empty (mkdir).
+        """
+        local = self._local
+        outer = getattr(local, "ids", None)
+        local.ids = []
+        try:
+            return fn(*args, **kw)
+        finally:
+            ids, local.ids = local.ids, outer
+            if outer is not None:
+                outer.extend(ids)
+            with self._lock:
+                for i in ids:
+                    self.log[i] = (branch, changes, fresh_dir)
+                if len(self.log) > MAX_LOG:
+                    for i in sorted(self.log)[:len(self.log) - MAX_LOG // 2]:
+                        del self.log[i]
+
+    def all_ours(self, after: int, upto: int) -> bool:
+        """Were transactions after+1 .. upto all committed by this daemon?"""
+        if upto - after > MAX_REPLAY:
+            return False
+        log = self.log
+        return all(i in log for i in range(after + 1, upto + 1))
 
 
 class BranchStatCache:
-    def __init__(self, repo, max_entries: int = MAX_ENTRIES):
+    def __init__(self, repo, own: Optional[OwnWrites] = None, max_entries: int = MAX_ENTRIES):
         self.repo = repo
+        self.own = own or OwnWrites()
         self.max_entries = max_entries
         self._versions: dict[str, tuple] = {}
         self._nodes: dict[str, dict[bytes, object]] = {}
-        self.hits = self.misses = 0
+        self._complete: dict[str, dict[bytes, set]] = {}  # branch -> dir key -> child names
+        self.hits = self.misses = self.advances = 0
 
     def version(self, branch: str, blocking: bool) -> Optional[tuple]:
         """(head, last staging txn) of a branch; None when only a store read would tell
@@ -46,30 +153,102 @@ class BranchStatCache:
             return None
         return hit[1]
 
+    def _current(self, branch: str, version: Optional[tuple]) -> bool:
+        """Is the cache of branch at ``version`` (moved forward over our own writes)?"""
+        if version is None:
+            return False
+        have = self._versions.get(branch)
+        if have == version:
+            return True
+        if have is None or have[0] != version[0] or have[1] > version[1]:
+            return False
+        if not self.own.all_ours(have[1], version[1]):
+            return False
+        self._replay(branch, have[1], version[1])
+        self._versions[branch] = version
+        self.advances += 1
+        return True
+
+    def _replay(self, branch: str, after: int, upto: int) -> None:
+        """Forget what our transactions after+1..upto changed on this branch."""
+        nodes = self._nodes[branch]
+        complete = self._complete.setdefault(branch, {})
+        log = self.own.log
+        for i in range(after + 1, upto + 1):
+            b, changes, fresh = log[i]
+            if b != branch:
+                continue
+            if changes is None:
+                nodes.clear()
+                complete.clear()
+                continue
+            for staged, present in changes:
+                key = staged.rstrip(b"/")
+                nodes.pop(key, None)
+                if not present:  # (a name may be a file and a directory at once)
+                    complete.pop(parent_of(key), None)
+                child = key
+                for anc in ancestors(key):
+                    n = nodes.get(anc, MISSING)
+                    keep = (n is not MISSING and n is not None and n.kind == "dir"
+                            and (present or n.entry is not None))
+                    if not keep:  # a directory may appear, vanish or lose its marker
+                        nodes.pop(anc, None)
+                    if present and anc in complete:
+                        complete[anc].add(child[child.rfind(b"/") + 1:])
+                    elif not present and not keep:
+                        complete.pop(anc, None)
+                    child = anc
+            if fresh is not None:
+                complete[fresh] = set()
+
     def get(self, branch: str, version: Optional[tuple], key: bytes):
-        if version is None or self._versions.get(branch) != version:
+        if not self._current(branch, version):
             self.misses += 1
             return MISSING
         node = self._nodes[branch].get(key, MISSING)
+        if node is MISSING and key:
+            names = self._complete.get(branch, {}).get(parent_of(key))
+            if names is not None and key[key.rfind(b"/") + 1:] not in names:
+                node = None  # not in a directory whose every name is known
         if node is MISSING:
             self.misses += 1
         else:
             self.hits += 1
         return node
 
+    def _at(self, branch: str, version: tuple) -> bool:
+        """Bring the branch's cache to version for filing; False: version is older."""
+        if self._current(branch, version):
+            return True
+        have = self._versions.get(branch)
+        if have is not None and have[0] == version[0] and have[1] > version[1]:
+            return False  # a result read before a newer version was seen: not filed
+        self._versions[branch] = version
+        self._nodes[branch] = {}
+        self._complete[branch] = {}
+        return True
+
     def put(self, branch: str, version: tuple, key: bytes, node) -> None:
-        if self._versions.get(branch) != version:
-            self._versions[branch] = version
-            self._nodes[branch] = {}
+        if not self._at(branch, version):
+            return
         nodes = self._nodes[branch]
         if len(nodes) >= self.max_entries:
             nodes.clear()
+            self._complete[branch] = {}
         nodes[key] = node
+
+    def put_listing(self, branch: str, version: tuple, key: bytes, names: set) -> None:
+        """Every name in directory ``key`` (listed whole at version)."""
+        if self._at(branch, version):
+            self._complete[branch][key] = set(names)
 
     def drop(self, branch: Optional[str] = None) -> None:
         if branch is None:
             self._versions.clear()
             self._nodes.clear()
+            self._complete.clear()
         else:
             self._versions.pop(branch, None)
             self._nodes.pop(branch, None)
+            self._complete.pop(branch, None)

@@ -8,6 +8,12 @@ when either moved it invalidates every inode and directory entry of that tree
 in the kernel, so the next access re-reads through the repository. Branches
 that disappeared lose their ``branches/<name>`` entry the same way.
 
+Staging writes by other processes on the workspace (``gravfs put``, ``rm``,
+an import) keep the head and the staging token: the watcher sees them as LMDB
+write transactions that this daemon did not commit (``OwnWrites``) and then
+invalidates every branch tree. That is what lets branch trees use attribute
+timeouts longer than the poll interval.
+
 Invalidation runs in its own thread: pyfuse3's notify calls block while a
 related request is in flight.
 """
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import logging
+from typing import Optional
 
 import pyfuse3
 import trio
@@ -47,6 +54,8 @@ class Watcher:
         self.seen: dict[str, object] = {}
         self.limiter = trio.CapacityLimiter(1)
         self.rounds = 0
+        self.txnid: Optional[int] = None  # staging transactions checked up to here
+        self.foreign_rounds = 0
 
     async def run(self) -> None:
         interval = self.ops.settings.poll_interval
@@ -73,10 +82,25 @@ class Watcher:
         branches = [t for t in list(ops.trees.values())
                     if t.kind == "branch" and ops.inodes.tree_inodes(t.ident)]
         names = [t.name for t in branches]
-        sigs = await ops.run(lambda: [branch_signature(ops.repo, n) for n in names])
+
+        def look():
+            txnid = ops.repo.staging.env.info()["last_txnid"]  # before the signatures
+            return txnid, [branch_signature(ops.repo, n) for n in names]
+
+        txnid, sigs = await ops.run(look)
+        foreign = self.txnid is not None and ops.own.foreign_since(self.txnid, txnid)
+        self.txnid = txnid
+        if foreign:
+            self.foreign_rounds += 1
         for tree, sig in zip(branches, sigs):
             old = self.seen.get(tree.name)
             self.seen[tree.name] = sig
+            if foreign and sig is not None:
+                log.info("staging of this workspace changed outside the mount; invalidating "
+                         "%d cached inodes of branch %s", len(ops.inodes.tree_inodes(tree.ident)),
+                         tree.name)
+                await self.invalidate_tree(tree)
+                continue
             if not _moved(old, sig):
                 continue
             log.info("branch %s changed outside the mount (head %s); invalidating %d cached inodes",

@@ -1,0 +1,112 @@
+"""The mount's branch stat cache and own-write log, without a mount."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gravfs.committed.entry import KIND_FILE, EntryInfo
+from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
+from gravfs.repository import Repository
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def repos(tmp_path):
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    Repository.init(store, state).close()
+    mine = Repository.open(store, state, head_ttl=60.0, staging_sync=False)
+
+    def other_stage(key: str, size: int) -> None:
+        """Stage from another process on the same workspace."""
+        code = ("import sys, time; from gravfs.repository import Repository;"
+                "from gravfs.committed.entry import EntryInfo, KIND_FILE;"
+                "r = Repository.open(sys.argv[1], sys.argv[2]);"
+                "r.stage('main', [(sys.argv[3].encode(), EntryInfo(address='data/00/' + '0' * 64,"
+                " size=int(sys.argv[4]), mtime_ns=time.time_ns(), mode=0o100644, kind=KIND_FILE))]);"
+                "r.close()")
+        subprocess.run([sys.executable, "-c", code, store, state, key, str(size)], check=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+
+    yield mine, other_stage
+    mine.close()
+
+
+def _entry(size: int) -> EntryInfo:
+    return EntryInfo(address="data/00/" + "0" * 64, size=size, mtime_ns=time.time_ns(),
+                     mode=0o100644, kind=KIND_FILE)
+
+
+def _stat(repo, key):
+    try:
+        return repo.stat("main", key)
+    except Exception:
+        return None
+
+
+def test_own_writes_drop_only_their_keys(repos):
+    repo, _ = repos
+    own = OwnWrites()
+    own.wrap(repo.staging)
+    cache = BranchStatCache(repo, own)
+    repo.stage("main", [(b"d/a", _entry(1)), (b"d/b", _entry(2))])
+    v = cache.version("main", blocking=True)
+    for k in (b"d/a", b"d/b", b"d"):
+        cache.put("main", v, k, _stat(repo, k))
+    cache.put_listing("main", v, b"d", {b"a", b"b"})
+    assert cache.get("main", v, b"d/zz") is None  # complete directory: known missing
+    own.collect("main", [(b"d/a", True), (b"d/c", True)], repo.stage, "main",
+                [(b"d/a", _entry(10)), (b"d/c", _entry(3))])
+    v2 = cache.version("main", blocking=False)
+    assert v2[1] > v[1]
+    assert cache.get("main", v2, b"d/a") is MISSING  # changed by us: read again
+    assert cache.get("main", v2, b"d/c") is MISSING  # new name in the complete directory
+    assert cache.get("main", v2, b"d/b").entry.size == 2  # untouched: still cached
+    assert cache.get("main", v2, b"d").kind == "dir"  # a directory stays one
+    assert cache.get("main", v2, b"d/zz") is None
+    # a result read before our write cannot be filed over the newer version
+    cache.put("main", v, b"d/a", _stat(repo, b"d/a"))
+    assert cache.get("main", v2, b"d/a") is MISSING
+
+
+def test_foreign_writes_end_the_cached_version(repos):
+    repo, other = repos
+    own = OwnWrites()
+    own.wrap(repo.staging)
+    cache = BranchStatCache(repo, own)
+    repo.stage("main", [(b"f", _entry(1))])
+    v = cache.version("main", blocking=True)
+    cache.put("main", v, b"f", _stat(repo, b"f"))
+    cache.put_listing("main", v, b"", {b"f"})
+    start = v[1]
+    other("g", 5)
+    v2 = cache.version("main", blocking=False)
+    assert cache.get("main", v2, b"f") is MISSING
+    assert cache.get("main", v2, b"g") is MISSING  # no longer "known missing"
+    assert own.foreign_since(start, v2[1])
+    own.collect("main", [(b"h", True)], repo.stage, "main", [(b"h", _entry(1))])
+    v3 = cache.version("main", blocking=False)
+    assert not own.foreign_since(v2[1], v3[1])
+
+
+def test_removals_forget_implied_directories(repos):
+    repo, _ = repos
+    own = OwnWrites()
+    own.wrap(repo.staging)
+    cache = BranchStatCache(repo, own)
+    repo.stage("main", [(b"x/y/z", _entry(1))])
+    v = cache.version("main", blocking=True)
+    for k in (b"x", b"x/y", b"x/y/z"):
+        cache.put("main", v, k, _stat(repo, k))
+    assert cache.get("main", v, b"x/y").entry is None  # implied by its file
+    own.collect("main", [(b"x/y/z", False)], repo.stage, "main", [(b"x/y/z", None)])
+    v2 = cache.version("main", blocking=False)
+    for k in (b"x", b"x/y", b"x/y/z"):
+        assert cache.get("main", v2, k) is MISSING, k
+    assert _stat(repo, b"x") is None
