@@ -54,20 +54,22 @@ class WriteContext:
 
     def write_sst(self, store_key: str, keys: list[bytes], values: list[bytes],
                   properties: dict[str, bytes]) -> tuple[int, bool]:
-        """Write one SST and upload it if absent; returns (size, created)."""
+        """Write one SST and upload it if absent; returns (size, created).
+
+        The file is handed to the store as it is (LocalStore links it into
+        place, so the bytes are written and synced once).
+        """
         path = os.path.join(self.tmp_dir, f"{os.getpid()}-{next(_tmp_counter)}.sst")
         try:
-            _sstable.write_sst(path, zip(keys, values), properties,
-                               compression=self.compression, block_size=self.block_size)
-            with open(path, "rb") as f:
-                data = f.read()
+            info = _sstable.write_sst(path, zip(keys, values), properties,
+                                      compression=self.compression, block_size=self.block_size)
+            created = self.store.put_file_if_absent(store_key, path)
         finally:
             try:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
-        created = self.store.put_if_absent(store_key, data)
-        return len(data), created
+        return info.size, created
 
 
 class TreeWriter:

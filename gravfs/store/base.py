@@ -71,6 +71,15 @@ class ObjectStore(abc.ABC):
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Create only if missing; True if this call created it."""
 
+    def put_file_if_absent(self, key: str, src_path: str) -> bool:
+        """put_if_absent with the bytes of a complete local file (left in place).
+
+        A store may take the file itself instead of copying it (LocalStore
+        hard-links it), so the caller must not modify the file afterwards.
+        """
+        with open(src_path, "rb") as f:
+            return self.put_if_absent(key, f.read())
+
     @abc.abstractmethod
     def read_versioned(self, key: str) -> tuple[bytes, str]:
         """Content plus an opaque version token for ``compare_and_swap``."""
