@@ -11,7 +11,8 @@
   ``verify``, ``close`` (also a context manager). Errors in the bytes raise
   ``gravfs.errors.CorruptDataError`` naming the file and offset.
 - Decoded blocks live in a process-wide ``BlockCache`` (``DEFAULT_CACHE``,
-  512 MiB by default: about 2M warm entries of ~120 bytes; resize with
+  a quarter of physical memory by default, within [512 MiB, 16 GiB]: ~300 bytes
+  per warm entry, so 6 GiB holds ~20M entries; resize with
   ``DEFAULT_CACHE.set_capacity``) or one passed as ``cache=``.
 
 ``python3 -m gravfs.sstable.bench`` measures write, lookup and scan rates.

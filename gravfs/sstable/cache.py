@@ -16,12 +16,28 @@ that outlives its block for a moment is still correct data.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 
 from .block import DataBlock
 
-DEFAULT_CAPACITY_BYTES = 512 << 20
+def _default_capacity() -> int:
+    """A quarter of physical memory, within [512 MiB, 16 GiB].
+
+    A warm entry costs about 300 bytes here (decoded key and value, list
+    slots, key-map entry), so 512 MiB held only ~2M entries and a bigger
+    tree decoded a block on nearly every random lookup; a quarter of 24 GiB
+    holds a whole 10M-entry tree.
+    """
+    try:
+        phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return 512 << 20
+    return max(512 << 20, min(16 << 30, phys // 4))
+
+
+DEFAULT_CAPACITY_BYTES = _default_capacity()
 KEY_MAP_ENTRY_CHARGE = 72  # bytes per entry of a reader's key -> value dict
 
 
