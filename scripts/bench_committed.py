@@ -11,7 +11,7 @@ dir (removed afterwards unless --keep) and prints one table per section:
   lookups  random point lookups (get) on 1M- and 10M-entry trees, one thread:
            cold (empty tier: fetch + verify + decode at first touch), cold
            blocks (tier filled, fresh readers), warm (4 GiB block cache), warm
-           with the default 512 MiB cache, warm with 256 open readers; against
+           with the default cache (a quarter of RAM), warm with 256 open readers; against
            rocksdict Rdict.get (and batched multi-get) on the same range SST
            files ingested into RocksDB in the same run.
   apply    1, 100 and 10,000 changes (1,000 with --quick), clustered (a new
@@ -880,7 +880,8 @@ def report(res: dict) -> str:
         out.append(table(f"Random point lookups, one thread, wall / CPU rates ({n:,} keys per pass, "
                          f"{nc:,} in the cold pass; goal >= 300k/s warm; ratio = gravfs / RocksDB)",
                          ["entries", "1st lookup", "cold (empty tier)", "cold blocks", "warm",
-                          "warm, 512M cache", "warm, 256 readers", "RocksDB cold", "RocksDB warm",
+                          f"warm, default cache ({fmt_bytes(res['lookups'][0]['default_cache_bytes'])})",
+                          "warm, 256 readers", "RocksDB cold", "RocksDB warm",
                           "RocksDB multi-get", "ratio cold", "ratio warm"], rows))
     base = {(r["kind"], r["changes"], r["tier"], r["entries"]): r for r in res.get("apply", [])}
     sizes = sorted({r["entries"] for r in res.get("apply", [])})
