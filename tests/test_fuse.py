@@ -293,7 +293,7 @@ def test_statfs(gravfs_mount):
 def test_kernel_readahead_raised(gravfs_mount):
     m = gravfs_mount
     dev = next(l.split()[2] for l in open("/proc/self/mountinfo") if l.split()[4] == m.mnt)
-    wait_for(lambda: open(f"/sys/class/bdi/{dev}/read_ahead_kb").read().strip() == "1024")
+    wait_for(lambda: open(f"/sys/class/bdi/{dev}/read_ahead_kb").read().strip() == "4096")
 
 
 # -- errnos -----------------------------------------------------------------------------------

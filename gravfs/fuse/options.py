@@ -37,7 +37,7 @@ class MountOptions:
     head_ttl: float = 1.0
     commits_listed: int = 200
     cache_mb: int = 256
-    readahead_kb: int = 1024
+    readahead_kb: int = 4096  # 4 x 1 MiB requests in flight: parallel preads of the tier
     threads: int = 24
     debug: bool = False
     log_file: Optional[str] = None
