@@ -54,7 +54,9 @@ class Watcher:
         self.seen: dict[str, object] = {}
         self.limiter = trio.CapacityLimiter(1)
         self.rounds = 0
-        self.txnid: Optional[int] = None  # staging transactions checked up to here
+        # Staging transactions checked up to here. Taken before the mount serves a
+        # request: a write by another process before the first poll is foreign too.
+        self.txnid: Optional[int] = ops.repo.staging.env.info()["last_txnid"]
         self.foreign_rounds = 0
 
     async def run(self) -> None:
