@@ -69,10 +69,10 @@ class PendingHandle:
         self.path, self._fd = path, fd
         self.size = os.fstat(fd).st_size
 
-    def read(self, offset: int = 0, length: Optional[int] = None) -> bytes:
+    def read(self, offset: int = 0, length: Optional[int] = None, fd: int = -1) -> bytes:
         if length is None:
             length = max(0, self.size - offset)
-        return os.pread(self._fd, length, offset)
+        return os.pread(self._fd if fd < 0 else fd, length, offset)
 
     def release(self) -> None:
         if self._fd >= 0:
@@ -109,7 +109,7 @@ class BytesHandle:
         self._data = data
         self.size = len(data)
 
-    def read(self, offset: int = 0, length: Optional[int] = None) -> bytes:
+    def read(self, offset: int = 0, length: Optional[int] = None, fd: int = -1) -> bytes:
         end = self.size if length is None else offset + length
         return self._data[offset:end]
 
@@ -350,9 +350,14 @@ class DataObjects:
         finally:
             os.unlink(tmp)
 
-    def acquire(self, address: str):
+    def acquire(self, address: str, chunk_checked: bool = False):
         """Pinned tier handle of the object (fetched once, hash-verified), or the
-        pending file while its upload has not finished."""
+        pending file while its upload has not finished.
+
+        ``chunk_checked``: the caller only uses ``read``, so a big object verified
+        by an earlier process may be served with its chunks checked as they are read
+        (no full hash first; a damaged chunk raises CorruptDataError and drops it).
+        """
         if self.pending_dir is not None:
             path = self.pending_path(address)
             try:
@@ -368,7 +373,7 @@ class DataObjects:
                                        path=path)
 
         try:
-            return self.tier.acquire(address, verify=verify)
+            return self.tier.acquire(address, verify=verify, chunk_checked=chunk_checked)
         except OSError as exc:
             if exc.errno not in _DISK_FULL:
                 raise
@@ -384,14 +389,14 @@ class DataObjects:
             return BytesHandle(data)
 
     def read(self, address: str, offset: int = 0, length: int = -1) -> bytes:
-        with self.acquire(address) as h:  # through the handle: a pending file may vanish
+        with self.acquire(address, chunk_checked=True) as h:  # a pending file may vanish: use the handle
             if length < 0:
                 length = max(0, h.size - offset)
             return h.read(offset, length)
 
     def copy_to(self, address: str, out: BinaryIO) -> int:
         n = 0
-        with self.acquire(address) as h:
+        with self.acquire(address, chunk_checked=True) as h:
             while True:
                 buf = h.read(n, CHUNK)
                 if not buf:

@@ -6,6 +6,7 @@ import errno
 import os
 import stat
 import subprocess
+import sys
 import time
 
 import pytest
@@ -509,6 +510,33 @@ def test_corrupt_data_object_reads_fail_with_eio(gravfs_mount, size):
         f.write(bytes([b[0] ^ 0xFF]))
     assert _errno(_read, m.path("commits", cid, "victim")) == errno.EIO
     assert "does not match" in m.log_text() or "hashes to" in m.log_text()
+
+
+def test_damaged_tier_copy_is_fetched_again_by_a_new_daemon(gravfs_mount):
+    """A big object verified by an earlier process is served chunk-checked; a damaged
+    chunk drops the local copy and the read is served from a fresh fetch."""
+    import glob
+    import hashlib
+
+    m = gravfs_mount
+    data = os.urandom(20 * 1024 * 1024 + 77)
+    _write(m.branch_path("big"), data)
+    cid = m.commit()
+    subprocess.run([sys.executable, "-m", "gravfs.cli", "-s", m.store, "--state-dir", m.state_dir,
+                    "cat", "main:big"], stdout=subprocess.DEVNULL, env=m.env, check=True)  # fills the tier
+    digest = hashlib.sha256(data).hexdigest()
+    copies = glob.glob(os.path.join(m.state_dir, "**", "objects", "data", digest[:2], digest),
+                       recursive=True)
+    assert copies, "the CLI's read did not leave a copy in the local tier"
+    assert glob.glob(os.path.join(m.state_dir, "**", "sums", "data", digest[:2], digest),
+                     recursive=True)
+    with open(copies[0], "r+b") as f:
+        f.seek(13 * 1024 * 1024)
+        f.write(b"rot")
+    m.umount()
+    m.remount()
+    assert _read(m.path("commits", cid, "big")) == data
+    assert "does not match its sum" in m.log_text()
 
 
 def test_read_only_mount(tmp_path):

@@ -281,3 +281,88 @@ def test_prefetch_and_discard(store, tmp_path):
     assert not tier.cached(key)
     assert tier.stats.fetches == 1 and tier.stats.hits == 1
     tier.close()
+
+
+# --- chunk sums: later processes check chunks as they read ------------------------
+
+BIG = 20 * 1024 * 1024 + 123  # over SUMS_MIN, a partial last chunk
+
+
+def _flip(path: str, offset: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+@pytest.fixture
+def big_cached(store, tmp_path):
+    """A big object verified by a first tier (which records its chunk sums)."""
+    payload = os.urandom(BIG)
+    key = put_blob(store, payload)
+    cache = str(tmp_path / "cache")
+    with LocalTier(store, cache).acquire(key, verify=sha_verify()) as h:
+        path = h.path
+    assert os.path.exists(os.path.join(cache, "sums", *key.split("/")))
+    return key, payload, cache, path
+
+
+def test_chunk_checked_reads_skip_the_full_verify(store, big_cached):
+    key, payload, cache, _path = big_cached
+    calls: list = []
+    tier = LocalTier(store, cache)
+    with tier.acquire(key, verify=sha_verify(calls), chunk_checked=True) as h:
+        mb = 1 << 20
+        for off, n in [(0, mb), (5 * mb - 7, 3 * mb), (BIG - 200, 1000), (BIG, 10), (123, 1)]:
+            assert h.read(off, n) == payload[off:off + n]
+        fd = os.open(h.path, os.O_RDONLY)
+        try:
+            assert h.read(3 * mb, 2 * mb, fd=fd) == payload[3 * mb:5 * mb]
+        finally:
+            os.close(fd)
+        with pytest.raises(GravfsError, match="no mapping"):
+            h.mmap()
+    assert calls == []  # no full hash in this process
+    assert store.downloads == [key]  # and no new download
+
+
+def test_chunk_check_catches_a_damaged_copy_and_refetches(store, big_cached):
+    key, payload, cache, path = big_cached
+    _flip(path, 7 * (1 << 20) + 99)
+    calls: list = []
+    tier = LocalTier(store, cache)
+    h = tier.acquire(key, verify=sha_verify(calls), chunk_checked=True)
+    assert h.read(0, 1 << 20) == payload[:1 << 20]  # chunks before the damage are fine
+    with pytest.raises(CorruptDataError, match="chunk sum"):
+        h.read(6 << 20, 2 << 20)
+    h.release()
+    assert tier.stats.verify_failures == 1 and not tier.cached(key)
+    with tier.acquire(key, verify=sha_verify(calls), chunk_checked=True) as h:
+        assert h.read(0, BIG) == payload
+    assert len(calls) == 1  # the fresh copy was hashed whole
+    assert store.downloads == [key, key]
+
+
+def test_full_verify_without_chunk_checks_or_with_bad_sums(store, big_cached):
+    key, payload, cache, _path = big_cached
+    calls: list = []
+    with LocalTier(store, cache).acquire(key, verify=sha_verify(calls)) as h:  # mmap users
+        assert bytes(h.mmap()[:10]) == payload[:10]
+    assert len(calls) == 1
+    sums = os.path.join(cache, "sums", *key.split("/"))
+    _flip(sums, 30)
+    with LocalTier(store, cache).acquire(key, verify=sha_verify(calls), chunk_checked=True) as h:
+        assert h.read(0, 100) == payload[:100]
+    assert len(calls) == 2  # damaged sums are ignored, and rewritten
+    calls.clear()
+    with LocalTier(store, cache).acquire(key, verify=sha_verify(calls), chunk_checked=True) as h:
+        assert h.read(BIG - 5, 5) == payload[-5:]
+    assert calls == []
+
+
+def test_evicting_a_file_removes_its_sums(store, big_cached):
+    key, _payload, cache, _path = big_cached
+    tier = LocalTier(store, cache)
+    tier.discard(key)
+    assert not os.path.exists(os.path.join(cache, "sums", *key.split("/")))

@@ -80,7 +80,7 @@ class OpenFile:
             if limit is not None:
                 want = min(want, limit)
             if want > 0:
-                with repo.data.acquire(e.address) as h:
+                with repo.data.acquire(e.address, chunk_checked=True) as h:
                     off = 0
                     while off < want:
                         buf = h.read(off, min(COPY_CHUNK, want - off))

@@ -1,7 +1,8 @@
 """Reading immutable data objects for the mount: ranged, cached, read ahead.
 
 Small objects, and any object already in the local tier, are read from the
-tier (whole, hash-verified copies on local disk). A large object that is not
+tier (whole, hash-verified copies on local disk; a big one verified by an earlier
+process is checked chunk by chunk as it is read). A large object that is not
 local is read in fixed-size chunks with ``store.get_range``, so the first byte
 of a 10 GiB file does not wait for the whole file: chunks live in a bounded
 in-memory LRU, concurrent readers of one chunk share a single fetch, and a
@@ -96,18 +97,24 @@ class DataReader:
         length = min(length, size - offset)
         if address in self._corrupt:
             raise CorruptDataError(f"data object {address} does not match its hash")
-        with state.lock:
-            if state.tier_handle is None and (size <= self.chunk or self.repo.tier.cached(address)):
-                state.tier_handle = self.repo.data.acquire(address)
-                if size > self.chunk:
-                    state.fd = _open_sequential(state.tier_handle.path)
-            handle, fd = state.tier_handle, state.fd
-        if handle is not None:
+        for attempt in (1, 2):
+            with state.lock:
+                if state.tier_handle is None and (size <= self.chunk or self.repo.tier.cached(address)):
+                    state.tier_handle = self.repo.data.acquire(address, chunk_checked=True)
+                    if size > self.chunk:
+                        state.fd = _open_sequential(state.tier_handle.path)
+                handle, fd = state.tier_handle, state.fd
+            if handle is None:
+                return self._ranged(state, address, size, offset, length)
             self.stats["tier_reads"] += 1
-            if fd >= 0:  # the kernel's parallel reads of one file reach the disk in parallel
-                return os.pread(fd, length, offset)
-            return handle.read(offset, length)
-        return self._ranged(state, address, size, offset, length)
+            try:
+                # own descriptor: the kernel's parallel reads of one file reach the disk in parallel
+                return handle.read(offset, length, fd=fd)
+            except CorruptDataError:
+                if attempt == 2:
+                    raise
+                state.close()  # the tier dropped its damaged copy; the next acquire fetches it
+        raise AssertionError("unreachable")
 
     # -- chunks ---------------------------------------------------------------------
 

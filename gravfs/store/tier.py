@@ -15,6 +15,11 @@ Refs are mutable and must never come through here.
 - ``verify(path)`` runs once per cached file per process (after download, or on
   first use of a file adopted from a previous run). A CorruptDataError drops the
   file and fetches it again once; a second failure propagates.
+- A verified file of ``SUMS_MIN`` bytes or more gets chunk sums (``chunksums``) in
+  ``cache_dir/sums``. A later process that reads it only through ``TierHandle.read``
+  may ask for ``chunk_checked`` handles: each chunk is checked as it is first read,
+  instead of a full verification before the first byte. A chunk that fails drops
+  the file (CorruptDataError); the caller acquires it again, which fetches it.
 """
 
 from __future__ import annotations
@@ -30,7 +35,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
+import google_crc32c
+
 from gravfs.errors import CorruptDataError, GravfsError
+from gravfs.store import chunksums
 from gravfs.store.base import ObjectStore, check_key
 
 log = logging.getLogger(__name__)
@@ -38,6 +46,7 @@ log = logging.getLogger(__name__)
 GiB = 1 << 30
 _REFS_PREFIX = "_gravfs/refs/"
 _PART = ".part"
+SUMS_MIN = 16 << 20
 
 Verify = Callable[[str], None]
 
@@ -57,7 +66,7 @@ class TierStats:
 
 
 class _Entry:
-    __slots__ = ("key", "path", "size", "pins", "verified", "dropped")
+    __slots__ = ("key", "path", "size", "pins", "verified", "dropped", "sums", "sum_chunk", "checked")
 
     def __init__(self, key: str, path: str, size: int, verified: bool):
         self.key = key
@@ -66,6 +75,9 @@ class _Entry:
         self.pins = 0
         self.verified = verified
         self.dropped = False  # no longer in the index (evicted or corrupt)
+        self.sums = None  # chunk sums, when reads check chunks instead of a full verify
+        self.sum_chunk = 0
+        self.checked: bytearray | None = None  # per chunk: checked in this process
 
 
 class TierHandle:
@@ -91,6 +103,8 @@ class TierHandle:
 
     def mmap(self) -> mmap.mmap | bytes:
         """Read-only mapping of the whole file, created once per handle (b"" for an empty file)."""
+        if self._entry.checked is not None and not self._entry.verified:
+            raise GravfsError(f"tier handle for {self.key} checks chunks on read; it has no mapping")
         with self._lock:
             if self._mmap is None:
                 if self._fd < 0:
@@ -98,11 +112,25 @@ class TierHandle:
                 self._mmap = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ) if self.size else b""
             return self._mmap
 
-    def read(self, offset: int = 0, length: int | None = None) -> bytes:
-        with self._lock:
-            if self._fd < 0:
-                raise GravfsError(f"tier handle for {self.key} used after release")
-            return os.pread(self._fd, self.size - offset if length is None else length, offset)
+    def read(self, offset: int = 0, length: int | None = None, fd: int = -1) -> bytes:
+        """Bytes at ``offset``; ``fd``: the caller's own descriptor of ``path`` (no lock)."""
+        if length is None:
+            length = self.size - offset
+        entry = self._entry
+        if fd < 0:
+            with self._lock:
+                if self._fd < 0:
+                    raise GravfsError(f"tier handle for {self.key} used after release")
+                if entry.verified or entry.checked is None:
+                    return os.pread(self._fd, length, offset)
+                fd = os.dup(self._fd)
+            try:
+                return self._tier._checked_read(entry, fd, offset, length)
+            finally:
+                os.close(fd)
+        if entry.verified or entry.checked is None:
+            return os.pread(fd, length, offset)
+        return self._tier._checked_read(entry, fd, offset, length)
 
     def release(self) -> None:
         with self._lock:
@@ -137,6 +165,7 @@ class LocalTier:
         self.stats = TierStats()
         self._objects = os.path.join(self.cache_dir, "objects")
         self._tmp = os.path.join(self.cache_dir, "tmp")
+        self._sums = os.path.join(self.cache_dir, "sums")
         self._fsync = fsync
         self._prefetch_workers = prefetch_workers
         self._executor: ThreadPoolExecutor | None = None
@@ -163,15 +192,21 @@ class LocalTier:
         with self._lock:
             return key in self._entries
 
-    def acquire(self, key: str, verify: Verify | None = None) -> TierHandle:
-        """A pinned local copy of ``key``, fetched from the store if needed."""
+    def acquire(self, key: str, verify: Verify | None = None, *,
+                chunk_checked: bool = False) -> TierHandle:
+        """A pinned local copy of ``key``, fetched from the store if needed.
+
+        ``chunk_checked``: the caller reads only through ``TierHandle.read``, so a
+        file with chunk sums may be served with each chunk checked on first read.
+        """
         check_key(key)
         if key.startswith(_REFS_PREFIX):
             raise GravfsError(f"{key} is a ref (mutable) and cannot go through the immutable-object tier")
         while True:
             with self._lock:
                 entry = self._entries.get(key)
-                if entry is not None and (entry.verified or verify is None):
+                if entry is not None and (entry.verified or verify is None or (
+                        chunk_checked and entry.checked is not None)):
                     handle = self._pin_locked(entry)
                     if handle is not None:
                         self.stats.hits += 1
@@ -185,7 +220,7 @@ class LocalTier:
                 fut.result()  # the leader's failure is ours too
                 continue
             try:
-                handle = self._materialize(key, verify)
+                handle = self._materialize(key, verify, chunk_checked)
             except BaseException as exc:
                 with self._lock:
                     del self._inflight[key]
@@ -225,6 +260,67 @@ class LocalTier:
     def _path(self, key: str) -> str:
         return os.path.join(self._objects, *key.split("/"))
 
+    def _sums_path(self, key: str) -> str:
+        return os.path.join(self._sums, *key.split("/"))
+
+    def _load_sums(self, entry: _Entry) -> bool:
+        """Serve ``entry`` chunk-checked from its sums file, if it has an intact one."""
+        if entry.checked is not None:
+            return True
+        if entry.size < SUMS_MIN:
+            return False
+        found = chunksums.read(self._sums_path(entry.key), entry.size)
+        if found is None:
+            return False
+        entry.sums, entry.sum_chunk = found
+        entry.checked = bytearray(len(entry.sums))
+        log.debug("tier: %s served with chunk checks (%d chunks)", entry.key, len(entry.sums))
+        return True
+
+    def _save_sums(self, entry: _Entry) -> None:
+        """After a full verification: record chunk sums for later processes (best effort)."""
+        if entry.size < SUMS_MIN:
+            return
+        path = self._sums_path(entry.key)
+        try:
+            if chunksums.read(path, entry.size) is not None:
+                return
+            fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                sums = chunksums.compute(fd, entry.size)
+            finally:
+                os.close(fd)
+            chunksums.write(path, chunksums.encode(sums, entry.size), self._tmp)
+        except OSError as exc:
+            log.warning("tier: could not record chunk sums of %s: %s", entry.key, exc)
+
+    def _checked_read(self, entry: _Entry, fd: int, offset: int, length: int) -> bytes:
+        """pread that checks every chunk it touches for the first time against its sum."""
+        end = min(offset + length, entry.size)
+        if offset >= end:
+            return b""
+        chunk, checked = entry.sum_chunk, entry.checked
+        first, last = offset // chunk, (end - 1) // chunk
+        if checked.find(0, first, last + 1) < 0:
+            return os.pread(fd, end - offset, offset)
+        lo, hi = first * chunk, min((last + 1) * chunk, entry.size)
+        buf = os.pread(fd, hi - lo, lo)
+        for i in range(first, last + 1):
+            if checked[i]:
+                continue
+            part = buf if first == last else buf[(i - first) * chunk:(i - first + 1) * chunk]
+            if len(part) != min(chunk, entry.size - i * chunk) or google_crc32c.value(part) != entry.sums[i]:
+                with self._lock:
+                    self.stats.verify_failures += 1
+                    self._drop_locked(entry)
+                log.warning("cached %s: chunk %d does not match its sum; dropped", entry.key, i)
+                raise CorruptDataError("cached copy does not match its chunk sum",
+                                       path=entry.path, offset=i * chunk)
+            checked[i] = 1
+        if lo == offset and hi == end:
+            return buf
+        return buf[offset - lo:end - lo]
+
     def _pin_locked(self, entry: _Entry) -> TierHandle | None:
         try:
             fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC)
@@ -241,7 +337,7 @@ class LocalTier:
             if entry.pins == 0 and self._total > self.budget_bytes:
                 self._evict_locked()
 
-    def _materialize(self, key: str, verify: Verify | None) -> TierHandle:
+    def _materialize(self, key: str, verify: Verify | None, chunk_checked: bool = False) -> TierHandle:
         """Leader path: make ``key`` present (and verified) locally, return it pinned."""
         for attempt in (1, 2):
             with self._lock:
@@ -252,7 +348,8 @@ class LocalTier:
             if entry is None:
                 entry = self._fetch(key)  # returned pinned
             try:
-                if verify is not None and not entry.verified:
+                if verify is not None and not entry.verified and not (
+                        chunk_checked and cached and self._load_sums(entry)):
                     try:
                         verify(entry.path)
                     except CorruptDataError as e:
@@ -264,6 +361,7 @@ class LocalTier:
                         log.warning("cached %s failed verification (%s); fetching it again", key, e)
                         continue
                     entry.verified = True
+                    self._save_sums(entry)
                 with self._lock:
                     handle = self._pin_locked(entry)
                     if handle is not None and cached:
@@ -315,10 +413,11 @@ class LocalTier:
         if self._entries.get(entry.key) is entry:
             del self._entries[entry.key]
             self._total -= entry.size
-        try:
-            os.unlink(entry.path)
-        except FileNotFoundError:
-            pass
+        for path in (entry.path, self._sums_path(entry.key)):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
 
     def _evict_locked(self) -> None:
         if self._total <= self.budget_bytes:

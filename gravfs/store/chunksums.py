@@ -1,0 +1,84 @@
+"""Per-chunk CRC32C sums of a verified tier file, kept beside it on disk.
+
+A large data object is verified once against its SHA-256 name when it enters the
+tier. Hashing it again in every new process (a remount, a CLI command) costs a
+full read before the first byte is served; with its chunk sums recorded at the
+first verification, a later process checks each chunk as it reads it instead, at
+CRC32C speed, and still catches a file that changed on disk since (bit rot, an
+edit): the chunk fails its sum, the tier drops the file and fetches it again.
+
+File layout (little-endian): magic, chunk size (u32), object size (u64), one u32
+CRC32C per chunk, then a CRC32C of everything before it. A sums file that does
+not parse or does not match its object's size is ignored (full verification).
+"""
+
+from __future__ import annotations
+
+import array
+import os
+import struct
+import sys
+import uuid
+
+import google_crc32c
+
+MAGIC = b"GRAVSUM1"
+CHUNK = 1 << 20
+_HEAD = struct.Struct("<8sIQ")
+
+
+def compute(fd: int, size: int, chunk: int = CHUNK) -> array.array:
+    """CRC32C of each ``chunk`` bytes of the open file (a read of the whole file)."""
+    sums = array.array("I")
+    off = 0
+    while off < size:
+        buf = os.pread(fd, min(chunk, size - off), off)
+        if not buf:
+            raise OSError(f"file ended at {off} of {size} bytes")
+        sums.append(google_crc32c.value(buf))
+        off += len(buf)
+    return sums
+
+
+def encode(sums: array.array, size: int, chunk: int = CHUNK) -> bytes:
+    body = array.array("I", sums)
+    if sys.byteorder != "little":
+        body.byteswap()
+    data = _HEAD.pack(MAGIC, chunk, size) + body.tobytes()
+    return data + struct.pack("<I", google_crc32c.value(data))
+
+
+def decode(data: bytes, size: int) -> tuple[array.array, int] | None:
+    """(sums, chunk size) if ``data`` is an intact sums file for ``size`` bytes, else None."""
+    if len(data) < _HEAD.size + 4:
+        return None
+    body, (crc,) = data[:-4], struct.unpack("<I", data[-4:])
+    if google_crc32c.value(body) != crc:
+        return None
+    magic, chunk, recorded = _HEAD.unpack_from(body)
+    count = (size + chunk - 1) // chunk if chunk else -1
+    if magic != MAGIC or recorded != size or len(body) - _HEAD.size != 4 * count:
+        return None
+    sums = array.array("I")
+    sums.frombytes(body[_HEAD.size:])
+    if sys.byteorder != "little":
+        sums.byteswap()
+    return sums, chunk
+
+
+def write(path: str, data: bytes, tmp_dir: str) -> None:
+    """Write atomically (temp + rename); no fsync: a lost sums file only costs a full verify."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = os.path.join(tmp_dir, f"{os.getpid()}-{uuid.uuid4().hex}.sums")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def read(path: str, size: int) -> tuple[array.array, int] | None:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return decode(data, size)
