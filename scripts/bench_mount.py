@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Benchmark file access through the gravfs mount against native disk and rclone.
 
-    scripts/bench_mount.py [--quick] [--runs N] [--targets native,gravfs-local,gravfs-s3,rclone-s3]
+    scripts/bench_mount.py [--quick] [--runs N]
+                           [--targets native,pyfuse3-floor,gravfs-local,gravfs-s3,rclone-s3]
                            [--big-mb M] [--creates N] [--list-entries N] [--stats N] [--no-spark]
                            [--only read,stat,create,ls,spark] [--slow-once]
 
 Targets (all measured in the same run, so ratios share the machine's state):
   native        a plain directory on the local disk (the baseline of every ratio)
+  pyfuse3-floor scripts/fuse_floor.py: an in-memory pyfuse3 + trio filesystem whose
+                handlers do no work, i.e. the kernel round trip and the framework's
+                own cost, which no pyfuse3 daemon (gravfs included) can go below
   gravfs-local  gravfs mounted over a local-directory store
   gravfs-s3     gravfs mounted over a SeaweedFS bucket (``weed mini`` on loopback)
   rclone-s3     ``rclone mount`` of the same SeaweedFS bucket (--vfs-cache-mode full)
@@ -258,6 +262,34 @@ class Gravfs:
                 "branch": os.path.join(self.mnt, "branches", "main")}
 
 
+class Floor:
+    """scripts/fuse_floor.py mounted with the benchmark's sizes (read-ahead as gravfs's)."""
+
+    def __init__(self, base: str, a):
+        self.mnt = os.path.join(base, "mnt")
+        os.makedirs(self.mnt, exist_ok=True)
+        self.args = ["--small", str(a.stats), "--many", str(a.list_entries), "--big-mb", str(a.big_mb)]
+        self.proc = None
+
+    def mount(self) -> str:
+        self.proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "fuse_floor.py"),
+                                      self.mnt, *self.args])
+        wait_mounted(self.mnt, timeout=120)
+        st = os.stat(self.mnt)
+        try:
+            with open(f"/sys/class/bdi/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/read_ahead_kb", "w") as f:
+                f.write("4096")
+        except OSError:
+            pass
+        return self.mnt
+
+    def umount(self) -> None:
+        unmount(self.mnt)
+        if self.proc is not None:
+            self.proc.wait(timeout=30)
+            self.proc = None
+
+
 class Rclone:
     def __init__(self, base: str, endpoint: str, bucket: str, key: str, secret: str):
         self.base = base
@@ -380,6 +412,30 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict) -> dict:
     return out
 
 
+def bench_floor(a, fl: Floor, out: dict) -> dict:
+    out.update({k: [] for k in ("read_cold_MBps", "read_warm_MBps", "read_warm3_MBps",
+                                "stat_first_per_s", "stat_per_s", "create_per_s", "ls_l_s")})
+    for r in range(a.runs):
+        mnt = fl.mount()
+        big = os.path.join(mnt, "big")
+        if wanted(a, "read"):
+            drop_caches()
+            out["read_cold_MBps"].append(read_MBps(big))
+            out["read_warm_MBps"].append(read_MBps(big))
+            out["read_warm3_MBps"].append(read_MBps(big))
+        if wanted(a, "stat"):
+            smalls = [os.path.join(mnt, "small", f"f{i:06d}") for i in range(a.stats)]
+            out["stat_first_per_s"].append(stat_rate(smalls))  # not listed: a lookup each
+            out["stat_per_s"].append(stat_rate(smalls, 3.0))
+        if r == 0 or not a.slow_once:
+            if wanted(a, "create"):
+                out["create_per_s"].append(create_rate(os.path.join(mnt, f"creates{r}"), a.creates))
+            if wanted(a, "ls"):
+                out["ls_l_s"].append(ls_l_seconds(os.path.join(mnt, "many")))
+        fl.umount()
+    return out
+
+
 def bench_rclone(a, rc: Rclone, spark, out: dict) -> dict:
     out.update({k: [] for k in ("read_cold_store_MBps", "read_warm_MBps", "first_byte_ms",
                                 "stat_per_s", "create_per_s", "spark_s")})
@@ -412,31 +468,32 @@ def bench_rclone(a, rc: Rclone, spark, out: dict) -> dict:
 
 # -- report --------------------------------------------------------------------------------
 
-ROWS = [  # label, native key, gravfs key, rclone key, higher is better
-    ("seq read cold, store (MB/s)", "read_cold_MBps", "read_cold_store_MBps", "read_cold_store_MBps", True),
-    ("seq read cold, local tier (MB/s)", "read_cold_MBps", "read_cold_tier_MBps", None, True),
-    ("seq read warm (MB/s)", "read_warm_MBps", "read_warm_MBps", "read_warm_MBps", True),
-    ("seq read warm, 3rd read (MB/s)", "read_warm3_MBps", "read_warm3_MBps", None, True),
-    ("seq read warm, branch path (MB/s)", "read_warm_MBps", "read_warm_branch_MBps", None, True),
-    ("first byte, cold (ms)", None, "first_byte_ms", "first_byte_ms", False),
-    ("stat/s commits/ (cached)", "stat_per_s", "stat_commit_per_s", None, True),
-    ("stat/s branch, first pass", "stat_per_s", "stat_branch_first_per_s", None, True),
-    ("stat/s branch, steady", "stat_per_s", "stat_branch_per_s", "stat_per_s", True),
-    ("create 4 KiB files (files/s)", "create_per_s", "create_per_s", "create_per_s", True),
-    ("ls -l of big dir (s)", "ls_l_s", "ls_l_s", None, False),
-    ("Spark Parquet scan (s)", "spark_s", "spark_s", "spark_s", False),
+ROWS = [  # label, native key, gravfs key, rclone key, pyfuse3-floor key, higher is better
+    ("seq read cold, store (MB/s)", "read_cold_MBps", "read_cold_store_MBps", "read_cold_store_MBps",
+     "read_cold_MBps", True),
+    ("seq read cold, local tier (MB/s)", "read_cold_MBps", "read_cold_tier_MBps", None, None, True),
+    ("seq read warm (MB/s)", "read_warm_MBps", "read_warm_MBps", "read_warm_MBps", "read_warm_MBps", True),
+    ("seq read warm, 3rd read (MB/s)", "read_warm3_MBps", "read_warm3_MBps", None, "read_warm3_MBps", True),
+    ("seq read warm, branch path (MB/s)", "read_warm_MBps", "read_warm_branch_MBps", None, None, True),
+    ("first byte, cold (ms)", None, "first_byte_ms", "first_byte_ms", None, False),
+    ("stat/s commits/ (cached)", "stat_per_s", "stat_commit_per_s", None, None, True),
+    ("stat/s branch, first pass", "stat_per_s", "stat_branch_first_per_s", None, "stat_first_per_s", True),
+    ("stat/s branch, steady", "stat_per_s", "stat_branch_per_s", "stat_per_s", "stat_per_s", True),
+    ("create 4 KiB files (files/s)", "create_per_s", "create_per_s", "create_per_s", "create_per_s", True),
+    ("ls -l of big dir (s)", "ls_l_s", "ls_l_s", None, "ls_l_s", False),
+    ("Spark Parquet scan (s)", "spark_s", "spark_s", "spark_s", None, False),
 ]
 
 
 def table(results: dict) -> str:
     med = {t: {k: median(v) for k, v in r.items()} for t, r in results["targets"].items()}
-    targets = [t for t in ("native", "gravfs-local", "gravfs-s3", "rclone-s3") if t in med]
+    targets = [t for t in ("native", "pyfuse3-floor", "gravfs-local", "gravfs-s3", "rclone-s3") if t in med]
     lines = [f"{'':36}" + "".join(f"{t:>22}" for t in targets)]
-    for label, nk, gk, rk, higher in ROWS:
+    for label, nk, gk, rk, fk, higher in ROWS:
         base = med.get("native", {}).get(nk) if nk else None
         cells = []
         for t in targets:
-            key = nk if t == "native" else rk if t == "rclone-s3" else gk
+            key = {"native": nk, "rclone-s3": rk, "pyfuse3-floor": fk}.get(t, gk)
             v = med[t].get(key) if key else None
             if v is None:
                 cells.append(f"{'-':>22}")
@@ -455,7 +512,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes, one run, no Spark (< 3 min)")
     ap.add_argument("--runs", type=int)
-    ap.add_argument("--targets", default="native,gravfs-local,gravfs-s3,rclone-s3")
+    ap.add_argument("--targets", default="native,pyfuse3-floor,gravfs-local,gravfs-s3,rclone-s3")
     ap.add_argument("--big-mb", type=int)
     ap.add_argument("--creates", type=int)
     ap.add_argument("--list-entries", type=int)
@@ -498,6 +555,11 @@ def main() -> int:
         print("native ...", flush=True)
         if "native" in targets:
             bench_native(a, data, spark, results["targets"].setdefault("native", {}))
+        if "pyfuse3-floor" in targets:
+            print("pyfuse3-floor ...", flush=True)
+            fl = Floor(os.path.join(base, "floor"), a)
+            mounts.append(fl)
+            bench_floor(a, fl, results["targets"].setdefault("pyfuse3-floor", {}))
         if "gravfs-local" in targets:
             print("gravfs-local ...", flush=True)
             g = Gravfs("gravfs-local", os.path.join(base, "gl", "store"), os.path.join(base, "gl"), {})

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""The least a pyfuse3 + trio filesystem can cost: the baseline of bench_mount's
+"pyfuse3-floor" column.
+
+An in-memory tree answered entirely on the event loop's thread, with no store, no
+staging and no thread hops: ``small/`` and ``many/`` hold N and M 100-byte files
+named like bench_mount's native trees, ``big`` is a file of B MiB (1 MiB reads
+served from one prebuilt buffer), and any directory accepts new files (kept in
+memory) and new directories. Timeouts and cache flags are gravfs's for branch
+paths (10 s, keep_cache). Whatever gravfs costs above this column is gravfs's;
+what this column costs is the kernel round trip plus pyfuse3 and trio.
+
+    scripts/fuse_floor.py MOUNTPOINT [--small N] [--many M] [--big-mb B]
+
+Runs in the foreground until unmounted (fusermount3 -u MOUNTPOINT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import stat
+import time
+
+import pyfuse3
+import trio
+
+MiB = 1 << 20
+TIMEOUT = 10.0
+
+
+class _Node:
+    __slots__ = ("ino", "mode", "size", "data", "children", "mtime_ns")
+
+    def __init__(self, ino: int, mode: int, size: int = 0):
+        self.ino, self.mode, self.size = ino, mode, size
+        self.data = b""
+        self.children: dict[bytes, _Node] | None = {} if stat.S_ISDIR(mode) else None
+        self.mtime_ns = time.time_ns()
+
+
+class FloorFS(pyfuse3.Operations):
+    enable_writeback_cache = False
+
+    def __init__(self, small: int, many: int, big_mb: int):
+        super().__init__()
+        self.nodes: dict[int, _Node] = {}
+        self.root = self._new(stat.S_IFDIR | 0o755, ino=pyfuse3.ROOT_INODE)
+        for dname, n in ((b"small", small), (b"many", many)):
+            d = self._add(self.root, dname, stat.S_IFDIR | 0o755)
+            for i in range(n):
+                f = self._add(d, b"f%06d" % i, stat.S_IFREG | 0o644, size=100)
+                f.data = b"x" * 100
+        self._add(self.root, b"big", stat.S_IFREG | 0o644, size=big_mb * MiB)
+        self.block = os.urandom(MiB)
+        self.fhs: dict[int, _Node] = {}
+        self.next_fh = 1
+
+    def _new(self, mode: int, size: int = 0, ino: int | None = None) -> _Node:
+        ino = ino or max(self.nodes, default=pyfuse3.ROOT_INODE) + 1
+        node = self.nodes[ino] = _Node(ino, mode, size)
+        return node
+
+    def _add(self, parent: _Node, name: bytes, mode: int, size: int = 0) -> _Node:
+        node = self._new(mode, size)
+        parent.children[name] = node
+        return node
+
+    def _attr(self, node: _Node) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = node.ino
+        a.st_mode = node.mode
+        a.st_nlink = 2 if node.children is not None else 1
+        a.st_size = node.size
+        a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = node.mtime_ns
+        a.st_uid, a.st_gid = os.getuid(), os.getgid()
+        a.st_blksize = 4096
+        a.st_blocks = (node.size + 511) // 512
+        a.entry_timeout = a.attr_timeout = TIMEOUT
+        return a
+
+    async def lookup(self, parent_inode, name, ctx=None):
+        node = self.nodes[parent_inode].children.get(name)
+        if node is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self._attr(node)
+
+    async def getattr(self, inode, ctx=None):
+        return self._attr(self.nodes[inode])
+
+    async def getxattr(self, inode, name, ctx):
+        raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+
+    async def opendir(self, inode, ctx):
+        return inode
+
+    async def readdir(self, fh, start_id, token):
+        items = list(self.nodes[fh].children.items())
+        for i in range(start_id, len(items)):
+            name, node = items[i]
+            if not pyfuse3.readdir_reply(token, name, self._attr(node), i + 1):
+                return
+
+    async def mkdir(self, parent_inode, name, mode, ctx):
+        node = self._add(self.nodes[parent_inode], name, stat.S_IFDIR | (mode & 0o7777))
+        return self._attr(node)
+
+    async def create(self, parent_inode, name, mode, flags, ctx):
+        node = self._add(self.nodes[parent_inode], name, stat.S_IFREG | (mode & 0o7777))
+        return self._open_fh(node), self._attr(node)
+
+    async def open(self, inode, flags, ctx):
+        return self._open_fh(self.nodes[inode])
+
+    def _open_fh(self, node: _Node) -> pyfuse3.FileInfo:
+        fh = self.next_fh
+        self.next_fh += 1
+        self.fhs[fh] = node
+        return pyfuse3.FileInfo(fh=fh, keep_cache=True)
+
+    async def read(self, fh, off, size):
+        node = self.fhs[fh]
+        if node.data or node.size == 0:
+            return node.data[off:off + size]
+        size = min(size, node.size - off, MiB)
+        return self.block[:size] if size > 0 else b""
+
+    async def write(self, fh, off, buf):
+        node = self.fhs[fh]
+        data = bytearray(node.data)
+        data[off:off + len(buf)] = buf
+        node.data = bytes(data)
+        node.size = len(node.data)
+        return len(buf)
+
+    async def flush(self, fh):
+        pass
+
+    async def release(self, fh):
+        self.fhs.pop(fh, None)
+
+    async def statfs(self, ctx):
+        s = pyfuse3.StatvfsData()
+        s.f_bsize = s.f_frsize = 4096
+        s.f_namemax = 255
+        return s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mountpoint")
+    ap.add_argument("--small", type=int, default=10000)
+    ap.add_argument("--many", type=int, default=100000)
+    ap.add_argument("--big-mb", type=int, default=1024)
+    a = ap.parse_args()
+    fs = FloorFS(a.small, a.many, a.big_mb)
+    pyfuse3.init(fs, a.mountpoint, {"fsname=fusefloor", "subtype=fusefloor"})
+    try:
+        trio.run(lambda: pyfuse3.main(min_tasks=4, max_tasks=64))  # as gravfs
+    finally:
+        pyfuse3.close(unmount=True)
+
+
+if __name__ == "__main__":
+    main()
