@@ -21,6 +21,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 __all__ = ["Mount", "gravfs_mount", "fuse_available", "s3_env", "wait_for"]
 
 
+def write_bytes(path: str, data: bytes, mode: str = "wb") -> None:
+    with open(path, mode) as f:
+        f.write(data)
+
+
+def read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def errno_of_call(fn, *args) -> int:
+    """The errno ``fn(*args)`` fails with (AssertionError if it succeeds)."""
+    try:
+        fn(*args)
+    except OSError as e:
+        return e.errno
+    raise AssertionError(f"{fn.__name__}{args} did not fail")
+
+
 def fuse_available() -> bool:
     return os.path.exists("/dev/fuse") and os.access("/dev/fuse", os.R_OK | os.W_OK)
 

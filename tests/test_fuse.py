@@ -12,25 +12,8 @@ import time
 import pytest
 
 from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
+from tests.fuse_util import write_bytes as _write, read_bytes as _read, errno_of_call as _errno
 from tests.fuse_util import wait_for
-
-
-def _write(path: str, data: bytes, mode: str = "wb") -> None:
-    with open(path, mode) as f:
-        f.write(data)
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def _errno(fn, *args) -> int:
-    try:
-        fn(*args)
-    except OSError as e:
-        return e.errno
-    raise AssertionError(f"{fn.__name__}{args} did not fail")
 
 
 # -- layout --------------------------------------------------------------------------------

@@ -11,20 +11,11 @@ import sys
 
 
 from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
+from tests.fuse_util import write_bytes as _write, read_bytes as _read
 from tests.fuse_util import ROOT, Mount, wait_for
 
 HELPER = os.path.join(ROOT, "scripts", "mount.gravfs")
 UNIT = os.path.join(ROOT, "systemd", "gravfs@.service")
-
-
-def _write(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def test_kill9_keeps_everything_closed_or_fsynced(gravfs_mount):

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
+from tests.fuse_util import write_bytes as _write, read_bytes as _read
 
 PATHS = ["x", "y", "a", "b", "a/x", "a/y", "a/c", "a/c/x", "a/c/d", "b/x", "b/a"]
 paths = st.sampled_from(PATHS)
@@ -47,11 +48,6 @@ def snapshot(root: str) -> dict:
     return out
 
 
-def _write(path, payload):
-    with open(path, "wb") as f:
-        f.write(payload)
-
-
 def _append(path, payload):
     with open(path, "ab") as f:
         f.write(payload)
@@ -68,11 +64,6 @@ def _pwrite(path, off, payload):
 def _ftruncate(path, size):
     with open(path, "r+b") as f:
         f.truncate(size)
-
-
-def _read(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 class MountModel(RuleBasedStateMachine):

@@ -11,17 +11,8 @@ import uuid
 import pytest
 
 from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
+from tests.fuse_util import write_bytes as _write, read_bytes as _read
 from tests.fuse_util import Mount, s3_env, wait_for
-
-
-def _write(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
 
 
 @pytest.fixture

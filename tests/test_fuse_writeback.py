@@ -15,19 +15,10 @@ from gravfs import hashing
 from gravfs.dataobjects import PAUSE_ENV, DataObjects, address_of
 from gravfs.store.local import LocalStore
 from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
+from tests.fuse_util import write_bytes as _write, read_bytes as _read
 from tests.fuse_util import Mount, fuse_available, wait_for
 
 import pytest
-
-
-def _write(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def _pending(m: Mount) -> list[str]:
