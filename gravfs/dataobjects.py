@@ -48,17 +48,22 @@ def digest_of(address: str) -> str:
     return address.rsplit("/", 1)[-1]
 
 
-def hash_file(path: str) -> tuple[str, int]:
-    """(hex digest, size) of a local file, streamed."""
+def hash_file(path: str, fd: int = -1) -> tuple[str, int]:
+    """(hex digest, size) of a local file, streamed; ``fd``: read that open descriptor."""
+    if fd < 0:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return hash_file(path, fd)
+        finally:
+            os.close(fd)
     h = hashing.hasher()
     size = 0
-    with open(path, "rb") as f:
-        while True:
-            buf = f.read(CHUNK)
-            if not buf:
-                break
-            h.update(buf)
-            size += len(buf)
+    while True:
+        buf = os.pread(fd, CHUNK, size)
+        if not buf:
+            break
+        h.update(buf)
+        size += len(buf)
     return h.hexdigest(), size
 
 
@@ -146,15 +151,17 @@ class DataObjects:
         """put_pending only moves the file (an uploader runs): no store access."""
         return self.pending_dir is not None and self._queue is not None
 
-    def put_pending(self, path: str, durable: bool = False) -> tuple[str, int]:
+    def put_pending(self, path: str, durable: bool = False,
+                    hashed: Optional[tuple[str, int]] = None) -> tuple[str, int]:
         """Move a local file (same filesystem as the workspace) into pending uploads;
         returns (address, size) at once. ``durable``: fsync the file and its directory.
+        ``hashed``: its (hex digest, size), when the caller has them.
 
         Without an uploader running (or a pending directory) this stores synchronously.
         """
         if self.pending_dir is None or self._queue is None:
             return self.put_path(path)
-        digest, size = hash_file(path)
+        digest, size = hashed or hash_file(path)
         address = address_of(digest)
         dest = self.pending_path(address)
         if not durable and os.path.exists(dest):

@@ -389,11 +389,8 @@ class Repository:
         hit = self._heads_cache.get(branch)
         if self.head_ttl <= 0 or not hit or time.monotonic() - hit[0] >= self.head_ttl:
             return None
-        base = hit[1]
-        st = self.staging.get_state(branch)
-        if st.base and st.base != base:
-            return None  # stage() checks whether the cached head is stale
-        return self.staging.put_many(branch, _encode_items(items), base)
+        # another base: stage() checks whether the cached head is stale
+        return self.staging.put_many(branch, _encode_items(items), hit[1], same_base=True)
 
     def check_placement(self, branch: str, key: bytes, directory: bool) -> None:
         """Refuse a file where a directory is (or vice versa) and paths under a file."""
@@ -528,8 +525,8 @@ def _encode_items(items) -> list[tuple[bytes, Optional[bytes]]]:
         if entry is None:
             encoded.append((key, None))
         else:
-            data = encode_entry(entry)
-            encoded.append((key, encode_value(entry_identity(data), data)))
+            # identity from the EntryInfo: the same digest as from its bytes, no decode
+            encoded.append((key, encode_value(entry_identity(entry), encode_entry(entry))))
     return encoded
 
 

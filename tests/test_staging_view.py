@@ -1,10 +1,16 @@
 """Merged layer views: precedence, tombstones, directory listing with seeks."""
 
+import os
+import subprocess
+import sys
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gravfs.staging import view
 from gravfs.staging.area import StagingArea
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def layer(items):
@@ -125,3 +131,22 @@ def test_lmdb_tokens_round_trip(tmp_path):
         assert area.drop_tokens(txn, [st0.staging]) == 2
     with area.read_txn() as txn:
         assert area.token_is_empty(txn, st0.staging)
+
+
+def test_branch_state_memo_follows_writes_of_other_processes(tmp_path):
+    """state() reuses what this process saved last only while those are the stored
+    bytes: a write through another environment handle (another process) wins."""
+    path = str(tmp_path / "s")
+    ours = StagingArea(path)
+    st = ours.put_many("main", [(b"a", b"1")], "c1")
+    assert st.base == "c1" and st.puts == 1
+    mine = ours.get_state("main")
+    mine.sealed.append("x" * 16)  # callers mutate what they get: not the memo
+    assert ours.get_state("main").sealed == []
+    code = ("import sys; from gravfs.staging.area import StagingArea; a = StagingArea(sys.argv[1]); "
+            "a.update_state('main', lambda s: s.sealed.append('f' * 16)); a.close()")
+    subprocess.run([sys.executable, "-c", code, path], check=True, cwd=ROOT)
+    assert ours.get_state("main").sealed == ["f" * 16]
+    assert ours.put_many("main", [(b"b", b"2")], "c2", same_base=True) is None  # based on c1
+    assert ours.put_many("main", [(b"b", b"2")], "c1", same_base=True).puts == 2
+    ours.close()

@@ -27,6 +27,7 @@ from typing import Optional
 import trio
 
 from gravfs.committed.entry import KIND_FILE, EntryInfo
+from gravfs.dataobjects import hash_file
 from gravfs.fuse.inodes import Inode
 from gravfs.fuse.reader import ReadState
 
@@ -131,11 +132,12 @@ class OpenFile:
             # getattr on the trio thread reads fd and size without the lock: publish
             # the size, then give up the fd, and only then close it (never a stale fd)
             fd = self.fd
-            self.moving_size = os.fstat(fd).st_size
+            hashed = hash_file(self.path, fd)
+            self.moving_size = hashed[1]
             self.fd = -1
             os.close(fd)
             try:
-                address, size = repo.data.put_pending(self.path, durable=durable)
+                address, size = repo.data.put_pending(self.path, durable=durable, hashed=hashed)
             except BaseException:
                 if os.path.exists(self.path):  # not moved: keep it as the local copy
                     self.fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)

@@ -49,6 +49,13 @@ class BranchState:
     puts: int = 0  # counters for the compaction sensor (approximate: per write)
     tombstones: int = 0
 
+    def copy(self) -> "BranchState":
+        """A copy sharing nothing mutable (cheaper than a JSON round trip)."""
+        return BranchState(self.staging, list(self.sealed), self.base,
+                           None if self.compacted is None else dict(self.compacted),
+                           None if self.pending is None else _copy_json(self.pending),
+                           self.puts, self.tombstones)
+
     def tokens(self) -> list[str]:
         """Every token whose entries are visible, newest first."""
         return [self.staging, *self.sealed]
@@ -61,6 +68,14 @@ class BranchState:
         # vars(), not asdict(): the fields are plain JSON values, and asdict's deep
         # copy doubled the cost of every staging write
         return json.dumps(vars(self), sort_keys=True).encode()
+
+
+def _copy_json(value):
+    if isinstance(value, dict):
+        return {k: _copy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_json(v) for v in value]
+    return value
 
 
 def new_token() -> str:
@@ -85,6 +100,7 @@ class StagingArea:
         self.path = path
         self.synchronous = sync
         self._resize_lock = threading.Lock()
+        self._last_saved: dict[str, tuple[bytes, BranchState]] = {}  # branch -> (raw, state)
         try:
             self.env = lmdb.open(path, map_size=_INITIAL_MAP, max_dbs=4, max_readers=256,
                                  subdir=True, lock=True, sync=sync)
@@ -138,10 +154,16 @@ class StagingArea:
         raw = txn.get(branch.encode(), db=self.branches_db)
         if raw is None:
             return BranchState(staging=new_token())
+        last = self._last_saved.get(branch)
+        if last is not None and last[0] == raw:  # what this process wrote last: no JSON
+            return last[1].copy()
         return BranchState.load(raw)
 
     def save_state(self, txn, branch: str, st: BranchState) -> None:
-        txn.put(branch.encode(), st.dump(), db=self.branches_db)
+        raw = st.dump()
+        txn.put(branch.encode(), raw, db=self.branches_db)
+        # kept even if the transaction aborts: state() compares the stored bytes
+        self._last_saved[branch] = (raw, st.copy())
 
     def get_state(self, branch: str) -> BranchState:
         with self.read_txn() as txn:
@@ -164,12 +186,15 @@ class StagingArea:
 
     # -- entries --------------------------------------------------------------------
 
-    def put_many(self, branch: str, items, base: Optional[str]) -> BranchState:
+    def put_many(self, branch: str, items, base: Optional[str],
+                 same_base: bool = False) -> Optional[BranchState]:
         """Stage puts (value bytes) and tombstones (value None) in one transaction;
         returns the branch state after it (its counters feed the compaction sensor).
 
         ``base`` is the head commit the caller sees; it becomes the branch's base
         when staging was empty, so a later commit can detect concurrent changes.
+        ``same_base``: stage nothing and return None when staging is based on another
+        commit (checked in the same transaction).
         """
         items = list(items)
         for path, _ in items:
@@ -177,6 +202,8 @@ class StagingArea:
 
         def run(txn):
             st = self.state(txn, branch)
+            if same_base and st.base and st.base != base:
+                return None
             if st.base is None or self._is_clean(txn, st):
                 st.base = base
             tok = bytes.fromhex(st.staging)
