@@ -559,7 +559,12 @@ def main() -> int:
             print("pyfuse3-floor ...", flush=True)
             fl = Floor(os.path.join(base, "floor"), a)
             mounts.append(fl)
-            bench_floor(a, fl, results["targets"].setdefault("pyfuse3-floor", {}))
+            try:
+                bench_floor(a, fl, results["targets"].setdefault("pyfuse3-floor", {}))
+            except (Exception, SystemExit) as exc:  # a baseline failing must not stop gravfs's
+                results["targets"]["pyfuse3-floor"]["error"] = repr(exc)
+                print(f"pyfuse3-floor stopped: {exc!r}", file=sys.stderr)
+                fl.umount()
         if "gravfs-local" in targets:
             print("gravfs-local ...", flush=True)
             g = Gravfs("gravfs-local", os.path.join(base, "gl", "store"), os.path.join(base, "gl"), {})

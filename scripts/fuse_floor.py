@@ -46,6 +46,7 @@ class FloorFS(pyfuse3.Operations):
     def __init__(self, small: int, many: int, big_mb: int):
         super().__init__()
         self.nodes: dict[int, _Node] = {}
+        self.last_ino = pyfuse3.ROOT_INODE
         self.root = self._new(stat.S_IFDIR | 0o755, ino=pyfuse3.ROOT_INODE)
         for dname, n in ((b"small", small), (b"many", many)):
             d = self._add(self.root, dname, stat.S_IFDIR | 0o755)
@@ -55,10 +56,12 @@ class FloorFS(pyfuse3.Operations):
         self._add(self.root, b"big", stat.S_IFREG | 0o644, size=big_mb * MiB)
         self.block = os.urandom(MiB)
         self.fhs: dict[int, _Node] = {}
+        self.listings: dict[int, list] = {}
         self.next_fh = 1
 
     def _new(self, mode: int, size: int = 0, ino: int | None = None) -> _Node:
-        ino = ino or max(self.nodes, default=pyfuse3.ROOT_INODE) + 1
+        if ino is None:
+            ino = self.last_ino = self.last_ino + 1
         node = self.nodes[ino] = _Node(ino, mode, size)
         return node
 
@@ -93,10 +96,16 @@ class FloorFS(pyfuse3.Operations):
         raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
 
     async def opendir(self, inode, ctx):
-        return inode
+        fh = self.next_fh
+        self.next_fh += 1
+        self.listings[fh] = list(self.nodes[inode].children.items())  # one snapshot per open
+        return fh
+
+    async def releasedir(self, fh):
+        self.listings.pop(fh, None)
 
     async def readdir(self, fh, start_id, token):
-        items = list(self.nodes[fh].children.items())
+        items = self.listings[fh]
         for i in range(start_id, len(items)):
             name, node = items[i]
             if not pyfuse3.readdir_reply(token, name, self._attr(node), i + 1):
