@@ -881,7 +881,8 @@ class GravfsOperations(pyfuse3.Operations):
     def _drop_unstaged(self, node: Inode) -> None:
         """The name of a file whose staging failed is gone: forget its local copy."""
         of = self.open_files.get(node.ino)
-        if of is not None and of.handles <= 0:
+        if of is not None and of.handles <= 0 and not of.lock.locked():
+            # (locked: a last release is staging it; it drops the copy when done)
             del self.open_files[node.ino]
             of.close()
         node.pinned = False
@@ -934,8 +935,12 @@ class GravfsOperations(pyfuse3.Operations):
                     try:
                         await self._stage(of)
                     except Exception as exc:
-                        self._keep_unstaged(of, exc)
-                        raise
+                        if node.linked:
+                            self._keep_unstaged(of, exc)
+                            raise
+                        # unlinked while its upload ran: nothing is left to keep
+                        log.debug("dropped %s:%s, unlinked while staging (%s)",
+                                  node.tree.name, node.key, exc)
                     if of.handles <= 0 and self.open_files.get(node.ino) is of:
                         del self.open_files[node.ino]
                         if of.materialized:
