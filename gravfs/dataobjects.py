@@ -24,11 +24,13 @@ import shutil
 import tempfile
 import threading
 import time
+from array import array
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO, Optional
 
 from gravfs import hashing
 from gravfs.errors import CorruptDataError
+from gravfs.store import chunksums
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +50,24 @@ def digest_of(address: str) -> str:
     return address.rsplit("/", 1)[-1]
 
 
-def hash_file(path: str, fd: int = -1) -> tuple[str, int]:
-    """(hex digest, size) of a local file, streamed; ``fd``: read that open descriptor."""
+def hash_file(path: str, fd: int = -1, sums: Optional[array] = None) -> tuple[str, int]:
+    """(hex digest, size) of a local file, streamed; ``fd``: read that open descriptor.
+    ``sums``: also append each chunk's CRC32C (the tier's chunk sums), in the same pass."""
     if fd < 0:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            return hash_file(path, fd)
+            return hash_file(path, fd, sums)
         finally:
             os.close(fd)
     h = hashing.hasher()
     size = 0
     while True:
-        buf = os.pread(fd, CHUNK, size)
+        buf = os.pread(fd, chunksums.CHUNK, size)
         if not buf:
             break
         h.update(buf)
+        if sums is not None:
+            sums.append(chunksums.crc(buf))
         size += len(buf)
     return h.hexdigest(), size
 
@@ -373,11 +378,13 @@ class DataObjects:
                 pass  # uploaded (or never pending): the tier fetches it
         digest = digest_of(address)
 
-        def verify(path: str) -> None:
-            got, _ = hash_file(path)
+        def verify(path: str) -> array:
+            sums = array("I")
+            got, _ = hash_file(path, sums=sums)
             if got != digest:
                 raise CorruptDataError(f"content hashes to {got[:16]}..., expected {digest[:16]}...",
                                        path=path)
+            return sums  # kept by the tier for big objects: later processes check by chunk
 
         try:
             return self.tier.acquire(address, verify=verify, chunk_checked=chunk_checked)

@@ -275,12 +275,9 @@ class Floor:
         self.proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "fuse_floor.py"),
                                       self.mnt, *self.args])
         wait_mounted(self.mnt, timeout=120)
-        st = os.stat(self.mnt)
-        try:
-            with open(f"/sys/class/bdi/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/read_ahead_kb", "w") as f:
-                f.write("4096")
-        except OSError:
-            pass
+        from gravfs.fuse.launch import tune_readahead
+        from gravfs.fuse.options import MountOptions
+        tune_readahead(self.mnt, MountOptions().readahead_kb)  # as a gravfs daemon does
         return self.mnt
 
     def umount(self) -> None:
@@ -468,6 +465,8 @@ def bench_rclone(a, rc: Rclone, spark, out: dict) -> dict:
 
 # -- report --------------------------------------------------------------------------------
 
+TARGETS = ("native", "pyfuse3-floor", "gravfs-local", "gravfs-s3", "rclone-s3")
+
 ROWS = [  # label, native key, gravfs key, rclone key, pyfuse3-floor key, higher is better
     ("seq read cold, store (MB/s)", "read_cold_MBps", "read_cold_store_MBps", "read_cold_store_MBps",
      "read_cold_MBps", True),
@@ -487,7 +486,7 @@ ROWS = [  # label, native key, gravfs key, rclone key, pyfuse3-floor key, higher
 
 def table(results: dict) -> str:
     med = {t: {k: median(v) for k, v in r.items()} for t, r in results["targets"].items()}
-    targets = [t for t in ("native", "pyfuse3-floor", "gravfs-local", "gravfs-s3", "rclone-s3") if t in med]
+    targets = [t for t in TARGETS if t in med]
     lines = [f"{'':36}" + "".join(f"{t:>22}" for t in targets)]
     for label, nk, gk, rk, fk, higher in ROWS:
         base = med.get("native", {}).get(nk) if nk else None
@@ -512,7 +511,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes, one run, no Spark (< 3 min)")
     ap.add_argument("--runs", type=int)
-    ap.add_argument("--targets", default="native,pyfuse3-floor,gravfs-local,gravfs-s3,rclone-s3")
+    ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--big-mb", type=int)
     ap.add_argument("--creates", type=int)
     ap.add_argument("--list-entries", type=int)
@@ -534,6 +533,9 @@ def main() -> int:
     a.stats = a.stats or (2000 if q else 10000)
     use_spark = not (a.no_spark or q) and wanted(a, "spark")
     targets = a.targets.split(",")
+    unknown = sorted(set(targets) - set(TARGETS))
+    if unknown:
+        ap.error(f"unknown target(s) {', '.join(unknown)}; choose from {','.join(TARGETS)}")
 
     base = tempfile.mkdtemp(prefix="gravfs-bench-", dir=os.environ.get("BENCH_DIR", "/var/tmp"))
     data = {"base": os.path.join(base, "native")}

@@ -163,8 +163,13 @@ def main() -> None:
     ap.add_argument("--many", type=int, default=100000)
     ap.add_argument("--big-mb", type=int, default=1024)
     a = ap.parse_args()
+    if not os.path.isdir(a.mountpoint):
+        ap.error(f"{a.mountpoint}: not a directory")
     fs = FloorFS(a.small, a.many, a.big_mb)
-    pyfuse3.init(fs, a.mountpoint, {"fsname=fusefloor", "subtype=fusefloor"})
+    try:
+        pyfuse3.init(fs, a.mountpoint, {"fsname=fusefloor", "subtype=fusefloor"})
+    except RuntimeError as exc:
+        ap.error(f"cannot mount on {a.mountpoint}: {exc} (is /dev/fuse usable, the directory empty?)")
     try:
         trio.run(lambda: pyfuse3.main(min_tasks=4, max_tasks=64))  # as gravfs
     finally:

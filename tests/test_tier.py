@@ -7,9 +7,11 @@ import hashlib
 import os
 import threading
 import time
+from array import array
 
 import pytest
 
+from gravfs.dataobjects import hash_file
 from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
 from gravfs.store.local import LocalStore
 from gravfs.store.tier import LocalTier
@@ -39,12 +41,14 @@ def put_blob(store, data: bytes) -> str:
 
 
 def sha_verify(calls: list | None = None):
-    def verify(path: str) -> None:
+    """A data-object verifier: the name is the content's SHA-256; returns chunk sums."""
+    def verify(path: str) -> array:
         if calls is not None:
             calls.append(path)
-        with open(path, "rb") as f:
-            if hashlib.sha256(f.read()).hexdigest() != os.path.basename(path):
-                raise CorruptDataError("content does not match its hash", path=path)
+        sums = array("I")
+        if hash_file(path, sums=sums)[0] != os.path.basename(path):
+            raise CorruptDataError("content does not match its hash", path=path)
+        return sums
 
     return verify
 

@@ -85,7 +85,7 @@ def _mounted_at(mountpoint: str) -> bool:
     return _mount_device(mountpoint) is not None
 
 
-def _tune_readahead(mountpoint: str, kb: int) -> None:
+def tune_readahead(mountpoint: str, kb: int) -> None:
     """Raise the kernel's read-ahead for the mount (root only; best effort)."""
     if kb <= 0:
         return
@@ -363,7 +363,7 @@ async def _self_check(ops, announce) -> None:
         if int(got) == os.getpid():
             break
         await trio.sleep(0.05)  # an older mount still on top; ours is not visible yet
-    await trio.to_thread.run_sync(_tune_readahead, mountpoint, ops.settings.readahead_kb)
+    await trio.to_thread.run_sync(tune_readahead, mountpoint, ops.settings.readahead_kb)
     announce()
 
 

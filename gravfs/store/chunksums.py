@@ -7,6 +7,9 @@ first verification, a later process checks each chunk as it reads it instead, at
 CRC32C speed, and still catches a file that changed on disk since (bit rot, an
 edit): the chunk fails its sum, the tier drops the file and fetches it again.
 
+The sums come from the verifier's own pass over the file (``Verify`` returns them),
+so recording them costs no second read.
+
 File layout (little-endian): magic, chunk size (u32), object size (u64), one u32
 CRC32C per chunk, then a CRC32C of everything before it. A sums file that does
 not parse or does not match its object's size is ignored (full verification).
@@ -27,17 +30,7 @@ CHUNK = 1 << 20
 _HEAD = struct.Struct("<8sIQ")
 
 
-def compute(fd: int, size: int, chunk: int = CHUNK) -> array.array:
-    """CRC32C of each ``chunk`` bytes of the open file (a read of the whole file)."""
-    sums = array.array("I")
-    off = 0
-    while off < size:
-        buf = os.pread(fd, min(chunk, size - off), off)
-        if not buf:
-            raise OSError(f"file ended at {off} of {size} bytes")
-        sums.append(google_crc32c.value(buf))
-        off += len(buf)
-    return sums
+crc = google_crc32c.value  # of one chunk; verifiers append it per CHUNK bytes they hash
 
 
 def encode(sums: array.array, size: int, chunk: int = CHUNK) -> bytes:
@@ -52,8 +45,8 @@ def decode(data: bytes, size: int) -> tuple[array.array, int] | None:
     """(sums, chunk size) if ``data`` is an intact sums file for ``size`` bytes, else None."""
     if len(data) < _HEAD.size + 4:
         return None
-    body, (crc,) = data[:-4], struct.unpack("<I", data[-4:])
-    if google_crc32c.value(body) != crc:
+    body, (stored,) = data[:-4], struct.unpack("<I", data[-4:])
+    if google_crc32c.value(body) != stored:
         return None
     magic, chunk, recorded = _HEAD.unpack_from(body)
     count = (size + chunk - 1) // chunk if chunk else -1

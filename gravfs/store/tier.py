@@ -15,8 +15,8 @@ Refs are mutable and must never come through here.
 - ``verify(path)`` runs once per cached file per process (after download, or on
   first use of a file adopted from a previous run). A CorruptDataError drops the
   file and fetches it again once; a second failure propagates.
-- A verified file of ``SUMS_MIN`` bytes or more gets chunk sums (``chunksums``) in
-  ``cache_dir/sums``. A later process that reads it only through ``TierHandle.read``
+- A verified file of ``SUMS_MIN`` bytes or more whose verifier returned chunk sums
+  keeps them (``chunksums``) in ``cache_dir/sums``. A later process that reads it only through ``TierHandle.read``
   may ask for ``chunk_checked`` handles: each chunk is checked as it is first read,
   instead of a full verification before the first byte. A chunk that fails drops
   the file (CorruptDataError); the caller acquires it again, which fetches it.
@@ -30,12 +30,11 @@ import mmap
 import os
 import threading
 import uuid
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-
-import google_crc32c
 
 from gravfs.errors import CorruptDataError, GravfsError
 from gravfs.store import chunksums
@@ -48,7 +47,9 @@ _REFS_PREFIX = "_gravfs/refs/"
 _PART = ".part"
 SUMS_MIN = 16 << 20
 
-Verify = Callable[[str], None]
+# Raises CorruptDataError; may return the file's chunk sums (CRC32C per
+# chunksums.CHUNK bytes, computed in its own pass) for the tier to keep.
+Verify = Callable[[str], "array | None"]
 
 
 @dataclass
@@ -277,20 +278,12 @@ class LocalTier:
         log.debug("tier: %s served with chunk checks (%d chunks)", entry.key, len(entry.sums))
         return True
 
-    def _save_sums(self, entry: _Entry) -> None:
-        """After a full verification: record chunk sums for later processes (best effort)."""
+    def _save_sums(self, entry: _Entry, sums: array) -> None:
+        """After a full verification: keep its chunk sums for later processes (best effort)."""
         if entry.size < SUMS_MIN:
             return
-        path = self._sums_path(entry.key)
         try:
-            if chunksums.read(path, entry.size) is not None:
-                return
-            fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                sums = chunksums.compute(fd, entry.size)
-            finally:
-                os.close(fd)
-            chunksums.write(path, chunksums.encode(sums, entry.size), self._tmp)
+            chunksums.write(self._sums_path(entry.key), chunksums.encode(sums, entry.size), self._tmp)
         except OSError as exc:
             log.warning("tier: could not record chunk sums of %s: %s", entry.key, exc)
 
@@ -309,7 +302,7 @@ class LocalTier:
             if checked[i]:
                 continue
             part = buf if first == last else buf[(i - first) * chunk:(i - first + 1) * chunk]
-            if len(part) != min(chunk, entry.size - i * chunk) or google_crc32c.value(part) != entry.sums[i]:
+            if len(part) != min(chunk, entry.size - i * chunk) or chunksums.crc(part) != entry.sums[i]:
                 with self._lock:
                     self.stats.verify_failures += 1
                     self._drop_locked(entry)
@@ -351,7 +344,7 @@ class LocalTier:
                 if verify is not None and not entry.verified and not (
                         chunk_checked and cached and self._load_sums(entry)):
                     try:
-                        verify(entry.path)
+                        sums = verify(entry.path)
                     except CorruptDataError as e:
                         with self._lock:
                             self.stats.verify_failures += 1
@@ -361,7 +354,8 @@ class LocalTier:
                         log.warning("cached %s failed verification (%s); fetching it again", key, e)
                         continue
                     entry.verified = True
-                    self._save_sums(entry)
+                    if sums is not None:
+                        self._save_sums(entry, sums)
                 with self._lock:
                     handle = self._pin_locked(entry)
                     if handle is not None and cached:
