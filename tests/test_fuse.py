@@ -383,7 +383,7 @@ def test_large_file_ranged_reads(gravfs_mount):
     data = (block * 21)[:size]
     _write(m.branch_path("big"), data)
     cid = m.commit()
-    # the tier does not hold it (it was written locally), so reads are ranged
+    # the tier does not hold it (it was written locally): read in place from the store
     with open(m.path("commits", cid, "big"), "rb") as f:
         f.seek(size - 100)
         assert f.read() == data[-100:]
@@ -475,7 +475,8 @@ def test_files_never_vanish_while_the_cli_commits(gravfs_mount):
 
 @pytest.mark.parametrize("size", [1000, 9 * 1024 * 1024 + 5])
 def test_corrupt_data_object_reads_fail_with_eio(gravfs_mount, size):
-    """Small objects are verified whole by the tier, large ones as their ranges stream in."""
+    """Small objects are verified whole by the tier, large ones (read in place from this
+    local store) by a pass that a whole-file read waits for before its end."""
     import hashlib
 
     m = gravfs_mount
@@ -520,6 +521,52 @@ def test_damaged_tier_copy_is_fetched_again_by_a_new_daemon(gravfs_mount):
     m.remount()
     assert _read(m.path("commits", cid, "big")) == data
     assert "does not match its sum" in m.log_text()
+
+
+def test_big_objects_of_a_local_store_are_read_in_place(gravfs_mount):
+    """No tier copy of a big object of a local-directory store: its file is read where
+    it is, verified in the background once; a later daemon checks it by chunk sums."""
+    import glob
+    import hashlib
+
+    m = gravfs_mount
+    mib = 1 << 20
+    data = os.urandom(20 * mib + 77)
+    _write(m.branch_path("big"), data)
+    cid = m.commit()
+    m.umount()
+    m.remount()
+    digest = hashlib.sha256(data).hexdigest()
+    big = m.path("commits", cid, "big")
+    with open(big, "rb") as f:  # footer first, as Parquet readers do
+        f.seek(len(data) - 1000)
+        assert f.read() == data[-1000:]
+        f.seek(3 * mib)
+        assert f.read(mib) == data[3 * mib:4 * mib]
+    assert _read(big) == data
+
+    def found(kind):
+        return glob.glob(os.path.join(m.state_dir, "**", kind, "data", digest[:2], digest), recursive=True)
+
+    assert not found("objects"), "the big object was copied into the local tier"
+    wait_for(lambda: found("sums"), timeout=10)  # the background verification recorded them
+    # damage one chunk of the store's file: a new daemon reads the rest, fails that chunk
+    obj = os.path.join(m.store, "data", digest[:2], digest)
+    os.chmod(obj, 0o644)
+    with open(obj, "r+b") as f:
+        f.seek(13 * mib + 5)
+        f.write(b"rot")
+    m.umount()
+    m.remount()
+    with open(big, "rb") as f:
+        f.seek(2 * mib)
+        assert f.read(mib) == data[2 * mib:3 * mib]
+        f.seek(13 * mib)
+        with pytest.raises(OSError) as exc:
+            f.read(mib)
+        assert exc.value.errno == errno.EIO
+    assert "chunk 13 does not match its sum" in m.log_text()
+    assert _errno(_read, big) == errno.EIO  # refused from then on, not served from other chunks
 
 
 def test_read_only_mount(tmp_path):

@@ -74,6 +74,28 @@ def test_s3_write_commit_read_and_share(s3_mounts, tmp_path):
     b.assert_clean_log()
 
 
+def test_s3_damaged_object_read_by_ranges_fails_with_eio(s3_mounts, s3_server):
+    """A big object streamed from S3 by ranges is hashed as the ranges arrive: a whole-file
+    read of an object damaged in the bucket fails before it ends."""
+    a, b = s3_mounts
+    data = os.urandom(9 * 1024 * 1024 + 5)
+    _write(a.branch_path("victim"), data)
+    cid = a.commit()
+    digest = hashlib.sha256(data).hexdigest()
+    prefix = a.store.split("/", 3)[3]
+    damaged = bytearray(data)
+    damaged[-10] ^= 0xFF
+    s3_server.client().put_object(Bucket=s3_server.bucket, Key=f"{prefix}/data/{digest[:2]}/{digest}",
+                                  Body=bytes(damaged))
+    b.mount()  # a fresh workspace: nothing cached, reads go to the bucket
+    with open(b.path("commits", cid, "victim"), "rb") as f:
+        assert f.read(1000) == data[:1000]  # served before the whole object is seen
+    with pytest.raises(OSError) as exc:
+        _read(b.path("commits", cid, "victim"))
+    assert exc.value.errno == errno.EIO
+    assert "does not match its hash" in b.log_text()
+
+
 def test_s3_rename_and_kill9(s3_mounts):
     a, _ = s3_mounts
     os.makedirs(a.branch_path("job/_temporary/0"))

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 COPY_CHUNK = 1 << 20
 # Files up to this size are written back (uploaded in the background): the
 # mount's reader serves objects up to its chunk size (4 MiB) through
-# DataObjects.acquire, which sees pending files; bigger ones it fetches by range.
+# DataObjects.acquire, which sees pending files; bigger ones it reads from the store.
 WRITEBACK_MAX = 4 << 20
 
 

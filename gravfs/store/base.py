@@ -55,6 +55,14 @@ class ObjectStore(abc.ABC):
     def get_range(self, key: str, offset: int, length: int) -> bytes:
         """``length`` bytes from ``offset``; short (possibly empty) at EOF."""
 
+    def local_path(self, key: str) -> str | None:
+        """The file holding ``key`` when the store is a local directory (None: not local).
+
+        Lets readers use the file in place instead of copying it into the tier;
+        the file may be missing, like any key.
+        """
+        return None
+
     @abc.abstractmethod
     def download(self, key: str, dest_path: str) -> int:
         """Stream the object into ``dest_path`` (written in place) and return its size."""

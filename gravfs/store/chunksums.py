@@ -1,11 +1,12 @@
-"""Per-chunk CRC32C sums of a verified tier file, kept beside it on disk.
+"""Per-chunk CRC32C sums of a verified object, and reads checked against them.
 
-A large data object is verified once against its SHA-256 name when it enters the
-tier. Hashing it again in every new process (a remount, a CLI command) costs a
-full read before the first byte is served; with its chunk sums recorded at the
-first verification, a later process checks each chunk as it reads it instead, at
-CRC32C speed, and still catches a file that changed on disk since (bit rot, an
-edit): the chunk fails its sum, the tier drops the file and fetches it again.
+A large data object is verified once against its SHA-256 name (when it enters the
+tier, or when the mount reads it in place from a local-directory store). Hashing
+it again in every new process (a remount, a CLI command) costs a full read before
+the first byte is served; with its chunk sums recorded at the first verification,
+a later process checks each chunk as it reads it instead, at CRC32C speed, and
+still catches a file that changed on disk since (bit rot, an edit). Sums describe
+the content, so they check any copy of the object.
 
 The sums come from the verifier's own pass over the file (``Verify`` returns them),
 so recording them costs no second read.
@@ -75,3 +76,52 @@ def read(path: str, size: int) -> tuple[array.array, int] | None:
     except OSError:
         return None
     return decode(data, size)
+
+
+class ChunkMismatch(Exception):
+    """A chunk read from disk does not match its recorded sum."""
+
+    def __init__(self, index: int, offset: int):
+        super().__init__(f"chunk {index} (offset {offset}) does not match its sum")
+        self.index, self.offset = index, offset
+
+
+class ChunkChecks:
+    """The sums of one object's file and which chunks this process has checked.
+
+    ``pread`` checks each chunk the first time a read touches it; later reads of
+    checked chunks are plain preads. Two threads may check the same chunk at once
+    (both succeed or both fail): cheaper than a lock on every read.
+    """
+
+    __slots__ = ("sums", "chunk", "size", "checked")
+
+    def __init__(self, sums: array.array, chunk: int, size: int):
+        self.sums, self.chunk, self.size = sums, chunk, size
+        self.checked = bytearray(len(sums))
+
+    @classmethod
+    def load(cls, path: str, size: int) -> "ChunkChecks | None":
+        found = read(path, size)
+        return None if found is None else cls(found[0], found[1], size)
+
+    def pread(self, fd: int, offset: int, length: int) -> bytes:
+        end = min(offset + length, self.size)
+        if offset >= end:
+            return b""
+        chunk, checked = self.chunk, self.checked
+        first, last = offset // chunk, (end - 1) // chunk
+        if checked.find(0, first, last + 1) < 0:
+            return os.pread(fd, end - offset, offset)
+        lo, hi = first * chunk, min((last + 1) * chunk, self.size)
+        buf = os.pread(fd, hi - lo, lo)
+        for i in range(first, last + 1):
+            if checked[i]:
+                continue
+            part = buf if first == last else buf[(i - first) * chunk:(i - first + 1) * chunk]
+            if len(part) != min(chunk, self.size - i * chunk) or crc(part) != self.sums[i]:
+                raise ChunkMismatch(i, i * chunk)
+            checked[i] = 1
+        if lo == offset and hi == end:
+            return buf
+        return buf[offset - lo:end - lo]

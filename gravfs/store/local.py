@@ -67,6 +67,9 @@ class LocalStore(ObjectStore):
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise self._missing(key) from None
 
+    def local_path(self, key: str) -> str | None:
+        return self._path(key)
+
     def download(self, key: str, dest_path: str) -> int:
         try:
             src = open(self._path(key), "rb")

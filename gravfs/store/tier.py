@@ -67,7 +67,7 @@ class TierStats:
 
 
 class _Entry:
-    __slots__ = ("key", "path", "size", "pins", "verified", "dropped", "sums", "sum_chunk", "checked")
+    __slots__ = ("key", "path", "size", "pins", "verified", "dropped", "checks")
 
     def __init__(self, key: str, path: str, size: int, verified: bool):
         self.key = key
@@ -76,9 +76,7 @@ class _Entry:
         self.pins = 0
         self.verified = verified
         self.dropped = False  # no longer in the index (evicted or corrupt)
-        self.sums = None  # chunk sums, when reads check chunks instead of a full verify
-        self.sum_chunk = 0
-        self.checked: bytearray | None = None  # per chunk: checked in this process
+        self.checks: chunksums.ChunkChecks | None = None  # reads check chunks, no full verify
 
 
 class TierHandle:
@@ -104,7 +102,7 @@ class TierHandle:
 
     def mmap(self) -> mmap.mmap | bytes:
         """Read-only mapping of the whole file, created once per handle (b"" for an empty file)."""
-        if self._entry.checked is not None and not self._entry.verified:
+        if self._entry.checks is not None and not self._entry.verified:
             raise GravfsError(f"tier handle for {self.key} checks chunks on read; it has no mapping")
         with self._lock:
             if self._mmap is None:
@@ -122,14 +120,14 @@ class TierHandle:
             with self._lock:
                 if self._fd < 0:
                     raise GravfsError(f"tier handle for {self.key} used after release")
-                if entry.verified or entry.checked is None:
+                if entry.verified or entry.checks is None:
                     return os.pread(self._fd, length, offset)
                 fd = os.dup(self._fd)
             try:
                 return self._tier._checked_read(entry, fd, offset, length)
             finally:
                 os.close(fd)
-        if entry.verified or entry.checked is None:
+        if entry.verified or entry.checks is None:
             return os.pread(fd, length, offset)
         return self._tier._checked_read(entry, fd, offset, length)
 
@@ -207,7 +205,7 @@ class LocalTier:
             with self._lock:
                 entry = self._entries.get(key)
                 if entry is not None and (entry.verified or verify is None or (
-                        chunk_checked and entry.checked is not None)):
+                        chunk_checked and entry.checks is not None)):
                     handle = self._pin_locked(entry)
                     if handle is not None:
                         self.stats.hits += 1
@@ -264,55 +262,44 @@ class LocalTier:
     def _sums_path(self, key: str) -> str:
         return os.path.join(self._sums, *key.split("/"))
 
-    def _load_sums(self, entry: _Entry) -> bool:
-        """Serve ``entry`` chunk-checked from its sums file, if it has an intact one."""
-        if entry.checked is not None:
-            return True
-        if entry.size < SUMS_MIN:
-            return False
-        found = chunksums.read(self._sums_path(entry.key), entry.size)
-        if found is None:
-            return False
-        entry.sums, entry.sum_chunk = found
-        entry.checked = bytearray(len(entry.sums))
-        log.debug("tier: %s served with chunk checks (%d chunks)", entry.key, len(entry.sums))
-        return True
+    def load_sums(self, key: str, size: int) -> chunksums.ChunkChecks | None:
+        """Chunk sums recorded for ``key`` by an earlier full verification (None: none usable).
 
-    def _save_sums(self, entry: _Entry, sums: array) -> None:
+        Sums describe content, not a copy: they also check reads of the object
+        from elsewhere (the mount reads a local-directory store's files in place).
+        """
+        if size < SUMS_MIN:
+            return None
+        return chunksums.ChunkChecks.load(self._sums_path(key), size)
+
+    def keep_sums(self, key: str, size: int, sums: array) -> None:
         """After a full verification: keep its chunk sums for later processes (best effort)."""
-        if entry.size < SUMS_MIN:
+        if size < SUMS_MIN:
             return
         try:
-            chunksums.write(self._sums_path(entry.key), chunksums.encode(sums, entry.size), self._tmp)
+            chunksums.write(self._sums_path(key), chunksums.encode(sums, size), self._tmp)
         except OSError as exc:
-            log.warning("tier: could not record chunk sums of %s: %s", entry.key, exc)
+            log.warning("tier: could not record chunk sums of %s: %s", key, exc)
+
+    def _load_sums(self, entry: _Entry) -> bool:
+        """Serve ``entry`` chunk-checked from its sums file, if it has an intact one."""
+        if entry.checks is None:
+            entry.checks = self.load_sums(entry.key, entry.size)
+            if entry.checks is not None:
+                log.debug("tier: %s served with chunk checks (%d chunks)", entry.key,
+                          len(entry.checks.sums))
+        return entry.checks is not None
 
     def _checked_read(self, entry: _Entry, fd: int, offset: int, length: int) -> bytes:
-        """pread that checks every chunk it touches for the first time against its sum."""
-        end = min(offset + length, entry.size)
-        if offset >= end:
-            return b""
-        chunk, checked = entry.sum_chunk, entry.checked
-        first, last = offset // chunk, (end - 1) // chunk
-        if checked.find(0, first, last + 1) < 0:
-            return os.pread(fd, end - offset, offset)
-        lo, hi = first * chunk, min((last + 1) * chunk, entry.size)
-        buf = os.pread(fd, hi - lo, lo)
-        for i in range(first, last + 1):
-            if checked[i]:
-                continue
-            part = buf if first == last else buf[(i - first) * chunk:(i - first + 1) * chunk]
-            if len(part) != min(chunk, entry.size - i * chunk) or chunksums.crc(part) != entry.sums[i]:
-                with self._lock:
-                    self.stats.verify_failures += 1
-                    self._drop_locked(entry)
-                log.warning("cached %s: chunk %d does not match its sum; dropped", entry.key, i)
-                raise CorruptDataError("cached copy does not match its chunk sum",
-                                       path=entry.path, offset=i * chunk)
-            checked[i] = 1
-        if lo == offset and hi == end:
-            return buf
-        return buf[offset - lo:end - lo]
+        try:
+            return entry.checks.pread(fd, offset, length)
+        except chunksums.ChunkMismatch as m:
+            with self._lock:
+                self.stats.verify_failures += 1
+                self._drop_locked(entry)
+            log.warning("cached %s: chunk %d does not match its sum; dropped", entry.key, m.index)
+            raise CorruptDataError("cached copy does not match its chunk sum",
+                                   path=entry.path, offset=m.offset) from None
 
     def _pin_locked(self, entry: _Entry) -> TierHandle | None:
         try:
@@ -355,7 +342,7 @@ class LocalTier:
                         continue
                     entry.verified = True
                     if sums is not None:
-                        self._save_sums(entry, sums)
+                        self.keep_sums(key, entry.size, sums)
                 with self._lock:
                     handle = self._pin_locked(entry)
                     if handle is not None and cached:
