@@ -96,6 +96,37 @@ def test_s3_damaged_object_read_by_ranges_fails_with_eio(s3_mounts, s3_server):
     assert "does not match its hash" in b.log_text()
 
 
+def test_s3_ranged_reads_are_checked_by_the_sums_of_an_earlier_verification(s3_mounts, s3_server):
+    """Once a whole ranged read has verified a big object, a later daemon checks each fetched
+    range against its chunk sums: a range damaged since fails before it is served."""
+    import glob
+
+    a, b = s3_mounts
+    mib = 1 << 20
+    data = os.urandom(20 * mib + 3)
+    _write(a.branch_path("big"), data)
+    cid = a.commit()
+    b.mount()
+    assert _read(b.path("commits", cid, "big")) == data  # streamed by ranges, hashed in order
+    digest = hashlib.sha256(data).hexdigest()
+    assert glob.glob(os.path.join(b.state_dir, "**", "sums", "data", digest[:2], digest), recursive=True)
+    assert digest not in _cached_objects(b)
+    damaged = bytearray(data)
+    damaged[17 * mib + 9] ^= 0xFF
+    prefix = a.store.split("/", 3)[3]
+    s3_server.client().put_object(Bucket=s3_server.bucket, Key=f"{prefix}/data/{digest[:2]}/{digest}",
+                                  Body=bytes(damaged))
+    b.umount()
+    b.remount()
+    with open(b.path("commits", cid, "big"), "rb") as f:
+        assert f.read(mib) == data[:mib]
+        f.seek(17 * mib)
+        with pytest.raises(OSError) as exc:
+            f.read(4096)
+        assert exc.value.errno == errno.EIO
+    assert "chunk 17 does not match its sum" in b.log_text()
+
+
 def test_s3_rename_and_kill9(s3_mounts):
     a, _ = s3_mounts
     os.makedirs(a.branch_path("job/_temporary/0"))

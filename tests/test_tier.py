@@ -370,3 +370,24 @@ def test_evicting_a_file_removes_its_sums(store, big_cached):
     tier = LocalTier(store, cache)
     tier.discard(key)
     assert not os.path.exists(os.path.join(cache, "sums", *key.split("/")))
+
+
+def test_chunk_checks_of_data_read_elsewhere():
+    """ChunkChecks.check: sums describe content, so they check bytes from any source."""
+    from gravfs.store import chunksums
+
+    data = os.urandom(3 * chunksums.CHUNK + 10)
+    sums = array("I", (chunksums.crc(data[i:i + chunksums.CHUNK])
+                       for i in range(0, len(data), chunksums.CHUNK)))
+    checks = chunksums.ChunkChecks(sums, chunksums.CHUNK, len(data))
+    checks.check(chunksums.CHUNK, data[chunksums.CHUNK:])  # the last three chunks, one call
+    assert list(checks.checked) == [0, 1, 1, 1]
+    bad = bytearray(data[:2 * chunksums.CHUNK])
+    bad[chunksums.CHUNK + 7] ^= 1
+    with pytest.raises(chunksums.ChunkMismatch) as exc:
+        checks.check(0, bytes(bad))
+    assert exc.value.index == 1
+    with pytest.raises(chunksums.ChunkMismatch):
+        checks.check(3 * chunksums.CHUNK, data[3 * chunksums.CHUNK:-1])  # short last chunk
+    with pytest.raises(ValueError):
+        checks.check(5, data[5:100])

@@ -10,11 +10,14 @@ of a 10 GiB file does not wait for the whole file: chunks live in a bounded
 in-memory LRU, concurrent readers of one chunk share a single fetch, and a
 sequential reader gets the next chunks fetched ahead in the background.
 
-Chunks cannot be verified one by one (objects are named by the hash of the
-whole content), so the reader feeds chunks in order into a running hash as
-they arrive; when the last chunk has been seen and the digest does not match
-the name, the object is marked corrupt: its chunks are dropped, the error is
-logged, and further reads fail with CorruptDataError (EIO).
+Chunks cannot be verified one by one against the name (objects are named by
+the hash of the whole content), so the reader feeds chunks in order into a
+running hash as they arrive; when the last chunk has been seen and the digest
+does not match the name, the object is marked corrupt: its chunks are dropped,
+the error is logged, and further reads fail with CorruptDataError (EIO). A
+digest that matches leaves the object's chunk sums in the tier (as a full
+verification there does), and from then on every fetched chunk is checked
+against them before it is cached or served, at CRC32C cost instead of SHA-256.
 
 All methods block; the FUSE layer calls them from worker threads.
 """
@@ -43,12 +46,13 @@ MAX_AHEAD = 8  # chunks
 
 
 class _Verifier:
-    """Running hash of an object's chunks, fed strictly in order."""
+    """Running hash (and chunk sums) of an object's chunks, fed strictly in order."""
 
-    __slots__ = ("hasher", "next", "last", "lock")
+    __slots__ = ("hasher", "sums", "next", "last", "lock")
 
-    def __init__(self, last: int):
+    def __init__(self, last: int, sums: bool):
         self.hasher = hashing.hasher()
+        self.sums = array("I") if sums else None
         self.next = 0
         self.last = last
         self.lock = threading.Lock()  # one thread hashes at a time (in order), not the cache lock
@@ -115,6 +119,7 @@ class DataReader:
         self._verifiers: dict[str, _Verifier] = {}
         self._corrupt: set[str] = set()
         self._in_place: dict[str, _InPlace] = {}
+        self._recorded: dict[str, chunksums.ChunkChecks | None] = {}  # sums found in the tier
         self._to_verify: queue.SimpleQueue = queue.SimpleQueue()
         self._verifier: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="gravfs-readahead")
@@ -183,7 +188,7 @@ class DataReader:
             obj = self._in_place.get(address)
             if obj is not None:
                 return obj
-        obj = _InPlace(path, size, self.repo.tier.load_sums(address, size))
+        obj = _InPlace(path, size, self._recorded_sums(address, size))
         with self._lock:
             if len(self._in_place) > 4096:  # forget old ones: at worst a verification again
                 self._in_place = {a: o for a, o in self._in_place.items() if not o.done.is_set()}
@@ -297,6 +302,19 @@ class DataReader:
             self._fetch(address, size, idx, f)
         return f
 
+    def _recorded_sums(self, address: str, size: int) -> chunksums.ChunkChecks | None:
+        """The sums an earlier full verification left in the tier (looked up once)."""
+        with self._lock:
+            if address in self._recorded:
+                return self._recorded[address]
+        checks = self.repo.tier.load_sums(address, size)
+        if checks is not None and self.chunk % checks.chunk:
+            checks = None  # cannot check our chunks by its sums
+        with self._lock:
+            if len(self._recorded) > 4096:
+                self._recorded.clear()
+            return self._recorded.setdefault(address, checks)
+
     def _fetch(self, address: str, size: int, idx: int, f: Future) -> None:
         key = (address, idx)
         try:
@@ -306,6 +324,14 @@ class DataReader:
             if len(data) != want:
                 raise CorruptDataError(f"data object {address}: got {len(data)} bytes at "
                                        f"offset {off}, expected {want}")
+            checks = self._recorded_sums(address, size)
+            if checks is not None:
+                try:
+                    checks.check(off, data)
+                except chunksums.ChunkMismatch as m:
+                    self._refuse(address, f"chunk {m.index} does not match its sum")
+                    raise CorruptDataError(f"data object {address} does not match its hash",
+                                           offset=m.offset) from None
         except BaseException as exc:
             with self._lock:
                 self._inflight.pop(key, None)
@@ -321,10 +347,11 @@ class DataReader:
                 _, old = self._chunks.popitem(last=False)
                 self._bytes -= len(old)
             v = self._verifiers.get(address)
-            if v is None and idx == 0:
+            if v is None and idx == 0 and checks is None:
                 if len(self._verifiers) > 4096:  # abandoned partial reads
                     self._verifiers.clear()
-                v = self._verifiers[address] = _Verifier((size - 1) // self.chunk)
+                v = self._verifiers[address] = _Verifier((size - 1) // self.chunk,
+                                                         sums=self.chunk % chunksums.CHUNK == 0)
         if v is not None:  # before the result: the last chunk's reader sees a mismatch
             self._feed(address, size, v, idx, data)
         f.set_result(data)
@@ -348,6 +375,9 @@ class DataReader:
                 if chunk is None:
                     return
                 v.hasher.update(chunk)
+                if v.sums is not None:
+                    v.sums.extend(chunksums.crc(chunk[i:i + chunksums.CHUNK])
+                                  for i in range(0, len(chunk), chunksums.CHUNK))
                 v.next += 1
                 if v.next > v.last:
                     break
@@ -358,6 +388,8 @@ class DataReader:
         if not ok:
             self._refuse(address, "its ranges hash to another digest")
             return
+        if v.sums is not None:
+            self.repo.tier.keep_sums(address, size, v.sums)
         log.debug("verified %s (%d bytes) from ranged reads", address, size)
 
     def _refuse(self, address: str, why: str) -> None:

@@ -116,12 +116,23 @@ class ChunkChecks:
         lo, hi = first * chunk, min((last + 1) * chunk, self.size)
         buf = os.pread(fd, hi - lo, lo)
         for i in range(first, last + 1):
-            if checked[i]:
-                continue
-            part = buf if first == last else buf[(i - first) * chunk:(i - first + 1) * chunk]
-            if len(part) != min(chunk, self.size - i * chunk) or crc(part) != self.sums[i]:
-                raise ChunkMismatch(i, i * chunk)
-            checked[i] = 1
+            if not checked[i]:
+                self._check(i, buf if first == last else buf[(i - first) * chunk:(i - first + 1) * chunk])
         if lo == offset and hi == end:
             return buf
         return buf[offset - lo:end - lo]
+
+    def check(self, offset: int, data: bytes) -> None:
+        """Check ``data``, read at ``offset`` (a chunk boundary), chunk by chunk."""
+        chunk = self.chunk
+        if offset % chunk:
+            raise ValueError(f"offset {offset} is not on a {chunk}-byte chunk boundary")
+        first = offset // chunk
+        for j in range(0, len(data), chunk):
+            self._check(first + j // chunk, data if len(data) <= chunk else data[j:j + chunk])
+
+    def _check(self, i: int, part: bytes) -> None:
+        if (i >= len(self.sums) or len(part) != min(self.chunk, self.size - i * self.chunk)
+                or crc(part) != self.sums[i]):
+            raise ChunkMismatch(i, i * self.chunk)
+        self.checked[i] = 1
