@@ -4,7 +4,8 @@ Small objects, and any object already in the local tier, are read from the
 tier (whole, hash-verified copies on local disk; a big one verified by an earlier
 process is checked chunk by chunk as it is read). A large object of a
 local-directory store is read in place from the store's file (see ``_InPlace``):
-one descriptor per handle with the kernel's read-ahead, no copy. A large object
+one descriptor per handle with the kernel's read-ahead, no second copy in the
+tier. A large object
 that is not local is read in fixed-size chunks with ``store.get_range``, so the first byte
 of a 10 GiB file does not wait for the whole file: chunks live in a bounded
 in-memory LRU, concurrent readers of one chunk share a single fetch, and a
@@ -238,10 +239,9 @@ class DataReader:
             sums = array("I")
             try:
                 digest, size = hash_file(obj.path, sums=sums)
-            except OSError as exc:
+            except OSError as exc:  # its reads will most likely fail too; none waits forever
                 log.warning("could not verify %s in place: %s", address, exc)
-                with self._lock:
-                    obj.started = False  # the next read tries again
+                obj.done.set()
                 continue
             if digest != digest_of(address) or size != obj.size:
                 self._refuse(address, f"its file in the store hashes to {digest[:16]}...")
