@@ -538,16 +538,18 @@ def test_big_objects_of_a_local_store_are_read_in_place(gravfs_mount):
     m.remount()
     digest = hashlib.sha256(data).hexdigest()
     big = m.path("commits", cid, "big")
+
+    def found(kind):
+        return glob.glob(os.path.join(m.state_dir, "**", kind, "data", digest[:2], digest), recursive=True)
+
     with open(big, "rb") as f:  # footer first, as Parquet readers do
         f.seek(len(data) - 1000)
         assert f.read() == data[-1000:]
         f.seek(3 * mib)
         assert f.read(mib) == data[3 * mib:4 * mib]
+    time.sleep(0.5)
+    assert not found("sums"), "a few reads of a big object started hashing all of it"
     assert _read(big) == data
-
-    def found(kind):
-        return glob.glob(os.path.join(m.state_dir, "**", kind, "data", digest[:2], digest), recursive=True)
-
     assert not found("objects"), "the big object was copied into the local tier"
     wait_for(lambda: found("sums"), timeout=10)  # the background verification recorded them
     # damage one chunk of the store's file: a new daemon reads the rest, fails that chunk

@@ -64,18 +64,21 @@ class _InPlace:
 
     Checked against the chunk sums an earlier full verification recorded, when
     there are any (CRC32C per chunk on first read). Otherwise reads are served at
-    once while one background pass hashes the whole file; it records the sums for
-    later processes, or marks the object corrupt. As on the ranged path, a
-    whole-file reader learns of damage before it finishes: a handle that has read
-    at least half of the object waits for that pass before its read of the last
-    byte, so ``cp`` or ``cat`` of a damaged object fails. (Half, not all: the
+    once, and once half of the object has been read (by any handles) one
+    background pass hashes the whole file; it records the sums for later
+    processes, or marks the object corrupt. Reading a few bytes of a 10 GiB file
+    does not start a 10 GiB hash; as on the ranged path, such reads go unverified.
+    A whole-file reader learns of damage before it finishes: a handle that has
+    read at least half of the object waits for that pass before its read of the
+    last byte, so ``cp`` or ``cat`` of a damaged object fails. (Half, not all: the
     kernel's parallel reads can answer the last range before some middle ones.)
     """
 
-    __slots__ = ("path", "size", "checks", "started", "done")
+    __slots__ = ("path", "size", "checks", "bytes_read", "started", "done")
 
     def __init__(self, path: str, size: int, checks: chunksums.ChunkChecks | None):
         self.path, self.size, self.checks = path, size, checks
+        self.bytes_read = 0  # by every handle, until the verification starts
         self.started = False
         self.done = threading.Event()  # the background verification finished (either way)
         if checks is not None:
@@ -208,20 +211,24 @@ class DataReader:
                 self._refuse(address, f"chunk {m.index} does not match its sum")
                 raise CorruptDataError(f"data object {address} does not match its hash",
                                        path=obj.path, offset=m.offset) from None
-        if not obj.started:
-            self._verify_in_background(address, obj)
         with state.lock:
-            before = state.bytes_read
             state.bytes_read += length
-        if offset + length >= obj.size and 2 * (before + length) >= obj.size:
+            most = 2 * state.bytes_read >= obj.size
+        if not obj.started:
+            self._verify_in_background(address, obj, length)
+        if most and offset + length >= obj.size:
             obj.done.wait()  # a whole-file reader must not reach EOF on unverified content
             if address in self._corrupt:
                 raise CorruptDataError(f"data object {address} does not match its hash")
         return os.pread(fd, length, offset)
 
-    def _verify_in_background(self, address: str, obj: _InPlace) -> None:
+    def _verify_in_background(self, address: str, obj: _InPlace, length: int) -> None:
+        """Count a read of the object; the one that passes half of it queues the pass."""
         with self._lock:
             if obj.started:
+                return
+            obj.bytes_read += length
+            if 2 * obj.bytes_read < obj.size:
                 return
             obj.started = True
             if self._verifier is None:  # a daemon thread: a long hash never holds up exit
