@@ -397,6 +397,8 @@ class DataReader:
             return
         if v.sums is not None:
             self.repo.tier.keep_sums(address, size, v.sums)
+            with self._lock:  # chunks fetched again later (cache evictions) are checked, not rehashed
+                self._recorded[address] = chunksums.ChunkChecks(v.sums, chunksums.CHUNK, size)
         log.debug("verified %s (%d bytes) from ranged reads", address, size)
 
     def _refuse(self, address: str, why: str) -> None:
