@@ -1,0 +1,149 @@
+"""The mount's data reader without a mount: ranged reads from SeaweedFS, in-place reads
+from a local store, and how each checks what it serves before a whole read ends."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from gravfs.errors import CorruptDataError
+from gravfs.fuse.reader import CHUNK, DataReader, ReadState
+from gravfs.repository import Repository
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def s3_repo(s3_server, s3_store, tmp_path):
+    r = Repository.init(s3_store, str(tmp_path / "state"))
+    yield r, s3_server
+    r.close()
+
+
+@pytest.fixture
+def local_repo(tmp_path):
+    r = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"))
+    yield r
+    r.close()
+
+
+def _read_whole(reader: DataReader, address: str, size: int, step: int = MiB) -> bytes:
+    state = ReadState()
+    try:
+        return b"".join(reader.read(state, address, size, off, step) for off in range(0, size, step))
+    finally:
+        state.close()
+
+
+def _read_chunks_in_order(reader: DataReader, address: str, size: int) -> bytes:
+    """A fresh handle per chunk: read-ahead never runs past the next chunk, so the running
+    hash sees every chunk before a small cache evicts it."""
+    return b"".join(reader.read(ReadState(), address, size, off, CHUNK) for off in range(0, size, CHUNK))
+
+
+def _damage_in_bucket(repo, server, address: str, data: bytes, at: int) -> None:
+    bad = bytearray(data)
+    bad[at] ^= 0xFF
+    server.client().put_object(Bucket=server.bucket, Key=repo.store.prefix + address, Body=bytes(bad))
+
+
+def test_ranged_read_records_sums_and_refetched_ranges_are_checked(s3_repo):
+    repo, server = s3_repo
+    data = os.urandom(20 * MiB + 3)
+    address, size = repo.data.put_bytes(data)
+    reader = DataReader(repo, cache_bytes=2 * CHUNK)
+    try:
+        assert _read_chunks_in_order(reader, address, size) == data
+        assert reader.stats["chunk_fetches"] == 6 and reader.stats["in_place_reads"] == 0
+        assert repo.tier.load_sums(address, size) is not None  # for later daemons
+        assert not repo.tier.cached(address)  # ranges only, no local copy
+        _damage_in_bucket(repo, server, address, data, 9 * MiB + 1)
+        # chunk 2 (8-12 MiB) left the 8 MiB cache long ago: fetched again, and checked
+        with pytest.raises(CorruptDataError, match="does not match its hash"):
+            reader.read(ReadState(), address, size, 9 * MiB, 4096)
+        with pytest.raises(CorruptDataError):  # refused from then on, even cached chunks
+            reader.read(ReadState(), address, size, 20 * MiB, 3)
+    finally:
+        reader.close()
+
+
+def test_a_new_reader_checks_ranges_by_recorded_sums(s3_repo):
+    repo, server = s3_repo
+    data = os.urandom(17 * MiB)
+    address, size = repo.data.put_bytes(data)
+    first = DataReader(repo)
+    assert _read_whole(first, address, size) == data
+    first.close()
+    _damage_in_bucket(repo, server, address, data, 5 * MiB)
+    again = DataReader(repo)
+    try:
+        # not at 0: a fresh handle's first read there would fetch the damaged chunk ahead
+        assert again.read(ReadState(), address, size, 12 * MiB, MiB) == data[12 * MiB:13 * MiB]
+        with pytest.raises(CorruptDataError):
+            again.read(ReadState(), address, size, 5 * MiB, MiB)
+        assert again.stats["chunk_fetches"] == 1  # the damaged range was never cached
+    finally:
+        again.close()
+
+
+def test_whole_ranged_read_of_a_damaged_object_fails_before_its_end(s3_repo):
+    repo, server = s3_repo
+    data = os.urandom(9 * MiB + 5)
+    address, size = repo.data.put_bytes(data)
+    _damage_in_bucket(repo, server, address, data, size - 10)
+    reader = DataReader(repo)
+    try:
+        state = ReadState()
+        assert reader.read(state, address, size, 0, MiB) == data[:MiB]  # served before the end
+        with pytest.raises(CorruptDataError):
+            for off in range(MiB, size, MiB):
+                reader.read(state, address, size, off, MiB)
+    finally:
+        reader.close()
+
+
+def test_in_place_reads_are_verified_once_half_is_read(local_repo):
+    repo = local_repo
+    data = os.urandom(20 * MiB + 77)
+    address, size = repo.data.put_bytes(data)
+    reader = DataReader(repo)
+    try:
+        state = ReadState()
+        assert reader.read(state, address, size, size - 100, 100) == data[-100:]
+        assert reader.read(state, address, size, 0, MiB) == data[:MiB]
+        assert reader.stats["in_place_reads"] == 2 and reader.stats["chunk_fetches"] == 0
+        state.close()
+        assert repo.tier.load_sums(address, size) is None  # a few reads start no hash
+        assert _read_whole(reader, address, size) == data  # its last read waits for the hash
+        assert repo.tier.load_sums(address, size) is not None
+        assert not repo.tier.cached(address)  # no second copy in the tier
+    finally:
+        reader.close()
+
+
+def test_in_place_damage_is_caught_by_sums_or_by_the_hash(local_repo):
+    repo = local_repo
+    big, small = os.urandom(20 * MiB), os.urandom(9 * MiB + 5)
+    big_address, _ = repo.data.put_bytes(big)
+    small_address, _ = repo.data.put_bytes(small)
+    first = DataReader(repo)
+    assert _read_whole(first, big_address, len(big)) == big  # records the sums
+    first.close()
+    for address, at in ((big_address, 13 * MiB + 5), (small_address, len(small) - 10)):
+        path = repo.store.local_path(address)
+        os.chmod(path, 0o644)
+        with open(path, "r+b") as f:
+            f.seek(at)
+            f.write(b"rot")
+    reader = DataReader(repo)
+    try:
+        # the big one: by its sums, chunk by chunk, as a new daemon reads it
+        assert reader.read(ReadState(), big_address, len(big), 2 * MiB, MiB) == big[2 * MiB:3 * MiB]
+        with pytest.raises(CorruptDataError, match="offset 13631488"):
+            reader.read(ReadState(), big_address, len(big), 13 * MiB, MiB)
+        # the small one (no sums under 16 MiB): a whole read fails at its end
+        with pytest.raises(CorruptDataError):
+            _read_whole(reader, small_address, len(small))
+    finally:
+        reader.close()
