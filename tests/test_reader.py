@@ -147,3 +147,22 @@ def test_in_place_damage_is_caught_by_sums_or_by_the_hash(local_repo):
             _read_whole(reader, small_address, len(small))
     finally:
         reader.close()
+
+
+def test_whole_ranged_read_is_verified_under_a_small_cache(s3_repo):
+    """Read-ahead fetches chunks out of order, and a cache of two chunks evicts some
+    before the running hash reaches them; a sequential reader fetches those again when
+    it gets to them, so the hash still completes (sums recorded, damage refused)."""
+    repo, server = s3_repo
+    good, bad = os.urandom(24 * MiB + 7), os.urandom(24 * MiB + 9)
+    good_address, _ = repo.data.put_bytes(good)
+    bad_address, _ = repo.data.put_bytes(bad)
+    _damage_in_bucket(repo, server, bad_address, bad, 2 * MiB)  # early: hashed long before the end
+    reader = DataReader(repo, cache_bytes=2 * CHUNK)
+    try:
+        assert _read_whole(reader, good_address, len(good), step=512 * 1024) == good
+        assert repo.tier.load_sums(good_address, len(good)) is not None
+        with pytest.raises(CorruptDataError):
+            _read_whole(reader, bad_address, len(bad), step=512 * 1024)
+    finally:
+        reader.close()
