@@ -3,7 +3,7 @@
 Small objects, and any object already in the local tier, are read from the
 tier (whole, hash-verified copies on local disk; a big one verified by an earlier
 process is checked chunk by chunk as it is read). A large object of a
-local-directory store is read in place from the store's file (see ``_InPlace``):
+local-directory store is read in place from the store's file (``inplace``):
 one descriptor per handle with the kernel's read-ahead, no second copy in the
 tier. A large object
 that is not local is read in fixed-size chunks with ``store.get_range``, so the first byte
@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 from array import array
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from gravfs import hashing
-from gravfs.dataobjects import digest_of, hash_file
-from gravfs.errors import CorruptDataError, NotFoundError
+from gravfs.dataobjects import digest_of
+from gravfs.errors import CorruptDataError
+from gravfs.fuse.inplace import InPlaceObject, InPlaceReads
 from gravfs.store import chunksums
 
 log = logging.getLogger(__name__)
@@ -59,32 +59,6 @@ class _Verifier:
         self.lock = threading.Lock()  # one thread hashes at a time (in order), not the cache lock
 
 
-class _InPlace:
-    """A big object read in place from a local-directory store, shared by its handles.
-
-    Checked against the chunk sums an earlier full verification recorded, when
-    there are any (CRC32C per chunk on first read). Otherwise reads are served at
-    once, and once half of the object has been read (by any handles) one
-    background pass hashes the whole file; it records the sums for later
-    processes, or marks the object corrupt. Reading a few bytes of a 10 GiB file
-    does not start a 10 GiB hash; as on the ranged path, such reads go unverified.
-    A whole-file reader learns of damage before it finishes: a handle that has
-    read at least half of the object waits for that pass before its read of the
-    last byte, so ``cp`` or ``cat`` of a damaged object fails. (Half, not all: the
-    kernel's parallel reads can answer the last range before some middle ones.)
-    """
-
-    __slots__ = ("path", "size", "checks", "bytes_read", "started", "done")
-
-    def __init__(self, path: str, size: int, checks: chunksums.ChunkChecks | None):
-        self.path, self.size, self.checks = path, size, checks
-        self.bytes_read = 0  # by every handle, until the verification starts
-        self.started = False
-        self.done = threading.Event()  # the background verification finished (either way)
-        if checks is not None:
-            self.done.set()
-
-
 class ReadState:
     """Per open handle: where the last read ended, and how far ahead to fetch."""
 
@@ -95,7 +69,7 @@ class ReadState:
         self.ahead = 0
         self.bytes_read = 0
         self.tier_handle = None
-        self.in_place: _InPlace | None = None
+        self.in_place: InPlaceObject | None = None
         self.fd = -1  # our own descriptor of the local file: preads without a lock
         self.lock = threading.Lock()  # the kernel may send reads of one handle in parallel
 
@@ -122,17 +96,15 @@ class DataReader:
         self._inflight: dict[tuple[str, int], Future] = {}
         self._verifiers: dict[str, _Verifier] = {}
         self._corrupt: set[str] = set()
-        self._in_place: dict[str, _InPlace] = {}
         self._recorded: dict[str, chunksums.ChunkChecks | None] = {}  # sums found in the tier
-        self._to_verify: queue.SimpleQueue = queue.SimpleQueue()
-        self._verifier: threading.Thread | None = None
+        self._in_place = InPlaceReads(repo, self._refuse, self._corrupt, self._recorded_sums)
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="gravfs-readahead")
         self.stats = {"chunk_fetches": 0, "chunk_hits": 0, "tier_reads": 0, "bytes_fetched": 0,
                       "in_place_reads": 0}
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._to_verify.put(None)
+        self._in_place.close()
 
     # -- public -------------------------------------------------------------------
 
@@ -152,11 +124,11 @@ class DataReader:
                     else:
                         path = self.repo.store.local_path(address)
                         if path is not None:
-                            state.fd = self._open_in_place(address, size, path)
-                            state.in_place = self._in_place_object(address, size, path)
+                            state.fd, state.in_place = self._in_place.open(address, size, path)
                 handle, fd, obj = state.tier_handle, state.fd, state.in_place
             if obj is not None:
-                return self._read_in_place(state, obj, address, fd, offset, length)
+                self.stats["in_place_reads"] += 1
+                return self._in_place.read(state, obj, address, fd, offset, length)
             if handle is None:
                 return self._ranged(state, address, size, offset, length)
             self.stats["tier_reads"] += 1
@@ -168,94 +140,6 @@ class DataReader:
                     raise
                 state.close()  # the tier dropped its damaged copy; the next acquire fetches it
         raise AssertionError("unreachable")
-
-    # -- in place (local-directory store) ---------------------------------------------
-
-    def _open_in_place(self, address: str, size: int, path: str) -> int:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise NotFoundError(f"data object {address} not found in {self.repo.store.url}") from None
-        found = os.fstat(fd).st_size
-        if found != size:
-            os.close(fd)
-            self._refuse(address, f"its file in the store has {found} bytes, expected {size}")
-            raise CorruptDataError(f"data object {address} does not match its hash")
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        except OSError:
-            pass
-        return fd
-
-    def _in_place_object(self, address: str, size: int, path: str) -> _InPlace:
-        with self._lock:
-            obj = self._in_place.get(address)
-            if obj is not None:
-                return obj
-        obj = _InPlace(path, size, self._recorded_sums(address, size))
-        with self._lock:
-            if len(self._in_place) > 4096:  # forget old ones: at worst a verification again
-                self._in_place = {a: o for a, o in self._in_place.items() if not o.done.is_set()}
-            obj = self._in_place.setdefault(address, obj)
-        log.debug("reading %s in place from %s (%s)", address, path,
-                  "chunk sums" if obj.checks is not None else "verified in the background")
-        return obj
-
-    def _read_in_place(self, state: ReadState, obj: _InPlace, address: str, fd: int,
-                       offset: int, length: int) -> bytes:
-        self.stats["in_place_reads"] += 1
-        if obj.checks is not None:
-            try:
-                return obj.checks.pread(fd, offset, length)
-            except chunksums.ChunkMismatch as m:
-                self._refuse(address, f"chunk {m.index} does not match its sum")
-                raise CorruptDataError(f"data object {address} does not match its hash",
-                                       path=obj.path, offset=m.offset) from None
-        with state.lock:
-            state.bytes_read += length
-            most = 2 * state.bytes_read >= obj.size
-        if not obj.started:
-            self._verify_in_background(address, obj, length)
-        if most and offset + length >= obj.size:
-            obj.done.wait()  # a whole-file reader must not reach EOF on unverified content
-            if address in self._corrupt:
-                raise CorruptDataError(f"data object {address} does not match its hash")
-        return os.pread(fd, length, offset)
-
-    def _verify_in_background(self, address: str, obj: _InPlace, length: int) -> None:
-        """Count a read of the object; the one that passes half of it queues the pass."""
-        with self._lock:
-            if obj.started:
-                return
-            obj.bytes_read += length
-            if 2 * obj.bytes_read < obj.size:
-                return
-            obj.started = True
-            if self._verifier is None:  # a daemon thread: a long hash never holds up exit
-                self._verifier = threading.Thread(target=self._verify_loop, daemon=True,
-                                                  name="gravfs-verify")
-                self._verifier.start()
-        self._to_verify.put((address, obj))
-
-    def _verify_loop(self) -> None:
-        while True:
-            item = self._to_verify.get()
-            if item is None:
-                return
-            address, obj = item
-            sums = array("I")
-            try:
-                digest, size = hash_file(obj.path, sums=sums)
-            except OSError as exc:  # its reads will most likely fail too; none waits forever
-                log.warning("could not verify %s in place: %s", address, exc)
-                obj.done.set()
-                continue
-            if digest != digest_of(address) or size != obj.size:
-                self._refuse(address, f"its file in the store hashes to {digest[:16]}...")
-            else:
-                self.repo.tier.keep_sums(address, size, sums)
-                log.debug("verified %s in place (%d bytes)", address, size)
-            obj.done.set()
 
     # -- chunks ---------------------------------------------------------------------
 
