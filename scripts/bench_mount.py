@@ -89,6 +89,24 @@ def read_MBps(path: str) -> float:
     return n / MiB / (time.perf_counter() - t)
 
 
+def read_cold_then_warm(path: str, out: dict, cold_key: str, warm3: bool = True) -> None:
+    """Read once after dropping the page cache, then again (warm), and a third time."""
+    drop_caches()
+    out[cold_key].append(read_MBps(path))
+    out["read_warm_MBps"].append(read_MBps(path))
+    if warm3:
+        out["read_warm3_MBps"].append(read_MBps(path))
+
+
+def first_byte_ms(path: str) -> float:
+    """Time to the first 4 KiB of a file, page cache dropped first."""
+    drop_caches()
+    t = time.perf_counter()
+    with open(path, "rb") as f:
+        f.read(4096)
+    return (time.perf_counter() - t) * 1000
+
+
 def stat_rate(paths: list[str], min_s: float = 0.0) -> float:
     """stats per second over the paths (repeated until min_s has passed)."""
     n = 0
@@ -346,10 +364,7 @@ def bench_native(a, data: dict, spark, out: dict) -> dict:
     smalls = [os.path.join(data["small"], n) for n in sorted(os.listdir(data["small"]))]
     for r in range(a.runs):
         if wanted(a, "read"):
-            drop_caches()
-            out["read_cold_MBps"].append(read_MBps(data["big"]))
-            out["read_warm_MBps"].append(read_MBps(data["big"]))
-            out["read_warm3_MBps"].append(read_MBps(data["big"]))
+            read_cold_then_warm(data["big"], out, "read_cold_MBps")
         if wanted(a, "stat"):
             stat_rate(smalls)
             out["stat_per_s"].append(stat_rate(smalls, 1.0))
@@ -375,11 +390,7 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict) -> dict:
         if wanted(a, "read"):
             # cold from the store: a fresh workspace, page cache dropped
             g.mount(fresh=True)
-            drop_caches()
-            t = time.perf_counter()
-            with open(big, "rb") as f:
-                f.read(4096)
-                out["first_byte_ms"].append((time.perf_counter() - t) * 1000)
+            out["first_byte_ms"].append(first_byte_ms(big))
             drop_caches()
             out["read_cold_store_MBps"].append(read_MBps(big))
             g.umount()
@@ -388,10 +399,7 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict) -> dict:
         g.mount()
         cpu0 = g.daemon_cpu()
         if wanted(a, "read"):
-            drop_caches()
-            out["read_cold_tier_MBps"].append(read_MBps(big))
-            out["read_warm_MBps"].append(read_MBps(big))
-            out["read_warm3_MBps"].append(read_MBps(big))
+            read_cold_then_warm(big, out, "read_cold_tier_MBps")
             bbig = os.path.join(p["branch"], "big")
             read_MBps(bbig)
             out["read_warm_branch_MBps"].append(read_MBps(bbig))
@@ -425,10 +433,7 @@ def bench_floor(a, fl: Floor, out: dict) -> dict:
         mnt = fl.mount()
         big = os.path.join(mnt, "big")
         if wanted(a, "read"):
-            drop_caches()
-            out["read_cold_MBps"].append(read_MBps(big))
-            out["read_warm_MBps"].append(read_MBps(big))
-            out["read_warm3_MBps"].append(read_MBps(big))
+            read_cold_then_warm(big, out, "read_cold_MBps")
         if wanted(a, "stat"):
             smalls = [os.path.join(mnt, "small", f"f{i:06d}") for i in range(a.stats)]
             out["stat_first_per_s"].append(stat_rate(smalls))  # not listed: a lookup each
@@ -449,16 +454,10 @@ def bench_rclone(a, rc: Rclone, spark, out: dict) -> dict:
         mnt = rc.mount()
         big = os.path.join(mnt, "big")
         if wanted(a, "read"):
-            drop_caches()
-            t = time.perf_counter()
-            with open(big, "rb") as f:
-                f.read(4096)
-                out["first_byte_ms"].append((time.perf_counter() - t) * 1000)
+            out["first_byte_ms"].append(first_byte_ms(big))
             rc.umount()
             mnt = rc.mount()
-            drop_caches()
-            out["read_cold_store_MBps"].append(read_MBps(big))
-            out["read_warm_MBps"].append(read_MBps(big))
+            read_cold_then_warm(big, out, "read_cold_store_MBps", warm3=False)
         if wanted(a, "stat"):
             sm = os.path.join(mnt, "small")
             smalls = [os.path.join(sm, n) for n in sorted(os.listdir(sm))]

@@ -571,6 +571,31 @@ def test_big_objects_of_a_local_store_are_read_in_place(gravfs_mount):
     assert _errno(_read, big) == errno.EIO  # refused from then on, not served from other chunks
 
 
+def test_data_missing_from_the_store_is_eio_not_enoent(gravfs_mount):
+    """A listed file whose data object is gone has lost its data: EIO (and an error in
+    the log), not ENOENT, which would say the file does not exist."""
+    import hashlib
+
+    m = gravfs_mount
+    big, small = os.urandom(9 * 1024 * 1024), b"small content"
+    _write(m.branch_path("big"), big)
+    _write(m.branch_path("small"), small)
+    cid = m.commit()
+    m.umount()
+    for data in (big, small):
+        digest = hashlib.sha256(data).hexdigest()
+        os.unlink(os.path.join(m.store, "data", digest[:2], digest))
+    m.remount()
+    for name in ("big", "small"):
+        assert os.path.exists(m.path("commits", cid, name))
+        assert _errno(_read, m.path("commits", cid, name)) == errno.EIO  # in place / tier
+    with pytest.raises(OSError) as exc:  # a write needs the old content first
+        with open(m.branch_path("small"), "r+b") as f:
+            f.write(b"X")
+    assert exc.value.errno == errno.EIO
+    assert "is missing" in m.log_text()
+
+
 def test_read_only_mount(tmp_path):
     from tests.fuse_util import Mount
     m = Mount(str(tmp_path)).init()

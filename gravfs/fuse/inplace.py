@@ -30,6 +30,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def open_sequential(path: str) -> int:
+    """A descriptor of a local file that will be read front to back (kernel read-ahead
+    doubled); raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    except OSError:
+        pass
+    return fd
+
+
 class InPlaceObject:
     """One big object read in place, shared by its handles.
 
@@ -80,7 +91,7 @@ class InPlaceReads:
 
     def _open(self, address: str, size: int, path: str) -> int:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = open_sequential(path)
         except FileNotFoundError:
             raise NotFoundError(f"data object {address} not found in {self.repo.store.url}") from None
         found = os.fstat(fd).st_size
@@ -88,10 +99,6 @@ class InPlaceReads:
             os.close(fd)
             self._refuse(address, f"its file in the store has {found} bytes, expected {size}")
             raise CorruptDataError(f"data object {address} does not match its hash")
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        except OSError:
-            pass
         return fd
 
     def _object(self, address: str, size: int, path: str) -> InPlaceObject:

@@ -28,8 +28,9 @@ import trio
 
 from gravfs.committed.entry import KIND_FILE, EntryInfo
 from gravfs.dataobjects import hash_file
+from gravfs.errors import NotFoundError
 from gravfs.fuse.inodes import Inode
-from gravfs.fuse.reader import ReadState
+from gravfs.fuse.reader import ReadState, data_missing
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,11 @@ class OpenFile:
             if limit is not None:
                 want = min(want, limit)
             if want > 0:
-                with repo.data.acquire(e.address, chunk_checked=True) as h:
+                try:
+                    h = repo.data.acquire(e.address, chunk_checked=True)
+                except NotFoundError as exc:
+                    raise data_missing(e.address, exc) from None
+                with h:
                     off = 0
                     while off < want:
                         buf = h.read(off, min(COPY_CHUNK, want - off))

@@ -34,8 +34,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from gravfs import hashing
 from gravfs.dataobjects import digest_of
-from gravfs.errors import CorruptDataError
-from gravfs.fuse.inplace import InPlaceObject, InPlaceReads
+from gravfs.errors import CorruptDataError, NotFoundError
+from gravfs.fuse.inplace import InPlaceObject, InPlaceReads, open_sequential
 from gravfs.store import chunksums
 
 log = logging.getLogger(__name__)
@@ -114,6 +114,12 @@ class DataReader:
         length = min(length, size - offset)
         if address in self._corrupt:
             raise CorruptDataError(f"data object {address} does not match its hash")
+        try:
+            return self._read(state, address, size, offset, length)
+        except NotFoundError as exc:
+            raise data_missing(address, exc) from None
+
+    def _read(self, state: ReadState, address: str, size: int, offset: int, length: int) -> bytes:
         for attempt in (1, 2):
             with state.lock:
                 if state.tier_handle is None and state.in_place is None:
@@ -297,14 +303,15 @@ class DataReader:
                   address, why)
 
 
+def data_missing(address: str, exc: NotFoundError) -> CorruptDataError:
+    """A committed or staged file whose data object is gone: lost data (EIO), not a
+    missing name (ENOENT, which would tell the reader the file does not exist)."""
+    return CorruptDataError(f"data object {address} is missing ({exc})")
+
+
 def _open_sequential(path: str) -> int:
     """A descriptor of a pinned local file read front to back (-1: use the handle)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return open_sequential(path)
     except OSError:
         return -1  # e.g. a pending upload renamed away: its handle keeps its own descriptor
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-    except OSError:
-        pass
-    return fd

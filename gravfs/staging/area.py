@@ -14,6 +14,7 @@ writes go to the fresh staging token.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -53,7 +54,7 @@ class BranchState:
         """A copy sharing nothing mutable (cheaper than a JSON round trip)."""
         return BranchState(self.staging, list(self.sealed), self.base,
                            None if self.compacted is None else dict(self.compacted),
-                           None if self.pending is None else _copy_json(self.pending),
+                           copy.deepcopy(self.pending),
                            self.puts, self.tombstones)
 
     def tokens(self) -> list[str]:
@@ -68,14 +69,6 @@ class BranchState:
         # vars(), not asdict(): the fields are plain JSON values, and asdict's deep
         # copy doubled the cost of every staging write
         return json.dumps(vars(self), sort_keys=True).encode()
-
-
-def _copy_json(value):
-    if isinstance(value, dict):
-        return {k: _copy_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy_json(v) for v in value]
-    return value
 
 
 def new_token() -> str:
