@@ -181,7 +181,6 @@ class CommittedManager:
         """Records of one range (for GC, export and inspection)."""
         return self.ranges.range_records(range_id, start)
 
-    iter_range = range_records
 
     # --- writing -----------------------------------------------------------
 

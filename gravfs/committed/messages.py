@@ -99,8 +99,3 @@ Timestamp = GetMessageClass(_POOL.FindMessageTypeByName("google.protobuf.Timesta
 def encode_range_data(min_key: bytes, max_key: bytes, estimated_size: int, count: int) -> bytes:
     return RangeData(min_key=min_key, max_key=max_key, estimated_size=estimated_size,
                      count=count).SerializeToString()
-
-
-def decode_range_data(data: bytes):
-    """Parsed RangeData message (fields min_key, max_key, estimated_size, count)."""
-    return RangeData.FromString(data)

@@ -26,10 +26,6 @@ class Change(NamedTuple):
     def delete(cls, key: bytes) -> "Change":
         return cls(key, None, None)
 
-    @property
-    def is_delete(self) -> bool:
-        return self.identity is None
-
 
 ADDED = "added"
 REMOVED = "removed"

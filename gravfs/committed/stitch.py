@@ -84,21 +84,6 @@ class _Overrides:
                 return e
             j += 1
 
-    def any_for(self, bit: int, last: bytes | None, upto: bytes) -> bool:
-        """Is there an entry flagged for ``bit`` with last < key <= upto?"""
-        j = self.bi
-        buf = self.buf
-        while True:
-            if j == len(buf):
-                if not self._pull():
-                    return False
-            e = buf[j]
-            if e[0] > upto:
-                return False
-            if e[3] & bit and (last is None or e[0] > last):
-                return True
-            j += 1
-
     def run_for(self, bit: int, last: bytes | None, upto: bytes | None, limit: int) -> list:
         """Up to ``limit`` entries flagged for ``bit`` with last < key <= upto (not consumed)."""
         out = []

@@ -15,7 +15,7 @@
   per warm entry, so 6 GiB holds ~20M entries; resize with
   ``DEFAULT_CACHE.set_capacity``) or one passed as ``cache=``.
 
-``python3 -m gravfs.sstable.bench`` measures write, lookup and scan rates.
+``scripts/bench_sstable.py`` measures write, lookup and scan rates.
 """
 
 from .cache import DEFAULT_CACHE, BlockCache

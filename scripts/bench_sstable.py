@@ -1,4 +1,5 @@
-"""Micro-benchmark of the SSTable layer: ``python3 -m gravfs.sstable.bench [N] [RANGES]``.
+#!/usr/bin/env python3
+"""Micro-benchmark of the SSTable layer: ``scripts/bench_sstable.py [N] [RANGES]``.
 
 Writes N records (lakeFS-like keys and ~80-byte values) with write_sst, split
 over RANGES files, then measures random point lookups through SSTReader
@@ -12,15 +13,20 @@ import os
 import random
 import shutil
 import sys
+import json
 import tempfile
 import time
 from bisect import bisect_left
 
 import rocksdict
 
-from .cache import BlockCache
-from .reader import SSTReader
-from .writer import write_sst
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+RESULTS = os.path.join(ROOT, "bench", "results")
+
+from gravfs.sstable.cache import BlockCache  # noqa: E402
+from gravfs.sstable.reader import SSTReader  # noqa: E402
+from gravfs.sstable.writer import write_sst  # noqa: E402
 
 
 class _Timer:
@@ -37,8 +43,13 @@ class _Timer:
     def rate(self, n: int) -> str:
         return f"{n / self.wall:>12,.0f}/s wall {n / max(self.cpu, 1e-9):>12,.0f}/s cpu"
 
+    def per_s(self, n: int) -> float:
+        return n / self.wall
 
-def main(n: int = 1_000_000, ranges: int = 100, lookups: int = 300_000) -> None:
+
+def main(n: int = 1_000_000, ranges: int = 100, lookups: int = 300_000) -> dict:
+    res: dict = {"n": n, "ranges": ranges, "lookups": lookups, "per_s": {}}
+    rates = res["per_s"]
     rnd = random.Random(0)
     keys = [b"data/table=%04d/part-%09d.parquet" % (i // 5000, i) for i in range(n)]
     values = [b"\x40" + rnd.randbytes(32) + b"\x5e" + b"x" * 46 for _ in range(n)]
@@ -58,6 +69,7 @@ def main(n: int = 1_000_000, ranges: int = 100, lookups: int = 300_000) -> None:
         size = sum(os.path.getsize(p) for p in paths)
         print(f"write_sst {n:,} records in {len(paths)} files ({size / 2**20:.0f} MiB):")
         print(f"  write_sst                          {t.rate(n)}")
+        rates["write_sst"] = t.per_s(n)
 
         cache = BlockCache(1 << 30)
         readers = [SSTReader(p, cache=cache) for p in paths]
@@ -71,21 +83,29 @@ def main(n: int = 1_000_000, ranges: int = 100, lookups: int = 300_000) -> None:
                     readers[min(bisect_left(last_keys, k), last)].get(k)
             return t
 
-        print(f"  SSTReader get, first pass (cold)   {lookups_timed(probe).rate(lookups)}")
+        t = lookups_timed(probe)
+        print(f"  SSTReader get, first pass (cold)   {t.rate(lookups)}")
+        rates["get_cold"] = t.per_s(lookups)
         for rd in readers:  # make every block warm
             for _ in rd:
                 pass
-        print(f"  SSTReader get, warm                {lookups_timed(probe).rate(lookups)}")
-        print(f"  SSTReader get absent key, warm     {lookups_timed(absent).rate(len(absent))}")
+        t = lookups_timed(probe)
+        print(f"  SSTReader get, warm                {t.rate(lookups)}")
+        rates["get_warm"] = t.per_s(lookups)
+        t = lookups_timed(absent)
+        print(f"  SSTReader get absent key, warm     {t.rate(len(absent))}")
+        rates["get_absent_warm"] = t.per_s(len(absent))
         with _Timer() as t:
             count = sum(1 for rd in readers for _ in rd)
         print(f"  SSTReader full scan, warm          {t.rate(count)}")
+        rates["scan_warm"] = t.per_s(count)
         for rd in readers:
             rd.close()
         readers = [SSTReader(p, cache=cache) for p in paths]
         with _Timer() as t:
             count = sum(1 for rd in readers for _ in rd.seek(b"", fill_cache=False))
         print(f"  SSTReader full scan, cold          {t.rate(count)}")
+        rates["scan_cold"] = t.per_s(count)
         for rd in readers:
             rd.close()
 
@@ -96,11 +116,23 @@ def main(n: int = 1_000_000, ranges: int = 100, lookups: int = 300_000) -> None:
                 for k in probe:
                     db.get(k)
             print(f"  Rdict.get {label}               {t.rate(lookups)}")
+            rates["rdict_get_" + label.strip().replace(" ", "_")] = t.per_s(lookups)
         db.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    print()
+    print(f"{'figure':<28}{'gravfs/s':>14}{'RocksDB/s':>14}{'ratio':>8}")
+    for ours, theirs in (("get_cold", "rdict_get_first_pass"), ("get_warm", "rdict_get_warm")):
+        ratio = rates[ours] / rates[theirs]
+        res[ours + "_vs_rocksdb"] = ratio
+        print(f"{ours:<28}{rates[ours]:>14,.0f}{rates[theirs]:>14,.0f}{ratio:>7.2f}x")
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, f"sstable-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"results: {os.path.relpath(path, ROOT)}")
+    return res
 
 
 if __name__ == "__main__":
-    args = [int(a) for a in sys.argv[1:]]
-    main(*args)
+    main(*[int(a) for a in sys.argv[1:]])
