@@ -30,6 +30,7 @@ from typing import BinaryIO, Optional
 
 from gravfs import hashing
 from gravfs.errors import CorruptDataError
+from gravfs.faults import crash_point
 from gravfs.store import chunksums
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,7 @@ class DataObjects:
             os.rename(path, dest)
         if durable:
             _fsync_path(os.path.dirname(dest))
+        crash_point("writeback:pending-moved", address)
         self._last_put = time.monotonic()
         self._enqueue(address, size)
         return address, size
@@ -219,11 +221,13 @@ class DataObjects:
         """Store one pending object and remove its pending file; False when another
         process did it first (the file vanished: removed only after its upload)."""
         path = self.pending_path(address)
+        crash_point("writeback:before-upload", address)
         try:  # no existence check first: a repeated upload of the same content is harmless
             self.store.upload(address, path)
             log.debug("uploaded pending %s", address)
         except FileNotFoundError:
             return False
+        crash_point("writeback:uploaded", address)
         try:
             os.unlink(path)
         except FileNotFoundError:
@@ -344,6 +348,7 @@ class DataObjects:
         if self.store.size(address) is None:
             self.store.upload(address, path)
             log.debug("uploaded %s (%d bytes)", address, size)
+            crash_point("data:uploaded", address)
         return address, size
 
     def put_bytes(self, data: bytes) -> tuple[str, int]:

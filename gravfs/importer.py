@@ -17,6 +17,7 @@ from typing import Iterator, Optional
 
 from gravfs.committed.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo
 from gravfs.errors import GravfsError
+from gravfs.faults import crash_point
 from gravfs.paths import to_key
 from gravfs.progress import progress_bar
 
@@ -85,10 +86,13 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
                 bar.advance(entry.size)
             if len(batch) >= BATCH:
                 repo.stage(branch, batch)
+                crash_point("import:batch-staged")
                 batch = []
         if batch:
             repo.stage(branch, batch)
+            crash_point("import:batch-staged")
     log.info("staged %d entries (%d bytes) in %.1fs", len(items), total_bytes, time.monotonic() - t0)
+    crash_point("import:staged")
     msg = message or f"Import {os.path.abspath(src)}"
     commit = repo.commit(branch, msg, metadata={"import_source": os.path.abspath(src)})
     return commit, len(items)

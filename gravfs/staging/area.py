@@ -26,6 +26,7 @@ from typing import Iterator, Optional
 import lmdb
 
 from gravfs.errors import BadNameError, GravfsError
+from gravfs.faults import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,10 @@ class StagingArea:
         while True:
             try:
                 with self.env.begin(write=True) as txn:
-                    return fn(txn, *args)
+                    result = fn(txn, *args)
+                    crash_point("staging:in-txn")
+                crash_point("staging:written")
+                return result
             except lmdb.MapFullError:
                 self._grow()
             except lmdb.DiskError as exc:  # e.g. ENOSPC while writing pages

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from urllib.parse import urlparse
 
 from gravfs.errors import GravfsError
@@ -15,7 +16,16 @@ def open_store(url: str) -> ObjectStore:
 
     For S3 the endpoint and credentials come from the environment
     (``GRAVFS_S3_ENDPOINT`` or ``AWS_ENDPOINT_URL``, and the AWS chain).
+    Tests inject failures with ``GRAVFS_STORE_FAULT`` (gravfs/faults.py).
     """
+    store = _open(url)
+    if os.environ.get("GRAVFS_STORE_FAULT"):
+        from gravfs.faults import faulty_from_env
+        return faulty_from_env(store)
+    return store
+
+
+def _open(url: str) -> ObjectStore:
     if not url:
         raise GravfsError("no store URL given (use a path, file://PATH or s3://BUCKET/PREFIX)")
     if url.startswith("file://"):

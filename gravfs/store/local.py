@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gravfs.errors import GravfsError, NotFoundError, PreconditionFailedError
+from gravfs.faults import crash_point
 from gravfs.store.base import RESERVED_PREFIX, ObjectStore, check_key, ordered_walk
 
 log = logging.getLogger(__name__)
@@ -155,16 +156,19 @@ class LocalStore(ObjectStore):
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
         tmp, _ = self._write_temp(path, data)
+        crash_point("local:publish", key)
         self._replace(tmp, path)
 
     def upload(self, key: str, src_path: str) -> None:
         path = self._path(key)
         tmp, _ = self._write_temp(path, src_path=src_path)
+        crash_point("local:publish", key)
         self._replace(tmp, path)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         path = self._path(key)
         tmp, _ = self._write_temp(path, data)
+        crash_point("local:publish", key)
         try:
             os.link(tmp, path)  # atomic create-only-if-missing, never partial
         except FileExistsError:
@@ -185,6 +189,7 @@ class LocalStore(ObjectStore):
                 os.fsync(fd)  # cheap if the writer synced it already
             finally:
                 os.close(fd)
+        crash_point("local:publish", key)
         try:
             os.link(src_path, path)  # atomic create-only-if-missing, never partial
         except FileExistsError:
@@ -215,6 +220,7 @@ class LocalStore(ObjectStore):
                 self._sync_dir(path)
                 return None
             tmp, st = self._write_temp(path, data)
+            crash_point("local:publish", key)
             self._replace(tmp, path)
             return _version(data, st)
 

@@ -40,6 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 from gravfs.errors import CorruptDataError, GravfsError
+from gravfs.faults import crash_point
 from gravfs.store import chunksums
 from gravfs.store.base import ObjectStore, check_key
 
@@ -367,6 +368,7 @@ class LocalTier:
             if self._fsync:
                 os.fsync(fd)
             size = os.fstat(fd).st_size
+            crash_point("tier:fetched", key)
             os.rename(tmp, final)
         except BaseException:
             try:
