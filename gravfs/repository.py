@@ -166,6 +166,7 @@ class Repository:
         """Branch, tag, commit id or unique prefix, each optionally followed by ~N."""
         m = _TILDE.match(ref)
         back = 0
+        whole = ref
         if m:
             ref = m.group(1)
             for part in m.group(2).split("~")[1:]:
@@ -173,10 +174,12 @@ class Repository:
         target = self._resolve_plain(ref)
         if back:
             c = target.commit
-            for _ in range(back):
+            for steps in range(back):
                 if not c.parents:
-                    raise NotFoundError(f"{ref}~{back}: history has only "
-                                        f"{c.generation + 1} commit(s)")
+                    # ~N follows first parents: steps + 1 commits on that line
+                    n = steps + 1
+                    raise NotFoundError(f"{whole}: history of {ref} has only {n} "
+                                        f"commit{'s' if n != 1 else ''}")
                 c = self.commits.get(c.parents[0])
             return RefTarget(c)
         return target

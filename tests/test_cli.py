@@ -91,7 +91,7 @@ def test_full_workflow(cli, tmp_path):
     (("commit", "main", "-m", "x"), 1, "nothing to commit"),
     (("merge", "main", "main"), 1, "already merged"),
     (("put", "/no/such/file", "main:x"), 1, "not a regular file"),
-    (("log", "main~5"), 2, "history has only"),
+    (("log", "main~5"), 2, "main~5: history of main has only 1 commit"),
 ])
 def test_errors_are_one_line(cli, args, code, needle):
     rc, out, err = cli(*args, check=False)

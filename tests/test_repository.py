@@ -76,6 +76,30 @@ def test_ref_syntax_tilde_and_prefix(repo):
     assert [c.message for c in repo.log("main", 2)] == ["c2", "c1"]
 
 
+def test_tilde_past_the_root_counts_first_parents(repo):
+    for i in range(21):
+        repo.write_file("main", "f", str(i).encode())
+        repo.commit("main", f"c{i}")
+    assert repo.resolve("main~21").commit.parents == ()
+    with pytest.raises(NotFoundError) as exc:
+        repo.resolve("main~25")
+    assert str(exc.value) == "main~25: history of main has only 22 commits"
+    with pytest.raises(NotFoundError, match=r"^main~3~~20: history of main has only 22 commits$"):
+        repo.resolve("main~3~~20")  # 3 + 1 + 20 = 24 steps
+    # a merge: generation counts the longer side, ~N only the first parents
+    repo.create_branch("side", "main~20")
+    for i in range(5):
+        repo.write_file("side", f"s{i}", b"s")
+        repo.commit("side", f"s{i}")
+    repo.create_branch("short", "main~21")
+    repo.write_file("short", "x", b"x")
+    repo.commit("short", "x")
+    repo.merge("side", "short")
+    assert repo.resolve("short").commit.generation == 7
+    with pytest.raises(NotFoundError, match=r"^short~3: history of short has only 3 commits$"):
+        repo.resolve("short~3")
+
+
 def test_ambiguous_prefix_is_reported(repo):
     # two objects whose ids share the prefix "abcdef"
     for tail in ("01", "02"):
