@@ -125,3 +125,45 @@ def test_s3_outage_mid_commit_loses_nothing(s3_server, tmp_path, monkeypatch):
     c = r.commit("main", "after outage")
     assert _files(r, c.id) == want and r.status("main") == []
     r.close()
+
+
+def test_killed_commit_leaves_no_temp_sst(tmp_path):
+    """A commit killed while an SST sits in the workspace's temp directory: the next
+    open removes it, and keeps the files of writers that are still running."""
+    from gravfs.committed.writer import process_start
+    store, state, old_head, want = _setup(tmp_path)
+    env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state, GRAVFS_CRASH_AT="sst:written")
+    p = subprocess.run([sys.executable, "-m", "gravfs.cli", "commit", "main", "-m", "crashy"],
+                       env=env, capture_output=True, timeout=120)
+    assert p.returncode == CRASH_EXIT_CODE, p.stderr
+    from gravfs.config import Workspace
+    from gravfs.store import open_store
+    tmp = os.path.join(Workspace.for_store(state, open_store(store).url).root, "sst-tmp")
+    # what the killed commit left, named by the pid and start time of a dead process
+    left = sorted(os.listdir(tmp))
+    assert left and all(".sst" in n for n in left), left
+    # a live writer in another process, a reused pid (live pid, other start time),
+    # a dead pid with the older name format, and a file gravfs does not write
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        start = process_start(sleeper.pid)
+        live = [f"{sleeper.pid}-{start}-0.sst", f"{sleeper.pid}-{start}-1.sst.0a1b2c.tmp"]
+        reused = f"{sleeper.pid}-{int(start) + 1}-0.sst"
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)
+        old_format = f"{int(dead.stdout)}-3.sst"
+        for n in [*live, reused, old_format, "notes.txt"]:
+            with open(os.path.join(tmp, n), "wb") as f:
+                f.write(b"x")
+        r = Repository.open(store, state)
+        assert sorted(os.listdir(tmp)) == sorted([*live, "notes.txt"])
+        assert r.head("main") == old_head and _files(r, "main") == want
+        r.commit("main", "retry")
+        assert _files(r, r.head("main")) == want
+        r.close()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    r = Repository.open(store, state)  # the writer is gone now
+    assert sorted(os.listdir(tmp)) == ["notes.txt"]
+    r.close()

@@ -29,7 +29,7 @@ _new_record = tuple.__new__
 _LEN2 = [put_varint(n) if 64 <= n < 8192 else None for n in range(8192)] + [None] * 64
 from gravfs.committed.results import ApplyResult, Diff, MergeResult, Stats
 from gravfs.committed.stitch import _View, stitch
-from gravfs.committed.writer import TreeWriter, WriteContext
+from gravfs.committed.writer import TreeWriter, WriteContext, remove_stale_temps
 from gravfs.errors import ConflictError, NotFoundError
 
 log = logging.getLogger(__name__)
@@ -83,6 +83,8 @@ class CommittedManager:
         os.makedirs(self._tmp_dir, exist_ok=True)
         if self._own_tmp:  # also cleaned if the manager is dropped without close()
             self._tmp_cleanup = weakref.finalize(self, shutil.rmtree, self._tmp_dir, True)
+        else:  # a shared directory (the workspace's): drop what killed writers left
+            remove_stale_temps(self._tmp_dir)
         self._executor = ThreadPoolExecutor(upload_threads, thread_name_prefix="gravfs-sst") \
             if upload_threads > 0 else None
         self._ctx = WriteContext(store, self._tmp_dir, self._executor, compression, block_size,

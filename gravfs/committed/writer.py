@@ -15,6 +15,8 @@ import hashlib
 import itertools
 import logging
 import os
+import re
+import time
 from bisect import bisect_left
 from collections import deque
 from itertools import accumulate, islice
@@ -29,6 +31,7 @@ from gravfs.committed.reader import MetaRange, RangeInfo, metarange_key, range_k
 from gravfs.committed.record import (EMPTY_ID, _LEN, _LEN_TABLE_SIZE, decode_identity,
                                      encode_value)
 from gravfs.committed.results import Stats
+from gravfs.faults import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,82 @@ except ImportError:  # pragma: no cover
     _sha = hashlib.sha256
 _SLICE = 4096
 _tmp_counter = itertools.count()
+_own_start: dict[int, str] = {}  # pid -> its start time (recomputed after a fork)
+# <pid>-<start>-<n>.sst, older <pid>-<n>.sst; the SST writer builds into <name>.<hex>.tmp
+_TEMP_NAME = re.compile(r"^(\d+)-(?:(\d+)-)?\d+\.sst(?:\.[0-9a-f]+\.tmp)?$")
+STALE_TEMP_AGE = 24 * 3600.0  # seconds; only for names without a start time
+
+
+def process_start(pid: int) -> str | None:
+    """Start time of process pid (clock ticks after boot, field 22 of /proc/PID/stat),
+    or None when there is no such process. Together with the pid it names a
+    process even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat.rsplit(b")", 1)[-1].split()  # the command name may hold spaces
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def temp_sst_path(tmp_dir: str) -> str:
+    """A temp SST name that says which process writes it (see remove_stale_temps)."""
+    pid = os.getpid()
+    start = _own_start.get(pid)
+    if start is None:
+        start = _own_start[pid] = process_start(pid) or "0"
+    return os.path.join(tmp_dir, f"{pid}-{start}-{next(_tmp_counter)}.sst")
+
+
+def _writer_alive(pid: int, start: str | None) -> bool:
+    if start and start != "0":
+        return process_start(pid) == start
+    try:  # no start time recorded: the pid alone (it may have been reused)
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temps(tmp_dir: str, max_age: float = STALE_TEMP_AGE) -> int:
+    """Delete temp SSTs left by writers that died (a commit killed mid-write).
+
+    A file is removed when the process named in it is gone (pid and start time
+    both checked, so a reused pid does not keep it). Names without a start time
+    (older gravfs, or no /proc) are also removed past ``max_age`` seconds, long
+    after any writer finished with them. Files of live writers and names
+    gravfs does not write are left alone. Returns how many were removed.
+    """
+    try:
+        names = os.listdir(tmp_dir)
+    except FileNotFoundError:
+        return 0
+    removed = 0
+    now = time.time()
+    for name in names:
+        m = _TEMP_NAME.match(name)
+        if m is None:
+            continue
+        path = os.path.join(tmp_dir, name)
+        if _writer_alive(int(m.group(1)), m.group(2)):
+            if m.group(2) and m.group(2) != "0":
+                continue
+            try:
+                if now - os.stat(path).st_mtime < max_age:
+                    continue
+            except FileNotFoundError:
+                continue
+        try:
+            os.unlink(path)
+            removed += 1
+        except FileNotFoundError:
+            pass
+    if removed:
+        log.info("removed %d temporary SST file(s) of dead writers from %s", removed, tmp_dir)
+    return removed
 
 
 class WriteContext:
@@ -59,10 +138,11 @@ class WriteContext:
         The file is handed to the store as it is (LocalStore links it into
         place, so the bytes are written and synced once).
         """
-        path = os.path.join(self.tmp_dir, f"{os.getpid()}-{next(_tmp_counter)}.sst")
+        path = temp_sst_path(self.tmp_dir)
         try:
             info = _sstable.write_sst(path, zip(keys, values), properties,
                                       compression=self.compression, block_size=self.block_size)
+            crash_point("sst:written")
             created = self.store.put_file_if_absent(store_key, path)
         finally:
             try:
