@@ -22,6 +22,7 @@ SeaweedFS (4.x, ``weed mini``) as seen from here:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import random
@@ -37,12 +38,13 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
 from gravfs.errors import GravfsError, NotFoundError, PreconditionFailedError, StoreUnavailableError
+from gravfs.store import s3timeouts
 from gravfs.store.base import ObjectStore, check_key, ordered_walk
+from gravfs.store.s3timeouts import Deadline, DeadlineExceeded, S3Timeouts
 
 log = logging.getLogger(__name__)
 
 MiB = 1 << 20
-DEFAULT_MAX_ATTEMPTS = 5
 
 # Failures of the transport (server down, connection reset, timeouts).
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -51,7 +53,7 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     bce.IncompleteReadError,
     ConnectionError,  # socket-level errors leaking from a streaming body
 )
-_UNAVAILABLE_CODES = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "ThrottlingException"}
+_UNAVAILABLE_CODES = s3timeouts.TRANSIENT_CODES
 
 
 class S3Store(ObjectStore):
@@ -60,9 +62,14 @@ class S3Store(ObjectStore):
     Credentials come from the arguments or the usual AWS chain (environment,
     profile, instance role). The endpoint comes from ``endpoint_url``, else
     ``$GRAVFS_S3_ENDPOINT``, else ``$AWS_ENDPOINT_URL``; with an explicit
-    endpoint, path-style addressing is used. ``max_attempts`` (else
-    ``$GRAVFS_S3_MAX_ATTEMPTS``, default 5) bounds botocore's retries with
-    exponential backoff; failures left after them raise StoreUnavailableError.
+    endpoint, path-style addressing is used.
+
+    Time limits (``s3timeouts``): ``connect_timeout``, ``read_timeout``,
+    ``max_attempts`` per request (botocore's retries, exponential backoff) and
+    ``timeout``, the deadline of one operation; each unset one comes from
+    ``$GRAVFS_S3_CONNECT_TIMEOUT``, ``$GRAVFS_S3_READ_TIMEOUT``,
+    ``$GRAVFS_S3_MAX_ATTEMPTS`` and ``$GRAVFS_S3_TIMEOUT``, else 5 s, 30 s, 5
+    and 60 s. Failures left after them raise StoreUnavailableError.
     """
 
     def __init__(
@@ -76,8 +83,9 @@ class S3Store(ObjectStore):
         secret_key: str | None = None,
         session_token: str | None = None,
         max_attempts: int | None = None,
-        connect_timeout: float = 5.0,
-        read_timeout: float = 60.0,
+        connect_timeout: float | None = None,
+        read_timeout: float | None = None,
+        timeout: float | None = None,
         multipart_threshold: int = 64 * MiB,
         multipart_chunksize: int = 64 * MiB,
         max_concurrency: int = 8,
@@ -90,9 +98,9 @@ class S3Store(ObjectStore):
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
         self.endpoint_url = endpoint_url or os.environ.get("GRAVFS_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL") or None
-        if max_attempts is None:
-            max_attempts = int(os.environ.get("GRAVFS_S3_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS))
-        self.max_attempts = max(1, max_attempts)
+        self.timeouts = S3Timeouts.resolve(connect=connect_timeout, read=read_timeout,
+                                           operation=timeout, max_attempts=max_attempts)
+        self.max_attempts = self.timeouts.max_attempts
         session = boto3.session.Session(
             aws_access_key_id=access_key,
             aws_secret_access_key=secret_key,
@@ -100,9 +108,9 @@ class S3Store(ObjectStore):
             region_name=region,
         )
         config = Config(
-            retries={"max_attempts": self.max_attempts, "mode": "standard"},
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
+            retries={"total_max_attempts": self.max_attempts, "mode": "standard"},
+            connect_timeout=self.timeouts.connect,
+            read_timeout=self.timeouts.read,
             max_pool_connections=max_pool_connections,
             s3={"addressing_style": "path"} if self.endpoint_url else {},
         )
@@ -112,6 +120,7 @@ class S3Store(ObjectStore):
             region_name=session.region_name or "us-east-1",
             config=config,
         )
+        s3timeouts.install(self._client, self.timeouts.operation)
         self._transfer = TransferConfig(
             multipart_threshold=multipart_threshold,
             multipart_chunksize=multipart_chunksize,
@@ -140,11 +149,24 @@ class S3Store(ObjectStore):
             f"{self.max_attempts} attempt(s): {err}"
         )
 
+    def _timed_out(self, op: str, key: str, e: DeadlineExceeded) -> StoreUnavailableError:
+        last = " ".join(str(e.last).split()) if e.last is not None else ""
+        return StoreUnavailableError(
+            f"object store {self._where()} unavailable: {op} {key} timed out after {e.seconds:g} s "
+            f"(GRAVFS_S3_TIMEOUT" + (f"; last error: {last})" if last else ")")
+        )
+
+    def _operation(self):
+        """The deadline of one operation for the calling thread (see s3timeouts)."""
+        return s3timeouts.operation(self.timeouts.operation)
+
     @contextmanager
     def _errors(self, op: str, key: str) -> Iterator[None]:
         """Translate boto errors into gravfs errors with a message a user can act on."""
         try:
             yield
+        except DeadlineExceeded as e:
+            raise self._timed_out(op, key, e) from e
         except bce.ClientError as e:
             raise self._client_error(op, key, e) from e
         except S3UploadFailedError as e:
@@ -177,27 +199,40 @@ class S3Store(ObjectStore):
         return GravfsError(f"{op} {key} on {self._where()} failed: {code}: {msg}")
 
     def _call(self, op: str, key: str, fn: Callable[..., Any], **kw: Any) -> Any:
-        with self._errors(op, key):
+        with self._operation(), self._errors(op, key):
             return fn(Bucket=self.bucket, **kw)
 
     # --- reads ---------------------------------------------------------------
 
-    def _streamed(self, op: str, key: str, consume: Callable[[Any], Any], **kw: Any) -> Any:
-        """GET and consume the body, retrying when the stream breaks midway."""
-        for attempt in range(1, self.max_attempts + 1):
-            resp = self._call(op, key, self._client.get_object, Key=self._full(key), **kw)
+    def _body(self, op: str, key: str, resp: Any, deadline: Deadline,
+              consume: Callable[[Any, Deadline], Any]) -> Any:
+        """Consume a GET's body; a read still running at the deadline is cut."""
+        with self._errors(op, key), s3timeouts.watched(deadline, resp["Body"]) as watch:
             try:
-                with self._errors(op, key):
-                    return consume(resp)
-            except StoreUnavailableError:
-                if attempt == self.max_attempts:
-                    raise
-                log.warning("%s %s: body stream broke (attempt %d), retrying", op, key, attempt)
-                _backoff(attempt)
+                return consume(resp, deadline)
+            except BaseException as e:
+                resp["Body"].close()  # never hand a half-read connection back to the pool
+                deadline.last = e
+                if watch.fired and isinstance(e, _CONNECTION_ERRORS):
+                    raise DeadlineExceeded(deadline.seconds, e) from e
+                raise
+
+    def _streamed(self, op: str, key: str, consume: Callable[[Any, Deadline], Any], **kw: Any) -> Any:
+        """GET and consume the body, retrying when the stream breaks midway."""
+        with self._operation() as deadline:
+            for attempt in itertools.count(1):
+                resp = self._call(op, key, self._client.get_object, Key=self._full(key), **kw)
+                try:
+                    return self._body(op, key, resp, deadline, consume)
+                except StoreUnavailableError:
+                    if attempt >= self.max_attempts or deadline.passed():
+                        raise
+                    log.warning("%s %s: body stream broke (attempt %d), retrying", op, key, attempt)
+                    _backoff(attempt)
         raise AssertionError("unreachable")
 
     def get(self, key: str) -> bytes:
-        return self._streamed("get", key, lambda r: r["Body"].read())
+        return self._streamed("get", key, _read_all)
 
     def get_range(self, key: str, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0:
@@ -207,30 +242,35 @@ class S3Store(ObjectStore):
                 raise NotFoundError(f"object {key} not found in {self.url}")
             return b""
         try:
-            return self._streamed("get_range", key, lambda r: r["Body"].read(), Range=f"bytes={offset}-{offset + length - 1}")
+            return self._streamed("get_range", key, _read_all, Range=f"bytes={offset}-{offset + length - 1}")
         except GravfsError as e:
             if isinstance(e.__cause__, bce.ClientError) and e.__cause__.response.get("Error", {}).get("Code") == "InvalidRange":
                 return b""  # offset at or past EOF
             raise
 
     def download(self, key: str, dest_path: str) -> int:
-        with open(dest_path, "wb") as f:
-            written = 0
+        written = 0
+
+        def consume(resp: Any, deadline: Deadline) -> int:
+            nonlocal written
+            for chunk in resp["Body"].iter_chunks(MiB):
+                f.write(chunk)
+                written += len(chunk)
+                deadline.renew()  # progress: the deadline bounds stalls, not the size
+            return written
+
+        with open(dest_path, "wb") as f, self._operation() as deadline:
             etag: str | None = None
-            for attempt in range(1, self.max_attempts + 1):
+            for attempt in itertools.count(1):
                 kw: dict[str, Any] = {}
                 if written:  # resume the same object version where the stream broke
                     kw = {"Range": f"bytes={written}-", "IfMatch": etag}
                 resp = self._call("download", key, self._client.get_object, Key=self._full(key), **kw)
                 etag = resp.get("ETag")
                 try:
-                    with self._errors("download", key):
-                        for chunk in resp["Body"].iter_chunks(MiB):
-                            f.write(chunk)
-                            written += len(chunk)
-                    return written
+                    return self._body("download", key, resp, deadline, consume)
                 except StoreUnavailableError:
-                    if attempt == self.max_attempts:
+                    if attempt >= self.max_attempts or deadline.passed():
                         raise
                     log.warning("download %s: stream broke at byte %d (attempt %d), resuming", key, written, attempt)
                     _backoff(attempt)
@@ -243,7 +283,7 @@ class S3Store(ObjectStore):
             return None
 
     def read_versioned(self, key: str) -> tuple[bytes, str]:
-        return self._streamed("read", key, lambda r: (r["Body"].read(), r["ETag"]))
+        return self._streamed("read", key, lambda r, d: (_read_all(r, d), r["ETag"]))
 
     # --- writes --------------------------------------------------------------
 
@@ -251,12 +291,18 @@ class S3Store(ObjectStore):
         self._call("put", key, self._client.put_object, Key=self._full(key), Body=data)
 
     def upload(self, key: str, src_path: str) -> None:
+        # No operation deadline here: each request (each part of a multipart
+        # upload, sent from the transfer manager's threads) gets its own.
         with self._errors("upload", key):
             self._client.upload_file(src_path, self.bucket, self._full(key), Config=self._transfer)
 
     def _conditional_put(self, op: str, key: str, data: bytes, **cond: str) -> str:
         """PUT with a precondition; 409 (concurrent conditional write in flight) is retried."""
-        for attempt in range(1, self.max_attempts + 1):
+        with self._operation() as deadline:
+            return self._conditional_put_within(deadline, op, key, data, **cond)
+
+    def _conditional_put_within(self, deadline: Deadline, op: str, key: str, data: bytes, **cond: str) -> str:
+        for attempt in itertools.count(1):
             try:
                 with self._errors(op, key):
                     return self._client.put_object(Bucket=self.bucket, Key=self._full(key), Body=data, **cond)["ETag"]
@@ -268,7 +314,7 @@ class S3Store(ObjectStore):
                     return _md5_etag(data)
                 raise
             except GravfsError as e:
-                if _status(e) == 409 and attempt < self.max_attempts:
+                if _status(e) == 409 and attempt < self.max_attempts and not deadline.passed():
                     _backoff(attempt)
                     continue
                 raise
@@ -288,6 +334,10 @@ class S3Store(ObjectStore):
             return False
 
     def compare_and_swap(self, key: str, expected_version: str | None, data: bytes | None) -> str | None:
+        with self._operation():  # one deadline for its requests
+            return self._compare_and_swap(key, expected_version, data)
+
+    def _compare_and_swap(self, key: str, expected_version: str | None, data: bytes | None) -> str | None:
         if data is not None:
             cond = {"IfNoneMatch": "*"} if expected_version is None else {"IfMatch": expected_version}
             try:
@@ -337,6 +387,18 @@ class S3Store(ObjectStore):
             if not resp.get("IsTruncated") or not token:
                 return
             kw["ContinuationToken"] = token
+
+
+def _read_all(resp: Any, deadline: Deadline) -> bytes:
+    """The whole body, read by MiB so that each MiB renews the deadline."""
+    body = resp["Body"]
+    parts = []
+    while True:
+        chunk = body.read(MiB)
+        if not chunk:
+            return b"".join(parts)
+        parts.append(chunk)
+        deadline.renew()
 
 
 def _md5_etag(data: bytes) -> str:
