@@ -49,6 +49,8 @@ CRASH_POINTS: dict[str, str] = {
     "commit:head-moved": "the head points at the new commit; its sealed tokens are not dropped",
     "import:batch-staged": "one more batch of an import is staged (files uploaded); not committed",
     "import:staged": "every entry of an import is staged; the commit has not started",
+    "sst:written": "a range or metarange SST is complete in the workspace's temp directory, "
+                   "not yet in the store",
     "staging:in-txn": "inside an LMDB write transaction, before it commits",
     "staging:written": "an LMDB write transaction has committed; the caller has not seen it",
     "data:uploaded": "a file's data object is in the store; its entry is not staged",
