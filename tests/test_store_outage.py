@@ -227,8 +227,54 @@ def test_cli_on_a_silent_endpoint_prints_one_line_and_fails(tmp_path):
                               "--state-dir", str(tmp_path / "state"), "ls", "main"],
                              capture_output=True, text=True, env=env, timeout=90, cwd=root)
     print(res.stderr)
-    assert res.returncode != 0
+    assert res.returncode == 8  # StoreUnavailableError
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
     assert srv.url in lines[0] and "timed out" in lines[0] and "s3://bucket/repo" in lines[0], lines[0]
     assert res.stdout == ""
+
+
+def test_mount_answers_eio_with_a_log_line_when_the_store_hangs(s3_server, tmp_path):
+    """A mount whose S3 endpoint starts to accept and never answer (a proxy in front of
+    SeaweedFS): a read fails with EIO at the deadline set by mount options, the log says
+    which call timed out, and the mount serves the file once the endpoint answers again."""
+    import errno
+    import urllib.parse
+    import uuid
+
+    from tests.fuse_util import Mount, fuse_available, s3_env
+    from tests.stall_server import Proxy
+
+    if not fuse_available():
+        pytest.fail("/dev/fuse is not usable: this test needs a real FUSE mount")
+    if s3_server.proc is None or s3_server.proc.poll() is not None:
+        s3_server.start()
+    url = f"s3://{s3_server.bucket}/hang-{uuid.uuid4().hex[:10]}"
+    up = urllib.parse.urlparse(s3_server.endpoint_url)
+    with Proxy((up.hostname, up.port)) as proxy:
+        env = dict(s3_env(s3_server), GRAVFS_S3_ENDPOINT=proxy.url, AWS_ENDPOINT_URL=proxy.url)
+        a = Mount(str(tmp_path / "a"), store=url, env=env).init()
+        src = tmp_path / "f"
+        src.write_bytes(b"through the proxy")
+        a.cli("put", str(src), "main:d/f")
+        cid = a.commit()
+        b = Mount(str(tmp_path / "b"), store=url, env=env)  # nothing cached in this workspace
+        try:
+            b.mount(options=["s3_timeout=3,s3_read_timeout=1,s3_connect_timeout=1,s3_max_attempts=20"])
+            target = b.path("commits", cid, "d", "f")
+            assert os.stat(target).st_size == 17  # its metadata is read; its data is not
+            proxy.hang()
+            err, elapsed = _outcome(lambda: open(target, "rb").read(), limit=120)
+            print(f"read: {err!r} after {elapsed:.1f} s")
+            assert isinstance(err, OSError) and err.errno == errno.EIO, err
+            lines = [l for l in b.log_text().splitlines() if " ERROR " in l and "timed out after 3 s" in l]
+            assert lines and proxy.url in lines[0], b.log_tail()
+            print(lines[0])
+            proxy.resume()
+            with open(target, "rb") as f:
+                assert f.read() == b"through the proxy"
+            assert "Traceback" not in b.log_text()
+        finally:
+            proxy.resume()
+            b.cleanup()
+            a.cleanup()

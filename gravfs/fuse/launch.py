@@ -52,6 +52,9 @@ def mount(args) -> int:
     branch = getattr(args, "branch", None) or opts.branch
     if opts.s3_endpoint:
         os.environ["GRAVFS_S3_ENDPOINT"] = opts.s3_endpoint
+    for name in ("s3_connect_timeout", "s3_read_timeout", "s3_timeout", "s3_max_attempts"):
+        if getattr(opts, name) is not None:  # read by the daemon's S3Store
+            os.environ["GRAVFS_" + name.upper()] = str(getattr(opts, name))
     mountpoint = os.path.abspath(args.mountpoint)
     _clear_stale_mount(mountpoint)
     if not os.path.isdir(mountpoint):

@@ -32,6 +32,11 @@ class MountOptions:
     store: Optional[str] = None
     state_dir: Optional[str] = None
     s3_endpoint: Optional[str] = None
+    # S3 time limits (gravfs.store.s3timeouts); None: the environment's or the default
+    s3_connect_timeout: Optional[float] = None
+    s3_read_timeout: Optional[float] = None
+    s3_timeout: Optional[float] = None
+    s3_max_attempts: Optional[int] = None
     poll: float = 0.5
     attr_timeout: float = 10.0  # branch trees; the watcher invalidates on every change
     head_ttl: float = 1.0
@@ -61,9 +66,10 @@ def parse(opts: list[str]) -> MountOptions:
                 out.debug = True
             elif name in ("branch", "store", "state_dir", "log_file", "s3_endpoint") and eq:
                 setattr(out, name, value)
-            elif name in ("poll", "attr_timeout", "head_ttl") and eq:
+            elif name in ("poll", "attr_timeout", "head_ttl", "s3_connect_timeout", "s3_read_timeout",
+                          "s3_timeout") and eq:
                 out.__dict__[name] = _number(name, value, float)
-            elif name in ("commits_listed", "cache_mb", "threads", "readahead_kb") and eq:
+            elif name in ("commits_listed", "cache_mb", "threads", "readahead_kb", "s3_max_attempts") and eq:
                 out.__dict__[name] = _number(name, value, int)
             elif name in FUSE_FLAGS and not eq:
                 out.fuse.add(name)
