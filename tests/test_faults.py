@@ -3,8 +3,8 @@
 * Every ``crash_point("...")`` in the source is listed in CRASH_POINTS and every
   listed point is called somewhere.
 * The crash walk: a scenario of commands on a local-directory store (two puts,
-  an rm, an import staged in three batches, write-back uploads as the mount
-  makes them, a commit, a read) runs in subprocesses with GRAVFS_CRASH_AT set,
+  an rm, a commit, an import staged in three batches, write-back uploads as
+  the mount makes them, a commit, a read) runs in subprocesses with GRAVFS_CRASH_AT set,
   once per registered point (and a few targeted hits). The first process that
   reaches the point dies (exit 99); the walk fails if none does. Then the next
   commands recover: everything acknowledged before the crash is there, the
@@ -197,9 +197,10 @@ def _scenario() -> list[Step]:
         Step("put", ["put", "{src}/one", "main:p/one"], [{"p/one": b"one\n"}]),
         Step("put-over", ["put", "{src}/two", "main:base/03"], [{"base/03": b"two\n"}]),
         Step("rm", ["rm", "main:base/05"], [{"base/05": None}]),
+        Step("commit", ["commit", "main", "-m", "puts"]),
         Step("import", ["import", "-q", "{src}/tree", "main:imp", "-m", "import"], [imported]),
         Step("writeback", [], [{k: v} for k, v in WRITEBACK.items()]),
-        Step("commit", ["commit", "main", "-m", "write-back"]),
+        Step("commit-wb", ["commit", "main", "-m", "write-back"]),
         Step("cat", ["cat", "main:imp/a/0"]),
     ]
 
@@ -257,10 +258,13 @@ CASES = [pytest.param(p, None, id=p,
     pytest.param("tier:fetched@data/*", None),
     pytest.param("writeback:pending-moved:2", None),
     pytest.param("writeback:uploaded:3", None),
-    # a plain commit of write-back entries: its pending record, and its cleanup after the head moved
-    pytest.param("staging:in-txn:2", "commit"),
-    pytest.param("staging:in-txn:3", "commit"),
-    pytest.param("commit:head-moved", "commit"),
+    # the import's own commit
+    pytest.param("commit:pending-recorded", "import"),
+    pytest.param("commit:head-moved", "import"),
+    # a commit of write-back entries: its pending record, and its cleanup after the head moved
+    pytest.param("staging:in-txn:2", "commit-wb"),
+    pytest.param("staging:in-txn:3", "commit-wb"),
+    pytest.param("commit:head-moved", "commit-wb"),
 ]
 
 
