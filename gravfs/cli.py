@@ -98,8 +98,16 @@ def cmd_import(args) -> int:
     from gravfs.importer import import_tree
     repo = _repo(args)
     branch, prefix = _split_ref_path(args.dest, "BRANCH[:PREFIX]")
-    c, n = import_tree(repo, args.src, branch, prefix, args.message, progress=not args.quiet)
-    print(f"Imported {n} file(s) into {branch}:{prefix or '/'} as commit {_short(c.id)}")
+    res = import_tree(repo, args.src, branch, prefix, args.message, progress=not args.quiet,
+                      include_staged=args.include_staged)
+    if res.dropped:
+        print(f"Dropped {res.dropped} staged entries of an interrupted import of another "
+              f"source into {branch}")
+    if res.reused:
+        print(f"Resumed an interrupted import: {res.reused} file(s) were uploaded already")
+    print(f"Imported {res.files} file(s) into {branch}:{prefix or '/'} as commit {_short(res.commit.id)}")
+    if res.staged:
+        print(f"The commit also holds {res.staged} change(s) that were staged on {branch}")
     return 0
 
 
@@ -336,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("dest", metavar="BRANCH[:PREFIX]")
     sp.add_argument("-m", "--message", default=None)
     sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    sp.add_argument("--include-staged", action="store_true",
+                    help="commit the branch's uncommitted changes with the import "
+                         "(without it, a branch with uncommitted changes is refused)")
 
     sp = cmd("put", cmd_put, "stage a local file (or - for stdin) at BRANCH:PATH")
     sp.add_argument("local", metavar="LOCAL")

@@ -96,7 +96,8 @@ class Committer:
         log.warning("recovering interrupted commit %s on %s: %s", pending["commit"][:12], branch,
                     "landed" if landed else "did not land")
         self._finish(branch, pending["tokens"], pending.get("compacted"),
-                     landed, pending["commit"] if landed else None)
+                     landed, pending["commit"] if landed else None,
+                     staging=pending.get("staging", True))
 
     def _exists_and_ancestor(self, cid: str, head: str) -> bool:
         try:
@@ -105,7 +106,9 @@ class Committer:
             return False
 
     def _finish(self, branch: str, tokens: list[str], compacted: Optional[dict], landed: bool,
-                new_base: Optional[str]) -> None:
+                new_base: Optional[str], staging: bool = True) -> None:
+        """Drop the tokens a landed commit consumed; ``staging``: they were the branch's
+        staged changes (not only an import's token), so its staging starts afresh."""
         def run(txn):
             st = self.area.state(txn, branch)
             if landed:
@@ -113,8 +116,9 @@ class Committer:
                 st.sealed = [t for t in st.sealed if t not in tokens]
                 if compacted and st.compacted == compacted:
                     st.compacted = None
-                st.base = new_base
-                st.puts = st.tombstones = 0
+                if staging:
+                    st.base = new_base
+                    st.puts = st.tombstones = 0
             st.pending = None
             self.area.save_state(txn, branch, st)
 
@@ -176,6 +180,39 @@ class Committer:
 
             return self._land(branch, st, build)
 
+    def commit_import(self, branch: str, token: str, base: str, message: str, author: str,
+                      metadata: dict, include_staged: bool) -> tuple[Commit, int]:
+        """Commit an import's own token (gravfs.importer), made against commit ``base``.
+
+        The branch's staged changes stay staged unless ``include_staged``: then they go
+        into the same commit (the import wins on equal paths). Returns the commit and
+        how many staged changes of the branch it took.
+        """
+        with self.branch_lock(branch):
+            self.recover(branch)
+            st = self._seal(branch) if include_staged else BranchState(staging=new_token())
+            if include_staged:
+                self.repo.data.flush_pending()  # see commit(); imports upload synchronously
+            head = self.repo.commits.get(self.repo.heads.branch(branch)[0])
+            staged, staged_base = self.staged_changes(st, head)
+            imported = self._token_changes([token])
+            if not staged and not imported:
+                raise NothingToCommitError(f"nothing to commit on branch {branch!r}")
+
+            def build(head: Commit) -> Optional[Commit]:
+                mr = self._apply_rebased(staged_base, head, staged, st) if staged else head.metarange
+                if base != head.id:
+                    self.check_rebase(base, head, imported, still="the import is kept and "
+                                      "resumes when the same import is run again")
+                mr = self.committed.apply(mr, imported).metarange_id
+                if mr == head.metarange:
+                    return None
+                return Commit(mr, (head.id,), message, author, time.time_ns(),
+                              head.generation + 1, dict(metadata))
+
+            c = self._land(branch, st, build, tokens=[token, *st.sealed], staging=include_staged)
+            return c, len(staged)
+
     def _apply_rebased(self, base_id: str, head: Commit, changes: list[Change],
                        st: BranchState) -> str:
         if st.compacted and st.compacted["base"] == head.id and base_id == head.id:
@@ -187,8 +224,10 @@ class Committer:
             self.check_rebase(base_id, head, changes)
         return self.committed.apply(head.metarange, changes).metarange_id
 
-    def check_rebase(self, base_id: str, head: Commit, changes: list[Change]) -> None:
-        """Raise ConflictError when upstream changed a path we change differently."""
+    def check_rebase(self, base_id: str, head: Commit, changes: list[Change],
+                     still: str = "your changes are still staged") -> None:
+        """Raise ConflictError when upstream changed a path we change differently
+        (``still`` says what became of the changes)."""
         base = self.repo.commits.get(base_id)
         ours = {c[0]: c[1] for c in changes}
         conflicts = []
@@ -201,11 +240,15 @@ class Committer:
             names = ", ".join(display(k) for k in conflicts[:10])
             more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
             raise ConflictError(f"branch head moved to {head.id[:12]} and changed the same "
-                                f"paths: {names}{more}; your changes are still staged", conflicts)
+                                f"paths: {names}{more}; {still}", conflicts)
         log.info("rebasing %d staged change(s) onto %s", len(changes), head.id[:12])
 
-    def _land(self, branch: str, st: BranchState, build) -> Commit:
-        tokens = list(st.sealed)
+    def _land(self, branch: str, st: BranchState, build, tokens: Optional[list[str]] = None,
+              staging: bool = True) -> Commit:
+        """Write build(head)'s commit and move the head to it (retried when the head
+        moves); then drop ``tokens`` (default: the sealed ones of ``st``). ``staging``:
+        see _finish."""
+        tokens = list(st.sealed) if tokens is None else tokens
         compacted = st.compacted
         for attempt in range(CAS_RETRIES):
             head_id, version = self.repo.heads.branch(branch)
@@ -213,13 +256,14 @@ class Committer:
             draft = build(head)
             crash_point("commit:applied")
             if draft is None:
-                self._finish(branch, tokens, compacted, True, head.id)
+                self._finish(branch, tokens, compacted, True, head.id, staging)
                 raise NothingToCommitError(f"nothing to commit on branch {branch!r}: "
                                            "staged changes equal the head")
             c = self.repo.commits.put(draft)
             crash_point("commit:object-written")
             self.area.update_state(branch, lambda s: setattr(
-                s, "pending", {"commit": c.id, "tokens": tokens, "compacted": compacted}))
+                s, "pending", {"commit": c.id, "tokens": tokens, "compacted": compacted,
+                               "staging": staging}))
             crash_point("commit:pending-recorded")
             try:
                 self.repo.heads.move_branch(branch, version, c.id)
@@ -228,7 +272,7 @@ class Committer:
                 log.info("head of %s moved during commit; retrying (%d)", branch, attempt + 1)
                 self.area.update_state(branch, lambda s: setattr(s, "pending", None))
                 continue
-            self._finish(branch, tokens, compacted, True, c.id)
+            self._finish(branch, tokens, compacted, True, c.id, staging)
             log.info("committed %s on %s", c.id[:12], branch)
             return c
         raise PreconditionFailedError(f"branch {branch!r} kept moving; gave up after "
@@ -236,11 +280,14 @@ class Committer:
 
     # -- merge / revert ----------------------------------------------------------
 
-    def _require_clean(self, branch: str) -> None:
+    def is_clean(self, branch: str) -> bool:
+        """True when the branch has nothing staged (imports in progress aside)."""
         st = self.area.get_state(branch)
         with self.area.read_txn() as txn:
-            dirty = st.sealed or st.compacted or not self.area.token_is_empty(txn, st.staging)
-        if dirty:
+            return not (st.sealed or st.compacted or not self.area.token_is_empty(txn, st.staging))
+
+    def _require_clean(self, branch: str) -> None:
+        if not self.is_clean(branch):
             raise GravfsError(f"branch {branch!r} has uncommitted changes; "
                               "commit or reset them before merging")
 

@@ -1,29 +1,43 @@
 """Import a local directory tree into a branch as one commit.
 
 Files are hashed and uploaded by a thread pool (hashlib and boto3 release the
-GIL), staged in batches, then committed. Modes, mtimes, symlinks and empty
-directories are kept. Unreadable files stop the import with a clear error
-before anything is committed (what was staged stays staged).
+GIL) and staged in batches into a staging token of the import's own, which no
+branch reads: until the import commits, the branch shows nothing of it and a
+commit of the branch does not take it. A killed or failed import leaves that
+token behind (recorded in the staging database's ``imports``); the next import
+of the same source into the same branch:prefix resumes it (files whose size,
+mtime and mode did not change are not read again), any other import into that
+branch drops it. A branch with uncommitted changes is refused unless
+``include_staged``: they then go into the import's commit. Modes, mtimes,
+symlinks and empty directories are kept.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import stat as statmod
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from gravfs.committed.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo
+from gravfs.committed.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo, decode_entry
+from gravfs.committed.record import decode_value
+from gravfs.committer import Committer
 from gravfs.errors import GravfsError
 from gravfs.faults import crash_point
 from gravfs.paths import to_key
 from gravfs.progress import progress_bar
+from gravfs.refs.commits import Commit
+from gravfs.repository import _author, _encode_items
+from gravfs.staging.area import PUT, new_token
 
 log = logging.getLogger(__name__)
 
 BATCH = 5000
+BATCH_SECONDS = 2.0  # stage what is uploaded at least this often: a killed import resumes there
 
 
 def scan(src: str) -> Iterator[tuple[str, str, os.stat_result]]:
@@ -51,48 +65,217 @@ def scan(src: str) -> Iterator[tuple[str, str, os.stat_result]]:
                 log.warning("skipping %s: not a regular file, directory or symlink", r)
 
 
+@dataclass
+class ImportResult:
+    commit: Commit
+    files: int  # entries imported: files, symlinks, empty directories
+    reused: int = 0  # files already uploaded by an interrupted run of the same import
+    dropped: int = 0  # staged entries of interrupted imports of other sources, dropped
+    staged: int = 0  # staged changes of the branch committed with the import
+
+
+class ImportJob:
+    """An import's own staging token. Its process holds ``locks/import-<token>.lock``
+    while it runs, so a record whose lock nobody holds belongs to a dead import.
+    A lock file is removed only once its record is gone."""
+
+    def __init__(self, repo, branch: str, source: str, prefix: bytes):
+        self.repo, self.area = repo, repo.staging
+        self.branch, self.source, self.prefix = branch, source, prefix.hex()
+        self.token: Optional[str] = None
+        self.base: Optional[str] = None
+        self.resumed = False
+        self.dropped = 0
+        self._fd: Optional[int] = None
+
+    def _lock_path(self, token: str) -> str:
+        return os.path.join(self.repo.workspace.locks, f"import-{token}.lock")
+
+    def _try_lock(self, token: str) -> Optional[int]:
+        fd = os.open(self._lock_path(token), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+    def _release(self, token: str, fd: int) -> None:
+        with self.area.read_txn() as txn:
+            gone = self.area.get_import(txn, token) is None
+        if gone:
+            try:
+                os.unlink(self._lock_path(token))
+            except FileNotFoundError:
+                pass
+        os.close(fd)
+
+    def claim(self, head: str) -> None:
+        """Resume a dead import of the same source, drop the branch's other dead ones,
+        or start a new token based on ``head``."""
+        with self.area.read_txn() as txn:
+            records = self.area.import_records(txn, self.branch)
+        for token, rec in sorted(records.items()):
+            fd = self._try_lock(token)
+            if fd is None:
+                continue  # a running import
+            same = rec.get("source") == self.source and rec.get("prefix") == self.prefix
+            if same and self.token is None and self._adopt(token):
+                self.token, self._fd, self.base, self.resumed = token, fd, rec["base"], True
+                log.info("resuming interrupted import %s of %s into %s", token, self.source,
+                         self.branch)
+                continue
+            self.dropped += self._drop(token, rec)
+            self._release(token, fd)
+        if self.token is None:
+            token = new_token()
+            fd = self._try_lock(token)
+            assert fd is not None  # a fresh random token
+            self.token, self._fd, self.base = token, fd, head
+            self.area.write(lambda txn: self.area.put_import(txn, token, self._record()))
+
+    def _record(self) -> dict:
+        return {"branch": self.branch, "source": self.source, "prefix": self.prefix,
+                "base": self.base, "pid": os.getpid(), "time": time.time()}
+
+    def _adopt(self, token: str) -> bool:
+        def run(txn):
+            rec = self.area.get_import(txn, token)
+            if rec is None:
+                return False  # committed or dropped meanwhile
+            rec["pid"] = os.getpid()
+            self.area.put_import(txn, token, rec)
+            return True
+
+        return self.area.write(run)
+
+    def _drop(self, token: str, rec: dict) -> int:
+        def run(txn):
+            if self.area.get_import(txn, token) is None:
+                return 0
+            return self.area.drop_tokens(txn, [token])
+
+        n = self.area.write(run)
+        log.info("dropped %d staged entr%s of an interrupted import of %s into %s",
+                    n, "y" if n == 1 else "ies", rec.get("source"), self.branch)
+        return n
+
+    def close(self) -> None:
+        if self._fd is not None:
+            self._release(self.token, self._fd)
+            self._fd = None
+
+
+def _same_file(raw: Optional[bytes], st: os.stat_result) -> Optional[EntryInfo]:
+    """The entry an earlier run staged for this file, if size, mtime and mode still match."""
+    if raw is None or raw[:1] != PUT:
+        return None
+    e = decode_entry(decode_value(raw[1:])[1])
+    if (e.kind == KIND_FILE and e.size == st.st_size and e.mtime_ns == st.st_mtime_ns
+            and e.mode == st.st_mode):
+        return e
+    return None
+
+
 def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional[str] = None,
-                progress: bool = True, workers: int = 8):
-    """Stage every file under src at branch:prefix/..., then commit. Returns (commit, count)."""
+                progress: bool = True, workers: int = 8, include_staged: bool = False
+                ) -> ImportResult:
+    """Stage every file under src at branch:prefix/... in the import's own token, then
+    commit it (see the module doc)."""
     if not os.path.isdir(src):
         raise GravfsError(f"{src}: not a directory")
-    repo.head(branch)  # fail early on a missing branch
+    head = repo.head(branch, fresh=True)  # fails early on a missing branch
+    committer = Committer(repo)
+    with committer.branch_lock(branch):  # an import whose commit was cut short is finished
+        committer.recover(branch)
+    if not include_staged and not committer.is_clean(branch):
+        raise GravfsError(f"branch {branch!r} has uncommitted changes; commit or reset them "
+                          "first, or use --include-staged to commit them with the import")
+    source = os.path.abspath(src)
     pfx = to_key(prefix)
     base = pfx + b"/" if pfx else b""
     items = list(scan(src))
     total_bytes = sum(st.st_size for _, kind, st in items if kind == "file")
 
+    def key_of(item) -> bytes:
+        rel, kind, _ = item
+        return base + to_key(rel) + (b"/" if kind == "dir" else b"")
+
     def entry_for(item) -> tuple[bytes, EntryInfo]:
         rel, kind, st = item
-        key = base + to_key(rel)
+        key = key_of(item)
         mode = st.st_mode
         if kind == "file":
             address, size = repo.data.put_path(os.path.join(src, rel))
             return key, EntryInfo(address=address, size=size, mtime_ns=st.st_mtime_ns, mode=mode,
-                              kind=KIND_FILE)
+                                  kind=KIND_FILE)
         if kind == "symlink":
             target = os.readlink(os.path.join(src, rel))
             return key, EntryInfo(address="", size=len(target.encode()), mtime_ns=st.st_mtime_ns,
-                              mode=mode, kind=KIND_SYMLINK, symlink_target=target)
-        return key + b"/", EntryInfo(address="", size=0, mtime_ns=st.st_mtime_ns, mode=mode, kind=KIND_DIRECTORY)
+                                  mode=mode, kind=KIND_SYMLINK, symlink_target=target)
+        return key, EntryInfo(address="", size=0, mtime_ns=st.st_mtime_ns, mode=mode,
+                              kind=KIND_DIRECTORY)
 
-    t0 = time.monotonic()
-    with progress_bar(f"importing {src}", total=total_bytes, unit="bytes", enabled=progress) as bar, \
-            ThreadPoolExecutor(max_workers=workers) as pool:
-        batch = []
-        for key, entry in pool.map(entry_for, items):
-            batch.append((key, entry))
-            if entry.kind == KIND_FILE:
-                bar.advance(entry.size)
-            if len(batch) >= BATCH:
-                repo.stage(branch, batch)
-                crash_point("import:batch-staged")
-                batch = []
-        if batch:
-            repo.stage(branch, batch)
-            crash_point("import:batch-staged")
-    log.info("staged %d entries (%d bytes) in %.1fs", len(items), total_bytes, time.monotonic() - t0)
-    crash_point("import:staged")
-    msg = message or f"Import {os.path.abspath(src)}"
-    commit = repo.commit(branch, msg, metadata={"import_source": os.path.abspath(src)})
-    return commit, len(items)
+    job = ImportJob(repo, branch, source, pfx)
+    try:
+        job.claim(head)
+        todo, reused, reused_bytes = _resume(repo, job, items, key_of)
+        t0 = time.monotonic()
+        with progress_bar(f"importing {src}", total=total_bytes, unit="bytes",
+                          enabled=progress) as bar, ThreadPoolExecutor(max_workers=workers) as pool:
+            bar.advance(reused_bytes)
+            batch: list = []
+            flushed = time.monotonic()
+            for key, entry in pool.map(entry_for, todo):
+                batch.append((key, entry))
+                if entry.kind == KIND_FILE:
+                    bar.advance(entry.size)
+                if len(batch) >= BATCH or time.monotonic() - flushed >= BATCH_SECONDS:
+                    _stage(repo, job.token, batch)
+                    batch, flushed = [], time.monotonic()
+            if batch:
+                _stage(repo, job.token, batch)
+        log.info("staged %d entries (%d bytes, %d files already uploaded) in %.1fs", len(items),
+                 total_bytes, reused, time.monotonic() - t0)
+        crash_point("import:staged")
+        msg = message or f"Import {source}"
+        commit, staged = committer.commit_import(branch, job.token, job.base, msg, _author(),
+                                                 {"import_source": source}, include_staged)
+        repo.forget_head(branch)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise GravfsError(f"cannot import {where}{exc.strerror or exc}; nothing was committed "
+                          f"(importing {src} again resumes)") from exc
+    finally:
+        job.close()
+    return ImportResult(commit, len(items), reused, job.dropped, staged)
+
+
+def _resume(repo, job: ImportJob, items: list, key_of) -> tuple[list, int, int]:
+    """Items still to upload; entries of files that changed or vanished since the
+    interrupted run are taken out of its token."""
+    if not job.resumed:
+        return items, 0, 0
+    area = repo.staging
+    todo, reused, reused_bytes = [], 0, 0
+    keys = set()
+    with area.read_txn() as txn:
+        for item in items:
+            key = key_of(item)
+            keys.add(key)
+            if item[1] == "file" and _same_file(area.lookup(txn, [job.token], key), item[2]):
+                reused += 1
+                reused_bytes += item[2].st_size
+            else:
+                todo.append(item)
+        stale = [k for k, _ in area.iter_token(txn, job.token) if k not in keys]
+    if stale:
+        area.write(lambda txn: area.delete_from_token(txn, job.token, stale))
+    log.info("resumed import: %d file(s) already uploaded, %d to do, %d gone from the source",
+             reused, len(todo), len(stale))
+    return todo, reused, reused_bytes
+
+
+def _stage(repo, token: str, batch: list) -> None:
+    repo.staging.put_token(token, _encode_items(batch))
+    crash_point("import:batch-staged")

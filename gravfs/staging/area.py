@@ -4,6 +4,8 @@ Layout (one LMDB environment per repository and workspace):
 
 - db ``branches``: branch name -> JSON ``BranchState`` (staging token, sealed tokens
   newest first, base commit, compacted metarange, pending commit, counters).
+- db ``imports``: token -> JSON ``ImportRecord`` of an import staging into a token of
+  its own, outside every branch's layers until the import commits (gravfs.importer).
 - db ``entries``: ``token (8 bytes) || path`` -> ``0x01 || lakeFS value`` for a put, or
   ``0x00`` for a tombstone.
 
@@ -105,6 +107,7 @@ class StagingArea:
             self.env.set_mapsize(_INITIAL_MAP)
         self.branches_db = self.env.open_db(b"branches")
         self.entries_db = self.env.open_db(b"entries")
+        self.imports_db = self.env.open_db(b"imports")
 
     def close(self) -> None:
         if not self.synchronous:
@@ -252,11 +255,53 @@ class StagingArea:
             return False
         return True
 
+    def put_token(self, token: str, items) -> int:
+        """Stage puts (value bytes) and tombstones (None) into one token that no branch
+        state lists (an import's); returns how many."""
+        items = list(items)
+        for path, _ in items:
+            check_path(path)
+
+        def run(txn):
+            tok = bytes.fromhex(token)
+            cur = txn.cursor(db=self.entries_db)
+            for path, value in items:
+                cur.put(tok + path, TOMBSTONE if value is None else PUT + value)
+            return len(items)
+
+        return self.write(run)
+
+    def delete_from_token(self, txn, token: str, paths) -> int:
+        """Remove entries of one token (inside the caller's write txn)."""
+        tok = bytes.fromhex(token)
+        return sum(1 for p in paths if txn.delete(tok + p, db=self.entries_db))
+
+    # -- imports ------------------------------------------------------------------
+
+    def import_records(self, txn, branch: Optional[str] = None) -> dict[str, dict]:
+        """token -> record of the imports staging outside their branch (of one branch)."""
+        out = {}
+        for k, v in txn.cursor(db=self.imports_db):
+            rec = json.loads(v)
+            if branch is None or rec.get("branch") == branch:
+                out[k.hex()] = rec
+        return out
+
+    def get_import(self, txn, token: str) -> Optional[dict]:
+        raw = txn.get(bytes.fromhex(token), db=self.imports_db)
+        return None if raw is None else json.loads(raw)
+
+    def put_import(self, txn, token: str, record: dict) -> None:
+        txn.put(bytes.fromhex(token), json.dumps(record, sort_keys=True).encode(),
+                db=self.imports_db)
+
     def drop_tokens(self, txn, tokens: list[str]) -> int:
-        """Delete every entry of the given tokens (inside the caller's write txn)."""
+        """Delete every entry of the given tokens, and their import records (inside
+        the caller's write txn)."""
         dropped = 0
         for t in tokens:
             tok = bytes.fromhex(t)
+            txn.delete(tok, db=self.imports_db)
             cur = txn.cursor(db=self.entries_db)
             if not cur.set_range(tok):
                 continue
@@ -268,5 +313,5 @@ class StagingArea:
 
     def drop_branch(self, txn, branch: str) -> None:
         st = self.state(txn, branch)
-        self.drop_tokens(txn, st.tokens())
+        self.drop_tokens(txn, st.tokens() + list(self.import_records(txn, branch)))
         txn.delete(branch.encode(), db=self.branches_db)

@@ -1,0 +1,238 @@
+"""`gravfs import` when it is interrupted, and on a branch with uncommitted changes.
+
+An import stages into a token of its own that no branch reads until the import
+commits, so a killed import leaves the branch as it was; the next import of the
+same source resumes it, an import of another source drops it. Kills are real:
+crash points (os._exit in the process) and SIGKILL of a running `gravfs import`.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from gravfs.committed.entry import EntryInfo
+from gravfs.committer import Committer
+from gravfs.faults import CRASH_EXIT_CODE
+from gravfs.importer import ImportJob
+from gravfs.repository import Repository, _encode_items
+from tests.fuse_util import wait_for
+from tests.repo_util import run_cli, small_settings
+
+
+def _tree(root, n: int, tag: str = "") -> dict:
+    """n small files in 10 directories; returns {relative path: bytes}."""
+    want = {}
+    for i in range(n):
+        rel = f"d{i % 10}/f{i:05d}"
+        os.makedirs(os.path.join(root, os.path.dirname(rel)), exist_ok=True)
+        data = f"{tag}{i}\n".encode()
+        with open(os.path.join(root, rel), "wb") as f:
+            f.write(data)
+        want[rel] = data
+    return want
+
+
+@pytest.fixture
+def env(tmp_path):
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    Repository.init(store, state, settings=small_settings()).close()
+    return store, state
+
+
+def _files(repo, ref, under=""):
+    return {n.path: repo.read(n) for n in repo.walk(ref, under) if n.kind == "file"}
+
+
+def _import_proc(store, state, *args, crash=None, wait=True):
+    env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state)
+    env.pop("GRAVFS_CRASH_AT", None)
+    if crash:
+        env["GRAVFS_CRASH_AT"] = crash
+    cmd = [sys.executable, "-m", "gravfs.cli", "import", "-q", *args]
+    if not wait:
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.run(cmd, env=env, capture_output=True, timeout=300)
+
+
+def _import_records(store, state, repo=None):
+    """token -> (record, entries) of every import staging outside its branch."""
+    r = repo or Repository.open(store, state)
+    try:
+        with r.staging.read_txn() as txn:
+            recs = r.staging.import_records(txn)
+            return {t: (rec, sum(1 for _ in r.staging.iter_token(txn, t))) for t, rec in recs.items()}
+    finally:
+        if repo is None:
+            r.close()
+
+
+def test_killed_import_is_invisible_then_resumed(env, tmp_path):
+    store, state = env
+    big = _tree(str(tmp_path / "big"), 300)
+    r = Repository.open(store, state)
+    head = r.head("main")
+    r.close()
+    p = _import_proc(store, state, str(tmp_path / "big"), "main:big", crash="import:staged")
+    assert p.returncode == CRASH_EXIT_CODE, p.stderr
+    (rec, n), = _import_records(store, state).values()
+    assert n == 300 and rec["branch"] == "main" and rec["source"] == str(tmp_path / "big")
+
+    r = Repository.open(store, state)
+    assert r.head("main") == head and r.status("main") == [] and _files(r, "main") == {}
+    r.close()
+    _, out, err = run_cli("status", "main", store=store, state=state)
+    assert "nothing to commit" in out
+
+    # a commit of the branch does not take the import's entries
+    rc, _, err = run_cli("commit", "main", "-m", "x", store=store, state=state, check=False)
+    assert rc == 1 and "nothing to commit" in err
+    assert len(_import_records(store, state)) == 1  # still there for the next run
+
+    # the same import again resumes: nothing is read again, everything lands
+    _, out, _ = run_cli("import", "-q", str(tmp_path / "big"), "main:big", store=store, state=state)
+    assert "Resumed an interrupted import: 300 file(s) were uploaded already" in out
+    r = Repository.open(store, state)
+    assert _files(r, "main", "big") == {f"big/{k}": v for k, v in big.items()}
+    assert r.status("main") == []
+    r.close()
+    assert _import_records(store, state) == {}
+    locks = os.listdir(os.path.join(Repository.open(store, state).workspace.locks))
+    assert not [n for n in locks if n.startswith("import-")], locks
+
+
+def test_sigkill_mid_import_then_resume_picks_up_changes(env, tmp_path):
+    """kill -9 once entries are staged; the source changes before the next run: changed
+    and new files are uploaded, removed ones leave the import, unchanged ones are reused."""
+    store, state = env
+    src = str(tmp_path / "big")
+    want = _tree(src, 6000)
+    proc = _import_proc(store, state, src, "main:big", wait=False)
+    try:
+        staged = wait_for(lambda: next((n for _, n in _import_records(store, state).values()
+                                         if n > 0), 0), timeout=120, interval=0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert 0 < staged < 6000
+    r = Repository.open(store, state)
+    assert r.status("main") == [] and _files(r, "main") == {}
+    r.close()
+
+    (rec, n), = _import_records(store, state).values()
+    staged_rel = sorted(k.decode()[len("big/"):] for k in _token_keys(store, state))
+    changed, removed = staged_rel[0], staged_rel[1]
+    with open(os.path.join(src, changed), "wb") as f:
+        f.write(b"a new and longer content\n")
+    want[changed] = b"a new and longer content\n"
+    os.unlink(os.path.join(src, removed))
+    del want[removed]
+    with open(os.path.join(src, "added"), "wb") as f:
+        f.write(b"added\n")
+    want["added"] = b"added\n"
+
+    _, out, _ = run_cli("import", "-q", src, "main:big", store=store, state=state)
+    assert "Resumed an interrupted import" in out
+    reused = int(out.split("import: ")[1].split()[0])
+    assert reused == n - 2 - sum(1 for k in staged_rel if k.endswith("/"))
+    r = Repository.open(store, state)
+    assert _files(r, "main", "big") == {f"big/{k}": v for k, v in want.items()}
+    assert r.status("main") == []
+    r.close()
+
+
+def _token_keys(store, state):
+    r = Repository.open(store, state)
+    try:
+        with r.staging.read_txn() as txn:
+            (token,) = r.staging.import_records(txn)
+            return [k for k, _ in r.staging.iter_token(txn, token)]
+    finally:
+        r.close()
+
+
+def test_import_of_another_source_drops_a_dead_import_but_not_a_live_one(env, tmp_path):
+    store, state = env
+    _tree(str(tmp_path / "a"), 40, "a")
+    _tree(str(tmp_path / "b"), 3, "b")
+    # a live import of this workspace (this process holds its lock)
+    r = Repository.open(store, state)
+    live = ImportJob(r, "main", str(tmp_path / "live"), b"live")
+    live.claim(r.head("main"))
+    addr, size = r.data.put_bytes(b"live")
+    r.staging.put_token(live.token, _encode_items([(b"live/x", EntryInfo(address=addr, size=size,
+                                                                             mtime_ns=1))]))
+    p = _import_proc(store, state, str(tmp_path / "a"), "main:a", crash="import:staged")
+    assert p.returncode == CRASH_EXIT_CODE, p.stderr
+    assert len(_import_records(store, state, r)) == 2
+    _, out, _ = run_cli("import", "-q", str(tmp_path / "b"), "main:b", store=store, state=state)
+    assert "Dropped 40 staged entries of an interrupted import of another source into main" in out
+    # its commit holds its own files only
+    _, out, _ = run_cli("diff", "main~1", "main", store=store, state=state)
+    assert sorted(line.split()[-1] for line in out.splitlines()) == [
+        f"b/d{i}/f{i:05d}" for i in range(3)]
+    recs = _import_records(store, state, r)
+    assert list(recs) == [live.token] and recs[live.token][1] == 1
+    # the live import still commits, on top of the other one
+    c, staged = Committer(r).commit_import("main", live.token, live.base, "live", "t", {}, False)
+    live.close()
+    assert staged == 0 and set(_files(r, c.id)) == {"live/x", *(f"b/d{i}/f{i:05d}" for i in range(3))}
+    r.close()
+    assert _import_records(store, state) == {}
+
+
+def test_import_onto_uncommitted_changes_refuses_or_includes_them(env, tmp_path):
+    store, state = env
+    _tree(str(tmp_path / "src"), 4)
+    (tmp_path / "local").write_bytes(b"staged\n")
+    run_cli("put", str(tmp_path / "local"), "main:mine", store=store, state=state)
+    rc, out, err = run_cli("import", "-q", str(tmp_path / "src"), "main:raw", store=store,
+                           state=state, check=False)
+    assert rc == 1 and out == ""
+    assert err.strip() == ("gravfs: branch 'main' has uncommitted changes; commit or reset them "
+                           "first, or use --include-staged to commit them with the import")
+    assert _import_records(store, state) == {}  # refused before anything was uploaded
+    _, out, _ = run_cli("import", "-q", "--include-staged", str(tmp_path / "src"), "main:raw",
+                        store=store, state=state)
+    assert "The commit also holds 1 change(s) that were staged on main" in out
+    r = Repository.open(store, state)
+    assert r.status("main") == []
+    assert set(_files(r, "main")) == {"mine", *(f"raw/d{i}/f{i:05d}" for i in range(4))}
+    r.close()
+
+
+@pytest.mark.parametrize("point", ["commit:applied", "commit:object-written",
+                                   "commit:pending-recorded", "commit:head-moved", "sst:written"])
+def test_import_killed_while_committing(env, tmp_path, point):
+    """The branch is at the old commit or holds the whole import; its staging never
+    shows the import; the next run lands it (or finds it landed)."""
+    store, state = env
+    want = _tree(str(tmp_path / "src"), 50)
+    r = Repository.open(store, state)
+    old = r.head("main")
+    r.close()
+    p = _import_proc(store, state, str(tmp_path / "src"), "main:raw", crash=point)
+    assert p.returncode == CRASH_EXIT_CODE, p.stderr
+    r = Repository.open(store, state)
+    landed = r.head("main") != old
+    assert landed == (point == "commit:head-moved")
+    assert _files(r, "main") == ({f"raw/{k}": v for k, v in want.items()} if landed else {})
+    assert r.status("main") == []
+    r.close()
+    rc, out, err = run_cli("import", "-q", str(tmp_path / "src"), "main:raw", store=store,
+                           state=state, check=False)
+    if landed:
+        assert rc == 1 and "nothing to commit" in err
+    else:
+        assert rc == 0 and "Resumed an interrupted import: 50 file(s)" in out, err
+    r = Repository.open(store, state)
+    assert _files(r, "main") == {f"raw/{k}": v for k, v in want.items()}
+    assert r.status("main") == []
+    r.close()
+    assert _import_records(store, state) == {}
+    _, out, _ = run_cli("fsck", store=store, state=state)
+    assert "clean" in out
