@@ -255,8 +255,10 @@ def cmd_fsck(args) -> int:
     report = fsck(repo, check_data=args.data, progress=not args.quiet)
     for line in report.problems:
         print(line)
+    for line in report.warnings:
+        print(f"warning: {line}")
     print(report.summary())
-    return 0 if not report.problems else 1
+    return report.exit_code
 
 
 def cmd_compact(args) -> int:
@@ -397,7 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("branch")
     sp.add_argument("path", nargs="?")
 
-    sp = cmd("fsck", cmd_fsck, "check that every reachable object exists and verifies")
+    sp = cmd("fsck", cmd_fsck, "check that every reachable object exists and verifies",
+             epilog="Exit status: 0 clean, 1 missing or damaged objects, 3 only warnings "
+                    "(keys another writer made that gravfs would not: shown escaped).")
     sp.add_argument("--data", action="store_true", help="also re-hash every data object")
     sp.add_argument("-q", "--quiet", action="store_true")
 

@@ -4,6 +4,10 @@ Walks refs -> commits -> metaranges -> ranges -> data objects. Commit objects
 are re-hashed, SSTs are checksum-verified as they are read, data objects are
 checked for presence and size (re-hashed with ``check_data``). Each object is
 visited once however many commits share it.
+
+Keys gravfs could not have written (another writer's: a leading '/', ``a//b``,
+``.``/``..``, NUL, a name over 255 bytes, a file at ``name/``) are warnings,
+not damage: the store is sound and they are readable under escaped names.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from gravfs.committed.entry import KIND_FILE, decode_entry
+from gravfs.committed.entry import KIND_DIRECTORY, KIND_FILE, decode_entry
 from gravfs.errors import GravfsError
+from gravfs.paths import key_problem, show
 from gravfs.progress import progress_bar
 
 log = logging.getLogger(__name__)
@@ -21,6 +26,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class FsckReport:
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # foreign keys
     refs: int = 0
     commits: int = 0
     metaranges: int = 0
@@ -28,8 +34,18 @@ class FsckReport:
     entries: int = 0
     data_objects: int = 0
 
+    @property
+    def exit_code(self) -> int:
+        """0 clean, 1 damage (missing or corrupt objects), 3 only warnings."""
+        return 1 if self.problems else 3 if self.warnings else 0
+
     def summary(self) -> str:
-        state = "clean" if not self.problems else f"{len(self.problems)} problem(s)"
+        found = []
+        if self.problems:
+            found.append(f"{len(self.problems)} problem(s)")
+        if self.warnings:
+            found.append(f"{len(self.warnings)} warning(s)")
+        state = ", ".join(found) or "clean"
         return (f"fsck: {state}: {self.refs} refs, {self.commits} commits, {self.metaranges} "
                 f"metaranges, {self.ranges} ranges, {self.entries} entries, "
                 f"{self.data_objects} data objects")
@@ -45,7 +61,7 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
     rep.refs = len(starts)
 
     seen_commits: set[str] = set()
-    metaranges: set[str] = set()
+    metaranges: dict[str, str] = {}  # metarange -> a commit that has it
     stack = [(label, cid) for label, cid in starts]
     while stack:
         label, cid = stack.pop()
@@ -57,11 +73,12 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
         except GravfsError as exc:
             rep.problems.append(f"commit {cid} (reached from {label}): {exc}")
             continue
-        metaranges.add(c.metarange)
+        metaranges.setdefault(c.metarange, cid)
         stack.extend((f"parent of {cid[:12]}", p) for p in c.parents)
     rep.commits = len(seen_commits)
 
     seen_ranges: set[str] = set()
+    foreign: set[bytes] = set()
     data: dict[str, int] = {}
     with progress_bar("checking metaranges", total=len(metaranges), enabled=progress) as bar:
         for mr in sorted(metaranges):
@@ -80,6 +97,14 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
                     for rec in repo.committed.range_records(info.id):
                         rep.entries += 1
                         e = decode_entry(rec[2])
+                        is_dir = e.kind == KIND_DIRECTORY
+                        why = key_problem(rec[0], is_dir)
+                        if why is not None and rec[0] not in foreign:
+                            foreign.add(rec[0])
+                            rep.warnings.append(
+                                f"foreign key {show(rec[0], is_dir)} ({why}; stored as "
+                                f"{rec[0]!r}) in range {info.id[:12]} of commit "
+                                f"{metaranges[mr][:12]}")
                         if e.kind == KIND_FILE and e.size > 0 and e.address:
                             data[e.address] = e.size
                 except GravfsError as exc:

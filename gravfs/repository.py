@@ -15,7 +15,7 @@ import re
 import stat as statmod
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import BinaryIO, Iterable, Iterator, Optional
 
 from gravfs import hashing
@@ -27,13 +27,15 @@ from gravfs.config import REPO_JSON, RepoSettings, Workspace, default_state_dir
 from gravfs.dataobjects import DataObjects
 from gravfs.errors import (AlreadyExistsError, BadNameError, GravfsError, NotFoundError,
                            PathTypeError, ReadOnlyError)
-from gravfs.paths import dir_prefix, display, to_key
+from gravfs.paths import (dir_prefix, display, escape_name, first_name, hashed_head,
+                          name_problem, show, split_last, to_key, unescape_name)
 from gravfs.refs.commits import Commit, CommitStore
 from gravfs.refs.heads import Heads
 from gravfs.refs.names import check_ref_name
 from gravfs.staging.area import StagingArea
 from gravfs.staging.compaction import CompactionPolicy
 from gravfs.staging.branchview import BranchLayers, branch_layers, committed_layers
+from gravfs.staging.view import after_subtree
 from gravfs.store import open_store
 from gravfs.store.tier import LocalTier
 
@@ -45,25 +47,68 @@ DEFAULT_TIER_BYTES = 10 << 30
 
 @dataclass(frozen=True)
 class Node:
-    """A path in a tree: a file, symlink, or directory (entry None when implied)."""
+    """A path in a tree: a file, symlink, or directory (entry None when implied).
+
+    ``base`` is the raw name in its directory when a listing made the node (a
+    name of a key another writer made can start or end with '/'; see
+    gravfs.paths); ``shadowed``: its escaped name is also a real name there,
+    which wins.
+    """
 
     key: bytes
     kind: str  # "file" | "dir" | "symlink"
     entry: Optional[EntryInfo]
+    base: Optional[bytes] = None
+    shadowed: bool = False
 
     @property
     def path(self) -> str:
-        return display(self.key.rstrip(b"/"))
+        """The raw key as text (a directory without its marker '/')."""
+        return display(self._own_key)
+
+    @property
+    def shown(self) -> str:
+        """The path as commands and messages print it (gravfs.paths.show)."""
+        return show(self._own_key)
+
+    @property
+    def _own_key(self) -> bytes:
+        k = self.key
+        return k[:-1] if self.kind == "dir" and k.endswith(b"/") else k
+
+    @property
+    def raw_name(self) -> bytes:
+        """The name in its directory as stored (see gravfs.paths.split_last)."""
+        if self.base is not None:
+            return self.base
+        k = self._own_key
+        if k.endswith(b"/") and k.strip(b"/"):  # a file at "name/"
+            return split_last(k[:-1])[1] + b"/"
+        return split_last(k)[1]
+
+    @property
+    def fs_name(self) -> bytes:
+        """The POSIX name it is shown under (escaped when foreign)."""
+        return escape_name(self.raw_name)
 
     @property
     def name(self) -> str:
-        return self.path.rsplit("/", 1)[-1]
+        return display(self.fs_name)
+
+    @property
+    def foreign(self) -> Optional[str]:
+        """Why its name is not a POSIX name (None for names gravfs could write)."""
+        return name_problem(self.raw_name)
 
     @property
     def listing_key(self) -> bytes:
         """Continuation key for Repository.list_dir(start_after=...)."""
-        base = self.key.rstrip(b"/").rsplit(b"/", 1)[-1]
-        return base + b"/" if self.kind == "dir" else base
+        base = self.raw_name
+        if self.kind == "dir":
+            return base + b"/"
+        if base.endswith(b"/") and base.strip(b"/"):
+            return base[:-1]  # a file at "name/": resumes at the directory "name"
+        return base
 
 
 @dataclass(frozen=True)
@@ -80,9 +125,49 @@ class RefTarget:
 KIND_NAMES = {KIND_FILE: "file", KIND_DIRECTORY: "dir", KIND_SYMLINK: "symlink"}
 
 
-def node_from_item(key: bytes, data: bytes) -> Node:
+def node_from_item(key: bytes, data: bytes, base: Optional[bytes] = None) -> Node:
     e = decode_entry(data)
-    return Node(key, KIND_NAMES[e.kind], e)
+    return Node(key, KIND_NAMES[e.kind], e, base)
+
+
+def _has_children(lay: BranchLayers, prefix: bytes) -> bool:
+    """Is there a live key under prefix other than prefix itself?"""
+    for k, _ident, _data in lay.iter(prefix):
+        if not k.startswith(prefix):
+            return False
+        if k != prefix:
+            return True
+    return False
+
+
+def _find_hashed(lay: BranchLayers, dir_key: bytes, shown: bytes) -> Optional[bytes]:
+    """The raw name in directory dir_key that the over-long escaped name ``shown``
+    stands for: a scan of the names starting with the head it keeps."""
+    prefix = dir_prefix(dir_key)
+    start = prefix + hashed_head(shown)
+    while True:
+        for k, _ident, _data in lay.iter(start):
+            if not k.startswith(prefix + hashed_head(shown)):
+                return None
+            raw, more = first_name(k[len(prefix):])
+            if escape_name(raw) == shown:
+                return raw
+            if more:
+                if k == prefix + raw + b"/" and escape_name(raw + b"/") == shown:
+                    return raw + b"/"
+                start = after_subtree(prefix + raw + b"/")
+                break
+        else:
+            return None
+
+
+def _mark_shadowed(lay: BranchLayers, txn, repo: "Repository", prefix: bytes, n: Node) -> Node:
+    """A foreign node whose escaped name is also a real name there is shadowed by it."""
+    literal = prefix + n.fs_name
+    if (lay.get(literal, repo.staging, txn, repo.committed) is not None
+            or lay.first_under(literal + b"/") is not None):
+        return replace(n, shadowed=True)
+    return n
 
 
 class Repository:
@@ -276,20 +361,53 @@ class Repository:
         return RefTarget(self.commits.get(self.head(target.branch, fresh=True)), target.branch)
 
     def stat(self, ref: str, path: str | bytes) -> Node:
+        """The node at a path. A path may name keys other writers made through their
+        escaped names (gravfs.paths.escape_name); a real name equal to one wins."""
         key = to_key(path)
         with self.staging.read_txn() as txn:
             lay = self.layers(ref, txn)
             if not key:
                 return Node(b"", "dir", None)
-            item = lay.get(key, self.staging, txn, self.committed)
-            if item is not None:
-                return node_from_item(key, item[2])
-            marker = lay.get(key + b"/", self.staging, txn, self.committed)
-            if marker is not None:
-                return Node(key + b"/", "dir", decode_entry(marker[2]))
-            if lay.first_under(key + b"/") is not None:
-                return Node(key + b"/", "dir", None)
-        raise NotFoundError(f"{display(key)}: no such file or directory in {ref}")
+            n = self._stat_key(lay, txn, key)
+            if n is None:
+                foreign = self._foreign_key(lay, key)
+                if foreign is not None:
+                    n = self._stat_key(lay, txn, foreign)
+            if n is not None:
+                return n
+        raise NotFoundError(f"{show(key)}: no such file or directory in {ref}")
+
+    def _stat_key(self, lay: BranchLayers, txn, key: bytes) -> Optional[Node]:
+        item = lay.get(key, self.staging, txn, self.committed)
+        if item is not None:
+            return node_from_item(key, item[2])
+        if key.endswith(b"/"):
+            return None
+        marker = lay.get(key + b"/", self.staging, txn, self.committed)
+        if marker is not None:
+            e = decode_entry(marker[2])
+            if e.kind == KIND_DIRECTORY:
+                return Node(key + b"/", "dir", e)
+        if _has_children(lay, key + b"/"):  # a file at "key/" is not a directory marker
+            return Node(key + b"/", "dir", None)
+        return None
+
+    def _foreign_key(self, lay: BranchLayers, key: bytes) -> Optional[bytes]:
+        """The stored key a path with escaped foreign names stands for (None: the path
+        has none)."""
+        if b"%" not in key:
+            return None
+        out, changed = b"", False
+        for part in key.split(b"/"):
+            raw = unescape_name(part)
+            if raw is None and hashed_head(part) is not None:
+                raw = _find_hashed(lay, out, part)
+                if raw is None:
+                    return None
+            if raw is not None:
+                changed, part = True, raw
+            out = out + b"/" + part if out else part
+        return out if changed else None
 
     def list_dir(self, ref: str, path: str | bytes = b"", start_after: Optional[bytes] = None,
                  limit: Optional[int] = None) -> list[Node]:
@@ -297,35 +415,74 @@ class Repository:
 
         ``start_after`` is a child's listing key (Node.listing_key), for paging.
         A name that is both a file and a directory (possible in data imported
-        from object stores) is listed once, as the directory.
+        from object stores) is listed once, as the directory. Keys other
+        writers made are listed too (Node.foreign, shown as Node.fs_name); a
+        file stored at ``name/`` is listed as its own entry beside the directory.
         """
         key = to_key(path)
-        prefix = dir_prefix(key)
         out: list[Node] = []
         with self.staging.read_txn() as txn:
             lay = self.layers(ref, txn)
-            if prefix and lay.first_under(prefix) is None:
-                item = lay.get(key, self.staging, txn, self.committed)
-                if item is not None:
-                    raise GravfsError(f"{display(key)}: not a directory")
-                raise NotFoundError(f"{display(key)}: no such directory in {ref}")
+            prefix = self._listed_prefix(lay, txn, key, ref)
             for name, item in lay.list_dir(prefix, start_after):
                 if item is None:
-                    marker = lay.get(prefix + name + b"/", self.staging, txn, self.committed)
-                    out.append(Node(prefix + name + b"/", "dir",
-                                    decode_entry(marker[2]) if marker else None))
+                    self._list_subdir(lay, txn, prefix, name, start_after, out)
                 else:
-                    out.append(node_from_item(item[0], item[2]))
+                    out.append(node_from_item(item[0], item[2], name))
                 if limit is not None and len(out) >= limit:
                     break
-        dirs = {n.key.rstrip(b"/") for n in out if n.kind == "dir"}
+            out = [_mark_shadowed(lay, txn, self, prefix, n) if n.foreign else n for n in out]
+        dirs = {n.key[:-1] for n in out if n.kind == "dir" and n.key.endswith(b"/")}
         if dirs:
             out = [n for n in out if n.kind == "dir" or n.key not in dirs]
         return out
 
+    def _listed_prefix(self, lay: BranchLayers, txn, key: bytes, ref) -> bytes:
+        """Listing prefix of the directory at key (foreign names resolved)."""
+        if not key:
+            return b""
+        prefix = dir_prefix(key)
+        if lay.first_under(prefix) is not None:
+            return prefix
+        foreign = self._foreign_key(lay, key)
+        if foreign is not None and not foreign.endswith(b"/"):
+            if lay.first_under(foreign + b"/") is not None:
+                return foreign + b"/"
+            key = foreign
+        if lay.get(key, self.staging, txn, self.committed) is not None:
+            raise GravfsError(f"{show(key)}: not a directory")
+        raise NotFoundError(f"{show(key)}: no such directory in {ref}")
+
+    def _list_subdir(self, lay: BranchLayers, txn, prefix: bytes, name: bytes,
+                     start_after: Optional[bytes], out: list) -> None:
+        mkey = prefix + name + b"/"
+        marker = lay.get(mkey, self.staging, txn, self.committed)
+        entry = decode_entry(marker[2]) if marker else None
+        if entry is not None and entry.kind != KIND_DIRECTORY:
+            # a file another writer stored at "name/": listed before the directory
+            # (listing key "name", so resuming after it lists the directory next)
+            if start_after != name:
+                out.append(Node(mkey, KIND_NAMES[entry.kind], entry, name + b"/"))
+            if not _has_children(lay, mkey):
+                return
+            entry = None
+        out.append(Node(mkey, "dir", entry, name))
+
     def walk(self, ref: str, path: str | bytes = b"") -> Iterator[Node]:
         """Every file, symlink and directory marker under path, in key order."""
-        prefix = dir_prefix(to_key(path))
+        key = to_key(path)
+        prefix = dir_prefix(key)
+        if key:
+            with self.staging.read_txn() as txn:
+                lay = self.layers(ref, txn)
+                if lay.first_under(prefix) is None:
+                    foreign = self._foreign_key(lay, key)
+                    if foreign is not None:
+                        prefix = dir_prefix(foreign)
+        return self.walk_key(ref, prefix)
+
+    def walk_key(self, ref: str, prefix: bytes) -> Iterator[Node]:
+        """walk() under an exact key prefix (no path normalization)."""
         with self.staging.read_txn() as txn:
             lay = self.layers(ref, txn)
             for key, _ident, data in lay.iter(prefix):
@@ -337,14 +494,14 @@ class Repository:
              length: int = -1) -> bytes:
         node = ref_or_node if isinstance(ref_or_node, Node) else self.stat(ref_or_node, path)
         if node.kind != "file":
-            raise GravfsError(f"{node.path}: not a regular file")
+            raise GravfsError(f"{node.shown}: not a regular file")
         if node.entry.size == 0:
             return b""
         return self.data.read(node.entry.address, offset, length)
 
     def copy_out(self, node: Node, out: BinaryIO) -> int:
         if node.kind != "file":
-            raise GravfsError(f"{node.path}: not a regular file")
+            raise GravfsError(f"{node.shown}: not a regular file")
         if node.entry.size == 0:
             return 0
         return self.data.copy_to(node.entry.address, out)
@@ -402,15 +559,15 @@ class Repository:
             own = key.rstrip(b"/")
             if directory:
                 if lay.get(own, self.staging, txn, self.committed) is not None:
-                    raise PathTypeError(f"{display(own)}: a file exists there", errno.EEXIST)
+                    raise PathTypeError(f"{show(own)}: a file exists there", errno.EEXIST)
             elif lay.first_under(own + b"/") is not None:
-                raise PathTypeError(f"{display(own)}: is a directory", errno.EISDIR)
+                raise PathTypeError(f"{show(own)}: is a directory", errno.EISDIR)
             parts = own.split(b"/")[:-1]
             for i in range(1, len(parts) + 1):
                 anc = b"/".join(parts[:i])
                 item = lay.get(anc, self.staging, txn, self.committed)
                 if item is not None:
-                    raise PathTypeError(f"{display(anc)}: not a directory", errno.ENOTDIR)
+                    raise PathTypeError(f"{show(anc)}: not a directory", errno.ENOTDIR)
 
     def write_file(self, branch: str, path: str | bytes, src: str | bytes | BinaryIO,
                    mode: int = 0o644, mtime_ns: Optional[int] = None,
@@ -457,10 +614,10 @@ class Repository:
         if node.kind != "dir":
             return self.stage(branch, [(node.key, None)])
         prefix = dir_prefix(node.key)
-        doomed = [n.key for n in self.walk(branch, prefix)]
+        doomed = [n.key for n in self.walk_key(branch, prefix)]
         children = [k for k in doomed if k != prefix]
         if children and not recursive:
-            raise PathTypeError(f"{node.path}: directory not empty (use recursive removal)",
+            raise PathTypeError(f"{node.shown}: directory not empty (use recursive removal)",
                                 errno.ENOTEMPTY)
         doomed.append(prefix)  # tombstone the marker even if only implied
         return self.stage(branch, [(k, None) for k in doomed])
@@ -475,9 +632,9 @@ class Repository:
             return self.stage(branch, [(node.key, None), (dkey, node.entry)])
         sp, dp = dir_prefix(node.key), dir_prefix(dkey)
         if dp.startswith(sp):
-            raise BadNameError(f"cannot move {node.path} into itself")
+            raise BadNameError(f"cannot move {node.shown} into itself")
         moves: list[tuple[bytes, Optional[EntryInfo]]] = []
-        for n in self.walk(branch, sp):
+        for n in self.walk_key(branch, sp):
             moves.append((n.key, None))
             moves.append((dp + n.key[len(sp):], n.entry))
         if node.entry is None and not any(k == sp for k, _ in moves):

@@ -690,3 +690,54 @@ def test_creates_in_a_new_directory_and_listing_agree(gravfs_mount):
     assert sorted(os.listdir(d)) == sorted(names)
     assert _read(os.path.join(d, "c049")) == b"49"
     m.assert_clean_log()
+
+
+# -- keys another writer made (issue 9) -----------------------------------------------------
+
+
+def test_foreign_keys_list_escaped_and_read_through_the_mount(gravfs_mount):
+    """A listing never fails over keys gravfs would refuse (they made `ls` fail with EIO
+    and nothing logged): each one is shown under its escaped name, reads back, is
+    logged once, and is read-only until renamed to a proper name."""
+    from gravfs.repository import Repository
+    from tests.foreign_util import FOREIGN_KEYS, commit_keys
+    m = gravfs_mount
+    os.makedirs(m.branch_path("d"))
+    _write(m.branch_path("d/fine"), b"fine")
+    _write(m.branch_path("ok.txt"), b"ok")
+    m.commit()
+    other = Repository.open(m.store, os.path.join(m.base, "other-writer"))
+    try:
+        cid = commit_keys(other, "main", FOREIGN_KEYS).id
+    finally:
+        other.close()
+    root = m.path("commits", cid)
+    listing = sorted(os.listdir(root))
+    long = [n for n in listing if n.startswith("long")]
+    assert len(long) == 1 and len(long[0]) == 255
+    assert listing == sorted(["%2Fabs", "a", "d", long[0], "nul%00x", "ok.txt", "trail%2F"])
+    assert sorted(os.listdir(os.path.join(root, "d"))) == ["%2E", "%2E%2E", "fine"]
+    assert os.listdir(os.path.join(root, "a")) == ["%2Fb"]
+    shown = {"%2Fabs": b"/abs", "a/%2Fb": b"a//b", "d/%2E%2E/up": b"d/../up",
+             "d/%2E/dot": b"d/./dot", "nul%00x": b"nul\x00x", long[0]: b"long" + b"x" * 300,
+             "trail%2F": b"trail/"}
+    for path, key in shown.items():
+        assert _read(os.path.join(root, path)) == FOREIGN_KEYS[key]
+    walked = sorted(os.path.relpath(os.path.join(d, f), root)
+                    for d, _, files in os.walk(root) for f in files)
+    assert walked == sorted(list(shown) + ["ok.txt", "d/fine"])
+    # the branch shows the same once the mount sees its new head
+    wait_for(lambda: "nul%00x" in os.listdir(m.branch_path()), timeout=30)
+    assert sorted(os.listdir(m.branch_path())) == listing
+    assert _errno(_write, m.branch_path("%2Fabs"), b"x") == errno.EPERM
+    assert _errno(_write, m.branch_path("d/%2E%2E/new"), b"x") == errno.EPERM
+    os.rename(m.branch_path("%2Fabs"), m.branch_path("abs"))
+    os.unlink(m.branch_path("nul%00x"))
+    assert _read(m.branch_path("abs")) == b"leading slash"
+    names = os.listdir(m.branch_path())
+    assert "abs" in names and "%2Fabs" not in names and "nul%00x" not in names
+    m.commit(message="names fixed")
+    text = m.log_text()
+    assert text.count("key b'nul\\x00x' (NUL byte) is shown as nul%00x") == 1
+    assert text.count("key b'/abs'") == 1
+    m.assert_clean_log()

@@ -2,6 +2,7 @@
 
 import errno
 import io
+import re
 
 import pytest
 
@@ -347,3 +348,123 @@ def test_new_refs_start_at_the_current_head_despite_the_head_cache(store_target,
     assert cached.create_branch("feature").id == new
     assert cached.read("feature", "f") == b"1"
     assert cached.create_tag("v1", "main").id == new
+
+
+# -- keys another writer made (issue 9: names gravfs did not write) -----------------------
+
+
+def _foreign_repo(repo):
+    from tests.foreign_util import FOREIGN_KEYS, commit_keys
+    repo.write_file("main", "ok.txt", b"ok")
+    repo.write_file("main", "d/fine", b"fine")
+    repo.commit("main", "gravfs's own")
+    commit_keys(repo, "main", FOREIGN_KEYS)
+    return repo
+
+
+def test_foreign_keys_are_listed_under_escaped_names(repo):
+    """Keys gravfs refuses but another writer committed are listed, not hidden or
+    mangled: each one under a reversible escaped name that reads it back."""
+    from tests.foreign_util import FOREIGN_KEYS
+    _foreign_repo(repo)
+    long_shown = [n.name for n in repo.list_dir("main") if n.name.startswith("long")]
+    assert len(long_shown) == 1 and len(long_shown[0].encode()) <= 255
+    assert re.search(r"%~[0-9a-f]{16}$", long_shown[0])
+    assert names(repo.list_dir("main")) == ["%2Fabs", "a/", "d/", long_shown[0], "nul%00x",
+                                            "ok.txt", "trail%2F"]
+    assert names(repo.list_dir("main", "d")) == ["%2E%2E/", "%2E/", "fine"]
+    assert names(repo.list_dir("main", "d/%2E%2E")) == ["up"]
+    assert names(repo.list_dir("main", "a")) == ["%2Fb"]
+    shown = {"%2Fabs": b"/abs", "a/%2Fb": b"a//b", "d/%2E%2E/up": b"d/../up",
+             "d/%2E/dot": b"d/./dot", "nul%00x": b"nul\x00x", long_shown[0]: b"long" + b"x" * 300,
+             "trail%2F": b"trail/"}
+    for path, key in shown.items():
+        n = repo.stat("main", path)
+        assert n.key == key and n.kind == "file"
+        assert repo.read("main", path) == FOREIGN_KEYS[key]
+    foreign = {n.name: n.foreign for n in repo.list_dir("main")}
+    assert foreign["ok.txt"] is None and foreign["a"] is None
+    assert "'/'" in foreign["%2Fabs"] and "NUL" in foreign["nul%00x"]
+    assert "trailing" in foreign["trail%2F"] and "255" in foreign[long_shown[0]]
+    # the trailing-slash file is not a directory: nothing else lives under "trail/"
+    with pytest.raises(NotFoundError):
+        repo.stat("main", "trail")
+    # an ordinary name with '%' is itself, never decoded
+    with pytest.raises(NotFoundError):
+        repo.stat("main", "ok%2Etxt")
+
+
+def test_listing_pages_through_foreign_keys(repo):
+    """Paging with each child's listing key gives the whole listing once, in order,
+    also across a file stored at "name/" that is listed beside the directory."""
+    from tests.foreign_util import commit_keys
+    _foreign_repo(repo)
+    commit_keys(repo, "main", {b"trail/inside": b"i", b"/abs2/deep": b"d", b"//x": b"x"})
+    whole = repo.list_dir("main")
+    assert names(whole)[:3] == ["%2F%2Fx", "%2Fabs", "%2Fabs2/"]
+    assert "trail%2F" in names(whole) and "trail/" in names(whole)
+    paged, after = [], None
+    while True:
+        batch = repo.list_dir("main", "", after, 1)
+        if not batch:
+            break
+        paged.extend(batch)
+        after = batch[-1].listing_key
+    assert names(paged) == names(whole)
+    assert repo.read("main", "%2Fabs2/deep") == b"d" and repo.read("main", "trail/inside") == b"i"
+
+
+def test_real_name_wins_over_an_equal_escaped_name(repo):
+    from tests.foreign_util import commit_keys
+    repo.write_file("main", "%2Fabs", b"real")
+    repo.commit("main", "a real name that looks escaped")
+    commit_keys(repo, "main", {b"/abs": b"foreign"})
+    assert repo.read("main", "%2Fabs") == b"real"
+    listed = [(n.name, n.key, n.shadowed) for n in repo.list_dir("main")]
+    assert sorted(listed) == [("%2Fabs", b"%2Fabs", False), ("%2Fabs", b"/abs", True)]
+
+
+def test_foreign_keys_can_be_renamed_and_removed_by_escaped_name(repo):
+    _foreign_repo(repo)
+    repo.rename("main", "%2Fabs", "abs")
+    repo.rename("main", "d/%2E%2E", "d/up-dir")
+    repo.remove("main", "nul%00x")
+    repo.remove("main", "a/%2Fb")
+    repo.commit("main", "fix names")
+    keys = {n.key for n in repo.walk("main")}
+    assert b"abs" in keys and b"d/up-dir/up" in keys
+    assert not keys & {b"/abs", b"d/../up", b"nul\x00x", b"a//b"}
+
+
+def test_provisional_entries_are_read_but_never_committed(repo):
+    """A provisional put (the mount's file created and not closed yet) reads like a
+    file, commits and compaction treat it as absent and leave it staged, and a
+    later write replaces it."""
+    from gravfs.committed.entry import KIND_FILE, EntryInfo
+
+    empty = repo.write_file("main", "x", b"")  # the empty object exists
+    repo.write_file("main", "old", b"committed")
+    repo.commit("main", "base")
+    e = EntryInfo(address=empty.address, size=0, kind=KIND_FILE, mtime_ns=1)
+    repo.stage("main", [(b"open", e), (b"closed", e)], provisional=frozenset([b"open"]))
+    repo.remove("main", "old")
+    repo.stage("main", [(b"old", e)], provisional=frozenset([b"old"]))  # re-created
+    assert names(repo.list_dir("main")) == ["closed", "old", "open", "x"]
+    assert ("added", b"open") not in repo.status("main")
+    c = repo.commit("main", "with open files")
+    assert names(repo.list_dir(c.id)) == ["closed", "x"]  # "old" went, "open" never came
+    assert names(repo.list_dir("main")) == ["closed", "old", "open", "x"]  # still staged
+    with pytest.raises(NothingToCommitError):
+        repo.commit("main", "only provisional")
+    repo.write_file("main", "more", b"m")
+    assert compact(repo, "main")
+    assert names(repo.list_dir("main")) == ["closed", "more", "old", "open", "x"]
+    repo.write_file("main", "open", b"closed at last")
+    c2 = repo.commit("main", "closed")
+    assert repo.read(c2.id, "open") == b"closed at last"
+    assert names(repo.list_dir(c2.id)) == ["closed", "more", "open", "x"]
+    assert names(repo.list_dir("main")) == ["closed", "more", "old", "open", "x"]
+    assert repo.staging.drop_provisional() == 1  # "old": its writer is gone
+    assert names(repo.list_dir("main")) == ["closed", "more", "open", "x"]
+    with pytest.raises(NothingToCommitError):
+        repo.commit("main", "nothing left")

@@ -33,7 +33,7 @@ from gravfs.fuse.openfiles import WRITEBACK_MAX, DirHandle, FileHandle, OpenFile
 from gravfs.fuse.reader import DataReader
 from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
 from gravfs.fuse.trees import Tree
-from gravfs.paths import MAX_NAME_BYTES
+from gravfs.paths import MAX_NAME_BYTES, quote
 from gravfs.repository import Node
 from gravfs.staging.area import MAX_PATH_BYTES
 
@@ -51,6 +51,7 @@ BLKSIZE = 128 * 1024
 PID_XATTR = b"user.gravfs.pid"
 COMMIT_XATTR = b"user.gravfs.commit"
 XATTR_NAMESPACES = (b"user.", b"trusted.", b"security.")
+MAX_FOREIGN_LOGGED = 10_000  # keys other writers made, each logged once
 
 
 class MountSettings:
@@ -97,6 +98,7 @@ class GravfsOperations(pyfuse3.Operations):
         self.own.wrap(repo.staging)
         self.statcache = BranchStatCache(repo, self.own)
         self.files_dir = ""
+        self.foreign_logged: set[bytes] = set()
         if settings.branch:
             tree = self._branch_tree(settings.branch)
             self.inodes.add_virtual(ROOT, b"", "root", ROOT, tree=tree)
@@ -220,6 +222,8 @@ class GravfsOperations(pyfuse3.Operations):
         tree = node.tree
         if tree is None or not tree.writable:
             raise fail(errno.EROFS)
+        if node.extra.get("foreign"):  # see _remember
+            raise fail(errno.EPERM)
         return tree
 
     @staticmethod
@@ -253,9 +257,8 @@ class GravfsOperations(pyfuse3.Operations):
         if version is not None:
             cache.put(tree.name, version, key, n)
             if listed:
-                self._cache_listed(tree.name, version, listed)
-                parent.extra["listed_upto"] = listed[-1].key[len(parent.key) + 1 if parent.key
-                                                             else 0:].rstrip(b"/")
+                self._cache_listed(tree.name, version, parent.key, listed)
+                parent.extra["listed_upto"] = listed[-1].fs_name
         return n
 
     @staticmethod
@@ -349,11 +352,15 @@ class GravfsOperations(pyfuse3.Operations):
             if node.opens and "entry" in node.extra:
                 return node.extra["entry"]  # still open: what it was
             raise fail(errno.ENOENT)
-        self._remember_entry(node, n.entry)
+        self._remember(node, n)
         return n.entry
 
     def _remember(self, node: Inode, n: Node) -> None:
         self._remember_entry(node, n.entry)
+        # at or under a name another writer made: shown escaped, and read-only (a write
+        # would stage the escaped name as a new key beside it)
+        own = n.key[:-1] if n.kind == "dir" and n.key.endswith(b"/") else n.key
+        node.extra["foreign"] = own != node.key
 
     @staticmethod
     def _remember_entry(node: Inode, entry: Optional[EntryInfo]) -> None:
@@ -504,7 +511,6 @@ class GravfsOperations(pyfuse3.Operations):
             await self._readdir_virtual(h, start_after, token)
             return
         tree = node.tree
-        plen = len(node.key) + 1 if node.key else 0
         while True:
             # a kernel readdir takes a few dozen entries: the rest of a listed batch
             # waits on the handle for the next call instead of being listed again
@@ -519,11 +525,14 @@ class GravfsOperations(pyfuse3.Operations):
                     return
                 more = len(batch) >= READDIR_BATCH
                 if version is not None:
-                    self._cache_listed(tree.name, version, batch,
-                                       node.key if start_after is None and not more else None)
+                    self._cache_listed(tree.name, version, node.key, batch,
+                                       start_after is None and not more)
             for i, n in enumerate(batch):
-                cont = n.key[plen:]  # continuation key: "name", or "name/" for a directory
-                name = cont.rstrip(b"/")
+                cont = n.listing_key  # "name", or "name/" for a directory
+                name = n.fs_name  # escaped when another writer made a name POSIX has not
+                if n.foreign is not None and self._note_foreign(tree, n):
+                    start_after = cont
+                    continue
                 child = self.inodes.ensure(tree, node.child_key(name), n.kind, node.ino, name)
                 self._remember(child, n)
                 if not self._reply(h, token, name, child, n.entry, cont):
@@ -539,17 +548,32 @@ class GravfsOperations(pyfuse3.Operations):
             version = self.statcache.version(tree.name, blocking=True)  # before the listing
         return version, self.repo.list_dir(tree.ref, key, start_after, READDIR_BATCH)
 
-    def _cache_listed(self, branch: str, version: tuple, batch: list[Node],
-                      whole: Optional[bytes] = None) -> None:
+    def _cache_listed(self, branch: str, version: tuple, dir_key: bytes, batch: list[Node],
+                      whole: bool = False) -> None:
         """Listed files and symlinks are what stat would return (not directories: a
-        name that is both a file and a directory lists as the directory).
-        ``whole``: the directory's key when the batch is its entire listing."""
-        for n in batch:
+        name that is both a file and a directory lists as the directory), filed under
+        the names the mount shows. ``whole``: the batch is the directory's entire listing."""
+        shown = [n for n in batch if not n.shadowed]
+        for n in shown:
             if n.kind != "dir":
-                self.statcache.put(branch, version, n.key, n)
-        if whole is not None:
-            names = {n.key.rstrip(b"/").rsplit(b"/", 1)[-1] for n in batch}
-            self.statcache.put_listing(branch, version, whole, names)
+                key = dir_key + b"/" + n.fs_name if dir_key else n.fs_name
+                self.statcache.put(branch, version, key, n)
+        if whole:
+            self.statcache.put_listing(branch, version, dir_key, {n.fs_name for n in shown})
+
+    def _note_foreign(self, tree: Tree, n: Node) -> bool:
+        """Log a key another writer made, once per key; True when it is not shown
+        (its escaped name is also a real name in the directory, which wins)."""
+        seen = self.foreign_logged
+        if n.key not in seen and len(seen) < MAX_FOREIGN_LOGGED:
+            seen.add(n.key)
+            if n.shadowed:
+                log.warning("%s: key %r (%s) is not shown: its escaped name %s is a real name "
+                            "there (gravfs ls lists both)", tree, n.key, n.foreign, quote(n.fs_name))
+            else:
+                log.warning("%s: key %r (%s) is shown as %s", tree, n.key, n.foreign,
+                            quote(n.fs_name))
+        return n.shadowed
 
     def _reply(self, h: DirHandle, token, name: bytes, child: Inode,
                entry: Optional[EntryInfo], cont: Optional[bytes] = None) -> bool:
@@ -674,7 +698,7 @@ class GravfsOperations(pyfuse3.Operations):
             raise fail(errno.ENOENT)
         if n.kind == "dir":
             raise fail(errno.EISDIR)
-        self._remove_keeping_parent(tree, parent_key, [(key, None)])
+        self._remove_keeping_parent(tree, parent_key, [(n.key, None)])  # a foreign key: its own
         return n.kind
 
     def _remove_keeping_parent(self, tree: Tree, parent_key: bytes, items: list) -> None:
@@ -752,6 +776,8 @@ class GravfsOperations(pyfuse3.Operations):
         writing = acc in (os.O_WRONLY, os.O_RDWR)
         if writing and not node.tree.writable:
             raise fail(errno.EROFS)
+        if writing and node.extra.get("foreign"):  # see _remember
+            raise fail(errno.EPERM)
         of = self.open_files.get(node.ino)
         entry = of.entry if of is not None else None
         if of is None:

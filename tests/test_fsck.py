@@ -1,0 +1,51 @@
+"""gravfs fsck: what it reports and its exit status (0 clean, 1 damage, 3 warnings only)."""
+
+from __future__ import annotations
+
+import os
+
+from gravfs.repository import Repository
+from tests.foreign_util import FOREIGN_KEYS, commit_keys
+from tests.repo_util import run_cli, small_settings
+
+
+def _repo(tmp_path):
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    repo = Repository.init(store, state, settings=small_settings())
+    repo.write_file("main", "fine/a.txt", b"a")
+    repo.commit("main", "gravfs's own")
+    return repo, store, state
+
+
+def test_fsck_reports_each_foreign_key_as_a_warning(tmp_path):
+    """Keys another writer committed that gravfs would refuse were called clean."""
+    repo, store, state = _repo(tmp_path)
+    rc, out, _ = run_cli("fsck", "-q", store=store, state=state, check=False)
+    assert rc == 0 and "fsck: clean" in out
+    cid = commit_keys(repo, "main", FOREIGN_KEYS).id
+    commit_keys(repo, "main", {b"later": b"same foreign keys in a second commit"})
+    repo.close()
+    rc, out, err = run_cli("fsck", "-q", store=store, state=state, check=False)
+    assert rc == 3, (out, err)
+    warnings = [l for l in out.splitlines() if l.startswith("warning: ")]
+    assert len(warnings) == len(FOREIGN_KEYS)  # each key once, however many commits hold it
+    shown = {"%2Fabs": "'/'", "a/%2Fb": "'/'", "d/%2E%2E/up": "'..'", "d/%2E/dot": "'.'",
+             "nul%00x": "NUL", "trail%2F": "trailing '/'", "%~": "255 bytes"}
+    for name, why in shown.items():
+        line = [l for l in warnings if f"foreign key {name}" in l or (name == "%~" and name in l)]
+        assert len(line) == 1 and why in line[0], (name, warnings)
+        assert " in range " in line[0] and f" of commit {cid[:12]}" in line[0]
+    assert "stored as b'nul\\x00x'" in out
+    assert "fsck: 7 warning(s)" in out and "clean" not in out
+
+
+def test_fsck_damage_outranks_warnings(tmp_path):
+    repo, store, state = _repo(tmp_path)
+    commit_keys(repo, "main", {b"/abs": b"foreign"})
+    address = repo.stat("main", "fine/a.txt").entry.address
+    repo.close()
+    os.unlink(os.path.join(store, address))
+    rc, out, _ = run_cli("fsck", "-q", store=store, state=state, check=False)
+    assert rc == 1
+    assert "missing" in out and "warning: foreign key %2Fabs" in out
+    assert "1 problem(s), 1 warning(s)" in out
