@@ -112,6 +112,7 @@ class Committer:
         def run(txn):
             st = self.area.state(txn, branch)
             if landed:
+                self.area.carry_provisional(txn, st, tokens)
                 self.area.drop_tokens(txn, tokens)
                 st.sealed = [t for t in st.sealed if t not in tokens]
                 if compacted and st.compacted == compacted:

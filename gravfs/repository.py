@@ -517,8 +517,11 @@ class Repository:
                 raise ReadOnlyError(f"{branch!r} is not a branch; commits and tags are read-only") from None
             raise
 
-    def stage(self, branch: str, items: Iterable[tuple[bytes, Optional[EntryInfo]]]) -> int:
+    def stage(self, branch: str, items: Iterable[tuple[bytes, Optional[EntryInfo]]],
+              provisional: frozenset = frozenset()) -> int:
         """Stage entries (None = delete) atomically; the low-level write used by all.
+        ``provisional``: keys staged as provisional puts (read, never committed: see
+        gravfs.staging.area).
 
         Returns how many entries were staged. When the branch's staging passes
         the compaction policy's thresholds it is compacted here (synchronously:
@@ -530,13 +533,14 @@ class Repository:
             if st.base and st.base != base:
                 base = self._recheck_head(RefTarget(self.commits.get(base), branch), st.base).commit.id
         encoded = _encode_items(items)
-        st = self.staging.put_many(branch, encoded, base)
+        st = self.staging.put_many(branch, encoded, base, provisional=provisional)
         if self.compaction is not None and self.compaction.due(st):
             from gravfs.staging.compaction import compact
             compact(self, branch)
         return len(encoded)
 
-    def stage_cached(self, branch: str, items: Iterable[tuple[bytes, Optional[EntryInfo]]]):
+    def stage_cached(self, branch: str, items: Iterable[tuple[bytes, Optional[EntryInfo]]],
+                     provisional: frozenset = frozenset()):
         """stage() when it needs nothing but the local staging database: the branch
         head is in the head cache and the staged changes are based on it. Returns
         the branch state after the write, or None when that does not hold (nothing
@@ -550,7 +554,8 @@ class Repository:
         if self.head_ttl <= 0 or not hit or time.monotonic() - hit[0] >= self.head_ttl:
             return None
         # another base: stage() checks whether the cached head is stale
-        return self.staging.put_many(branch, _encode_items(items), hit[1], same_base=True)
+        return self.staging.put_many(branch, _encode_items(items), hit[1], same_base=True,
+                                     provisional=provisional)
 
     def check_placement(self, branch: str, key: bytes, directory: bool) -> None:
         """Refuse a file where a directory is (or vice versa) and paths under a file."""

@@ -163,3 +163,102 @@ def test_concurrent_drains_of_one_workspace(tmp_path):
     assert drainers[0].pending_addresses() == []
     for b in blobs:
         assert store.get(address_of(hashing.hexdigest(b))) == b
+
+
+# -- files open for writing and commits -----------------------------------------------------
+
+
+def _rows(start: int, n: int) -> bytes:
+    return b"".join(b"%d,%d\n" % (i, i * i) for i in range(start, start + n))
+
+
+def _committed(m: Mount, cid: str, name: str):
+    """Content of name in commit cid, or None when the commit has no such file."""
+    p = m.path("commits", cid[:12], name)
+    return _read(p) if os.path.exists(p) else None
+
+
+def test_commit_takes_no_bytes_of_a_new_file_still_being_written(gravfs_mount):
+    """The CLI commit is started from the writing process: its fork closes the
+    inherited (close-on-exec) descriptor, a FUSE flush that is not the writer's close.
+    A file created and never closed is not in the commit; its close stages it whole."""
+    m = gravfs_mount
+    _write(m.branch_path("other.txt"), b"closed before the commit\n")
+    header = b"id,square\n"
+    f = open(m.branch_path("torn.csv"), "wb")
+    try:
+        f.write(header + _rows(0, 1000))
+        f.flush()  # write(2) reaches the daemon; no close
+        cid = m.commit(message="mid-write")
+        assert _committed(m, cid, "other.txt") == b"closed before the commit\n"
+        assert _committed(m, cid, "torn.csv") is None
+        assert "torn.csv" not in os.listdir(m.path("commits", cid[:12]))
+        f.write(_rows(1000, 1000))
+    finally:
+        f.close()
+    assert _read(m.branch_path("torn.csv")) == header + _rows(0, 2000)
+    cid2 = m.commit(message="after the close")
+    assert _committed(m, cid2, "torn.csv") == header + _rows(0, 2000)
+    m.assert_clean_log()
+
+
+def test_commit_takes_the_last_closed_state_of_a_file_being_rewritten(gravfs_mount):
+    m = gravfs_mount
+    old = b"id,square\n" + _rows(0, 10)
+    _write(m.branch_path("t.csv"), old)
+    cid0 = m.commit(message="old")
+    f = open(m.branch_path("t.csv"), "wb")  # O_TRUNC: the mount shows it empty at once
+    try:
+        f.write(b"id,square\n" + _rows(0, 500))
+        f.flush()
+        # a child that inherits the descriptor and exits (no exec) closes it too
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert "t.csv" not in m.cli("status", "main").stdout  # nothing staged meanwhile
+        _write(m.branch_path("other.txt"), b"x")
+        cid = m.commit(message="mid-rewrite")
+        assert cid != cid0
+        assert _committed(m, cid, "t.csv") == old
+        f.write(_rows(500, 500))
+        f.flush()
+        os.fsync(f.fileno())  # an fsync stages what was written so far
+        cid2 = m.commit(message="after fsync")
+        assert _committed(m, cid2, "t.csv") == b"id,square\n" + _rows(0, 1000)
+        f.write(b"tail\n")
+    finally:
+        f.close()
+    cid3 = m.commit(message="closed")
+    assert _committed(m, cid3, "t.csv") == b"id,square\n" + _rows(0, 1000) + b"tail\n"
+    m.assert_clean_log()
+
+
+def test_created_file_without_writes_is_staged_by_its_close(gravfs_mount):
+    """touch: a create followed by a close stages an empty file (so does mknod)."""
+    m = gravfs_mount
+    open(m.branch_path("empty"), "wb").close()
+    os.mknod(m.branch_path("node"))
+    cid = m.commit(message="empty files")
+    assert _committed(m, cid, "empty") == b""
+    assert _committed(m, cid, "node") == b""
+    m.assert_clean_log()
+
+
+def test_file_created_by_a_killed_mount_and_never_closed_is_gone(gravfs_mount):
+    m = gravfs_mount
+    _write(m.branch_path("kept"), b"closed")
+    f = open(m.branch_path("open.csv"), "wb")
+    f.write(b"never closed\n")
+    f.flush()
+    m.kill9()
+    try:
+        f.close()
+    except OSError:
+        pass  # the mount is gone
+    m.remount()
+    assert sorted(os.listdir(m.branch_path())) == ["kept"]
+    assert "open.csv" not in m.cli("ls", "main").stdout
+    cid = m.commit(message="after the crash")
+    assert _committed(m, cid, "kept") == b"closed"
+    assert _committed(m, cid, "open.csv") is None

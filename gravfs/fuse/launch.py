@@ -29,6 +29,7 @@ from typing import Optional
 from gravfs.config import default_state_dir
 from gravfs.errors import GravfsError
 from gravfs.fuse import options as mount_options
+from gravfs.store.modes import private_dir
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,10 @@ def _setup_daemon_logging(cfg: dict, daemon: bool) -> None:
     root = logging.getLogger()
     if daemon:
         path = opts.log_file or log_path(cfg["state_dir"], cfg["mountpoint"])
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if opts.log_file:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        else:
+            private_dir(os.path.dirname(path))  # <state dir>/logs, tightened if an older one is open
         for h in list(root.handlers):
             root.removeHandler(h)
         handler = logging.FileHandler(path)
@@ -207,6 +211,7 @@ def _setup_daemon_logging(cfg: dict, daemon: bool) -> None:
 
 def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     """Open, mount, serve until unmounted; returns the exit code."""
+    os.umask(0o077)  # what the daemon writes (logs, local files) is its owner's only
     _setup_daemon_logging(cfg, daemon)
 
     def report(code: int, message: str) -> int:
@@ -386,15 +391,29 @@ async def _signals(nursery) -> None:
 def _files_dir(repo) -> str:
     """A private directory for this daemon's local copies; dead daemons' leftovers go."""
     base = repo.workspace.sub("files")
+    dead = live = 0
     for name in os.listdir(base):
         m = re.match(r"(\d+)-", name)
         if m and not _alive(int(m.group(1))):
+            dead += 1
             path = os.path.join(base, name)
             leftovers = len(os.listdir(path)) if os.path.isdir(path) else 0
             if leftovers:
                 log.warning("removing %d unsaved local file(s) of a dead mount in %s (they were "
                             "never closed or fsync'd)", leftovers, path)
             shutil.rmtree(path, ignore_errors=True)
+        elif m:
+            live += 1
+    if dead and not live:
+        # files a dead mount created and never closed: staged provisional, never to be
+        # closed now (with another mount alive they may be its own: left alone)
+        try:
+            n = repo.staging.drop_provisional()
+        except GravfsError as exc:
+            log.warning("cannot remove the files a dead mount created and never closed: %s", exc)
+        else:
+            if n:
+                log.warning("removed %d file(s) a dead mount created and never closed", n)
     path = os.path.join(base, f"{os.getpid()}-{int(time.time())}")
     os.makedirs(path, exist_ok=True)
     return path

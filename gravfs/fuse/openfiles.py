@@ -9,6 +9,8 @@ kernel flushes (close), fsyncs or releases a modified file, its content goes
 to the store (content-addressed, deduplicated; small files by write-back:
 moved into pending uploads and uploaded in the background) and the new entry
 is staged in LMDB at the inode's *current* path (renames move open files along).
+A file the mount creates is staged at once as a provisional entry (visible,
+never committed) until its first close or fsync.
 
 Blocking methods are called from worker threads; ``lock`` (a trio lock) is
 taken by the caller so that content never changes while it is hashed.
@@ -49,6 +51,9 @@ class OpenFile:
         self.fd = -1
         self.moving_size: Optional[int] = None  # size while the local copy moves to pending
         self.dirty = False
+        # created by the mount and never staged since: its staged entry is provisional
+        # (not committed), so its first close stages it even without writes
+        self.provisional = False
         self.handles = 0
         self.lock = trio.Lock()
         base = entry or EntryInfo(kind=KIND_FILE)
@@ -182,6 +187,7 @@ class FileHandle:
         self.writable = acc in (os.O_WRONLY, os.O_RDWR)
         self.append = bool(flags & os.O_APPEND)
         self.openfile = openfile
+        self.opener: Optional[int] = None  # pid of the process that opened it
         self.read_state = ReadState()
         self.read_address: Optional[str] = None
 

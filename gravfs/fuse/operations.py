@@ -26,7 +26,7 @@ from gravfs import hashing
 from gravfs.committed.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo
 from gravfs.dataobjects import address_of
 from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
-from gravfs.fuse import opstats
+from gravfs.fuse import holders, opstats
 from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
 from gravfs.fuse.openfiles import WRITEBACK_MAX, DirHandle, FileHandle, OpenFile
@@ -98,6 +98,7 @@ class GravfsOperations(pyfuse3.Operations):
         self.own.wrap(repo.staging)
         self.statcache = BranchStatCache(repo, self.own)
         self.files_dir = ""
+        self.mount_root = b""  # the mount point as /proc names open files (set by prepare)
         self.foreign_logged: set[bytes] = set()
         if settings.branch:
             tree = self._branch_tree(settings.branch)
@@ -112,6 +113,8 @@ class GravfsOperations(pyfuse3.Operations):
     def prepare(self, files_dir: str) -> None:
         """Blocking setup before mounting: the empty object, the local files dir."""
         self.files_dir = files_dir
+        if self.settings.mountpoint:  # resolved before mounting: no request to ourselves
+            self.mount_root = os.fsencode(os.path.realpath(self.settings.mountpoint)).rstrip(b"/")
         if not self.settings.read_only:
             try:  # new empty files point at the empty object: make sure it exists
                 if self.repo.store.size(EMPTY_ADDRESS) is None:
@@ -156,12 +159,14 @@ class GravfsOperations(pyfuse3.Operations):
     async def run(self, fn, *args, **kw):
         return await trio.to_thread.run_sync(partial(fn, *args, **kw), limiter=self.limiter)
 
-    async def _stage_inline(self, tree: Tree, changes: list, items: list) -> bool:
+    async def _stage_inline(self, tree: Tree, changes: list, items: list,
+                            provisional: frozenset = frozenset()) -> bool:
         """Stage on this (the event loop's) thread when that is only a local LMDB write:
         cheaper than a worker-thread trip. False: nothing staged (use a worker)."""
         if tree.kind != "branch":
             return False
-        st = self.own.collect(tree.name, changes, self.repo.stage_cached, tree.name, items)
+        st = self.own.collect(tree.name, changes, self.repo.stage_cached, tree.name, items,
+                              provisional=provisional)
         if opstats.PATH:
             opstats.record("stage.inline" if st is not None else "stage.no-inline", 0.0)
         if st is None:
@@ -674,11 +679,13 @@ class GravfsOperations(pyfuse3.Operations):
 
     def _create_blocking(self, tree: Tree, key: bytes, staged_key: bytes, entry: EntryInfo,
                          of: Optional[OpenFile] = None) -> None:
-        """One worker-thread trip for mkdir/create/symlink: check, stage, local file."""
+        """One worker-thread trip for mkdir/create/symlink: check, stage, local file
+        (a file, ``of``, is staged provisional: see create)."""
         n = self._stat_or_none(tree, key)
         if n is not None:
             raise fail(errno.EISDIR if n.kind == "dir" and of is not None else errno.EEXIST)
-        self.repo.stage(tree.name, [(staged_key, entry)])
+        self.repo.stage(tree.name, [(staged_key, entry)],
+                        provisional=frozenset([staged_key]) if of is not None else frozenset())
         if of is not None:
             of.materialize(self.repo)
 
@@ -721,11 +728,15 @@ class GravfsOperations(pyfuse3.Operations):
         entry = EntryInfo(address=EMPTY_ADDRESS, size=0, mtime_ns=now,
                           mode=statmod.S_IFREG | (mode & 0o7777), kind=KIND_FILE,
                           uid=ctx.uid, gid=ctx.gid)
+        # Staged provisional: the name exists (empty) for everyone at once, but a commit
+        # takes nothing of the file until its first close or fsync stages its content.
         scratch = OpenFile(None, entry, self.files_dir)
+        scratch.provisional = True
         async with self._ns(tree):
             try:
                 if not (self._known_missing(tree, key)
-                        and await self._stage_inline(tree, [(key, True)], [(key, entry)])):
+                        and await self._stage_inline(tree, [(key, True)], [(key, entry)],
+                                                     frozenset([key]))):
                     await self._write(tree, [(key, True)], self._create_blocking, tree, key, key,
                                       entry, scratch)
                 else:
@@ -743,7 +754,7 @@ class GravfsOperations(pyfuse3.Operations):
         scratch.node = node
         self.open_files[node.ino] = scratch
         of = scratch
-        fi = self._open_handle(node, entry, flags, of)
+        fi = self._open_handle(node, entry, flags, of, ctx)
         log.debug("create %s:%s", tree.name, key)
         return fi, self._attrs(node, entry)
 
@@ -754,9 +765,12 @@ class GravfsOperations(pyfuse3.Operations):
             self.open_files[node.ino] = of
         return of
 
-    def _open_handle(self, node: Inode, entry, flags: int, of: Optional[OpenFile]) -> pyfuse3.FileInfo:
+    def _open_handle(self, node: Inode, entry, flags: int, of: Optional[OpenFile],
+                     ctx=None) -> pyfuse3.FileInfo:
         fh = self._fh()
         h = FileHandle(fh, node, entry, flags, of)
+        if ctx is not None:
+            h.opener = ctx.pid
         self.files[fh] = h
         node.opens += 1
         if of is not None:  # counted until release, whatever the access mode
@@ -796,7 +810,7 @@ class GravfsOperations(pyfuse3.Operations):
                     await self.run(of.truncate, self.repo, 0)
                     of.dirty = True
                     of.mtime_ns = time.time_ns()
-        fi = self._open_handle(node, entry, flags, of if writing else None)
+        fi = self._open_handle(node, entry, flags, of if writing else None, ctx)
         if not writing and of is None and entry is not None and node.tree.kind == "branch":
             # data is named by its hash: pages the kernel cached for an earlier read-only
             # open of the same address still hold this content (writers drop the mark)
@@ -843,12 +857,23 @@ class GravfsOperations(pyfuse3.Operations):
     async def _stage(self, of: OpenFile, durable: bool = False) -> None:
         """Upload (write back) a modified local copy and stage it at the inode's current path."""
         async with of.lock:
-            if not of.dirty:
+            if not of.dirty and not of.provisional:
                 return
             node = of.node
             tree = node.tree
             if not node.linked:
                 of.dirty = False
+                return
+            if not of.dirty:  # created, not written since: its entry, no longer provisional
+                entry = of.meta_entry()
+                async with self._ns(tree):
+                    if not node.linked:
+                        return
+                    changes = [(node.key, True)]
+                    if not await self._stage_inline(tree, changes, [(node.key, entry)]):
+                        await self._write(tree, changes, self.repo.stage, tree.name,
+                                          [(node.key, entry)])
+                self._staged(of, entry)
                 return
             if of.materialized and of.size() <= WRITEBACK_MAX:
                 # write-back: hash, move to pending uploads and stage in one thread hop
@@ -918,6 +943,7 @@ class GravfsOperations(pyfuse3.Operations):
         node.pinned = False
         of.entry = entry
         of.dirty = False
+        of.provisional = False
         self._remember_entry(node, entry)
         for h in self.files.values():
             if h.node is node:
@@ -926,9 +952,30 @@ class GravfsOperations(pyfuse3.Operations):
 
     @guarded
     async def flush(self, fh):
+        """close(2) of a descriptor: stage the file, unless the process that opened
+        this handle still holds it (a forked child closed its inherited copy)."""
         h = self.files.get(fh)
-        if h is not None and h.openfile is not None:
-            await self._stage(h.openfile)
+        if h is None or h.openfile is None:
+            return
+        of = h.openfile
+        if (of.dirty or of.provisional) and self._closed_by_copy(h):
+            log.debug("flush of %s:%s by a copy of the descriptor; pid %d still has it "
+                      "open: not staged", h.node.tree.name, h.node.key, h.opener)
+            return
+        await self._stage(of)
+
+    def _closed_by_copy(self, h: FileHandle) -> bool:
+        """Whether this flush is not the opener's close: the opener still holds the
+        file and no other handle is open on it (with two handles open, a descriptor
+        of the opener may be the other one's)."""
+        node = h.node
+        if h.opener is None or node.opens != 1 or not node.linked or not self.mount_root:
+            return False
+        if self.settings.branch:
+            path = self.mount_root + b"/" + node.key
+        else:
+            path = b"%s/branches/%s/%s" % (self.mount_root, node.tree.name.encode(), node.key)
+        return holders.holds(h.opener, path)
 
     @guarded
     async def fsync(self, fh, datasync):
@@ -1034,7 +1081,7 @@ class GravfsOperations(pyfuse3.Operations):
                 e = change(of.meta_entry())
                 of.mode, of.mtime_ns, of.uid, of.gid = e.mode, e.mtime_ns, e.uid, e.gid
                 of.xattrs = dict(e.xattrs)
-                if of.dirty:
+                if of.dirty or of.provisional:
                     return  # staged with the content on close
                 async with self._ns(tree):
                     if node.linked:
@@ -1085,8 +1132,12 @@ class GravfsOperations(pyfuse3.Operations):
         tree = self._writable_tree(po)
         src = self._child_key(po, name_old)
         dst = self._child_key(pn, name_new)
+        moved = self.inodes.find(tree, src, "file")
+        of = self.open_files.get(moved.ino) if moved is not None else None
+        provisional = of is not None and of.provisional
         async with self._ns(tree):
-            d = await self._write(tree, None, self._rename_blocking, tree, po.key, src, dst, flags)
+            d = await self._write(tree, None, self._rename_blocking, tree, po.key, src, dst, flags,
+                                  provisional)
             if d is False:
                 return  # renamed onto itself
             if d is not None:
@@ -1097,8 +1148,9 @@ class GravfsOperations(pyfuse3.Operations):
         log.debug("rename %s:%s -> %s", tree.name, src, dst)
 
     def _rename_blocking(self, tree: Tree, src_parent: bytes, src: bytes, dst: bytes,
-                         flags: int):
-        """Check and stage a rename; returns the replaced node (None, or False for a no-op)."""
+                         flags: int, provisional: bool = False):
+        """Check and stage a rename; returns the replaced node (None, or False for a no-op).
+        ``provisional``: src is a file created and not closed yet; it stays provisional."""
         s = self._stat_or_none(tree, src)
         if s is None:
             raise fail(errno.ENOENT)
@@ -1121,7 +1173,10 @@ class GravfsOperations(pyfuse3.Operations):
             p = self.repo.stat(tree.ref, src_parent)
             if p.entry is None:  # keep an implied source directory alive
                 self.repo.stage(tree.name, [(src_parent + b"/", self._now_dir_entry(0o755))])
-        self.repo.rename(tree.name, src, dst)
+        if provisional and s.kind == "file":
+            self.repo.stage(tree.name, [(src, None), (dst, s.entry)], provisional=frozenset([dst]))
+        else:
+            self.repo.rename(tree.name, src, dst)
         return d
 
     @guarded

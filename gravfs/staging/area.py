@@ -6,8 +6,11 @@ Layout (one LMDB environment per repository and workspace):
   newest first, base commit, compacted metarange, pending commit, counters).
 - db ``imports``: token -> JSON ``ImportRecord`` of an import staging into a token of
   its own, outside every branch's layers until the import commits (gravfs.importer).
-- db ``entries``: ``token (8 bytes) || path`` -> ``0x01 || lakeFS value`` for a put, or
-  ``0x00`` for a tombstone.
+- db ``entries``: ``token (8 bytes) || path`` -> ``0x01 || lakeFS value`` for a put,
+  ``0x00`` for a tombstone, or ``0x02 || lakeFS value`` for a provisional put: read
+  like a put, committed (and compacted) as a deletion, and carried into the fresh
+  token when its sealed token is dropped, until a newer write replaces it (the mount
+  stages a file created and not yet closed this way).
 
 Tokens are never reused, so dropping a sealed token is a prefix delete and a
 token's entries never change once sealed: a commit can read them while new
@@ -35,6 +38,7 @@ log = logging.getLogger(__name__)
 TOKEN_LEN = 8
 TOMBSTONE = b"\x00"
 PUT = b"\x01"
+PROVISIONAL = b"\x02"
 # LMDB's compiled key limit is 511 bytes; the token takes 8.
 MAX_PATH_BYTES = 500
 _INITIAL_MAP = 1 << 30
@@ -52,13 +56,14 @@ class BranchState:
     pending: Optional[dict] = None  # {"commit": id, "tokens": [...]} while committing
     puts: int = 0  # counters for the compaction sensor (approximate: per write)
     tombstones: int = 0
+    provisional: int = 0  # provisional puts staged since the last carry (0: none to carry)
 
     def copy(self) -> "BranchState":
         """A copy sharing nothing mutable (cheaper than a JSON round trip)."""
         return BranchState(self.staging, list(self.sealed), self.base,
                            None if self.compacted is None else dict(self.compacted),
                            copy.deepcopy(self.pending),
-                           self.puts, self.tombstones)
+                           self.puts, self.tombstones, self.provisional)
 
     def tokens(self) -> list[str]:
         """Every token whose entries are visible, newest first."""
@@ -187,14 +192,16 @@ class StagingArea:
     # -- entries --------------------------------------------------------------------
 
     def put_many(self, branch: str, items, base: Optional[str],
-                 same_base: bool = False) -> Optional[BranchState]:
+                 same_base: bool = False, provisional: frozenset = frozenset()
+                 ) -> Optional[BranchState]:
         """Stage puts (value bytes) and tombstones (value None) in one transaction;
         returns the branch state after it (its counters feed the compaction sensor).
 
         ``base`` is the head commit the caller sees; it becomes the branch's base
         when staging was empty, so a later commit can detect concurrent changes.
         ``same_base``: stage nothing and return None when staging is based on another
-        commit (checked in the same transaction).
+        commit (checked in the same transaction). ``provisional``: paths whose puts are
+        provisional (see the module doc).
         """
         items = list(items)
         for path, _ in items:
@@ -209,12 +216,15 @@ class StagingArea:
             tok = bytes.fromhex(st.staging)
             cur = txn.cursor(db=self.entries_db)
             puts = tombs = 0
+            if provisional:
+                st.provisional += sum(1 for path, value in items
+                                      if value is not None and path in provisional)
             for path, value in items:
                 if value is None:
                     cur.put(tok + path, TOMBSTONE)
                     tombs += 1
                 else:
-                    cur.put(tok + path, PUT + value)
+                    cur.put(tok + path, (PROVISIONAL if path in provisional else PUT) + value)
                     puts += 1
             st.puts += puts
             st.tombstones += tombs
@@ -255,6 +265,29 @@ class StagingArea:
             return False
         return True
 
+    def carry_provisional(self, txn, st: BranchState, tokens: list[str]) -> int:
+        """Copy the provisional puts that are the newest value of their path among
+        ``tokens`` (newest first) into ``st``'s staging token, unless it holds that
+        path: called before a commit or compaction drops the tokens it consumed.
+        Scans only when provisional puts were staged since the last carry."""
+        if not st.provisional:
+            return 0
+        dest = bytes.fromhex(st.staging)
+        seen: set[bytes] = set()
+        carried = 0
+        for t in tokens:
+            for path, raw in self.iter_token(txn, t):
+                if path in seen:
+                    continue
+                seen.add(path)
+                if raw[:1] == PROVISIONAL and txn.get(dest + path, db=self.entries_db) is None:
+                    txn.put(dest + path, raw, db=self.entries_db)
+                    carried += 1
+        # what the staging token holds now (written since the seal, or carried)
+        st.provisional = sum(1 for _, raw in self.iter_token(txn, st.staging)
+                             if raw[:1] == PROVISIONAL)
+        return carried
+
     def put_token(self, token: str, items) -> int:
         """Stage puts (value bytes) and tombstones (None) into one token that no branch
         state lists (an import's); returns how many."""
@@ -294,6 +327,36 @@ class StagingArea:
     def put_import(self, txn, token: str, record: dict) -> None:
         txn.put(bytes.fromhex(token), json.dumps(record, sort_keys=True).encode(),
                 db=self.imports_db)
+
+    def drop_provisional(self) -> int:
+        """Delete every provisional put that is still its path's newest value, in
+        every branch (a tombstone in the staging token): for a mount starting after
+        the one that created those files died before closing them."""
+
+        def run(txn):
+            n = 0
+            for name in [k.decode() for k, _ in txn.cursor(db=self.branches_db)]:
+                st = self.state(txn, name)
+                if not st.provisional:
+                    continue
+                seen: set[bytes] = set()
+                doomed = []
+                for t in st.tokens():
+                    for path, raw in self.iter_token(txn, t):
+                        if path not in seen:
+                            seen.add(path)
+                            if raw[:1] == PROVISIONAL:
+                                doomed.append(path)
+                tok = bytes.fromhex(st.staging)
+                for path in doomed:
+                    txn.put(tok + path, TOMBSTONE, db=self.entries_db)
+                st.provisional = 0
+                st.tombstones += len(doomed)
+                self.save_state(txn, name, st)
+                n += len(doomed)
+            return n
+
+        return self.write(run)
 
     def drop_tokens(self, txn, tokens: list[str]) -> int:
         """Delete every entry of the given tokens, and their import records (inside

@@ -56,6 +56,7 @@ def compact(repo, branch: str) -> bool:
 
         def run(txn):
             s = repo.staging.state(txn, branch)
+            repo.staging.carry_provisional(txn, s, tokens)
             repo.staging.drop_tokens(txn, tokens)
             s.sealed = [t for t in s.sealed if t not in tokens]
             s.compacted = compacted

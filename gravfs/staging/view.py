@@ -14,7 +14,7 @@ import heapq
 from typing import Callable, Iterable, Iterator, Optional, Protocol
 
 from gravfs.committed.record import decode_identity, decode_value
-from gravfs.staging.area import TOMBSTONE, StagingArea
+from gravfs.staging.area import PROVISIONAL, TOMBSTONE, StagingArea
 
 Item = tuple[bytes, Optional[bytes], bytes]
 
@@ -46,7 +46,8 @@ class RawTokenLayer:
     """One staging token as changes for apply: ``(key, identity, None, encoded)``.
 
     Staging stores values already encoded, so a commit passes them through
-    without decoding the data.
+    without decoding the data. A provisional put is a deletion here: a commit
+    never takes it (it stays staged, see StagingArea.carry_provisional).
     """
 
     def __init__(self, area: StagingArea, txn, token: str):
@@ -54,7 +55,7 @@ class RawTokenLayer:
 
     def open(self, start: bytes):
         for key, raw in self.area.iter_token(self.txn, self.token, start):
-            if raw == TOMBSTONE:
+            if raw == TOMBSTONE or raw[:1] == PROVISIONAL:
                 yield key, None, None
             else:
                 enc = raw[1:]
