@@ -2,9 +2,9 @@
 
 * Every ``crash_point("...")`` in the source is listed in CRASH_POINTS and every
   listed point is called somewhere.
-* The crash walk: a scenario of commands on a local-directory store (two puts,
-  an rm, a commit, an import staged in three batches, write-back uploads as
-  the mount makes them, a commit, a read) runs in subprocesses with GRAVFS_CRASH_AT set,
+* The crash walk: a scenario of commands on a local-directory store (a put,
+  an rm, a compaction, a put, a commit, an import staged in three batches,
+  write-back as the mount does it, a commit that uploads what it left, a read) runs in subprocesses with GRAVFS_CRASH_AT set,
   once per registered point (and a few targeted hits). The first process that
   reaches the point dies (exit 99); the walk fails if none does. Then the next
   commands recover: everything acknowledged before the crash is there, the
@@ -155,15 +155,25 @@ CLI = ("import sys, gravfs.importer; gravfs.importer.BATCH = %d\n"
        "from gravfs.cli import main; sys.exit(main(sys.argv[1:]))" % IMPORT_BATCH)
 
 # What the mount does when files are closed: each file moves into pending uploads
-# and is staged (then acknowledged); background uploaders store them.
+# and is staged (then acknowledged); background uploaders store them. The last
+# file's upload is paused, and the process then dies as a killed daemon would
+# (exit 0: the step is over), so the next commit uploads it.
 WRITEBACK_DRIVER = """
 import os, sys, time
 from gravfs.committed.entry import KIND_FILE, EntryInfo
+from gravfs.dataobjects import PAUSE_ENV
 from gravfs.repository import Repository
 store, state, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 repo = Repository.open(store, state, staging_sync=False)
+pause = os.environ[PAUSE_ENV] = os.path.join(state, "pause-uploads")
 repo.data.start_uploader(2)
+deadline = time.monotonic() + 60
 for i in range(n):
+    if i == n - 1:
+        while repo.data.pending_addresses():
+            assert time.monotonic() < deadline, "pending uploads did not finish"
+            time.sleep(0.01)
+        open(pause, "w").close()
     path = os.path.join(repo.workspace.tmp, "wb-%d" % i)
     with open(path, "wb") as f:
         f.write(b"written back %d\\n" % i)
@@ -172,12 +182,7 @@ for i in range(n):
                                                  mode=0o100644, kind=KIND_FILE))])
     repo.staging.sync()
     print("ack", i, flush=True)
-deadline = time.monotonic() + 60
-while repo.data.pending_addresses():
-    if time.monotonic() > deadline:
-        sys.exit("pending uploads did not finish")
-    time.sleep(0.01)
-repo.close()
+os._exit(0)
 """
 
 
@@ -195,8 +200,9 @@ def _scenario() -> list[Step]:
     imported["imp/link"] = "-> a/0"
     return [
         Step("put", ["put", "{src}/one", "main:p/one"], [{"p/one": b"one\n"}]),
-        Step("put-over", ["put", "{src}/two", "main:base/03"], [{"base/03": b"two\n"}]),
         Step("rm", ["rm", "main:base/05"], [{"base/05": None}]),
+        Step("compact", ["compact", "main"]),
+        Step("put-over", ["put", "{src}/two", "main:base/03"], [{"base/03": b"two\n"}]),
         Step("commit", ["commit", "main", "-m", "puts"]),
         Step("import", ["import", "-q", "{src}/tree", "main:imp", "-m", "import"], [imported]),
         Step("writeback", [], [{k: v} for k, v in WRITEBACK.items()]),
@@ -242,26 +248,25 @@ def _differences(got: dict, want: dict) -> str:
                      for k in keys if got.get(k) != want.get(k))
 
 
-# Crashes that leave an import half staged: the next commit takes the half.
-IMPORT_LEFTOVERS = pytest.mark.xfail(
-    strict=True, reason="issue 9, interrupted imports: a crashed import's staged batches are "
-                        "committed by the next commit; being fixed")
-
-CASES = [pytest.param(p, None, id=p,
-                      marks=[IMPORT_LEFTOVERS] if p == "import:batch-staged" else [])
-         for p in sorted(CRASH_POINTS)] + [
-    pytest.param("import:batch-staged:2", None, marks=[IMPORT_LEFTOVERS]),
+CASES = [pytest.param(p, None, id=p) for p in sorted(CRASH_POINTS)] + [
+    pytest.param("import:batch-staged:2", None),
     pytest.param("local:publish@_gravfs/ranges/*", None),
     pytest.param("local:publish@_gravfs/metaranges/*", None),
     pytest.param("local:publish@_gravfs/commits/*", None),
     pytest.param("local:publish@_gravfs/refs/*", None),
     pytest.param("tier:fetched@data/*", None),
     pytest.param("writeback:pending-moved:2", None),
-    pytest.param("writeback:uploaded:3", None),
+    pytest.param("writeback:uploaded:2", None),
+    # compaction's staging transaction; a commit's metarange
+    pytest.param("staging:in-txn:2", "compact"),
+    pytest.param("local:publish@_gravfs/metaranges/*", "commit"),
     # the import's own commit
     pytest.param("commit:pending-recorded", "import"),
     pytest.param("commit:head-moved", "import"),
-    # a commit of write-back entries: its pending record, and its cleanup after the head moved
+    # a commit of write-back entries: the upload it drains, its pending record, and
+    # its cleanup after the head moved
+    pytest.param("writeback:before-upload", "commit-wb"),
+    pytest.param("writeback:uploaded", "commit-wb"),
     pytest.param("staging:in-txn:2", "commit-wb"),
     pytest.param("staging:in-txn:3", "commit-wb"),
     pytest.param("commit:head-moved", "commit-wb"),
