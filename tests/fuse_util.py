@@ -137,6 +137,9 @@ class Mount:
             res = self.cli("umount", self.mnt, check=False)
             if res.returncode == 0:
                 break
+            if not os.path.ismount(self.mnt):  # unmounted, but files went to lost+found
+                self.mounted = False
+                raise AssertionError(f"umount reported: {res.stderr}")
             time.sleep(0.1)  # a process of the test may still hold a file open
         else:
             raise AssertionError(f"umount failed: {res.stderr}")

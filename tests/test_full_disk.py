@@ -181,14 +181,56 @@ def test_unmount_that_cannot_stage_saves_the_file_in_lost_and_found(tmpfs):
         f.write(data)
         with pytest.raises(OSError):
             f.close()
-        m.umount()
+        res = m.cli("umount", m.mnt, check=False)
+        assert not os.path.ismount(m.mnt)
         saved = glob.glob(os.path.join(m.state_dir, "repos", "*", "lost+found", "main", "d",
                                        "big.bin"))
         assert len(saved) == 1, "the unstaged file was not saved at unmount"
+        assert res.returncode == 1 and saved[0] in res.stderr, res.stderr
         with open(saved[0], "rb") as g:
             assert g.read() == data
         assert "lost+found" in m.log_text()
         m.remount()  # the next mount leaves lost+found alone
         assert os.path.exists(saved[0])
+    finally:
+        m.cleanup()
+
+
+def test_failed_close_commits_nothing_and_umount_reports_lost_and_found(tmpfs):
+    """A 15 MiB file whose close cannot store it (the store shares the full disk):
+    the mount shows it, a commit does not take it (never as an empty file), and
+    the umount that has to save it in lost+found says so and fails."""
+    if not fuse_available():
+        pytest.fail("/dev/fuse is not usable: these tests need real FUSE mounts")
+    import glob
+    disk = tmpfs(24 << 20)
+    m = Mount(disk).init()
+    m.mount()
+    try:
+        with open(m.branch_path("ok.txt"), "wb") as f:
+            f.write(b"fits")
+        data = os.urandom(15 << 20)  # its local copy fits, a second copy in the store not
+        f = open(m.branch_path("big.bin"), "wb")
+        f.write(data)
+        with pytest.raises(OSError) as ei:
+            f.close()
+        assert ei.value.errno == errno.ENOSPC
+        assert os.stat(m.branch_path("big.bin")).st_size == len(data)
+        cid = m.commit(message="what could be staged")
+        listed = m.cli("ls", cid).stdout
+        assert "ok.txt" in listed and "big.bin" not in listed
+        assert not os.path.exists(m.path("commits", cid[:12], "big.bin"))
+        res = m.cli("umount", m.mnt, check=False)
+        assert not os.path.ismount(m.mnt)
+        m.mounted = False
+        saved = glob.glob(os.path.join(m.state_dir, "repos", "*", "lost+found", "main",
+                                       "big.bin"))
+        assert len(saved) == 1
+        with open(saved[0], "rb") as g:
+            assert g.read() == data
+        assert res.returncode != 0, res.stderr
+        lines = [l for l in res.stderr.splitlines() if l.strip()]
+        assert any("main:big.bin" in l and saved[0] in l for l in lines), res.stderr
+        assert "Traceback" not in res.stderr
     finally:
         m.cleanup()

@@ -9,12 +9,15 @@ on unmount every modified open file is staged and the pending uploads are
 uploaded before the process exits.
 
 umount: ask the daemon for its pid (a virtual xattr on the mount root), run
-``fusermount3 -u`` and wait for the daemon to finish flushing and exit.
+``fusermount3 -u`` and wait for the daemon to finish flushing and exit; then
+report (and exit 1 for) the files the daemon could not stage and saved in
+lost+found, which it lists in its exit report.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import re
@@ -394,6 +397,10 @@ def _files_dir(repo) -> str:
     dead = live = 0
     for name in os.listdir(base):
         m = re.match(r"(\d+)-", name)
+        if m and name.endswith(".report"):  # a dead daemon's exit report nobody read
+            if not _alive(int(m.group(1))):
+                _remove(os.path.join(base, name))
+            continue
         if m and not _alive(int(m.group(1))):
             dead += 1
             path = os.path.join(base, name)
@@ -459,10 +466,13 @@ def daemon_pid(mountpoint: str) -> Optional[int]:
 
 
 def umount(args) -> int:
+    """Unmount and wait for the daemon; exit 1 (one line per file on stderr) when it
+    could not stage some open files and saved them in lost+found instead."""
     mountpoint = os.path.abspath(args.mountpoint)
     if not os.path.ismount(mountpoint):
         raise GravfsError(f"{mountpoint} is not mounted")
     pid = daemon_pid(mountpoint)
+    report = _exit_report_path(mountpoint)
     tool = shutil.which("fusermount3") or shutil.which("fusermount")
     cmd = [tool, "-u", mountpoint] if tool else ["umount", mountpoint]
     res = subprocess.run(cmd, capture_output=True, text=True)
@@ -475,7 +485,38 @@ def umount(args) -> int:
             if time.monotonic() > deadline:
                 raise GravfsError(f"unmounted, but the daemon (pid {pid}) is still staging files")
             time.sleep(0.05)
-    return 0
+    return _print_exit_report(report) if report else 0
+
+
+def _exit_report_path(mountpoint: str) -> Optional[str]:
+    try:
+        return os.fsdecode(os.getxattr(mountpoint, "user.gravfs.exit_report"))
+    except OSError:
+        return None  # an older daemon
+
+
+def _print_exit_report(path: str) -> int:
+    """The files the daemon saved in lost+found at its exit, one line each; 1 if any."""
+    try:
+        with open(path) as f:
+            rows = json.load(f)
+    except FileNotFoundError:
+        return 0
+    except (OSError, ValueError) as exc:
+        print(f"gravfs: cannot read the daemon's exit report {path}: {exc}", file=sys.stderr)
+        return 1
+    _remove(path)
+    for row in rows:
+        print(f"gravfs: {row['file']} could not be staged ({row['error']}); its content is "
+              f"saved as {row['saved']}", file=sys.stderr)
+    return 1 if rows else 0
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _zombie(pid: int) -> bool:

@@ -11,6 +11,7 @@ which makes each of them atomic as seen through the mount.
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import stat as statmod
@@ -49,6 +50,7 @@ INLINE_WRITEBACK = 64 * 1024
 READDIR_BATCH = 512
 BLKSIZE = 128 * 1024
 PID_XATTR = b"user.gravfs.pid"
+EXIT_REPORT_XATTR = b"user.gravfs.exit_report"  # where the daemon lists files it could not stage
 COMMIT_XATTR = b"user.gravfs.commit"
 XATTR_NAMESPACES = (b"user.", b"trusted.", b"security.")
 MAX_FOREIGN_LOGGED = 10_000  # keys other writers made, each logged once
@@ -98,6 +100,8 @@ class GravfsOperations(pyfuse3.Operations):
         self.own.wrap(repo.staging)
         self.statcache = BranchStatCache(repo, self.own)
         self.files_dir = ""
+        self.exit_report = ""
+        self.rescued: list[tuple[str, str, str]] = []  # (branch:path, saved where, error)
         self.mount_root = b""  # the mount point as /proc names open files (set by prepare)
         self.foreign_logged: set[bytes] = set()
         if settings.branch:
@@ -113,6 +117,7 @@ class GravfsOperations(pyfuse3.Operations):
     def prepare(self, files_dir: str) -> None:
         """Blocking setup before mounting: the empty object, the local files dir."""
         self.files_dir = files_dir
+        self.exit_report = files_dir + ".report"
         if self.settings.mountpoint:  # resolved before mounting: no request to ourselves
             self.mount_root = os.fsencode(os.path.realpath(self.settings.mountpoint)).rstrip(b"/")
         if not self.settings.read_only:
@@ -125,33 +130,66 @@ class GravfsOperations(pyfuse3.Operations):
             self.repo.head(self.settings.branch)  # NotFoundError before mounting
 
     async def flush_all(self) -> None:
-        """Stage every modified open file (unmount, shutdown)."""
+        """Stage every modified open file (unmount, shutdown). One that cannot be staged
+        is saved in lost+found and listed in the exit report (see write_exit_report)."""
         for of in list(self.open_files.values()):
             try:
                 await self._stage(of)
-            except Exception:
-                where = self._rescue(of)
-                log.exception("could not stage %s:%s at shutdown; its content is saved as %s",
-                              of.node.tree.name, of.node.key, where)
+            except Exception as exc:
+                where = await self.run(self._rescue, of)
+                name = f"{of.node.tree.name}:{os.fsdecode(of.node.key)}"
+                self.rescued.append((name, where, str(exc)))
+                if errno_of(exc) in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+                    log.error("could not stage %s at shutdown (%s); its content is saved as %s",
+                              name, exc, where)
+                else:
+                    log.exception("could not stage %s at shutdown; its content is saved as %s",
+                                  name, where)
                 if where == of.path:
                     continue  # not moved: closing would delete it
             of.close()
         self.open_files.clear()
+        self.write_exit_report()
 
-    def _rescue(self, of: OpenFile) -> Optional[str]:
-        """Move the local copy of a file that could not be staged to
-        ``<workspace>/lost+found/<branch>/<path>``, where the next mount leaves it alone."""
-        if not of.materialized:
-            return None
+    def write_exit_report(self) -> None:
+        """Tell ``gravfs umount`` (which reads the file named by EXIT_REPORT_XATTR once the
+        daemon is gone) which files went to lost+found instead of staging."""
+        if not self.rescued or not self.exit_report:
+            return
+        try:
+            with open(self.exit_report, "w") as f:
+                json.dump([{"file": name, "saved": where, "error": err}
+                           for name, where, err in self.rescued], f)
+        except OSError as exc:
+            log.error("cannot write the exit report %s: %s", self.exit_report, exc)
+
+    def _rescue(self, of: OpenFile) -> str:
+        """Save the content of a file that could not be staged as
+        ``<workspace>/lost+found/<branch>/<path>`` (``.1``, ``.2``... when taken), where
+        the next mount leaves it alone; returns where it is."""
         node = of.node
         dest = os.path.join(self.repo.workspace.sub("lost+found"), node.tree.name,
                             os.fsdecode(node.key))
+        taken, n = dest, 0
+        while os.path.lexists(dest):
+            n += 1
+            dest = f"{taken}.{n}"
         try:
             os.makedirs(os.path.dirname(dest), exist_ok=True)
-            os.replace(of.path, dest)
-        except OSError as exc:
-            log.error("could not save %s to %s (%s); it stays in %s", node.key, dest, exc, of.path)
-            return of.path
+            if of.materialized:
+                os.replace(of.path, dest)
+            else:  # written back: its content is a pending upload (or in the store)
+                with open(dest, "xb") as out:
+                    self.repo.data.copy_to(of.entry.address, out)
+        except (OSError, GravfsError) as exc:
+            if of.materialized:
+                log.error("could not save %s to %s (%s); it stays in %s", node.key, dest, exc,
+                          of.path)
+                return of.path
+            log.error("could not save %s to %s (%s); its content is the data object %s",
+                      node.key, dest, exc, of.entry.address)
+            _unlink_quietly(dest)
+            return f"data object {of.entry.address}"
         return dest
 
     # -- helpers ----------------------------------------------------------------------
@@ -1241,6 +1279,8 @@ class GravfsOperations(pyfuse3.Operations):
         node = self._node(inode)
         if name == PID_XATTR and inode == ROOT:
             return str(os.getpid()).encode()
+        if name == EXIT_REPORT_XATTR and inode == ROOT and self.exit_report:
+            return os.fsencode(self.exit_report)
         if name == COMMIT_XATTR and node.tree is not None and node.key == b"":
             if node.tree.kind == "branch":
                 return (await self.run(self.repo.head, node.tree.name, True)).encode()
@@ -1316,3 +1356,10 @@ class GravfsOperations(pyfuse3.Operations):
         if mode & os.W_OK and (node.tree is None or not node.tree.writable):
             return node.virtual == "branches" and not self.settings.read_only
         return True
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
