@@ -197,6 +197,8 @@ class FaultyStore(ObjectStore):
         self._lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:  # backend extras (root, client, ...)
+        if name == "inner":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def _fault(self, op: str, key: str) -> Optional[StoreFault]:

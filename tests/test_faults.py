@@ -446,6 +446,36 @@ def test_faulty_store_rules(tmp_path, monkeypatch):
             parse_store_faults(bad)
 
 
+def test_every_store_call_can_fail(tmp_path):
+    inner = LocalStore(str(tmp_path / "s"))
+    inner.put("k/a", b"a")
+    src = tmp_path / "src"
+    src.write_bytes(b"x")
+    calls = {
+        "get": lambda s: s.get("k/a"),
+        "get_range": lambda s: s.get_range("k/a", 0, 1),
+        "download": lambda s: s.download("k/a", str(tmp_path / "dl")),
+        "size": lambda s: s.size("k/a"),
+        "read_versioned": lambda s: s.read_versioned("k/a"),
+        "list": lambda s: list(s.list("k/")),
+        "put": lambda s: s.put("k/b", b"b"),
+        "upload": lambda s: s.upload("k/b", str(src)),
+        "put_if_absent": lambda s: s.put_if_absent("k/c", b"c"),
+        "put_file_if_absent": lambda s: s.put_file_if_absent("k/d", str(src)),
+        "cas": lambda s: s.compare_and_swap("k/a", inner.read_versioned("k/a")[1], b"a2"),
+        "delete": lambda s: s.delete("k/a"),
+    }
+    assert set(calls) == set(faults.STORE_OPS)
+    for op, call in calls.items():
+        store = FaultyStore(inner, parse_store_faults(f"op={op},key=k/*"))
+        with pytest.raises(StoreUnavailableError, match=f"{op} k/"):
+            call(store)
+        for other in set(calls) - {op}:  # the rule touches no other call
+            if other not in ("delete", "cas"):
+                calls[other](store)
+    assert inner.get("k/a") == b"a"  # no failed write went through
+
+
 def test_background_upload_failing_once_stays_pending_and_is_retried(tmp_path):
     """The mount's write-back: an upload that fails keeps the file pending (still
     readable, committed after a later upload), never loses it."""
