@@ -1,12 +1,15 @@
 """Command line: parses arguments and calls the repository; nothing else.
 
 Errors are one line on stderr and a non-zero exit code, never a traceback
-(set GRAVFS_DEBUG=1 to see one).
+(set GRAVFS_DEBUG=1 to see one). Paths are printed quoted as git quotes them
+(gravfs.paths.show), raw with ``-z`` and as JSON strings with ``--json``, so
+no file name can forge a line of output.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import logging
 import os
@@ -16,6 +19,7 @@ from typing import Optional
 
 from gravfs import __version__
 from gravfs.errors import GravfsError
+from gravfs.paths import display, escape_key, quote, show
 
 log = logging.getLogger("gravfs.cli")
 
@@ -51,6 +55,31 @@ def _when(ns: int) -> str:
 
 def _print_json(obj) -> None:
     print(json.dumps(obj, indent=None, sort_keys=True))
+
+
+def _path_json(key: bytes, field: str = "path") -> dict:
+    """A key as JSON: text (invalid UTF-8 as lone surrogates, which Python's
+    ``encode("utf-8", "surrogateescape")`` turns back into the bytes) and, only
+    then, the exact bytes in base64 under ``<field>_b64`` for other readers."""
+    d = {field: display(key)}
+    try:
+        key.decode("utf-8")
+    except UnicodeDecodeError:
+        d[field + "_b64"] = base64.b64encode(key).decode()
+    return d
+
+
+def _typed(path: str) -> str:
+    """A path as the user typed it, quoted for messages."""
+    return quote(path.encode("utf-8", "surrogateescape"))
+
+
+def _write_z(records) -> None:
+    """``-z`` output: each record (bytes) ends with a NUL, names are not quoted."""
+    out = sys.stdout.buffer
+    for r in records:
+        out.write(r + b"\0")
+    out.flush()
 
 
 # -- commands ----------------------------------------------------------------------
@@ -105,7 +134,8 @@ def cmd_import(args) -> int:
               f"source into {branch}")
     if res.reused:
         print(f"Resumed an interrupted import: {res.reused} file(s) were uploaded already")
-    print(f"Imported {res.files} file(s) into {branch}:{prefix or '/'} as commit {_short(res.commit.id)}")
+    print(f"Imported {res.files} file(s) into {branch}:{_typed(prefix) or '/'} as commit "
+          f"{_short(res.commit.id)}")
     if res.staged:
         print(f"The commit also holds {res.staged} change(s) that were staged on {branch}")
     return 0
@@ -122,7 +152,7 @@ def cmd_put(args) -> int:
         if not os.path.isfile(args.local):
             raise GravfsError(f"{args.local}: not a regular file")
         e = repo.write_file(branch, path, args.local, mode=os.stat(args.local).st_mode)
-    print(f"Staged {branch}:{path} ({e.size} bytes)")
+    print(f"Staged {branch}:{_typed(path)} ({e.size} bytes)")
     return 0
 
 
@@ -132,7 +162,7 @@ def cmd_rm(args) -> int:
     if not path:
         raise GravfsError("rm needs BRANCH:PATH")
     n = repo.remove(branch, path, recursive=args.recursive)
-    print(f"Removed {branch}:{path} ({n} entr{'y' if n == 1 else 'ies'} staged for deletion)")
+    print(f"Removed {branch}:{_typed(path)} ({n} entr{'y' if n == 1 else 'ies'} staged for deletion)")
     return 0
 
 
@@ -141,9 +171,10 @@ def cmd_cat(args) -> int:
     ref, path = _split_ref_path(args.target)
     node = repo.stat(ref, path)
     if node.kind == "dir":
-        raise GravfsError(f"{path}: is a directory")
+        raise GravfsError(f"{node.shown}: is a directory")
     if node.kind == "symlink":
-        raise GravfsError(f"{path}: is a symbolic link to {node.entry.symlink_target}")
+        raise GravfsError(f"{node.shown}: is a symbolic link to "
+                          f"{_typed(node.entry.symlink_target)}")
     out = sys.stdout.buffer
     repo.copy_out(node, out)
     out.flush()
@@ -159,18 +190,25 @@ def cmd_ls(args) -> int:
         for n in nodes:
             _print_json(_node_json(n))
         return 0
+    if args.z:  # the names the mount shows (a key's NUL byte cannot be written raw here)
+        _write_z(n.fs_name + (b"/" if n.kind == "dir" else b"") for n in nodes)
+        return 0
     for n in nodes:
         if n.kind == "dir":
-            print(f"{'dir':>4} {'':>12} {'':>23}  {n.name}/")
+            print(f"{'dir':>4} {'':>12} {'':>23}  {quote(n.fs_name + b'/')}")
         else:
             e = n.entry
-            suffix = f" -> {e.symlink_target}" if n.kind == "symlink" else ""
-            print(f"{oct(e.mode & 0o7777)[2:]:>4} {e.size:>12} {_when(e.mtime_ns)}  {n.name}{suffix}")
+            suffix = f" -> {_typed(e.symlink_target)}" if n.kind == "symlink" else ""
+            print(f"{oct(e.mode & 0o7777)[2:]:>4} {e.size:>12} {_when(e.mtime_ns)}  "
+                  f"{quote(n.fs_name)}{suffix}")
     return 0
 
 
 def _node_json(n) -> dict:
-    d = {"path": n.path, "type": n.kind}
+    own = n.key[:-1] if n.kind == "dir" and n.key.endswith(b"/") else n.key
+    d = {**_path_json(own), "type": n.kind}
+    if n.foreign:  # a key gravfs would not write: why, and the name it is shown under
+        d.update(foreign=n.foreign, shown=display(n.fs_name))
     if n.entry is not None:
         e = n.entry
         d.update(size=e.size, mode=e.mode, mtime_ns=e.mtime_ns, address=e.address)
@@ -183,12 +221,15 @@ def cmd_status(args) -> int:
     repo = _repo(args)
     rows = repo.status(args.branch)
     if args.json:
-        _print_json([{"type": k, "path": p.decode("utf-8", "surrogateescape")} for k, p in rows])
+        _print_json([{"type": k, **_path_json(p)} for k, p in rows])
+        return 0
+    if args.z:
+        _write_z(k.encode() + b"\t" + escape_key(p) for k, p in rows)
         return 0
     if not rows:
         print(f"On branch {args.branch}: nothing to commit")
     for kind, key in rows:
-        print(f"{kind:>8}  {key.decode('utf-8', 'surrogateescape')}")
+        print(f"{kind:>8}  {show(key)}")
     return 0
 
 
@@ -217,13 +258,14 @@ def cmd_diff(args) -> int:
     repo = _repo(args)
     n = 0
     for d in repo.diff(args.left, args.right):
-        path = d.key.decode("utf-8", "surrogateescape")
         if args.json:
-            _print_json({"type": d.kind, "path": path})
+            _print_json({"type": d.kind, **_path_json(d.key)})
+        elif args.z:
+            _write_z([d.kind.encode() + b"\t" + escape_key(d.key)])
         else:
-            print(f"{d.kind:>8}  {path}")
+            print(f"{d.kind:>8}  {show(d.key)}")
         n += 1
-    if n == 0 and not args.json:
+    if n == 0 and not args.json and not args.z:
         print("no differences")
     return 0
 
@@ -245,7 +287,8 @@ def cmd_revert(args) -> int:
 def cmd_reset(args) -> int:
     repo = _repo(args)
     n = repo.reset(args.branch, args.path)
-    print(f"Dropped {n} uncommitted change(s) on {args.branch}" + (f" under {args.path}" if args.path else ""))
+    print(f"Dropped {n} uncommitted change(s) on {args.branch}"
+          + (f" under {_typed(args.path)}" if args.path else ""))
     return 0
 
 
@@ -364,10 +407,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp = cmd("ls", cmd_ls, "list a directory")
     sp.add_argument("target", metavar="REF[:PATH]")
     sp.add_argument("--json", action="store_true")
+    sp.add_argument("-z", dest="z", action="store_true",
+                    help="NUL-terminated records with names unquoted (as the mount shows them)")
 
     sp = cmd("status", cmd_status, "show uncommitted changes")
     sp.add_argument("branch")
     sp.add_argument("--json", action="store_true")
+    sp.add_argument("-z", dest="z", action="store_true",
+                    help="NUL-terminated records with names unquoted (as the mount shows them)")
 
     sp = cmd("commit", cmd_commit, "commit a branch's staged changes")
     sp.add_argument("branch")
@@ -384,6 +431,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("left", metavar="REF1")
     sp.add_argument("right", metavar="REF2")
     sp.add_argument("--json", action="store_true")
+    sp.add_argument("-z", dest="z", action="store_true",
+                    help="NUL-terminated records with names unquoted (as the mount shows them)")
 
     sp = cmd("merge", cmd_merge, "merge SRC into the branch DEST (three-way)")
     sp.add_argument("source", metavar="SRC")

@@ -26,7 +26,7 @@ from gravfs.committed.record import encode_value
 from gravfs.errors import ConflictError, GravfsError, NotFoundError, PreconditionFailedError
 from gravfs.faults import crash_point
 from gravfs.history import is_ancestor, merge_base
-from gravfs.paths import display, to_key
+from gravfs.paths import show, to_key
 from gravfs.refs.commits import Commit
 from gravfs.staging import view
 from gravfs.staging.area import PUT, TOMBSTONE, BranchState, new_token
@@ -238,7 +238,7 @@ class Committer:
                 if theirs != ours[d.key]:
                     conflicts.append(d.key)
         if conflicts:
-            names = ", ".join(display(k) for k in conflicts[:10])
+            names = ", ".join(show(k) for k in conflicts[:10])
             more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
             raise ConflictError(f"branch head moved to {head.id[:12]} and changed the same "
                                 f"paths: {names}{more}; {still}", conflicts)

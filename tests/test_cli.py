@@ -132,3 +132,109 @@ def test_global_options_also_after_the_command(tmp_path):
     assert p.returncode == 0 and p.stdout.startswith("main\t")
     p = run("-s", store, "log", "main", "-n", "1", "--json")
     assert p.returncode == 0 and "Repository created" in p.stdout
+
+
+# -- how names are printed (issue 9) -------------------------------------------------------
+
+FORGING = ["evil\n   added  forged", "tab\there", 'q"uote', "back\\slash", "bell\x07",
+           "esc\x1b[31mred", "bidi\u202eevil"]
+
+
+def _raw_cli(tmp_path, *args) -> bytes:
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, GRAVFS_STORE=str(tmp_path / "store"),
+               GRAVFS_STATE_DIR=str(tmp_path / "state"))
+    p = subprocess.run([sys.executable, "-m", "gravfs.cli", *args], env=env,
+                       capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def _put_names(cli, tmp_path, names, branch="main"):
+    (tmp_path / "f").write_text("x")
+    for n in names:
+        cli("put", str(tmp_path / "f"), f"{branch}:{n}")
+
+
+def test_names_cannot_forge_lines_of_status_diff_ls_and_errors(cli, tmp_path):
+    """Names with newlines and control characters were printed raw: one row per entry,
+    each name quoted as git quotes it (valid UTF-8 such as "é" printed as is)."""
+    names = FORGING + ["héllo", "plain name"]
+    _put_names(cli, tmp_path, names)
+    expected = {'"evil\\n   added  forged"', '"tab\\there"', '"q\\"uote"', '"back\\\\slash"',
+                '"bell\\a"', '"esc\\033[31mred"', '"bidi\\342\\200\\256evil"', "héllo",
+                "plain name"}
+    _, out, _ = cli("status", "main")
+    rows = out.splitlines()
+    assert len(rows) == len(names) and all(r.startswith("   added  ") for r in rows)
+    assert {r[len("   added  "):] for r in rows} == expected
+    cli("commit", "main", "-m", "names")
+    _, out, _ = cli("diff", "main~1", "main")
+    assert {r[len("   added  "):] for r in out.splitlines()} == expected
+    _, out, _ = cli("ls", "main")
+    assert {r.split("  ", 2)[-1].split("UTC  ")[-1] for r in out.splitlines()} == expected
+    rc, _, err = cli("cat", "main:nope\nline two", check=False)
+    assert rc == 2 and err.count("\n") == 1 and '"nope\\nline two"' in err
+    _, out, _ = cli("put", str(tmp_path / "f"), "main:new\nname")
+    assert out.count("\n") == 1 and '"new\\nname"' in out
+
+
+def test_merge_conflict_names_are_quoted(cli, tmp_path):
+    _put_names(cli, tmp_path, ["c\nx"])
+    cli("commit", "main", "-m", "base")
+    cli("branch", "create", "dev")
+    (tmp_path / "g").write_text("main side")
+    cli("put", str(tmp_path / "g"), "main:c\nx")
+    cli("commit", "main", "-m", "main side")
+    (tmp_path / "g").write_text("dev side")
+    cli("put", str(tmp_path / "g"), "dev:c\nx")
+    cli("commit", "dev", "-m", "dev side")
+    rc, _, err = cli("merge", "dev", "main", check=False)
+    assert rc == 6 and err.count("\n") == 1 and '"c\\nx"' in err
+
+
+def test_z_and_json_give_names_raw(cli, tmp_path):
+    bad = b"bad\xffutf".decode("utf-8", "surrogateescape")  # not UTF-8: a surrogate here
+    names = FORGING + ["héllo", bad]
+    _put_names(cli, tmp_path, names)
+    raw = {n.encode("utf-8", "surrogateescape") for n in names}
+    out = _raw_cli(tmp_path, "status", "main", "-z")
+    assert out.endswith(b"\0")
+    assert {r.split(b"\t", 1)[1] for r in out[:-1].split(b"\0")} == raw
+    assert {r.split(b"\t", 1)[0] for r in out[:-1].split(b"\0")} == {b"added"}
+    rows = json.loads(_raw_cli(tmp_path, "status", "main", "--json"))
+    assert {r["path"].encode("utf-8", "surrogateescape") for r in rows} == raw
+    import base64
+    assert [base64.b64decode(r["path_b64"]) for r in rows if "path_b64" in r] == [b"bad\xffutf"]
+    cli("commit", "main", "-m", "names")
+    out = _raw_cli(tmp_path, "diff", "main~1", "main", "-z")
+    assert {r.split(b"\t", 1)[1] for r in out[:-1].split(b"\0")} == raw
+    rows = [json.loads(l) for l in _raw_cli(tmp_path, "diff", "main~1", "main", "--json").splitlines()]
+    assert {r["path"].encode("utf-8", "surrogateescape") for r in rows} == raw
+    out = _raw_cli(tmp_path, "ls", "main", "-z")
+    assert set(out[:-1].split(b"\0")) == raw
+    rows = [json.loads(l) for l in _raw_cli(tmp_path, "ls", "main", "--json").splitlines()]
+    assert {r["path"].encode("utf-8", "surrogateescape") for r in rows} == raw
+
+
+def test_ls_and_cat_reach_keys_another_writer_made(tmp_path):
+    """`gravfs ls` shows foreign keys escaped (text, -z) and raw with why (--json);
+    `gravfs cat` reads them by the escaped name."""
+    from gravfs.repository import Repository
+    from tests.foreign_util import FOREIGN_KEYS, commit_keys
+    repo = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"))
+    commit_keys(repo, "main", FOREIGN_KEYS)
+    repo.close()
+    out = _raw_cli(tmp_path, "ls", "main").decode()
+    shown = [r.split()[-1] for r in out.splitlines()]
+    assert [s for s in shown if not s.startswith("long")] == [
+        "%2Fabs", "a/", "d/", "nul%00x", "trail%2F"]
+    assert _raw_cli(tmp_path, "cat", "main:nul%00x") == b"nul byte"
+    assert _raw_cli(tmp_path, "cat", "main:d/%2E%2E/up") == b"dot-dot"
+    assert b"%2Fabs\0" in _raw_cli(tmp_path, "ls", "main", "-z")
+    rows = {json.loads(l)["path"]: json.loads(l)
+            for l in _raw_cli(tmp_path, "ls", "main", "--json").splitlines()}
+    assert rows["nul\x00x"]["shown"] == "nul%00x" and "NUL" in rows["nul\x00x"]["foreign"]
+    assert rows["trail/"]["shown"] == "trail%2F" and "foreign" not in rows["a"]

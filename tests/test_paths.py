@@ -76,3 +76,15 @@ def test_view_lists_leading_slashes_as_part_of_the_name():
     assert [n for n, _ in view.list_dir([lay], b"a/")] == [b"/b", b"c"]
     assert [n for n, _ in view.list_dir([lay], b"", b"/abs")] == [b"/dir", b"a", b"b"]
     assert [n for n, _ in view.list_dir([lay], b"", b"/dir/")] == [b"a", b"b"]
+
+
+def test_quote_like_git():
+    from gravfs.paths import quote, show
+    assert quote(b"plain name") == "plain name" and quote("héllo".encode()) == "héllo"
+    assert quote(b"a\nb") == '"a\\nb"' and quote(b"t\tx") == '"t\\tx"'
+    assert quote(b'q"') == '"q\\""' and quote(b"b\\") == '"b\\\\"'
+    assert quote(b"esc\x1b") == '"esc\\033"' and quote(b"del\x7f") == '"del\\177"'
+    assert quote(b"bad\xff") == '"bad\\377"'  # invalid UTF-8, byte by byte
+    assert quote("\u202e".encode()) == '"\\342\\200\\256"'  # bidi override
+    assert quote("\x85".encode()) == '"\\302\\205"'  # C1 control (NEL)
+    assert show(b"d/../a\nb") == '"d/%2E%2E/a\\nb"'

@@ -31,6 +31,7 @@ from gravfs.committed.results import ApplyResult, Diff, MergeResult, Stats
 from gravfs.committed.stitch import _View, stitch
 from gravfs.committed.writer import TreeWriter, WriteContext, remove_stale_temps
 from gravfs.errors import ConflictError, NotFoundError
+from gravfs.paths import show
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +279,7 @@ class CommittedManager:
             w.abort()
             raise
         if conflicts and strategy == "fail":
-            shown = ", ".join(k.decode("utf-8", "replace") for k in conflicts[:10])
+            shown = ", ".join(show(k) for k in conflicts[:10])  # quoted: one line
             more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
             raise ConflictError(f"merge conflict on {len(conflicts)} path(s): {shown}{more}",
                                 conflicts)
