@@ -610,11 +610,12 @@ class GravfsOperations(pyfuse3.Operations):
         seen = self.foreign_logged
         if n.key not in seen and len(seen) < MAX_FOREIGN_LOGGED:
             seen.add(n.key)
+            key = n.key if len(n.key) <= 120 else n.key[:120] + b"..."
             if n.shadowed:
                 log.warning("%s: key %r (%s) is not shown: its escaped name %s is a real name "
-                            "there (gravfs ls lists both)", tree, n.key, n.foreign, quote(n.fs_name))
+                            "there (gravfs ls lists both)", tree, key, n.foreign, quote(n.fs_name))
             else:
-                log.warning("%s: key %r (%s) is shown as %s", tree, n.key, n.foreign,
+                log.warning("%s: key %r (%s) is shown as %s", tree, key, n.foreign,
                             quote(n.fs_name))
         return n.shadowed
 
@@ -735,7 +736,7 @@ class GravfsOperations(pyfuse3.Operations):
             raise fail(errno.ENOTDIR)
         if self.repo.list_dir(tree.ref, key, None, 1):
             raise fail(errno.ENOTEMPTY)
-        self._remove_keeping_parent(tree, parent_key, [(key + b"/", None)])
+        self._remove_keeping_parent(tree, parent_key, [(n.key, None)])  # (a foreign key: its own)
 
     def _unlink_blocking(self, tree: Tree, parent_key: bytes, key: bytes) -> str:
         n = self._stat_or_none(tree, key)
