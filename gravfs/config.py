@@ -3,7 +3,9 @@
 A workspace is the local state of one repository on one host: LMDB staging,
 the disk tier of immutable objects, and scratch files. It lives in the state
 dir under a name derived from the store URL, so one state dir serves many
-repositories and two state dirs on one store behave like two hosts.
+repositories and two state dirs on one store behave like two hosts. Its
+directories are its owner's only (0700, see gravfs.store.modes): they hold
+copies of files whose owner may have made them unreadable to others.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from gravfs import hashing
 from gravfs.errors import CorruptDataError, GravfsError
+from gravfs.store.modes import PRIVATE_FILE, make_dir, private_dir
 
 REPO_JSON = "_gravfs/repo.json"
 FORMAT_VERSION = 1
@@ -94,18 +97,19 @@ class Workspace:
     @classmethod
     def for_store(cls, state_dir: str, store_url: str) -> "Workspace":
         name = hashing.hexdigest(store_url.encode())[:16]
-        root = os.path.join(os.path.abspath(state_dir), "repos", name)
-        os.makedirs(root, exist_ok=True)
+        state_dir = os.path.abspath(state_dir)
+        make_dir(state_dir)  # a new state dir is private; an existing one is left as it is
+        root = private_dir(os.path.join(private_dir(os.path.join(state_dir, "repos")), name))
         marker = os.path.join(root, "store-url")
         if not os.path.exists(marker):
-            with open(marker, "w") as f:
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
+            with open(fd, "w") as f:
                 f.write(store_url + "\n")
         return cls(root)
 
     def sub(self, name: str) -> str:
-        path = os.path.join(self.root, name)
-        os.makedirs(path, exist_ok=True)
-        return path
+        """The workspace directory ``name``, created (or tightened) 0700."""
+        return private_dir(os.path.join(self.root, name))
 
     @property
     def staging(self) -> str:

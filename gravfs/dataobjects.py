@@ -32,6 +32,7 @@ from gravfs import hashing
 from gravfs.errors import CorruptDataError
 from gravfs.faults import crash_point
 from gravfs.store import chunksums
+from gravfs.store.modes import make_dir, private_dir
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class DataObjects:
         try:
             os.rename(path, dest)
         except FileNotFoundError:
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            make_dir(os.path.dirname(dest))  # 0700: pending copies are the owner's only
             os.rename(path, dest)
         if durable:
             _fsync_path(os.path.dirname(dest))
@@ -253,7 +254,7 @@ class DataObjects:
         """Background uploads for put_pending (the daemon); queues what a dead one left."""
         if self.pending_dir is None or self._queue is not None:
             return
-        os.makedirs(self.pending_dir, exist_ok=True)
+        private_dir(self.pending_dir)
         self._queue = queue.Queue()
         for i in range(workers):
             t = threading.Thread(target=self._work, name=f"gravfs-upload-{i}", daemon=True)

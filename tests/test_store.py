@@ -347,3 +347,79 @@ def test_stores_pickle(store):
     clone = pickle.loads(pickle.dumps(store))
     assert clone.url == store.url
     assert clone.get("p/k") == b"v"
+
+
+# --- file modes (README: File modes of the store and the state dir) --------------------
+
+from tests.modes_util import NOBODY, loose_entries, open_base, readable_by  # noqa: E402
+
+
+@pytest.fixture
+def umask022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def _write_every_way(s: LocalStore, tmp_path) -> str:
+    s.put("_gravfs/repo.json", b"{}")
+    s.put_if_absent("_gravfs/commits/c1", b"commit")
+    v = s.compare_and_swap("_gravfs/refs/branches/main", None, b"c1")
+    s.compare_and_swap("_gravfs/refs/branches/main", v, b"c2")
+    src = tmp_path / "src"
+    src.write_bytes(b"secret" * 100)
+    s.upload("data/ab/abcd", str(src))
+    sst = tmp_path / "sst"
+    sst.write_bytes(b"range")
+    os.chmod(sst, 0o644)  # as rocksdict writes them; put_file_if_absent links it in
+    assert s.put_file_if_absent("_gravfs/ranges/r1", str(sst))
+    return os.path.join(s.root, "data", "ab", "abcd")
+
+
+def test_local_store_objects_are_private(tmp_path, umask022):
+    """Under umask 022 every directory (the root it created too) is 0700 and every
+    file (objects, refs, lock files, a hard-linked SST) 0600, so another uid reads nothing."""
+    base = open_base()
+    try:
+        s = LocalStore(os.path.join(base, "store"))
+        obj = _write_every_way(s, tmp_path)
+        assert loose_entries(s.root) == []
+        control = os.path.join(base, "control")
+        with open(control, "w") as f:
+            f.write("world-readable")
+        os.chmod(control, 0o644)
+        assert readable_by(NOBODY, control)  # the uid switch works: the modes decide
+        assert not readable_by(NOBODY, obj)
+    finally:
+        import shutil
+        shutil.rmtree(base)
+
+
+def test_local_store_shared_with_its_group_by_a_setgid_root(tmp_path):
+    """A root with the set-group-ID bit (chmod 2770) shares the store with its group:
+    directories 2770, files 0660, even under umask 077; others get nothing."""
+    root = tmp_path / "shared"
+    root.mkdir()
+    os.chmod(root, 0o2770)
+    old = os.umask(0o077)
+    try:
+        s = LocalStore(str(root))
+        _write_every_way(s, tmp_path)
+    finally:
+        os.umask(old)
+    assert loose_entries(str(root), dir_mode=0o2770, file_mode=0o660) == []
+
+
+def test_local_store_of_an_older_gravfs_is_tightened_at_open(tmp_path):
+    """Top directories left 0755 (objects 0644) by an older gravfs become 0700 when the
+    store is opened, which hides every object in them; the root itself is the user's."""
+    root = tmp_path / "old"
+    for d in ("data/ab", "_gravfs/refs"):
+        (root / d).mkdir(parents=True)
+    (root / "data/ab/abcd").write_bytes(b"old object")
+    for p in (root, root / "data", root / "data/ab", root / "_gravfs", root / "_gravfs/refs"):
+        os.chmod(p, 0o755)
+    LocalStore(str(root))
+    assert oct(os.stat(root / "data").st_mode & 0o777) == "0o700"
+    assert oct(os.stat(root / "_gravfs").st_mode & 0o777) == "0o700"
+    assert oct(os.stat(root).st_mode & 0o777) == "0o755"

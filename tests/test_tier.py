@@ -391,3 +391,36 @@ def test_chunk_checks_of_data_read_elsewhere():
         checks.check(3 * chunksums.CHUNK, data[3 * chunksums.CHUNK:-1])  # short last chunk
     with pytest.raises(ValueError):
         checks.check(5, data[5:100])
+
+
+def test_tier_copies_are_private(tmp_path):
+    """Cached copies (and chunk sums) are 0600 in 0700 directories under umask 022, so
+    another uid cannot read a cached object; a tier an older gravfs left open is tightened."""
+    import shutil
+
+    from gravfs.store import chunksums
+    from gravfs.store.tier import SUMS_MIN
+    from tests.modes_util import NOBODY, loose_entries, open_base, readable_by
+
+    store = LocalStore(str(tmp_path / "store"))
+    key = put_blob(store, b"secret content")
+    base = open_base()
+    old = os.umask(0o022)
+    try:
+        cache = os.path.join(base, "cache")
+        tier = LocalTier(store, cache)
+        with tier.acquire(key) as h:
+            cached = h.path
+        tier.keep_sums("data/ff/big", SUMS_MIN, array("I", [0] * (SUMS_MIN // chunksums.CHUNK)))
+        assert os.path.exists(os.path.join(cache, "sums", "data", "ff", "big"))
+        assert loose_entries(cache) == []
+        assert not readable_by(NOBODY, cached)
+        # an older tier: objects 0644 in 0755 directories
+        for d in ("", "objects", "tmp", "sums"):
+            os.chmod(os.path.join(cache, d), 0o755)
+        LocalTier(store, cache)
+        assert [oct(os.stat(os.path.join(cache, d)).st_mode & 0o777)
+                for d in ("", "objects", "tmp", "sums")] == ["0o700"] * 4
+    finally:
+        os.umask(old)
+        shutil.rmtree(base)

@@ -104,7 +104,7 @@ class StagingArea:
         self._last_saved: dict[str, tuple[bytes, BranchState]] = {}  # branch -> (raw, state)
         try:
             self.env = lmdb.open(path, map_size=_INITIAL_MAP, max_dbs=4, max_readers=256,
-                                 subdir=True, lock=True, sync=sync)
+                                 subdir=True, lock=True, sync=sync, mode=0o600)  # files only: path exists
         except lmdb.Error as exc:
             raise GravfsError(f"cannot open staging database {path}: {exc}") from exc
         info = self.env.info()

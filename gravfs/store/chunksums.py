@@ -26,6 +26,8 @@ import uuid
 
 import google_crc32c
 
+from gravfs.store.modes import PRIVATE_FILE, make_dir
+
 MAGIC = b"GRAVSUM1"
 CHUNK = 1 << 20
 _HEAD = struct.Struct("<8sIQ")
@@ -62,9 +64,9 @@ def decode(data: bytes, size: int) -> tuple[array.array, int] | None:
 
 def write(path: str, data: bytes, tmp_dir: str) -> None:
     """Write atomically (temp + rename); no fsync: a lost sums file only costs a full verify."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    make_dir(os.path.dirname(path))
     tmp = os.path.join(tmp_dir, f"{os.getpid()}-{uuid.uuid4().hex}.sums")
-    with open(tmp, "wb") as f:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE), "wb") as f:
         f.write(data)
     os.replace(tmp, path)
 

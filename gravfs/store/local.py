@@ -4,6 +4,11 @@ Every write goes to a temp file in the target directory, is fsynced and then
 renamed into place, so a crash never leaves a partial object. Conditional
 writes take an fcntl lock file per key, which makes them atomic across threads
 and processes on one host (not across NFS clients, where flock is unreliable).
+
+Modes (``modes``): objects are 0600 in 0700 directories, and a root created
+here is 0700; a root with the set-group-ID bit shares the store with its group.
+Opening a store tightens its top directories (``data``, ``_gravfs``) if an
+older gravfs left them open to others.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from contextlib import contextmanager
 
 from gravfs.errors import GravfsError, NotFoundError, PreconditionFailedError
 from gravfs.faults import crash_point
+from gravfs.store import modes
 from gravfs.store.base import RESERVED_PREFIX, ObjectStore, check_key, ordered_walk
 
 log = logging.getLogger(__name__)
@@ -28,6 +34,7 @@ log = logging.getLogger(__name__)
 _TMP = RESERVED_PREFIX + "tmp."
 _LOCK = RESERVED_PREFIX + "lock."
 _CHUNK = 1 << 20
+_TOP_DIRS = ("data", "_gravfs")
 
 
 class LocalStore(ObjectStore):
@@ -37,6 +44,9 @@ class LocalStore(ObjectStore):
         self.root = os.path.abspath(root)
         self.url = "file://" + self.root
         self._fsync = fsync
+        self._modes: tuple[int, int] | None = None  # (directory, file) modes, see _entry_modes
+        if os.path.isdir(self.root):
+            self._entry_modes()
 
     # --- paths ---------------------------------------------------------------
 
@@ -111,14 +121,52 @@ class LocalStore(ObjectStore):
             raise self._missing(key) from None
         return data, _version(data, st)
 
+    # --- modes ---------------------------------------------------------------
+
+    def _entry_modes(self) -> tuple[int, int]:
+        """(directory, file) modes of new entries, from the root's mode once it exists;
+        the first call also tightens the top directories of an older store."""
+        if self._modes is None:
+            try:
+                root_mode = os.stat(self.root).st_mode
+            except FileNotFoundError:
+                return modes.PRIVATE_DIR, modes.PRIVATE_FILE
+            self._modes = modes.store_modes(root_mode)
+            for top in _TOP_DIRS:
+                modes.tighten(os.path.join(self.root, top), self._modes[0])
+        return self._modes
+
+    @property
+    def _shared(self) -> bool:
+        return self._entry_modes()[1] != modes.PRIVATE_FILE
+
+    def _make_dirs(self, d: str) -> None:
+        """``d`` and its missing parents in the store with the store's directory mode."""
+        if not os.path.isdir(self.root):
+            os.makedirs(os.path.dirname(self.root), exist_ok=True)  # outside the store: as usual
+            modes.make_dir(self.root)  # a root created here is private
+        modes.make_dir(d, self._entry_modes()[0], exact=self._shared)
+
+    def _create(self, path: str, flags: int = os.O_WRONLY | os.O_CREAT | os.O_EXCL) -> int:
+        """Open a new file of the store with the store's file mode."""
+        file_mode = self._entry_modes()[1]
+        fd = os.open(path, flags | os.O_CLOEXEC, file_mode)
+        if self._shared:
+            try:
+                os.fchmod(fd, file_mode)  # the umask may have taken the group's bits
+            except BaseException:
+                os.close(fd)
+                raise
+        return fd
+
     # --- writes --------------------------------------------------------------
 
     def _write_temp(self, path: str, data: bytes | None = None, src_path: str | None = None) -> tuple[str, os.stat_result]:
         """Write a fully synced temp file next to ``path``; returns (temp path, its stat)."""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._make_dirs(os.path.dirname(path))
         tmp = self._tmp_path(path)
         try:
-            with open(tmp, "xb") as f:
+            with open(self._create(tmp), "wb") as f:
                 if src_path is None:
                     f.write(data or b"")
                 else:
@@ -182,7 +230,7 @@ class LocalStore(ObjectStore):
         """Hard-link the (complete) file into place: no second copy and no second
         write to sync.  Falls back to copying across file systems."""
         path = self._path(key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._make_dirs(os.path.dirname(path))
         if self._fsync:
             fd = os.open(src_path, os.O_RDONLY)
             try:
@@ -191,6 +239,7 @@ class LocalStore(ObjectStore):
                 os.close(fd)
         crash_point("local:publish", key)
         try:
+            os.chmod(src_path, self._entry_modes()[1])  # the link is the object: its mode
             os.link(src_path, path)  # atomic create-only-if-missing, never partial
         except FileExistsError:
             return False
@@ -227,10 +276,10 @@ class LocalStore(ObjectStore):
     @contextmanager
     def _key_lock(self, path: str) -> Iterator[None]:
         d, name = os.path.split(path)
-        os.makedirs(d, exist_ok=True)
+        self._make_dirs(d)
         # The lock file is never removed: unlinking it while another process
         # waits on it would let two holders lock different inodes.
-        fd = os.open(os.path.join(d, _LOCK + name), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._create(os.path.join(d, _LOCK + name), os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 from gravfs.errors import CorruptDataError, GravfsError
 from gravfs.faults import crash_point
 from gravfs.store import chunksums
+from gravfs.store.modes import PRIVATE_FILE, make_dir, private_dir
 from gravfs.store.base import ObjectStore, check_key
 
 log = logging.getLogger(__name__)
@@ -178,8 +179,9 @@ class LocalTier:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # LRU first
         self._inflight: dict[str, Future] = {}
         self._total = 0
-        os.makedirs(self._objects, exist_ok=True)
-        os.makedirs(self._tmp, exist_ok=True)
+        # copies of objects whose files may be private: the owner's only (modes)
+        for d in (self.cache_dir, self._objects, self._tmp, self._sums):
+            private_dir(d)
         self._clean_tmp()
         self._adopt()
         with self._lock:
@@ -359,9 +361,9 @@ class LocalTier:
 
     def _fetch(self, key: str) -> _Entry:
         final = self._path(key)
-        os.makedirs(os.path.dirname(final), exist_ok=True)
+        make_dir(os.path.dirname(final))
         tmp = os.path.join(self._tmp, f"{os.getpid()}-{uuid.uuid4().hex}{_PART}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # marks the temp as live
             self.store.download(key, tmp)
