@@ -4,8 +4,9 @@
   listed point is called somewhere.
 * The crash walk: a scenario of commands on a local-directory store (a put,
   an rm, a compaction, a put, a commit, an import staged in three batches,
-  write-back as the mount does it, a commit that uploads what it left, a read) runs in subprocesses with GRAVFS_CRASH_AT set,
-  once per registered point (and a few targeted hits). The first process that
+  write-back as the mount does it, a commit that uploads what it left, a read)
+  runs in subprocesses with GRAVFS_CRASH_AT set, once per registered point
+  (and targeted hits, some in one step only). The first process that
   reaches the point dies (exit 99); the walk fails if none does. Then the next
   commands recover: everything acknowledged before the crash is there, the
   crashed command took effect wholly or not at all (write-back: per file), a
