@@ -61,7 +61,7 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
     rep.refs = len(starts)
 
     seen_commits: set[str] = set()
-    metaranges: dict[str, str] = {}  # metarange -> a commit that has it
+    metaranges: dict[str, tuple[int, str]] = {}  # metarange -> (generation, oldest commit)
     stack = [(label, cid) for label, cid in starts]
     while stack:
         label, cid = stack.pop()
@@ -73,7 +73,8 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
         except GravfsError as exc:
             rep.problems.append(f"commit {cid} (reached from {label}): {exc}")
             continue
-        metaranges.setdefault(c.metarange, cid)
+        metaranges[c.metarange] = min(metaranges.get(c.metarange, (c.generation, cid)),
+                                      (c.generation, cid))
         stack.extend((f"parent of {cid[:12]}", p) for p in c.parents)
     rep.commits = len(seen_commits)
 
@@ -81,7 +82,8 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
     foreign: set[bytes] = set()
     data: dict[str, int] = {}
     with progress_bar("checking metaranges", total=len(metaranges), enabled=progress) as bar:
-        for mr in sorted(metaranges):
+        # oldest commits first: a foreign key is reported with the oldest commit found
+        for mr in sorted(metaranges, key=lambda m: (metaranges[m], m)):
             bar.advance()
             try:
                 infos = list(repo.committed.iter_ranges(mr))
@@ -104,7 +106,7 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
                             rep.warnings.append(
                                 f"foreign key {show(rec[0], is_dir)} ({why}; stored as "
                                 f"{rec[0]!r}) in range {info.id[:12]} of commit "
-                                f"{metaranges[mr][:12]}")
+                                f"{metaranges[mr][1][:12]}")
                         if e.kind == KIND_FILE and e.size > 0 and e.address:
                             data[e.address] = e.size
                 except GravfsError as exc:
