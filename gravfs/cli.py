@@ -294,6 +294,10 @@ def cmd_reset(args) -> int:
 
 def cmd_fsck(args) -> int:
     from gravfs.fsck import fsck
+    if args.repair_staging:  # before opening: a damaged staging database refuses to open
+        from gravfs.staging.salvage import repair_workspace
+        for line in repair_workspace(_store_url(args), args.state_dir).lines():
+            print(line)
     repo = _repo(args)
     report = fsck(repo, check_data=args.data, progress=not args.quiet)
     for line in report.problems:
@@ -452,6 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
              epilog="Exit status: 0 clean, 1 missing or damaged objects, 3 only warnings "
                     "(keys another writer made that gravfs would not: shown escaped).")
     sp.add_argument("--data", action="store_true", help="also re-hash every data object")
+    sp.add_argument("--repair-staging", action="store_true",
+                    help="first check the local staging database; if damaged, move it aside "
+                         "and keep in a fresh one what can still be read")
     sp.add_argument("-q", "--quiet", action="store_true")
 
     sp = cmd("compact", cmd_compact, "compact a branch's staging into a metarange now")

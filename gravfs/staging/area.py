@@ -32,6 +32,7 @@ import lmdb
 
 from gravfs.errors import BadNameError, GravfsError
 from gravfs.faults import crash_point
+from gravfs.staging import lmdbcheck
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +103,17 @@ class StagingArea:
         self.synchronous = sync
         self._resize_lock = threading.Lock()
         self._last_saved: dict[str, tuple[bytes, BranchState]] = {}  # branch -> (raw, state)
+        problem = lmdbcheck.check_data_file(path)  # before LMDB maps a file cut short
+        if problem:
+            raise lmdbcheck.damaged(path, problem)
         try:
             self.env = lmdb.open(path, map_size=_INITIAL_MAP, max_dbs=4, max_readers=256,
                                  subdir=True, lock=True, sync=sync, mode=0o600)  # files only: path exists
+        except (lmdb.InvalidError, lmdb.CorruptedError, lmdb.VersionMismatchError) as exc:
+            raise lmdbcheck.damaged(path, str(exc).rstrip(".")) from exc
         except lmdb.Error as exc:
             raise GravfsError(f"cannot open staging database {path}: {exc}") from exc
+        lmdbcheck.mark(path)
         info = self.env.info()
         if info["map_size"] < _INITIAL_MAP:
             self.env.set_mapsize(_INITIAL_MAP)
