@@ -150,7 +150,7 @@ def cmd_put(args) -> int:
         e = repo.write_file(branch, path, sys.stdin.buffer)
     else:
         if not os.path.isfile(args.local):
-            raise GravfsError(f"{args.local}: not a regular file")
+            raise GravfsError(f"{_typed(args.local)}: not a regular file")
         e = repo.write_file(branch, path, args.local, mode=os.stat(args.local).st_mode)
     print(f"Staged {branch}:{_typed(path)} ({e.size} bytes)")
     return 0
@@ -507,7 +507,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     except OSError as exc:
         if os.environ.get("GRAVFS_DEBUG"):
             raise
-        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        name = getattr(exc, "filename", None)
+        if isinstance(name, (str, bytes)):
+            name = os.fsdecode(name)
+        where = f"{_typed(str(name))}: " if name is not None else ""
         print(f"gravfs: {where}{exc.strerror or exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # a bug: still one line, with the way to see more

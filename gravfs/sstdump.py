@@ -9,16 +9,18 @@ from typing import TextIO
 
 from gravfs.committed.record import decode_value
 from gravfs.errors import CorruptDataError, NotFoundError
+from gravfs.paths import quote
 from gravfs.sstable import SSTReader
 
 
 def _open(path: str) -> SSTReader:
+    shown = quote(path.encode("utf-8", "surrogateescape"))  # one line whatever the name
     try:
         return SSTReader(path)
     except FileNotFoundError:
-        raise NotFoundError(f"{path}: no such file") from None
+        raise NotFoundError(f"{shown}: no such file") from None
     except IsADirectoryError:
-        raise CorruptDataError("is a directory, not an SSTable", path=path) from None
+        raise CorruptDataError("is a directory, not an SSTable", path=shown) from None
 
 
 def _text(b: bytes) -> str:

@@ -238,3 +238,13 @@ def test_ls_and_cat_reach_keys_another_writer_made(tmp_path):
             for l in _raw_cli(tmp_path, "ls", "main", "--json").splitlines()}
     assert rows["nul\x00x"]["shown"] == "nul%00x" and "NUL" in rows["nul\x00x"]["foreign"]
     assert rows["trail/"]["shown"] == "trail%2F" and "foreign" not in rows["a"]
+
+
+def test_error_messages_quote_local_paths(cli, tmp_path):
+    bad = str(tmp_path / "no\nsuch")
+    for args in [("put", bad, "main:x"), ("sst-dump", bad)]:
+        rc, _, err = cli(*args, check=False)
+        assert rc != 0 and err.count("\n") == 1 and "no\\nsuch" in err, err
+    (tmp_path / "a\nfile").write_text("not a directory")
+    rc, _, err = cli("init", str(tmp_path / "a\nfile" / "store"), check=False)  # an OSError
+    assert rc == 1 and err.count("\n") == 1 and "a\\nfile" in err, err
