@@ -28,8 +28,8 @@ from array import array
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO, Optional
 
-from gravfs import hashing
-from gravfs.errors import CorruptDataError
+from gravfs import hashing, sparse
+from gravfs.errors import CorruptDataError, GravfsError
 from gravfs.faults import crash_point
 from gravfs.store import chunksums
 from gravfs.store.modes import make_dir, private_dir
@@ -343,8 +343,22 @@ class DataObjects:
                 self._failed_at = 0.0
 
     def put_path(self, path: str) -> tuple[str, int]:
-        """Store a local file's content; returns (address, size)."""
-        digest, size = hash_file(path)
+        """Store a local file's content; returns (address, size). A file with holes
+        (gravfs.sparse) is stored as its data extents and a manifest."""
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            found = []
+            if size >= sparse.MIN_HOLE and sparse.has_physical_holes(fd, size):
+                found = sparse.holes(fd, size)  # reads only what is allocated
+            if not found:
+                digest, size, zero_run = _hash_finding_zeros(fd)
+                if zero_run:  # zeros written out: the same bytes get the same address
+                    found = sparse.holes(fd, size)
+            if found:
+                return self._put_sparse(fd, size, found), size
+        finally:
+            os.close(fd)
         address = address_of(digest)
         if self.store.size(address) is None:
             self.store.upload(address, path)
@@ -352,7 +366,63 @@ class DataObjects:
             crash_point("data:uploaded", address)
         return address, size
 
+    def _put_sparse(self, fd: int, size: int, found: list[tuple[int, int]]) -> str:
+        """Store the data extents of a file with holes and their manifest; its address."""
+        extents = tuple((off, n, self._put_range(fd, off, n))
+                        for off, n in sparse.data_ranges(size, found))
+        m = sparse.Manifest(size, extents)
+        address = m.address
+        if extents and self.store.size(address) is None:
+            self.store.put(address, m.encode())
+        log.debug("stored %s: %d bytes in %d extent(s), %d in holes", address,
+                  sum(e[1] for e in extents), len(extents), sum(h[1] for h in found))
+        return address
+
+    def _put_range(self, fd: int, offset: int, length: int) -> str:
+        """Store bytes [offset, offset+length) of an open file as a data object."""
+        out, tmp = tempfile.mkstemp(dir=self.tmp_dir, prefix="extent-")
+        try:
+            h = hashing.hasher()
+            pos, end = offset, offset + length
+            while pos < end:
+                buf = os.pread(fd, min(CHUNK, end - pos), pos)
+                if not buf:
+                    raise GravfsError(f"file shrank while it was stored ({pos} of {end} bytes)")
+                h.update(buf)
+                view = memoryview(buf)
+                while view:
+                    view = view[os.write(out, view):]
+                pos += len(buf)
+            os.close(out)
+            out = -1
+            address = address_of(h.hexdigest())
+            if self.store.size(address) is None:
+                self.store.upload(address, tmp)
+                log.debug("uploaded %s (%d bytes at %d)", address, length, offset)
+                crash_point("data:uploaded", address)
+            return address
+        finally:
+            if out >= 0:
+                os.close(out)
+            os.unlink(tmp)
+
+    def manifest(self, address: str) -> sparse.Manifest:
+        """The (verified) manifest of a sparse file's address."""
+        m = sparse.zeros_manifest(address)
+        if m is not None:
+            return m
+        with self._acquire_object(address) as h:
+            return sparse.Manifest.decode(h.read(0, h.size), address)
+
     def put_bytes(self, data: bytes) -> tuple[str, int]:
+        if len(data) >= sparse.MIN_HOLE and _zero_run(data):  # stored as put_path would
+            fd, tmp = tempfile.mkstemp(dir=self.tmp_dir, prefix="put-")
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(data)
+                return self.put_path(tmp)
+            finally:
+                os.unlink(tmp)
         address = address_of(hashing.hexdigest(data))
         if self.store.size(address) is None:
             self.store.put(address, data)
@@ -375,7 +445,15 @@ class DataObjects:
         ``chunk_checked``: the caller only uses ``read``, so a big object verified
         by an earlier process may be served with its chunks checked as they are read
         (no full hash first; a damaged chunk raises CorruptDataError and drops it).
+        A sparse file's address gives a handle over its extents (holes read as zeros).
         """
+        if sparse.is_sparse(address):
+            return sparse.SparseHandle(self.manifest(address),
+                                       lambda a: self._acquire_object(a, chunk_checked))
+        return self._acquire_object(address, chunk_checked)
+
+    def _acquire_object(self, address: str, chunk_checked: bool = False):
+        """acquire() of one stored object (a data object or a sparse manifest)."""
         if self.pending_dir is not None:
             path = self.pending_path(address)
             try:
@@ -423,6 +501,33 @@ class DataObjects:
                     return n
                 out.write(buf)
                 n += len(buf)
+
+
+def _hash_finding_zeros(fd: int) -> tuple[str, int, bool]:
+    """(hex digest, size, whether it holds a hole's worth of zero grid chunks) of an
+    open file, in one pass."""
+    h = hashing.hasher()
+    size = run = 0
+    found = False
+    while True:
+        buf = os.pread(fd, sparse.GRID, size)
+        if not buf:
+            return h.hexdigest(), size, found
+        h.update(buf)
+        size += len(buf)
+        run = run + len(buf) if sparse.is_zero(buf) else 0
+        found = found or run >= sparse.MIN_HOLE
+
+
+def _zero_run(data: bytes) -> bool:
+    """Bytes in memory hold a hole's worth of zero grid chunks (see gravfs.sparse)."""
+    run = 0
+    for i in range(0, len(data), sparse.GRID):
+        part = data[i:i + sparse.GRID]
+        run = run + len(part) if sparse.is_zero(part) else 0
+        if run >= sparse.MIN_HOLE:
+            return True
+    return False
 
 
 def _fsync_path(path: str) -> None:

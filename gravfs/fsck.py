@@ -2,8 +2,9 @@
 
 Walks refs -> commits -> metaranges -> ranges -> data objects. Commit objects
 are re-hashed, SSTs are checksum-verified as they are read, data objects are
-checked for presence and size (re-hashed with ``check_data``). Each object is
-visited once however many commits share it.
+checked for presence and size (re-hashed with ``check_data``); a sparse file's
+manifest is read and verified, and its extents are checked as data objects. Each
+object is visited once however many commits share it.
 
 Keys gravfs could not have written (another writer's: a leading '/', ``a//b``,
 ``.``/``..``, NUL, a name over 255 bytes, a file at ``name/``) are warnings,
@@ -15,6 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from gravfs import sparse
 from gravfs.committed.entry import KIND_DIRECTORY, KIND_FILE, decode_entry
 from gravfs.errors import GravfsError
 from gravfs.paths import key_problem, show
@@ -112,6 +114,7 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
                 except GravfsError as exc:
                     rep.problems.append(f"range {info.id} (in metarange {mr[:12]}): {exc}")
     rep.ranges = len(seen_ranges)
+    _expand_sparse(repo, data, rep)
 
     with progress_bar("checking data objects", total=len(data), enabled=progress) as bar:
         for address, size in sorted(data.items()):
@@ -130,3 +133,22 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
     rep.data_objects = len(data)
     log.info(rep.summary())
     return rep
+
+
+def _expand_sparse(repo, data: dict[str, int], rep: FsckReport) -> None:
+    """Replace each sparse file's address by its extents, checked as data objects then;
+    its manifest is read (so verified against its name), a file of zeros has none."""
+    for address in [a for a in data if sparse.is_sparse(a)]:
+        size = data.pop(address)
+        try:
+            if sparse.zeros_manifest(address) is None and repo.store.size(address) is None:
+                rep.problems.append(f"sparse manifest {address}: missing")
+                continue
+            m = repo.data.manifest(address)
+        except GravfsError as exc:
+            rep.problems.append(f"sparse manifest {address}: {exc}")
+            continue
+        if m.size != size:
+            rep.problems.append(f"sparse manifest {address}: {m.size} bytes, entries say {size}")
+        for _, n, extent in m.extents:
+            data[extent] = n

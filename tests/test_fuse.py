@@ -749,3 +749,103 @@ def test_foreign_keys_list_escaped_and_read_through_the_mount(gravfs_mount):
     assert text.count("key b'nul\\x00x' (NUL byte) is shown as nul%00x") == 1
     assert text.count("key b'/abs'") == 1
     m.assert_clean_log()
+
+
+# -- sparse files ----------------------------------------------------------------------------
+
+
+def _stored_bytes(m) -> int:
+    """Bytes of file content in the store (data objects and sparse manifests)."""
+    total = 0
+    for top in ("data", "sparse"):
+        for d, _, files in os.walk(os.path.join(m.store, top)):
+            total += sum(os.path.getsize(os.path.join(d, f)) for f in files)
+    return total
+
+
+def _local_copies_allocated(m) -> int:
+    """Disk blocks the mount's local copies of open files take."""
+    total = 0
+    for d, _, files in os.walk(os.path.join(m.state_dir, "repos")):
+        if os.sep + "files" + os.sep in d + os.sep:
+            total += sum(os.stat(os.path.join(d, f)).st_blocks * 512 for f in files)
+    return total
+
+
+def test_sparse_file_stays_sparse(gravfs_mount):
+    """truncate -s 1G, then one write at its end: holes are neither uploaded nor copied
+    back for writing, and no unreferenced 1 GiB object is left behind."""
+    m = gravfs_mount
+    size = 1 << 30
+    p = m.branch_path("sparse.img")
+    before = _stored_bytes(m)
+    subprocess.run(["truncate", "-s", str(size), p], check=True)
+    assert os.stat(p).st_size == size
+    assert _stored_bytes(m) == before  # all hole: no object at all
+    tail = os.urandom(4096)
+    with open(p, "r+b") as f:
+        f.seek(size - len(tail))
+        f.write(tail)
+        f.flush()
+        assert _local_copies_allocated(m) < 8 << 20  # the copy-on-write copied no zeros
+    assert _stored_bytes(m) - before < 4 << 20
+    with open(p, "rb") as f:
+        assert f.read(4096) == b"\0" * 4096
+        f.seek(size // 2)
+        assert f.read(1 << 20) == b"\0" * (1 << 20)
+        f.seek(size - 8192)
+        assert f.read() == b"\0" * 4096 + tail
+    cid = m.commit(message="sparse")
+    with open(m.path("commits", cid[:12], "sparse.img"), "rb") as f:
+        f.seek(size - 8192)
+        assert f.read() == b"\0" * 4096 + tail
+    # extended by truncate, then written in the middle: still no zeros stored
+    with open(p, "r+b") as f:
+        f.truncate(2 * size)
+        f.seek(size + size // 2)
+        f.write(b"middle")
+    assert os.stat(p).st_size == 2 * size
+    with open(p, "rb") as f:
+        f.seek(size + size // 2 - 2)
+        assert f.read(8) == b"\0\0middle"
+    assert _stored_bytes(m) - before < 8 << 20
+    m.commit(message="extended")
+    fsck = m.cli("fsck", "--data")
+    assert "clean" in fsck.stdout + fsck.stderr, fsck.stdout + fsck.stderr
+    m.assert_clean_log()
+
+
+def test_sparse_content_dedups_and_reads_through_the_cli(gravfs_mount, tmp_path):
+    m = gravfs_mount
+    size = 48 << 20
+    head, mid = os.urandom(5000), os.urandom(3 << 20)
+    content = bytearray(size)
+    content[:len(head)] = head
+    content[20 << 20:(20 << 20) + len(mid)] = mid
+    # one copy written with holes (seek past them), one written densely (zeros written)
+    with open(m.branch_path("holes.bin"), "wb") as f:
+        f.write(head)
+        f.seek(20 << 20)
+        f.write(mid)
+        f.truncate(size)
+    _write(m.branch_path("dense.bin"), bytes(content))
+    local = tmp_path / "local.bin"
+    with open(local, "wb") as f:
+        f.write(head)
+        f.seek(20 << 20)
+        f.write(mid)
+        f.truncate(size)
+    m.cli("put", str(local), "main:put.bin")
+    cid = m.commit(message="three copies")
+    import json
+    rows = {r["path"]: r for r in map(json.loads, m.cli("ls", "--json", cid).stdout.splitlines())}
+    addresses = {rows[n]["address"] for n in ("holes.bin", "dense.bin", "put.bin")}
+    assert len(addresses) == 1, rows  # the same bytes: one address however written
+    assert addresses.pop().startswith("sparse/")
+    assert _stored_bytes(m) < 8 << 20
+    out = subprocess.run([sys.executable, "-m", "gravfs.cli", "-s", m.store, "--state-dir",
+                          m.state_dir, "cat", f"{cid}:holes.bin"], capture_output=True,
+                         env=m.env, check=True).stdout
+    assert out == bytes(content)
+    assert _read(m.path("commits", cid[:12], "put.bin")) == bytes(content)
+    m.assert_clean_log()

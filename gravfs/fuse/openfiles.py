@@ -4,7 +4,8 @@ A branch file that is written, truncated or created gets one ``OpenFile``
 shared by every handle on its inode: a sparse local file in the mount's
 private files directory (inside the workspace). Existing content is copied in
 lazily, on the first write or truncate (copy-on-write), so opening a large
-committed file read-write costs nothing until it is modified. Whenever the
+committed file read-write costs nothing until it is modified; holes are not
+copied (the local copy stays sparse, see gravfs.sparse). Whenever the
 kernel flushes (close), fsyncs or releases a modified file, its content goes
 to the store (content-addressed, deduplicated; small files by write-back:
 moved into pending uploads and uploaded in the background) and the new entry
@@ -31,6 +32,7 @@ import trio
 from gravfs.committed.entry import KIND_FILE, EntryInfo
 from gravfs.dataobjects import hash_file
 from gravfs.errors import NotFoundError
+from gravfs.sparse import SparseHandle, is_zero
 from gravfs.fuse.inodes import Inode
 from gravfs.fuse.reader import ReadState, data_missing
 
@@ -77,7 +79,9 @@ class OpenFile:
         return self.entry.size if self.entry else 0
 
     def materialize(self, repo, limit: Optional[int] = None) -> None:
-        """Create the local copy, with at most ``limit`` bytes of the old content."""
+        """Create the local copy, with at most ``limit`` bytes of the old content.
+        Holes stay holes: only a sparse file's extents are copied, and no chunk of
+        zeros is written (the copy is sized first, so they read as zeros)."""
         if self.fd >= 0:
             return
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -87,19 +91,28 @@ class OpenFile:
             if limit is not None:
                 want = min(want, limit)
             if want > 0:
+                os.ftruncate(fd, want)
                 try:
                     h = repo.data.acquire(e.address, chunk_checked=True)
                 except NotFoundError as exc:
                     raise data_missing(e.address, exc) from None
                 with h:
-                    off = 0
-                    while off < want:
-                        buf = h.read(off, min(COPY_CHUNK, want - off))
-                        if not buf:
-                            break
-                        os.pwrite(fd, buf, off)
-                        off += len(buf)
-                log.debug("copied %d bytes of %s for writing", want, e.address)
+                    if isinstance(h, SparseHandle):
+                        ranges = [(o, n) for o, n, _ in h.manifest.extents]
+                    else:
+                        ranges = [(0, want)]
+                    copied = 0
+                    for start, n in ranges:
+                        off, end = start, min(start + n, want)
+                        while off < end:
+                            buf = h.read(off, min(COPY_CHUNK, end - off))
+                            if not buf:
+                                break
+                            if not is_zero(buf):
+                                os.pwrite(fd, buf, off)
+                                copied += len(buf)
+                            off += len(buf)
+                log.debug("copied %d of %d bytes of %s for writing", copied, want, e.address)
         except BaseException:
             os.close(fd)
             _unlink(self.path)

@@ -32,7 +32,7 @@ from array import array
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from gravfs import hashing
+from gravfs import hashing, sparse
 from gravfs.dataobjects import digest_of
 from gravfs.errors import CorruptDataError, NotFoundError
 from gravfs.fuse.inplace import InPlaceObject, InPlaceReads, open_sequential
@@ -62,7 +62,8 @@ class _Verifier:
 class ReadState:
     """Per open handle: where the last read ended, and how far ahead to fetch."""
 
-    __slots__ = ("next_offset", "ahead", "bytes_read", "tier_handle", "in_place", "fd", "lock")
+    __slots__ = ("next_offset", "ahead", "bytes_read", "tier_handle", "in_place", "fd", "lock",
+                 "extents")
 
     def __init__(self):
         self.next_offset = 0
@@ -72,8 +73,20 @@ class ReadState:
         self.in_place: InPlaceObject | None = None
         self.fd = -1  # our own descriptor of the local file: preads without a lock
         self.lock = threading.Lock()  # the kernel may send reads of one handle in parallel
+        self.extents: dict[str, "ReadState"] = {}  # a sparse file's: one per extent read
+
+    def extent(self, address: str) -> "ReadState":
+        with self.lock:
+            st = self.extents.get(address)
+            if st is None:
+                st = self.extents[address] = ReadState()
+            return st
 
     def close(self) -> None:
+        with self.lock:
+            extents, self.extents = self.extents, {}
+        for st in extents.values():
+            st.close()
         with self.lock:
             if self.fd >= 0:
                 os.close(self.fd)
@@ -97,6 +110,7 @@ class DataReader:
         self._verifiers: dict[str, _Verifier] = {}
         self._corrupt: set[str] = set()
         self._recorded: dict[str, chunksums.ChunkChecks | None] = {}  # sums found in the tier
+        self._manifests: OrderedDict[str, sparse.Manifest] = OrderedDict()  # verified, by address
         self._in_place = InPlaceReads(repo, self._refuse, self._corrupt, self._recorded_sums)
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="gravfs-readahead")
         self.stats = {"chunk_fetches": 0, "chunk_hits": 0, "tier_reads": 0, "bytes_fetched": 0,
@@ -115,9 +129,40 @@ class DataReader:
         if address in self._corrupt:
             raise CorruptDataError(f"data object {address} does not match its hash")
         try:
+            if sparse.is_sparse(address):
+                return self._read_sparse(state, address, size, offset, length)
             return self._read(state, address, size, offset, length)
         except NotFoundError as exc:
             raise data_missing(address, exc) from None
+
+    def _read_sparse(self, state: ReadState, address: str, size: int, offset: int,
+                     length: int) -> bytes:
+        """Holes as zeros; each extent read as the data object it is (its own state)."""
+        m = self._manifest(address)
+        if m.size != size:
+            raise CorruptDataError(f"sparse manifest {address} says {m.size} bytes, the entry "
+                                   f"{size}")
+        parts = []
+        for off, n, ext in m.pieces(offset, length):
+            if ext is None:
+                parts.append(bytes(n))
+            else:
+                e_off, e_len, addr = ext
+                parts.append(self.read(state.extent(addr), addr, e_len, off - e_off, n))
+        return b"".join(parts)
+
+    def _manifest(self, address: str) -> sparse.Manifest:
+        with self._lock:
+            m = self._manifests.get(address)
+            if m is not None:
+                self._manifests.move_to_end(address)
+                return m
+        m = self.repo.data.manifest(address)  # verified against its name
+        with self._lock:
+            self._manifests[address] = m
+            while len(self._manifests) > 1024:
+                self._manifests.popitem(last=False)
+        return m
 
     def _read(self, state: ReadState, address: str, size: int, offset: int, length: int) -> bytes:
         for attempt in (1, 2):
