@@ -459,12 +459,15 @@ def test_provisional_entries_are_read_but_never_committed(repo):
     repo.write_file("main", "more", b"m")
     assert compact(repo, "main")
     assert names(repo.list_dir("main")) == ["closed", "more", "old", "open", "x"]
+    assert repo.staging.get_state("main").provisional == 2
     repo.write_file("main", "open", b"closed at last")
+    assert repo.staging.get_state("main").provisional == 1  # a commit scans only while > 0
     c2 = repo.commit("main", "closed")
     assert repo.read(c2.id, "open") == b"closed at last"
     assert names(repo.list_dir(c2.id)) == ["closed", "more", "open", "x"]
     assert names(repo.list_dir("main")) == ["closed", "more", "old", "open", "x"]
     assert repo.staging.drop_provisional() == 1  # "old": its writer is gone
+    assert repo.staging.get_state("main").provisional == 0
     assert names(repo.list_dir("main")) == ["closed", "more", "open", "x"]
     with pytest.raises(NothingToCommitError):
         repo.commit("main", "nothing left")

@@ -57,7 +57,9 @@ class BranchState:
     pending: Optional[dict] = None  # {"commit": id, "tokens": [...]} while committing
     puts: int = 0  # counters for the compaction sensor (approximate: per write)
     tombstones: int = 0
-    provisional: int = 0  # provisional puts staged since the last carry (0: none to carry)
+    # provisional puts in the staging token (at least: one replaced in a sealed token
+    # is still counted), and so whether a commit has any to carry (see carry_provisional)
+    provisional: int = 0
 
     def copy(self) -> "BranchState":
         """A copy sharing nothing mutable (cheaper than a JSON round trip)."""
@@ -223,15 +225,18 @@ class StagingArea:
             tok = bytes.fromhex(st.staging)
             cur = txn.cursor(db=self.entries_db)
             puts = tombs = 0
-            if provisional:
-                st.provisional += sum(1 for path, value in items
-                                      if value is not None and path in provisional)
             for path, value in items:
+                if st.provisional and cur.set_key(tok + path) and cur.value()[:1] == PROVISIONAL:
+                    st.provisional -= 1  # replaced (a created file's first close)
                 if value is None:
                     cur.put(tok + path, TOMBSTONE)
                     tombs += 1
+                elif path in provisional:
+                    cur.put(tok + path, PROVISIONAL + value)
+                    st.provisional += 1
+                    puts += 1
                 else:
-                    cur.put(tok + path, (PROVISIONAL if path in provisional else PUT) + value)
+                    cur.put(tok + path, PUT + value)
                     puts += 1
             st.puts += puts
             st.tombstones += tombs
@@ -276,7 +281,7 @@ class StagingArea:
         """Copy the provisional puts that are the newest value of their path among
         ``tokens`` (newest first) into ``st``'s staging token, unless it holds that
         path: called before a commit or compaction drops the tokens it consumed.
-        Scans only when provisional puts were staged since the last carry."""
+        Scans the tokens only when the branch's count says there may be some."""
         if not st.provisional:
             return 0
         dest = bytes.fromhex(st.staging)
