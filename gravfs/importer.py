@@ -26,7 +26,7 @@ from typing import Iterator, Optional
 from gravfs.committed.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo, decode_entry
 from gravfs.committed.record import decode_value
 from gravfs.committer import Committer
-from gravfs.errors import GravfsError
+from gravfs.errors import CorruptDataError, GravfsError
 from gravfs.faults import crash_point
 from gravfs.paths import to_key
 from gravfs.progress import progress_bar
@@ -157,7 +157,7 @@ class ImportJob:
 
         n = self.area.write(run)
         log.info("dropped %d staged entr%s of an interrupted import of %s into %s",
-                    n, "y" if n == 1 else "ies", rec.get("source"), self.branch)
+                 n, "y" if n == 1 else "ies", rec.get("source"), self.branch)
         return n
 
     def close(self) -> None:
@@ -170,7 +170,10 @@ def _same_file(raw: Optional[bytes], st: os.stat_result) -> Optional[EntryInfo]:
     """The entry an earlier run staged for this file, if size, mtime and mode still match."""
     if raw is None or raw[:1] != PUT:
         return None
-    e = decode_entry(decode_value(raw[1:])[1])
+    try:
+        e = decode_entry(decode_value(raw[1:])[1])
+    except CorruptDataError:
+        return None  # read the file again
     if (e.kind == KIND_FILE and e.size == st.st_size and e.mtime_ns == st.st_mtime_ns
             and e.mode == st.st_mode):
         return e
