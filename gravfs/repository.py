@@ -627,14 +627,18 @@ class Repository:
         doomed.append(prefix)  # tombstone the marker even if only implied
         return self.stage(branch, [(k, None) for k in doomed])
 
-    def rename(self, branch: str, src: str | bytes, dst: str | bytes) -> int:
-        """Move a file or a whole directory in one staging transaction."""
+    def rename(self, branch: str, src: str | bytes, dst: str | bytes,
+               provisional: frozenset = frozenset()) -> int:
+        """Move a file or a whole directory in one staging transaction. ``provisional``:
+        keys (at or under src) staged provisional, which stay so where they move."""
         node = self.stat(branch, src)
         dkey = to_key(dst)
         if not dkey:
             raise BadNameError("cannot rename onto the root directory")
         if node.kind != "dir":
-            return self.stage(branch, [(node.key, None), (dkey, node.entry)])
+            return self.stage(branch, [(node.key, None), (dkey, node.entry)],
+                              provisional=frozenset([dkey]) if node.key in provisional
+                              else frozenset())
         sp, dp = dir_prefix(node.key), dir_prefix(dkey)
         if dp.startswith(sp):
             raise BadNameError(f"cannot move {node.shown} into itself")
@@ -646,7 +650,8 @@ class Repository:
             moves.append((dp, EntryInfo(address="", size=0, mtime_ns=time.time_ns(),
                                     mode=statmod.S_IFDIR | 0o755, kind=KIND_DIRECTORY)))
         moves.sort(key=lambda kv: kv[1] is not None)  # deletions first, puts win on equal keys
-        return self.stage(branch, moves)
+        return self.stage(branch, moves, provisional=frozenset(
+            dp + k[len(sp):] for k in provisional if k.startswith(sp)))
 
     # -- committing, diff, merge --------------------------------------------------
 

@@ -262,3 +262,29 @@ def test_file_created_by_a_killed_mount_and_never_closed_is_gone(gravfs_mount):
     cid = m.commit(message="after the crash")
     assert _committed(m, cid, "kept") == b"closed"
     assert _committed(m, cid, "open.csv") is None
+
+
+def test_renamed_file_still_open_stays_out_of_commits(gravfs_mount):
+    """Renaming a created, unclosed file (or its directory) keeps it out of commits."""
+    m = gravfs_mount
+    os.makedirs(m.branch_path("d"))
+    f = open(m.branch_path("d/a.csv"), "wb")
+    g = open(m.branch_path("b.csv"), "wb")
+    try:
+        f.write(b"a" * 1000)
+        g.write(b"b" * 1000)
+        f.flush()
+        g.flush()
+        os.rename(m.branch_path("d"), m.branch_path("e"))
+        os.rename(m.branch_path("b.csv"), m.branch_path("c.csv"))
+        assert sorted(os.listdir(m.branch_path())) == ["c.csv", "e"]
+        _write(m.branch_path("other"), b"x")
+        cid = m.commit(message="while open")
+        assert _committed(m, cid, "e/a.csv") is None and _committed(m, cid, "c.csv") is None
+    finally:
+        f.close()
+        g.close()
+    cid = m.commit(message="closed")
+    assert _committed(m, cid, "e/a.csv") == b"a" * 1000
+    assert _committed(m, cid, "c.csv") == b"b" * 1000
+    m.assert_clean_log()

@@ -1171,9 +1171,11 @@ class GravfsOperations(pyfuse3.Operations):
         tree = self._writable_tree(po)
         src = self._child_key(po, name_old)
         dst = self._child_key(pn, name_new)
-        moved = self.inodes.find(tree, src, "file")
-        of = self.open_files.get(moved.ino) if moved is not None else None
-        provisional = of is not None and of.provisional
+        under = src + b"/"
+        provisional = frozenset(  # created and not closed: they stay provisional
+            of.node.key for of in self.open_files.values()
+            if of.provisional and of.node is not None and of.node.tree is tree
+            and (of.node.key == src or of.node.key.startswith(under)))
         async with self._ns(tree):
             d = await self._write(tree, None, self._rename_blocking, tree, po.key, src, dst, flags,
                                   provisional)
@@ -1187,9 +1189,9 @@ class GravfsOperations(pyfuse3.Operations):
         log.debug("rename %s:%s -> %s", tree.name, src, dst)
 
     def _rename_blocking(self, tree: Tree, src_parent: bytes, src: bytes, dst: bytes,
-                         flags: int, provisional: bool = False):
+                         flags: int, provisional: frozenset = frozenset()):
         """Check and stage a rename; returns the replaced node (None, or False for a no-op).
-        ``provisional``: src is a file created and not closed yet; it stays provisional."""
+        ``provisional``: keys at or under src of files created and not closed yet."""
         s = self._stat_or_none(tree, src)
         if s is None:
             raise fail(errno.ENOENT)
@@ -1212,10 +1214,7 @@ class GravfsOperations(pyfuse3.Operations):
             p = self.repo.stat(tree.ref, src_parent)
             if p.entry is None:  # keep an implied source directory alive
                 self.repo.stage(tree.name, [(src_parent + b"/", self._now_dir_entry(0o755))])
-        if provisional and s.kind == "file":
-            self.repo.stage(tree.name, [(src, None), (dst, s.entry)], provisional=frozenset([dst]))
-        else:
-            self.repo.rename(tree.name, src, dst)
+        self.repo.rename(tree.name, src, dst, provisional=provisional)
         return d
 
     @guarded
