@@ -35,6 +35,7 @@ class FsckReport:
     ranges: int = 0
     entries: int = 0
     data_objects: int = 0
+    temp_files_removed: int = 0  # left in the store by writers killed mid-upload
 
     @property
     def exit_code(self) -> int:
@@ -48,9 +49,11 @@ class FsckReport:
         if self.warnings:
             found.append(f"{len(self.warnings)} warning(s)")
         state = ", ".join(found) or "clean"
+        removed = (f"; removed {self.temp_files_removed} temporary file(s) of killed writers"
+                   if self.temp_files_removed else "")
         return (f"fsck: {state}: {self.refs} refs, {self.commits} commits, {self.metaranges} "
                 f"metaranges, {self.ranges} ranges, {self.entries} entries, "
-                f"{self.data_objects} data objects")
+                f"{self.data_objects} data objects{removed}")
 
 
 def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
@@ -131,6 +134,8 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
                 except GravfsError as exc:
                     rep.problems.append(f"data object {address}: {exc}")
     rep.data_objects = len(data)
+    # by age, not by pid: a local store may be shared by several hosts
+    rep.temp_files_removed = repo.store.remove_stale_temp_files()
     log.info(rep.summary())
     return rep
 

@@ -49,3 +49,22 @@ def test_fsck_damage_outranks_warnings(tmp_path):
     assert rc == 1
     assert "missing" in out and "warning: foreign key %2Fabs" in out
     assert "1 problem(s), 1 warning(s)" in out
+
+
+def test_fsck_removes_temp_files_of_killed_store_writers(tmp_path):
+    """A writer killed between writing a store object's temp file and its rename left
+    the temp file in the store for good; fsck removes those older than an hour."""
+    repo, store, state = _repo(tmp_path)
+    repo.close()
+    data_dir = os.path.join(store, "data")
+    some = os.path.join(data_dir, sorted(os.listdir(data_dir))[0])
+    stale = os.path.join(some, ".gravfs-tmp.deadbeef.4242.0123456789ab")
+    fresh = os.path.join(some, ".gravfs-tmp.cafe.4243.0123456789ab")
+    for path in (stale, fresh):
+        with open(path, "wb") as f:
+            f.write(b"half an upload")
+    os.utime(stale, (1, 1))
+    rc, out, err = run_cli("fsck", "-q", store=store, state=state, check=False)
+    assert rc == 0, (out, err)
+    assert "removed 1 temporary file(s) of killed writers" in out
+    assert not os.path.exists(stale) and os.path.exists(fresh)  # a live writer's is kept

@@ -115,6 +115,11 @@ class ObjectStore(abc.ABC):
     def exists(self, key: str) -> bool:
         return self.size(key) is not None
 
+    def remove_stale_temp_files(self, max_age_s: float = 3600.0) -> int:
+        """Delete what writers killed mid-upload left behind; returns how many.
+        Object stores whose uploads are atomic leave nothing."""
+        return 0
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
 

@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import stat
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -298,8 +299,6 @@ class LocalStore(ObjectStore):
 
     def remove_stale_temp_files(self, max_age_s: float = 3600.0) -> int:
         """Delete temp files left by writers that crashed (older than ``max_age_s``); returns how many."""
-        import time
-
         cutoff = time.time() - max_age_s
         removed = 0
         for dirpath, _dirs, files in os.walk(self.root):
