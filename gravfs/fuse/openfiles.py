@@ -6,7 +6,8 @@ private files directory (inside the workspace). Existing content is copied in
 lazily, on the first write or truncate (copy-on-write), so opening a large
 committed file read-write costs nothing until it is modified; holes are not
 copied (the local copy stays sparse, see gravfs.sparse). Whenever the
-kernel flushes (close), fsyncs or releases a modified file, its content goes
+kernel flushes (a close, unless the opener still holds the file: see
+gravfs.fuse.holders), fsyncs or releases a modified file, its content goes
 to the store (content-addressed, deduplicated; small files by write-back:
 moved into pending uploads and uploaded in the background) and the new entry
 is staged in LMDB at the inode's *current* path (renames move open files along).
