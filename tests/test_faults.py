@@ -32,8 +32,9 @@ from gravfs import faults, hashing
 from gravfs.committed.entry import KIND_FILE, EntryInfo
 from gravfs.dataobjects import address_of
 from gravfs.errors import GravfsError, StoreUnavailableError
-from gravfs.faults import (CRASH_EXIT_CODE, CRASH_POINTS, FaultyStore, StoreFault,
-                           parse_store_faults)
+from gravfs.faults import CRASH_EXIT_CODE, CRASH_POINTS
+from gravfs.store import faulty
+from gravfs.store.faulty import FaultyStore, StoreFault, parse_store_faults
 from gravfs.repository import Repository
 from gravfs.store import open_store
 from gravfs.store.local import LocalStore
@@ -74,7 +75,7 @@ def _tree(repo: Repository, ref: str) -> dict[str, object]:
 
 def _env(store: str, state: str, **extra: str) -> dict[str, str]:
     env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state, **extra)
-    for name in ("GRAVFS_DEBUG", faults.CRASH_ENV, faults.STORE_FAULT_ENV):
+    for name in ("GRAVFS_DEBUG", faults.CRASH_ENV, faulty.STORE_FAULT_ENV):
         if name not in extra:
             env.pop(name, None)
     return env
@@ -435,9 +436,9 @@ def test_faulty_store_rules(tmp_path, monkeypatch):
         hang.exists("data/aa/1")
     assert time.monotonic() - t0 >= 0.2
 
-    monkeypatch.delenv(faults.STORE_FAULT_ENV, raising=False)
+    monkeypatch.delenv(faulty.STORE_FAULT_ENV, raising=False)
     assert type(open_store(str(tmp_path / "s"))) is LocalStore
-    monkeypatch.setenv(faults.STORE_FAULT_ENV, "op=write,key=data/*,mode=fail")
+    monkeypatch.setenv(faulty.STORE_FAULT_ENV, "op=write,key=data/*,mode=fail")
     wrapped = open_store(str(tmp_path / "s"))
     assert isinstance(wrapped, FaultyStore) and wrapped.url == inner.url
     with pytest.raises(StoreUnavailableError):
@@ -466,7 +467,7 @@ def test_every_store_call_can_fail(tmp_path):
         "cas": lambda s: s.compare_and_swap("k/a", inner.read_versioned("k/a")[1], b"a2"),
         "delete": lambda s: s.delete("k/a"),
     }
-    assert set(calls) == set(faults.STORE_OPS)
+    assert set(calls) == set(faulty.STORE_OPS)
     for op, call in calls.items():
         store = FaultyStore(inner, parse_store_faults(f"op={op},key=k/*"))
         with pytest.raises(StoreUnavailableError, match=f"{op} k/"):

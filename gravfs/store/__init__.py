@@ -16,11 +16,11 @@ def open_store(url: str) -> ObjectStore:
 
     For S3 the endpoint and credentials come from the environment
     (``GRAVFS_S3_ENDPOINT`` or ``AWS_ENDPOINT_URL``, and the AWS chain).
-    Tests inject failures with ``GRAVFS_STORE_FAULT`` (gravfs/faults.py).
+    Tests inject failures with ``GRAVFS_STORE_FAULT`` (gravfs/store/faulty.py).
     """
     store = _open(url)
     if os.environ.get("GRAVFS_STORE_FAULT"):
-        from gravfs.faults import faulty_from_env
+        from gravfs.store.faulty import faulty_from_env
         return faulty_from_env(store)
     return store
 
