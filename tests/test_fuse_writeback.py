@@ -12,7 +12,7 @@ import os
 import threading
 
 from gravfs import hashing
-from gravfs.dataobjects import PAUSE_ENV, DataObjects, address_of
+from gravfs.data.objects import PAUSE_ENV, DataObjects, address_of
 from gravfs.store.local import LocalStore
 from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
 from tests.fuse_util import write_bytes as _write, read_bytes as _read

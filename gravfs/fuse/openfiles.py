@@ -5,7 +5,7 @@ shared by every handle on its inode: a sparse local file in the mount's
 private files directory (inside the workspace). Existing content is copied in
 lazily, on the first write or truncate (copy-on-write), so opening a large
 committed file read-write costs nothing until it is modified; holes are not
-copied (the local copy stays sparse, see gravfs.sparse). Whenever the
+copied (the local copy stays sparse, see gravfs.data.sparse). Whenever the
 kernel flushes (a close, unless the opener still holds the file: see
 gravfs.fuse.holders), fsyncs or releases a modified file, its content goes
 to the store (content-addressed, deduplicated; small files by write-back:
@@ -30,12 +30,12 @@ from typing import Optional
 
 import trio
 
-from gravfs.committed.entry import KIND_FILE, EntryInfo
-from gravfs.dataobjects import hash_file
+from gravfs.data.objects import DataObjects, hash_file
+from gravfs.data.reader import ReadState, data_missing
+from gravfs.data.sparse import SparseHandle, is_zero
 from gravfs.errors import NotFoundError
-from gravfs.sparse import SparseHandle, is_zero
+from gravfs.fs.entry import KIND_FILE, EntryInfo
 from gravfs.fuse.inodes import Inode
-from gravfs.fuse.reader import ReadState, data_missing
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class OpenFile:
             return self.moving_size
         return self.entry.size if self.entry else 0
 
-    def materialize(self, repo, limit: Optional[int] = None) -> None:
+    def materialize(self, data: DataObjects, limit: Optional[int] = None) -> None:
         """Create the local copy, with at most ``limit`` bytes of the old content.
         Holes stay holes: only a sparse file's extents are copied, and no chunk of
         zeros is written (the copy is sized first, so they read as zeros)."""
@@ -94,7 +94,7 @@ class OpenFile:
             if want > 0:
                 os.ftruncate(fd, want)
                 try:
-                    h = repo.data.acquire(e.address, chunk_checked=True)
+                    h = data.acquire(e.address, chunk_checked=True)
                 except NotFoundError as exc:
                     raise data_missing(e.address, exc) from None
                 with h:
@@ -128,11 +128,11 @@ class OpenFile:
             offset = os.fstat(self.fd).st_size
         return os.pwrite(self.fd, data, offset)
 
-    def truncate(self, repo, size: int) -> None:
+    def truncate(self, data: DataObjects, size: int) -> None:
         if self.fd < 0:
             if size == 0:
                 self.entry = None  # nothing of the old content is needed
-            self.materialize(repo, limit=size)
+            self.materialize(data, limit=size)
         os.ftruncate(self.fd, size)
 
     # -- entries --------------------------------------------------------------------
@@ -143,7 +143,7 @@ class OpenFile:
         return replace(b, mode=statmod.S_IFREG | (self.mode & 0o7777), mtime_ns=self.mtime_ns,
                        uid=self.uid, gid=self.gid, xattrs=dict(self.xattrs), kind=KIND_FILE)
 
-    def upload(self, repo, durable: bool = False) -> EntryInfo:
+    def upload(self, data: DataObjects, durable: bool = False) -> EntryInfo:
         """Store the local content (deduplicated) and return the entry to stage.
 
         Write-back: a small file's local copy moves into the workspace's pending
@@ -161,7 +161,7 @@ class OpenFile:
             self.fd = -1
             os.close(fd)
             try:
-                address, size = repo.data.put_pending(self.path, durable=durable, hashed=hashed)
+                address, size = data.put_pending(self.path, durable=durable, hashed=hashed)
             except BaseException:
                 if os.path.exists(self.path):  # not moved: keep it as the local copy
                     self.fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
@@ -171,7 +171,7 @@ class OpenFile:
             self.moving_size = None
             return self.entry
         else:
-            address, size = repo.data.put_path(self.path)
+            address, size = data.put_path(self.path)
         return self.meta_entry(EntryInfo(address=address, size=size, kind=KIND_FILE))
 
     def close(self) -> None:

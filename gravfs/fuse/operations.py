@@ -24,19 +24,20 @@ import pyfuse3
 import trio
 
 from gravfs import hashing
-from gravfs.committed.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo
-from gravfs.dataobjects import address_of
+from gravfs.fs.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo
+from gravfs.data.objects import address_of
+from gravfs.data.reader import DataReader
 from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
 from gravfs.fuse import holders, opstats
 from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
 from gravfs.fuse.openfiles import WRITEBACK_MAX, DirHandle, FileHandle, OpenFile
-from gravfs.fuse.reader import DataReader
 from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
 from gravfs.fuse.trees import Tree
-from gravfs.paths import MAX_NAME_BYTES, quote
-from gravfs.repository import Node
-from gravfs.staging.area import MAX_PATH_BYTES
+from gravfs.fs.paths import MAX_NAME_BYTES
+from gravfs.quoting import quote
+from gravfs.fs.repository import Node
+from gravfs.version.staging.area import MAX_PATH_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,8 @@ class GravfsOperations(pyfuse3.Operations):
         self._next_fh = 1
         self.started_ns = time.time_ns()
         self.uid, self.gid = os.getuid(), os.getgid()
-        self.reader = DataReader(repo, cache_bytes=settings.cache_mb << 20)
+        self.data = repo.data  # the data plane: every read and write of file contents
+        self.reader = DataReader(self.data, cache_bytes=settings.cache_mb << 20)
         self.own = OwnWrites()  # our staging transactions, told apart from others
         self.own.wrap(repo.staging)
         self.statcache = BranchStatCache(repo, self.own)
@@ -122,8 +124,7 @@ class GravfsOperations(pyfuse3.Operations):
             self.mount_root = os.fsencode(os.path.realpath(self.settings.mountpoint)).rstrip(b"/")
         if not self.settings.read_only:
             try:  # new empty files point at the empty object: make sure it exists
-                if self.repo.store.size(EMPTY_ADDRESS) is None:
-                    self.repo.data.put_bytes(b"")
+                self.data.put_bytes(b"")  # stored only if missing
             except GravfsError as exc:
                 log.warning("cannot store the empty object (%s); creating files may fail", exc)
         if self.settings.branch:
@@ -180,7 +181,7 @@ class GravfsOperations(pyfuse3.Operations):
                 os.replace(of.path, dest)
             else:  # written back: its content is a pending upload (or in the store)
                 with open(dest, "xb") as out:
-                    self.repo.data.copy_to(of.entry.address, out)
+                    self.data.copy_to(of.entry.address, out)
         except (OSError, GravfsError) as exc:
             if of.materialized:
                 log.error("could not save %s to %s (%s); it stays in %s", node.key, dest, exc,
@@ -211,7 +212,7 @@ class GravfsOperations(pyfuse3.Operations):
             return False
         policy = self.repo.compaction
         if policy is not None and policy.due(st):
-            from gravfs.staging.compaction import maybe_compact
+            from gravfs.version.compaction import maybe_compact
             await self._write(tree, None, maybe_compact, self.repo, tree.name, policy)
         return True
 
@@ -661,7 +662,7 @@ class GravfsOperations(pyfuse3.Operations):
         return []
 
     def _recent_commits(self) -> list[str]:
-        from gravfs.history import walk
+        from gravfs.version.history import walk
         starts = {cid for _, cid in self.repo.list_branches()}
         starts |= {cid for _, cid in self.repo.list_tags()}
         if not starts:
@@ -726,7 +727,7 @@ class GravfsOperations(pyfuse3.Operations):
         self.repo.stage(tree.name, [(staged_key, entry)],
                         provisional=frozenset([staged_key]) if of is not None else frozenset())
         if of is not None:
-            of.materialize(self.repo)
+            of.materialize(self.data)
 
     def _rmdir_blocking(self, tree: Tree, parent_key: bytes, key: bytes) -> None:
         n = self._stat_or_none(tree, key)
@@ -779,7 +780,7 @@ class GravfsOperations(pyfuse3.Operations):
                     await self._write(tree, [(key, True)], self._create_blocking, tree, key, key,
                                       entry, scratch)
                 else:
-                    scratch.materialize(self.repo)  # empty: one open(2), no thread trip
+                    scratch.materialize(self.data)  # empty: one open(2), no thread trip
             except BaseException:
                 scratch.close()
                 raise
@@ -846,7 +847,7 @@ class GravfsOperations(pyfuse3.Operations):
         if writing and flags & os.O_TRUNC:  # the kernel passes O_TRUNC (atomic_o_trunc)
             async with of.lock:
                 if of.size() != 0 or not of.materialized:
-                    await self.run(of.truncate, self.repo, 0)
+                    await self.run(of.truncate, self.data, 0)
                     of.dirty = True
                     of.mtime_ns = time.time_ns()
         fi = self._open_handle(node, entry, flags, of if writing else None, ctx)
@@ -884,7 +885,7 @@ class GravfsOperations(pyfuse3.Operations):
         of = h.openfile
         async with of.lock:
             if not of.materialized:
-                await self.run(of.materialize, self.repo)
+                await self.run(of.materialize, self.data)
             if len(buf) <= INLINE_WRITE:  # into the page cache: cheaper than a thread hop
                 n = of.pwrite(buf, None if h.append else off)
             else:
@@ -921,8 +922,8 @@ class GravfsOperations(pyfuse3.Operations):
                         of.dirty = False
                         return
                     if (not durable and of.size() <= INLINE_WRITEBACK and tree.kind == "branch"
-                            and self.repo.data.writes_back):
-                        entry = of.upload(self.repo)  # hash + rename into pending uploads
+                            and self.data.writes_back):
+                        entry = of.upload(self.data)  # hash + rename into pending uploads
                         changes = [(node.key, True)]
                         if not await self._stage_inline(tree, changes, [(node.key, entry)]):
                             await self._write(tree, changes, self.repo.stage, tree.name,
@@ -934,7 +935,7 @@ class GravfsOperations(pyfuse3.Operations):
                 self._staged(of, entry)
                 return
             if of.materialized:
-                entry = await self.run(of.upload, self.repo, durable)
+                entry = await self.run(of.upload, self.data, durable)
                 of.entry = entry
             else:
                 entry = of.meta_entry()
@@ -948,7 +949,7 @@ class GravfsOperations(pyfuse3.Operations):
 
     def _writeback_blocking(self, of: OpenFile, tree: Tree, key: bytes,
                             durable: bool) -> EntryInfo:
-        entry = of.upload(self.repo, durable)
+        entry = of.upload(self.data, durable)
         of.entry = entry  # the local copy is pending now: reads follow the entry
         self.repo.stage(tree.name, [(key, entry)])
         return entry
@@ -1028,7 +1029,7 @@ class GravfsOperations(pyfuse3.Operations):
         """fsync: a content staged by an earlier close may still be a pending upload,
         and the daemon's staging commits are not synced (sync=False)."""
         if entry is not None and entry.address:
-            self.repo.data.sync_pending(entry.address)
+            self.data.sync_pending(entry.address)
         self.repo.staging.sync()
 
     @guarded
@@ -1102,7 +1103,7 @@ class GravfsOperations(pyfuse3.Operations):
             of = self._openfile(node, entry)
         try:
             async with of.lock:
-                await self.run(of.truncate, self.repo, size)
+                await self.run(of.truncate, self.data, size)
                 of.dirty = True
                 of.mtime_ns = time.time_ns()
             if of.handles <= 0:

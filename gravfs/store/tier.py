@@ -16,7 +16,9 @@ Refs are mutable and must never come through here.
   first use of a file adopted from a previous run). A CorruptDataError drops the
   file and fetches it again once; a second failure propagates.
 - A verified file of ``SUMS_MIN`` bytes or more whose verifier returned chunk sums
-  keeps them (``chunksums``) in ``cache_dir/sums``. A later process that reads it only through ``TierHandle.read``
+  keeps them in ``cache_dir/sums``, through the tier's ``sums`` (a ChunkSums: the data
+  plane's gravfs.data.chunksums, given by gravfs.data.objects; without one every file
+  is verified in full). A later process that reads it only through ``TierHandle.read``
   may ask for ``chunk_checked`` handles: each chunk is checked as it is first read,
   instead of a full verification before the first byte. A chunk that fails drops
   the file (CorruptDataError); the caller acquires it again, which fetches it.
@@ -38,10 +40,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 from gravfs.errors import CorruptDataError, GravfsError
 from gravfs.faults import crash_point
-from gravfs.store import chunksums
 from gravfs.store.modes import PRIVATE_FILE, make_dir, private_dir
 from gravfs.store.base import ObjectStore, check_key
 
@@ -52,9 +54,31 @@ _REFS_PREFIX = "_gravfs/refs/"
 _PART = ".part"
 SUMS_MIN = 16 << 20
 
-# Raises CorruptDataError; may return the file's chunk sums (CRC32C per
-# chunksums.CHUNK bytes, computed in its own pass) for the tier to keep.
+# Raises CorruptDataError; may return the file's chunk sums (computed in its own
+# pass) for the tier to keep through its ChunkSums.
 Verify = Callable[[str], "array | None"]
+
+
+class CheckedReads(Protocol):
+    """Reads of one file, each piece checked against its recorded sum on first read."""
+
+    def pread(self, fd: int, offset: int, length: int) -> bytes:
+        """Like os.pread; raises CorruptDataError (with the offset) for a piece that
+        does not match its sum."""
+        ...
+
+
+class ChunkSums(Protocol):
+    """Sums files of verified objects, so a later process checks a file chunk by chunk
+    as it reads it instead of hashing it whole first (gravfs.data.chunksums)."""
+
+    def load(self, path: str, size: int) -> CheckedReads | None:
+        """The checks of an intact sums file for ``size`` bytes (None: none usable)."""
+        ...
+
+    def save(self, path: str, sums: array, size: int, tmp_dir: str) -> None:
+        """Write a sums file atomically; raises OSError."""
+        ...
 
 
 @dataclass
@@ -81,7 +105,7 @@ class _Entry:
         self.pins = 0
         self.verified = verified
         self.dropped = False  # no longer in the index (evicted or corrupt)
-        self.checks: chunksums.ChunkChecks | None = None  # reads check chunks, no full verify
+        self.checks: CheckedReads | None = None  # reads check chunks, no full verify
 
 
 class TierHandle:
@@ -162,8 +186,9 @@ class LocalTier:
     """Byte-budgeted LRU disk cache of immutable store objects under ``cache_dir``."""
 
     def __init__(self, store: ObjectStore, cache_dir: str, budget_bytes: int = 10 * GiB, *,
-                 fsync: bool = True, prefetch_workers: int = 4):
+                 fsync: bool = True, prefetch_workers: int = 4, sums: ChunkSums | None = None):
         self.store = store
+        self.sums = sums  # None: no chunk sums kept or used
         self.cache_dir = os.path.abspath(cache_dir)
         self.budget_bytes = budget_bytes
         self.stats = TierStats()
@@ -268,22 +293,22 @@ class LocalTier:
     def _sums_path(self, key: str) -> str:
         return os.path.join(self._sums, *key.split("/"))
 
-    def load_sums(self, key: str, size: int) -> chunksums.ChunkChecks | None:
+    def load_sums(self, key: str, size: int) -> CheckedReads | None:
         """Chunk sums recorded for ``key`` by an earlier full verification (None: none usable).
 
         Sums describe content, not a copy: they also check reads of the object
         from elsewhere (the mount reads a local-directory store's files in place).
         """
-        if size < SUMS_MIN:
+        if size < SUMS_MIN or self.sums is None:
             return None
-        return chunksums.ChunkChecks.load(self._sums_path(key), size)
+        return self.sums.load(self._sums_path(key), size)
 
     def keep_sums(self, key: str, size: int, sums: array) -> None:
         """After a full verification: keep its chunk sums for later processes (best effort)."""
-        if size < SUMS_MIN:
+        if size < SUMS_MIN or self.sums is None:
             return
         try:
-            chunksums.write(self._sums_path(key), chunksums.encode(sums, size), self._tmp)
+            self.sums.save(self._sums_path(key), sums, size, self._tmp)
         except OSError as exc:
             log.warning("tier: could not record chunk sums of %s: %s", key, exc)
 
@@ -292,18 +317,17 @@ class LocalTier:
         if entry.checks is None:
             entry.checks = self.load_sums(entry.key, entry.size)
             if entry.checks is not None:
-                log.debug("tier: %s served with chunk checks (%d chunks)", entry.key,
-                          len(entry.checks.sums))
+                log.debug("tier: %s served with chunk checks", entry.key)
         return entry.checks is not None
 
     def _checked_read(self, entry: _Entry, fd: int, offset: int, length: int) -> bytes:
         try:
             return entry.checks.pread(fd, offset, length)
-        except chunksums.ChunkMismatch as m:
+        except CorruptDataError as m:
             with self._lock:
                 self.stats.verify_failures += 1
                 self._drop_locked(entry)
-            log.warning("cached %s: chunk %d does not match its sum; dropped", entry.key, m.index)
+            log.warning("cached %s: %s; dropped", entry.key, m)
             raise CorruptDataError("cached copy does not match its chunk sum",
                                    path=entry.path, offset=m.offset) from None
 

@@ -28,10 +28,11 @@ from array import array
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO, Optional
 
-from gravfs import hashing, sparse
+from gravfs import hashing
+from gravfs.data import chunksums, sparse
+from gravfs.data.handles import BytesHandle, Handle, PendingHandle
 from gravfs.errors import CorruptDataError, GravfsError
 from gravfs.faults import crash_point
-from gravfs.store import chunksums
 from gravfs.store.modes import make_dir, private_dir
 
 log = logging.getLogger(__name__)
@@ -74,34 +75,7 @@ def hash_file(path: str, fd: int = -1, sums: Optional[array] = None) -> tuple[st
     return h.hexdigest(), size
 
 
-class PendingHandle:
-    """A pending object's local file, read like a tier handle (hash known: not verified)."""
-
-    def __init__(self, path: str, fd: int):
-        self.path, self._fd = path, fd
-        self.size = os.fstat(fd).st_size
-
-    def read(self, offset: int = 0, length: Optional[int] = None, fd: int = -1) -> bytes:
-        if length is None:
-            length = max(0, self.size - offset)
-        return os.pread(self._fd if fd < 0 else fd, length, offset)
-
-    def release(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-    def __del__(self) -> None:
-        self.release()
-
-
-# Tests pause the background uploader while this file exists (see tests/test_fuse_writeback.py).
+# Tests pause the background uploader while this file exists (see tests/fuse/test_writeback.py).
 PAUSE_ENV = "GRAVFS_TEST_UPLOAD_PAUSE_FILE"
 RETRY_DELAY = 2.0
 # Foreground first: background uploads wait while files are being written back
@@ -112,32 +86,14 @@ BACKLOG_BYTES = 1 << 30
 DRAIN_WORKERS = 8  # parallel uploads when a commit drains the pending directory
 
 
-class BytesHandle:
-    """An object read into memory, served like a tier handle (no local file)."""
-
-    path = None
-
-    def __init__(self, data: bytes):
-        self._data = data
-        self.size = len(data)
-
-    def read(self, offset: int = 0, length: Optional[int] = None, fd: int = -1) -> bytes:
-        end = self.size if length is None else offset + length
-        return self._data[offset:end]
-
-    def release(self) -> None:
-        self._data = b""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-
 class DataObjects:
+    """The data plane's one object: stores, reads and verifies data objects of a store
+    through its local tier (and the workspace's pending uploads)."""
+
     def __init__(self, store, tier, tmp_dir: str, pending_dir: Optional[str] = None):
         self.store, self.tier, self.tmp_dir = store, tier, tmp_dir
+        if tier is not None and tier.sums is None:
+            tier.sums = chunksums  # the tier keeps chunk sums of the objects it verifies
         self.pending_dir = pending_dir
         self._queue: Optional[queue.Queue] = None
         self._queued: set[str] = set()
@@ -274,10 +230,6 @@ class DataObjects:
     def retry_due(self) -> bool:
         return self._failed_at > 0 and time.monotonic() - self._failed_at >= RETRY_DELAY
 
-    def uploads_waiting(self) -> int:
-        with self._qlock:
-            return len(self._queued)
-
     def stop_uploader(self, drain: bool = True) -> None:
         """Stop the pool; with drain, upload what is left first (errors leave it pending)."""
         q = self._queue
@@ -344,7 +296,7 @@ class DataObjects:
 
     def put_path(self, path: str) -> tuple[str, int]:
         """Store a local file's content; returns (address, size). A file with holes
-        (gravfs.sparse) is stored as its data extents and a manifest."""
+        (gravfs.data.sparse) is stored as its data extents and a manifest."""
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             size = os.fstat(fd).st_size
@@ -438,7 +390,7 @@ class DataObjects:
         finally:
             os.unlink(tmp)
 
-    def acquire(self, address: str, chunk_checked: bool = False):
+    def acquire(self, address: str, chunk_checked: bool = False) -> Handle:
         """Pinned tier handle of the object (fetched once, hash-verified), or the
         pending file while its upload has not finished.
 
@@ -452,7 +404,7 @@ class DataObjects:
                                        lambda a: self._acquire_object(a, chunk_checked))
         return self._acquire_object(address, chunk_checked)
 
-    def _acquire_object(self, address: str, chunk_checked: bool = False):
+    def _acquire_object(self, address: str, chunk_checked: bool = False) -> Handle:
         """acquire() of one stored object (a data object or a sparse manifest)."""
         if self.pending_dir is not None:
             path = self.pending_path(address)
@@ -485,6 +437,28 @@ class DataObjects:
             if got != digest:
                 raise CorruptDataError(f"{address}: store content hashes to {got[:16]}...")
             return BytesHandle(data)
+
+    # -- what readers of big objects ask (gravfs.data.reader) ----------------------------
+
+    def cached(self, address: str) -> bool:
+        """The local tier holds a copy of the object."""
+        return self.tier.cached(address)
+
+    def local_path(self, address: str) -> Optional[str]:
+        """The object's file when the store is a local directory (read in place)."""
+        return self.store.local_path(address)
+
+    def get_range(self, address: str, offset: int, length: int) -> bytes:
+        """Bytes of the stored object, unverified (the caller verifies)."""
+        return self.store.get_range(address, offset, length)
+
+    def load_sums(self, address: str, size: int) -> Optional[chunksums.ChunkChecks]:
+        """Chunk sums an earlier full verification recorded (None: none usable)."""
+        return self.tier.load_sums(address, size)
+
+    def keep_sums(self, address: str, size: int, sums: array) -> None:
+        """Record the chunk sums of a fully verified object for later processes."""
+        self.tier.keep_sums(address, size, sums)
 
     def read(self, address: str, offset: int = 0, length: int = -1) -> bytes:
         with self.acquire(address, chunk_checked=True) as h:  # a pending file may vanish: use the handle
@@ -520,7 +494,7 @@ def _hash_finding_zeros(fd: int) -> tuple[str, int, bool]:
 
 
 def _zero_run(data: bytes) -> bool:
-    """Bytes in memory hold a hole's worth of zero grid chunks (see gravfs.sparse)."""
+    """Bytes in memory hold a hole's worth of zero grid chunks (see gravfs.data.sparse)."""
     run = 0
     for i in range(0, len(data), sparse.GRID):
         part = data[i:i + sparse.GRID]

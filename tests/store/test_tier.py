@@ -11,7 +11,8 @@ from array import array
 
 import pytest
 
-from gravfs.dataobjects import hash_file
+from gravfs.data import chunksums
+from gravfs.data.objects import hash_file
 from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
 from gravfs.store.local import LocalStore
 from gravfs.store.tier import LocalTier
@@ -306,7 +307,7 @@ def big_cached(store, tmp_path):
     payload = os.urandom(BIG)
     key = put_blob(store, payload)
     cache = str(tmp_path / "cache")
-    with LocalTier(store, cache).acquire(key, verify=sha_verify()) as h:
+    with LocalTier(store, cache, sums=chunksums).acquire(key, verify=sha_verify()) as h:
         path = h.path
     assert os.path.exists(os.path.join(cache, "sums", *key.split("/")))
     return key, payload, cache, path
@@ -315,7 +316,7 @@ def big_cached(store, tmp_path):
 def test_chunk_checked_reads_skip_the_full_verify(store, big_cached):
     key, payload, cache, _path = big_cached
     calls: list = []
-    tier = LocalTier(store, cache)
+    tier = LocalTier(store, cache, sums=chunksums)
     with tier.acquire(key, verify=sha_verify(calls), chunk_checked=True) as h:
         mb = 1 << 20
         for off, n in [(0, mb), (5 * mb - 7, 3 * mb), (BIG - 200, 1000), (BIG, 10), (123, 1)]:
@@ -335,7 +336,7 @@ def test_chunk_check_catches_a_damaged_copy_and_refetches(store, big_cached):
     key, payload, cache, path = big_cached
     _flip(path, 7 * (1 << 20) + 99)
     calls: list = []
-    tier = LocalTier(store, cache)
+    tier = LocalTier(store, cache, sums=chunksums)
     h = tier.acquire(key, verify=sha_verify(calls), chunk_checked=True)
     assert h.read(0, 1 << 20) == payload[:1 << 20]  # chunks before the damage are fine
     with pytest.raises(CorruptDataError, match="chunk sum"):
@@ -351,16 +352,16 @@ def test_chunk_check_catches_a_damaged_copy_and_refetches(store, big_cached):
 def test_full_verify_without_chunk_checks_or_with_bad_sums(store, big_cached):
     key, payload, cache, _path = big_cached
     calls: list = []
-    with LocalTier(store, cache).acquire(key, verify=sha_verify(calls)) as h:  # mmap users
+    with LocalTier(store, cache, sums=chunksums).acquire(key, verify=sha_verify(calls)) as h:  # mmap users
         assert bytes(h.mmap()[:10]) == payload[:10]
     assert len(calls) == 1
     sums = os.path.join(cache, "sums", *key.split("/"))
     _flip(sums, 30)
-    with LocalTier(store, cache).acquire(key, verify=sha_verify(calls), chunk_checked=True) as h:
+    with LocalTier(store, cache, sums=chunksums).acquire(key, verify=sha_verify(calls), chunk_checked=True) as h:
         assert h.read(0, 100) == payload[:100]
     assert len(calls) == 2  # damaged sums are ignored, and rewritten
     calls.clear()
-    with LocalTier(store, cache).acquire(key, verify=sha_verify(calls), chunk_checked=True) as h:
+    with LocalTier(store, cache, sums=chunksums).acquire(key, verify=sha_verify(calls), chunk_checked=True) as h:
         assert h.read(BIG - 5, 5) == payload[-5:]
     assert calls == []
 
@@ -374,8 +375,6 @@ def test_evicting_a_file_removes_its_sums(store, big_cached):
 
 def test_chunk_checks_of_data_read_elsewhere():
     """ChunkChecks.check: sums describe content, so they check bytes from any source."""
-    from gravfs.store import chunksums
-
     data = os.urandom(3 * chunksums.CHUNK + 10)
     sums = array("I", (chunksums.crc(data[i:i + chunksums.CHUNK])
                        for i in range(0, len(data), chunksums.CHUNK)))
@@ -398,7 +397,6 @@ def test_tier_copies_are_private(tmp_path):
     another uid cannot read a cached object; a tier an older gravfs left open is tightened."""
     import shutil
 
-    from gravfs.store import chunksums
     from gravfs.store.tier import SUMS_MIN
     from tests.modes_util import NOBODY, loose_entries, open_base, readable_by
 
@@ -408,7 +406,7 @@ def test_tier_copies_are_private(tmp_path):
     old = os.umask(0o022)
     try:
         cache = os.path.join(base, "cache")
-        tier = LocalTier(store, cache)
+        tier = LocalTier(store, cache, sums=chunksums)
         with tier.acquire(key) as h:
             cached = h.path
         tier.keep_sums("data/ff/big", SUMS_MIN, array("I", [0] * (SUMS_MIN // chunksums.CHUNK)))

@@ -26,6 +26,7 @@ import uuid
 
 import google_crc32c
 
+from gravfs.errors import CorruptDataError
 from gravfs.store.modes import PRIVATE_FILE, make_dir
 
 MAGIC = b"GRAVSUM1"
@@ -80,7 +81,21 @@ def read(path: str, size: int) -> tuple[array.array, int] | None:
     return decode(data, size)
 
 
-class ChunkMismatch(Exception):
+# The two calls through which the local tier keeps sums of the objects it verifies
+# (gravfs.store.tier.ChunkSums: the tier is given this module, it does not import it).
+
+
+def load(path: str, size: int) -> "ChunkChecks | None":
+    """The checks of the sums file at ``path`` for an object of ``size`` bytes, if intact."""
+    return ChunkChecks.load(path, size)
+
+
+def save(path: str, sums: array.array, size: int, tmp_dir: str) -> None:
+    """Record the sums of an object of ``size`` bytes at ``path`` (see ``write``)."""
+    write(path, encode(sums, size), tmp_dir)
+
+
+class ChunkMismatch(CorruptDataError):
     """A chunk read from disk does not match its recorded sum."""
 
     def __init__(self, index: int, offset: int):

@@ -18,14 +18,10 @@ import queue
 import threading
 from array import array
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from gravfs.dataobjects import digest_of, hash_file
+from gravfs.data import chunksums
+from gravfs.data.objects import DataObjects, digest_of, hash_file
 from gravfs.errors import CorruptDataError, NotFoundError
-from gravfs.store import chunksums
-
-if TYPE_CHECKING:
-    from gravfs.fuse.reader import ReadState
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +66,9 @@ class InPlaceObject:
 class InPlaceReads:
     """The in-place objects of one reader, and their background verification."""
 
-    def __init__(self, repo, refuse: Callable[[str, str], None], corrupt: set[str],
+    def __init__(self, data: DataObjects, refuse: Callable[[str, str], None], corrupt: set[str],
                  recorded_sums: Callable[[str, int], chunksums.ChunkChecks | None]):
-        self.repo = repo
+        self.data = data
         self._refuse = refuse  # the reader's: marks the object corrupt for every path
         self._corrupt = corrupt
         self._recorded_sums = recorded_sums
@@ -93,7 +89,7 @@ class InPlaceReads:
         try:
             fd = open_sequential(path)
         except FileNotFoundError:
-            raise NotFoundError(f"data object {address} not found in {self.repo.store.url}") from None
+            raise NotFoundError(f"data object {address} not found in {self.data.store.url}") from None
         found = os.fstat(fd).st_size
         if found != size:
             os.close(fd)
@@ -115,8 +111,9 @@ class InPlaceReads:
                   "chunk sums" if obj.checks is not None else "verified in the background")
         return obj
 
-    def read(self, state: ReadState, obj: InPlaceObject, address: str, fd: int,
-                       offset: int, length: int) -> bytes:
+    def read(self, obj: InPlaceObject, address: str, fd: int, offset: int, length: int,
+             count: Callable[[int], int]) -> bytes:
+        """``count(n)``: the reading handle's bytes read so far, after these ``n``."""
         if obj.checks is not None:
             try:
                 return obj.checks.pread(fd, offset, length)
@@ -124,9 +121,7 @@ class InPlaceReads:
                 self._refuse(address, f"chunk {m.index} does not match its sum")
                 raise CorruptDataError(f"data object {address} does not match its hash",
                                        path=obj.path, offset=m.offset) from None
-        with state.lock:
-            state.bytes_read += length
-            most = 2 * state.bytes_read >= obj.size
+        most = 2 * count(length) >= obj.size
         if not obj.started:
             self._verify_in_background(address, obj, length)
         if most and offset + length >= obj.size:
@@ -166,6 +161,6 @@ class InPlaceReads:
             if digest != digest_of(address) or size != obj.size:
                 self._refuse(address, f"its file in the store hashes to {digest[:16]}...")
             else:
-                self.repo.tier.keep_sums(address, size, sums)
+                self.data.keep_sums(address, size, sums)
                 log.debug("verified %s in place (%d bytes)", address, size)
             obj.done.set()

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
+from gravfs.data.reader import CHUNK, DataReader, ReadState
 from gravfs.errors import CorruptDataError
-from gravfs.fuse.reader import CHUNK, DataReader, ReadState
-from gravfs.repository import Repository
+from gravfs.fs.repository import Repository
 
 MiB = 1 << 20
 
@@ -52,7 +52,7 @@ def test_ranged_read_records_sums_and_refetched_ranges_are_checked(s3_repo):
     repo, server = s3_repo
     data = os.urandom(20 * MiB + 3)
     address, size = repo.data.put_bytes(data)
-    reader = DataReader(repo, cache_bytes=2 * CHUNK)
+    reader = DataReader(repo.data, cache_bytes=2 * CHUNK)
     try:
         assert _read_chunks_in_order(reader, address, size) == data
         assert reader.stats["chunk_fetches"] == 6 and reader.stats["in_place_reads"] == 0
@@ -72,11 +72,11 @@ def test_a_new_reader_checks_ranges_by_recorded_sums(s3_repo):
     repo, server = s3_repo
     data = os.urandom(17 * MiB)
     address, size = repo.data.put_bytes(data)
-    first = DataReader(repo)
+    first = DataReader(repo.data)
     assert _read_whole(first, address, size) == data
     first.close()
     _damage_in_bucket(repo, server, address, data, 5 * MiB)
-    again = DataReader(repo)
+    again = DataReader(repo.data)
     try:
         # not at 0: a fresh handle's first read there would fetch the damaged chunk ahead
         assert again.read(ReadState(), address, size, 12 * MiB, MiB) == data[12 * MiB:13 * MiB]
@@ -92,7 +92,7 @@ def test_whole_ranged_read_of_a_damaged_object_fails_before_its_end(s3_repo):
     data = os.urandom(9 * MiB + 5)
     address, size = repo.data.put_bytes(data)
     _damage_in_bucket(repo, server, address, data, size - 10)
-    reader = DataReader(repo)
+    reader = DataReader(repo.data)
     try:
         state = ReadState()
         assert reader.read(state, address, size, 0, MiB) == data[:MiB]  # served before the end
@@ -107,7 +107,7 @@ def test_in_place_reads_are_verified_once_half_is_read(local_repo):
     repo = local_repo
     data = os.urandom(20 * MiB + 77)
     address, size = repo.data.put_bytes(data)
-    reader = DataReader(repo)
+    reader = DataReader(repo.data)
     try:
         state = ReadState()
         assert reader.read(state, address, size, size - 100, 100) == data[-100:]
@@ -127,7 +127,7 @@ def test_in_place_damage_is_caught_by_sums_or_by_the_hash(local_repo):
     big, small = os.urandom(20 * MiB), os.urandom(9 * MiB + 5)
     big_address, _ = repo.data.put_bytes(big)
     small_address, _ = repo.data.put_bytes(small)
-    first = DataReader(repo)
+    first = DataReader(repo.data)
     assert _read_whole(first, big_address, len(big)) == big  # records the sums
     first.close()
     for address, at in ((big_address, 13 * MiB + 5), (small_address, len(small) - 10)):
@@ -136,7 +136,7 @@ def test_in_place_damage_is_caught_by_sums_or_by_the_hash(local_repo):
         with open(path, "r+b") as f:
             f.seek(at)
             f.write(b"rot")
-    reader = DataReader(repo)
+    reader = DataReader(repo.data)
     try:
         # the big one: by its sums, chunk by chunk, as a new daemon reads it
         assert reader.read(ReadState(), big_address, len(big), 2 * MiB, MiB) == big[2 * MiB:3 * MiB]
@@ -158,7 +158,7 @@ def test_whole_ranged_read_is_verified_under_a_small_cache(s3_repo):
     good_address, _ = repo.data.put_bytes(good)
     bad_address, _ = repo.data.put_bytes(bad)
     _damage_in_bucket(repo, server, bad_address, bad, 2 * MiB)  # early: hashed long before the end
-    reader = DataReader(repo, cache_bytes=2 * CHUNK)
+    reader = DataReader(repo.data, cache_bytes=2 * CHUNK)
     try:
         assert _read_whole(reader, good_address, len(good), step=512 * 1024) == good
         assert repo.tier.load_sums(good_address, len(good)) is not None

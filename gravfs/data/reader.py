@@ -1,4 +1,4 @@
-"""Reading immutable data objects for the mount: in place, ranged, cached, read ahead.
+"""Reading immutable data objects by ranges (the mount): in place, ranged, cached, read ahead.
 
 Small objects, and any object already in the local tier, are read from the
 tier (whole, hash-verified copies on local disk; a big one verified by an earlier
@@ -20,7 +20,7 @@ digest that matches leaves the object's chunk sums in the tier (as a full
 verification there does), and from then on every fetched chunk is checked
 against them before it is cached or served, at CRC32C cost instead of SHA-256.
 
-All methods block; the FUSE layer calls them from worker threads.
+All methods block; the mount calls them from worker threads.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from array import array
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from gravfs import hashing, sparse
-from gravfs.dataobjects import digest_of
+from gravfs import hashing
+from gravfs.data import chunksums, sparse
+from gravfs.data.inplace import InPlaceObject, InPlaceReads, open_sequential
+from gravfs.data.objects import DataObjects, digest_of
 from gravfs.errors import CorruptDataError, NotFoundError
-from gravfs.fuse.inplace import InPlaceObject, InPlaceReads, open_sequential
-from gravfs.store import chunksums
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,12 @@ class ReadState:
         self.lock = threading.Lock()  # the kernel may send reads of one handle in parallel
         self.extents: dict[str, "ReadState"] = {}  # a sparse file's: one per extent read
 
+    def count(self, n: int) -> int:
+        """Bytes read through this handle so far, after ``n`` more."""
+        with self.lock:
+            self.bytes_read += n
+            return self.bytes_read
+
     def extent(self, address: str) -> "ReadState":
         with self.lock:
             st = self.extents.get(address)
@@ -98,9 +104,11 @@ class ReadState:
 
 
 class DataReader:
-    def __init__(self, repo, chunk_size: int = CHUNK, cache_bytes: int = CACHE_BYTES,
+    """Ranged reads of the data objects of one DataObjects (see the module doc)."""
+
+    def __init__(self, data: DataObjects, chunk_size: int = CHUNK, cache_bytes: int = CACHE_BYTES,
                  workers: int = 8):
-        self.repo = repo
+        self.data = data
         self.chunk = chunk_size
         self.cache_bytes = cache_bytes
         self._lock = threading.Lock()
@@ -111,7 +119,7 @@ class DataReader:
         self._corrupt: set[str] = set()
         self._recorded: dict[str, chunksums.ChunkChecks | None] = {}  # sums found in the tier
         self._manifests: OrderedDict[str, sparse.Manifest] = OrderedDict()  # verified, by address
-        self._in_place = InPlaceReads(repo, self._refuse, self._corrupt, self._recorded_sums)
+        self._in_place = InPlaceReads(data, self._refuse, self._corrupt, self._recorded_sums)
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="gravfs-readahead")
         self.stats = {"chunk_fetches": 0, "chunk_hits": 0, "tier_reads": 0, "bytes_fetched": 0,
                       "in_place_reads": 0}
@@ -157,7 +165,7 @@ class DataReader:
             if m is not None:
                 self._manifests.move_to_end(address)
                 return m
-        m = self.repo.data.manifest(address)  # verified against its name
+        m = self.data.manifest(address)  # verified against its name
         with self._lock:
             self._manifests[address] = m
             while len(self._manifests) > 1024:
@@ -168,18 +176,18 @@ class DataReader:
         for attempt in (1, 2):
             with state.lock:
                 if state.tier_handle is None and state.in_place is None:
-                    if size <= self.chunk or self.repo.tier.cached(address):
-                        state.tier_handle = self.repo.data.acquire(address, chunk_checked=True)
+                    if size <= self.chunk or self.data.cached(address):
+                        state.tier_handle = self.data.acquire(address, chunk_checked=True)
                         if size > self.chunk:
                             state.fd = _open_sequential(state.tier_handle.path)
                     else:
-                        path = self.repo.store.local_path(address)
+                        path = self.data.local_path(address)
                         if path is not None:
                             state.fd, state.in_place = self._in_place.open(address, size, path)
                 handle, fd, obj = state.tier_handle, state.fd, state.in_place
             if obj is not None:
                 self.stats["in_place_reads"] += 1
-                return self._in_place.read(state, obj, address, fd, offset, length)
+                return self._in_place.read(obj, address, fd, offset, length, state.count)
             if handle is None:
                 return self._ranged(state, address, size, offset, length)
             self.stats["tier_reads"] += 1
@@ -249,7 +257,7 @@ class DataReader:
         with self._lock:
             if address in self._recorded:
                 return self._recorded[address]
-        checks = self.repo.tier.load_sums(address, size)
+        checks = self.data.load_sums(address, size)
         if checks is not None and self.chunk % checks.chunk:
             checks = None  # cannot check our chunks by its sums
         with self._lock:
@@ -262,7 +270,7 @@ class DataReader:
         try:
             off = idx * self.chunk
             want = min(self.chunk, size - off)
-            data = self.repo.store.get_range(address, off, want)
+            data = self.data.get_range(address, off, want)
             if len(data) != want:
                 raise CorruptDataError(f"data object {address}: got {len(data)} bytes at "
                                        f"offset {off}, expected {want}")
@@ -331,7 +339,7 @@ class DataReader:
             self._refuse(address, "its ranges hash to another digest")
             return
         if v.sums is not None:
-            self.repo.tier.keep_sums(address, size, v.sums)
+            self.data.keep_sums(address, size, v.sums)
             with self._lock:  # chunks fetched again later (cache evictions) are checked, not rehashed
                 self._recorded[address] = chunksums.ChunkChecks(v.sums, chunksums.CHUNK, size)
         log.debug("verified %s (%d bytes) from ranged reads", address, size)

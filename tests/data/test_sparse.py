@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from gravfs import sparse
+from gravfs.data import sparse
 from gravfs.errors import CorruptDataError
-from gravfs.fsck import fsck
-from gravfs.repository import Repository
+from gravfs.fs.fsck import fsck
+from gravfs.fs.repository import Repository
 from tests.repo_util import repo, store_target  # noqa: F401  (fixtures)
 
 MiB = 1 << 20

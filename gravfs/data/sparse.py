@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from gravfs import hashing
+from gravfs.data.handles import Handle
 from gravfs.errors import CorruptDataError
 
 PREFIX = "sparse/"
@@ -192,17 +193,16 @@ def data_ranges(size: int, hole_list: list[tuple[int, int]]) -> list[tuple[int, 
 # -- reading ----------------------------------------------------------------------------
 
 
-class SparseHandle:
+class SparseHandle(Handle):
     """A sparse file read like a tier handle: holes as zeros, extents through ``acquire``
     (each extent's handle kept, and verified, as a data object's)."""
 
-    path = None
-
-    def __init__(self, manifest: Manifest, acquire: Callable[[str], object]):
+    def __init__(self, manifest: Manifest, acquire: Callable[[str], Handle]):
+        self.path = None
         self.manifest = manifest
         self.size = manifest.size
         self._acquire = acquire
-        self._handles: dict[str, object] = {}
+        self._handles: dict[str, Handle] = {}
 
     def read(self, offset: int = 0, length: Optional[int] = None, fd: int = -1) -> bytes:
         if length is None:
@@ -227,9 +227,3 @@ class SparseHandle:
         handles, self._handles = self._handles, {}
         for h in handles.values():
             h.release()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
