@@ -2,7 +2,7 @@
 
 Errors are one line on stderr and a non-zero exit code, never a traceback
 (set GRAVFS_DEBUG=1 to see one). Paths are printed quoted as git quotes them
-(gravfs.paths.show), raw with ``-z`` and as JSON strings with ``--json``, so
+(gravfs.fs.paths.show), raw with ``-z`` and as JSON strings with ``--json``, so
 no file name can forge a line of output.
 """
 
@@ -19,7 +19,8 @@ from typing import Optional
 
 from gravfs import __version__
 from gravfs.errors import GravfsError
-from gravfs.paths import display, escape_key, quote, show
+from gravfs.fs.paths import display, escape_key, show
+from gravfs.quoting import quote
 
 log = logging.getLogger("gravfs.cli")
 
@@ -32,7 +33,7 @@ def _store_url(args) -> str:
 
 
 def _repo(args):
-    from gravfs.repository import Repository
+    from gravfs.fs.repository import Repository
     return Repository.open(_store_url(args), args.state_dir)
 
 
@@ -86,7 +87,7 @@ def _write_z(records) -> None:
 
 
 def cmd_init(args) -> int:
-    from gravfs.repository import Repository
+    from gravfs.fs.repository import Repository
     url = args.url or _store_url(args)
     repo = Repository.init(url, args.state_dir)
     print(f"Initialized gravfs repository at {repo.store.url} (branch {repo.settings.default_branch})")
@@ -124,7 +125,7 @@ def _ref_command(args, kind: str, create, delete, listing) -> int:
 
 
 def cmd_import(args) -> int:
-    from gravfs.importer import import_tree
+    from gravfs.fs.importer import import_tree
     repo = _repo(args)
     branch, prefix = _split_ref_path(args.dest, "BRANCH[:PREFIX]")
     res = import_tree(repo, args.src, branch, prefix, args.message, progress=not args.quiet,
@@ -293,10 +294,11 @@ def cmd_reset(args) -> int:
 
 
 def cmd_fsck(args) -> int:
-    from gravfs.fsck import fsck
+    from gravfs.fs.fsck import fsck
     if args.repair_staging:  # before opening: a damaged staging database refuses to open
-        from gravfs.staging.salvage import repair_workspace
-        for line in repair_workspace(_store_url(args), args.state_dir).lines():
+        from gravfs.fs.entry import decode_entry
+        from gravfs.version.staging.salvage import repair_workspace
+        for line in repair_workspace(_store_url(args), args.state_dir, decode_entry).lines():
             print(line)
     repo = _repo(args)
     report = fsck(repo, check_data=args.data, progress=not args.quiet)
@@ -309,7 +311,7 @@ def cmd_fsck(args) -> int:
 
 
 def cmd_compact(args) -> int:
-    from gravfs.staging.compaction import compact
+    from gravfs.version.compaction import compact
     repo = _repo(args)
     done = compact(repo, args.branch)
     print(f"Compacted staging of {args.branch}" if done else f"Nothing to compact on {args.branch}")
@@ -317,7 +319,7 @@ def cmd_compact(args) -> int:
 
 
 def cmd_sst_dump(args) -> int:
-    from gravfs.sstdump import dump_properties, dump_records
+    from gravfs.version.sstdump import dump_properties, dump_records
     if args.properties:
         dump_properties(args.file, sys.stdout, as_json=args.json)
     else:
@@ -478,6 +480,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = cmd("umount", cmd_umount, "flush and unmount")
     sp.add_argument("mountpoint")
+    from gravfs.spark.cli import add_spark_parser
+    add_spark_parser(sub, common, _repo, _split_ref_path)
     return p
 
 

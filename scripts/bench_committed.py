@@ -5,7 +5,7 @@
                                [--lookups N] [--only lookups,apply,diff,policy]
                                [--tmp DIR] [--keep] [--no-json]
 
-Measures gravfs.committed.CommittedManager on a LocalStore + LocalTier in a temp
+Measures gravfs.version.committed.CommittedManager on a LocalStore + LocalTier in a temp
 dir (removed afterwards unless --keep) and prints one table per section:
 
   lookups  random point lookups (get) on 1M- and 10M-entry trees, one thread:
@@ -60,11 +60,11 @@ sys.path.insert(0, ROOT)
 
 import rocksdict  # noqa: E402
 
-from gravfs.committed import (  # noqa: E402
-    BreakPolicy, CommittedManager, EntryInfo, RangeInfo, SizeAwareBreakPolicy, Stats,
-    encode_entry, entry_identity, range_key)
-from gravfs.committed.reader import verify_sst  # noqa: E402
-from gravfs.config import RangeParams  # noqa: E402
+from gravfs.fs.entry import EntryInfo, encode_entry, entry_identity  # noqa: E402
+from gravfs.version.committed import (  # noqa: E402
+    BreakPolicy, CommittedManager, RangeInfo, SizeAwareBreakPolicy, Stats, range_key)
+from gravfs.version.committed.reader import verify_sst  # noqa: E402
+from gravfs.version.config import RangeParams  # noqa: E402
 from gravfs.errors import NotFoundError  # noqa: E402
 from gravfs.store.local import LocalStore  # noqa: E402
 from gravfs.store.tier import LocalTier  # noqa: E402
@@ -640,7 +640,7 @@ def policy_name(p: BreakPolicy) -> str:
 
 
 def default_policy() -> BreakPolicy:
-    """The repository default of gravfs.config (break seed 0, as in every tree here)."""
+    """The repository default of gravfs.version.config (break seed 0, as in every tree here)."""
     rp = RangeParams()
     if hasattr(rp, "policy"):
         return rp.policy()
@@ -860,7 +860,7 @@ def report(res: dict) -> str:
              fmt_bytes(b["range_bytes_p99"]), fmt_bytes(b["metarange_bytes"])]
             for b in res.get("build", [])]
     if rows:
-        out.append(table(f"Trees written with write_metarange (policy {res['tree_policy']}, gravfs.config defaults)",
+        out.append(table(f"Trees written with write_metarange (policy {res['tree_policy']}, gravfs.version.config defaults)",
                          ["entries", "write_metarange", "rate", "ranges", "SST bytes", "range p50",
                           "range p99", "metarange"], rows))
     rows = []

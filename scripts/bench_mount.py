@@ -230,9 +230,9 @@ class Gravfs:
         old = dict(os.environ)
         os.environ.update({k: v for k, v in self.env.items() if k.startswith(("AWS_", "GRAVFS_"))})
         try:
-            from gravfs.committed.entry import EntryInfo, KIND_FILE
-            from gravfs.importer import import_tree
-            from gravfs.repository import Repository
+            from gravfs.fs.entry import EntryInfo, KIND_FILE
+            from gravfs.fs.importer import import_tree
+            from gravfs.fs.repository import Repository
             repo = Repository.init(self.store, self.state)
             try:
                 e = repo.write_file("main", "big", big_local)
@@ -255,7 +255,7 @@ class Gravfs:
             os.environ.update(old)
 
     def prime_tier(self, state: str) -> None:
-        code = ("import sys; from gravfs.repository import Repository;"
+        code = ("import sys; from gravfs.fs.repository import Repository;"
                 "r=Repository.open(sys.argv[1], sys.argv[2]); r.data.acquire(sys.argv[3]).release(); r.close()")
         subprocess.run([sys.executable, "-c", code, self.store, state, self.big_address],
                        check=True, env=self.env)

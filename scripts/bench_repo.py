@@ -23,11 +23,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gravfs.committed.entry import EntryInfo, encode_entry, entry_identity  # noqa: E402
-from gravfs.committed.record import encode_value  # noqa: E402
-from gravfs.refs.commits import Commit  # noqa: E402
-from gravfs.repository import Repository  # noqa: E402
-from gravfs.staging.compaction import compact  # noqa: E402
+from gravfs.fs.entry import EntryInfo, encode_entry, entry_identity  # noqa: E402
+from gravfs.version.committed.record import encode_value  # noqa: E402
+from gravfs.version.refs.commits import Commit  # noqa: E402
+from gravfs.fs.repository import Repository  # noqa: E402
+from gravfs.version.compaction import compact  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "results")
 

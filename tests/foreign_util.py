@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from gravfs.committed.entry import KIND_DIRECTORY, EntryInfo, encode_entry, entry_identity
-from gravfs.refs.commits import Commit
+from gravfs.fs.entry import KIND_DIRECTORY, EntryInfo, encode_entry, entry_identity
+from gravfs.version.refs.commits import Commit
 
 # keys the CLI refuses but a lakeFS writer or a hand-made range can hold
 FOREIGN_KEYS = {

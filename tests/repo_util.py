@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from gravfs.config import RepoSettings
-from gravfs.repository import Repository
+from gravfs.version.config import RepoSettings
+from gravfs.fs.repository import Repository
 
 # Tiny ranges so that small test trees span many ranges and exercise range logic.
 SMALL_RANGES = dict(min_size=256, max_size=2048, raggedness=8)

@@ -222,7 +222,7 @@ def test_z_and_json_give_names_raw(cli, tmp_path):
 def test_ls_and_cat_reach_keys_another_writer_made(tmp_path):
     """`gravfs ls` shows foreign keys escaped (text, -z) and raw with why (--json);
     `gravfs cat` reads them by the escaped name."""
-    from gravfs.repository import Repository
+    from gravfs.fs.repository import Repository
     from tests.foreign_util import FOREIGN_KEYS, commit_keys
     repo = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"))
     commit_keys(repo, "main", FOREIGN_KEYS)

@@ -8,14 +8,15 @@ import shutil
 
 import pytest
 
-from gravfs.committed import (
-    EMPTY_ID, KIND_DIRECTORY, KIND_SYMLINK, BreakPolicy, Change, CommittedManager, EntryInfo,
-    Record, SizeAwareBreakPolicy, decode_entry, decode_value, encode_entry, encode_value,
-    entry_identity, entry_record, metarange_id, policy_from_dict, range_id, value_record_id)
-from gravfs.committed.breaks import (LAKEFS_MAX_RANGE_SIZE, LAKEFS_MIN_RANGE_SIZE,
+from gravfs.fs.entry import (KIND_DIRECTORY, KIND_SYMLINK, EntryInfo, decode_entry, encode_entry,
+                             entry_identity, entry_record)
+from gravfs.version.committed import (
+    EMPTY_ID, BreakPolicy, Change, CommittedManager, Record, SizeAwareBreakPolicy, decode_value,
+    encode_value, metarange_id, policy_from_dict, range_id, value_record_id)
+from gravfs.version.committed.breaks import (LAKEFS_MAX_RANGE_SIZE, LAKEFS_MIN_RANGE_SIZE,
                                      LAKEFS_RANGE_RAGGEDNESS)
-from gravfs.committed.reader import metarange_key, range_key
-from gravfs.committed.record import decode_record, put_varint
+from gravfs.version.committed.reader import metarange_key, range_key
+from gravfs.version.committed.record import decode_record, put_varint
 from gravfs.errors import CorruptDataError, NotFoundError
 from gravfs.store.local import LocalStore
 from gravfs.store.tier import LocalTier

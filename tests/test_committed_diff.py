@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from gravfs.committed import ADDED, CHANGED, REMOVED, BreakPolicy, CommittedManager, Record
-from gravfs.committed.diff import _equal_run
+from gravfs.version.committed import ADDED, CHANGED, REMOVED, BreakPolicy, CommittedManager, Record
+from gravfs.version.committed.diff import _equal_run
 from gravfs.store.local import LocalStore
 from gravfs.store.tier import LocalTier
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gravfs.committed import EMPTY_ID, BreakPolicy, CommittedManager, Record
+from gravfs.version.committed import EMPTY_ID, BreakPolicy, CommittedManager, Record
 from gravfs.errors import ConflictError
 from gravfs.store.local import LocalStore
 from gravfs.store.tier import LocalTier

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from gravfs.committed import BreakPolicy, CommittedManager, Record, encode_value
-from gravfs.committed import reader as reader_mod
+from gravfs.version.committed import BreakPolicy, CommittedManager, Record, encode_value
+from gravfs.version.committed import reader as reader_mod
 from gravfs.errors import CorruptDataError
 from gravfs.store.local import LocalStore
 from gravfs.store.tier import LocalTier
@@ -46,7 +46,7 @@ def test_fd_soft_limit_raised_to_hard_limit(tmp_path):
         "import resource, sys\n"
         "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
-        "from gravfs.committed.reader import RangeStore\n"
+        "from gravfs.version.committed.reader import RangeStore\n"
         "class T: budget_bytes = 1 << 30\n"
         "rs = RangeStore(T())\n"
         "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], hard, rs.max_open_ranges)\n"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import errno
 import os
 
-from gravfs.committed import BreakPolicy, CommittedManager, Record
-from gravfs.committed.reader import range_key
+from gravfs.version.committed import BreakPolicy, CommittedManager, Record
+from gravfs.version.committed.reader import range_key
 from gravfs.store.local import LocalStore
 from gravfs.store.tier import LocalTier
 

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from gravfs.faults import CRASH_EXIT_CODE, CRASH_POINTS
-from gravfs.repository import Repository
+from gravfs.fs.repository import Repository
 from tests.repo_util import run_cli, small_settings
 
 # every step of a commit (gravfs/faults.py); tests/test_faults.py walks all points
@@ -74,7 +74,7 @@ def test_commit_killed_by_signal_at_random_times(tmp_path):
     """A real SIGKILL at varying delays during a larger commit."""
     store, state = str(tmp_path / "store"), str(tmp_path / "state")
     r = Repository.init(store, state, settings=small_settings())
-    from gravfs.committed.entry import EntryInfo
+    from gravfs.fs.entry import EntryInfo
     addr, size = r.data.put_bytes(b"x")
     for round_ in range(6):
         r.stage("main", [(f"r{round_}/{i:05d}".encode(), EntryInfo(address=addr, size=size, mtime_ns=1))
@@ -130,13 +130,13 @@ def test_s3_outage_mid_commit_loses_nothing(s3_server, tmp_path, monkeypatch):
 def test_killed_commit_leaves_no_temp_sst(tmp_path):
     """A commit killed while an SST sits in the workspace's temp directory: the next
     open removes it, and keeps the files of writers that are still running."""
-    from gravfs.committed.writer import process_start
+    from gravfs.version.committed.writer import process_start
     store, state, old_head, want = _setup(tmp_path)
     env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state, GRAVFS_CRASH_AT="sst:written")
     p = subprocess.run([sys.executable, "-m", "gravfs.cli", "commit", "main", "-m", "crashy"],
                        env=env, capture_output=True, timeout=120)
     assert p.returncode == CRASH_EXIT_CODE, p.stderr
-    from gravfs.config import Workspace
+    from gravfs.version.config import Workspace
     from gravfs.store import open_store
     tmp = os.path.join(Workspace.for_store(state, open_store(store).url).root, "sst-tmp")
     # what the killed commit left, named by the pid and start time of a dead process

@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from gravfs import faults, hashing
-from gravfs.committed.entry import KIND_FILE, EntryInfo
-from gravfs.dataobjects import address_of
+from gravfs.fs.entry import KIND_FILE, EntryInfo
+from gravfs.data.objects import address_of
 from gravfs.errors import GravfsError, StoreUnavailableError
 from gravfs.faults import CRASH_EXIT_CODE, CRASH_POINTS
 from gravfs.store import faulty
 from gravfs.store.faulty import FaultyStore, StoreFault, parse_store_faults
-from gravfs.repository import Repository
+from gravfs.fs.repository import Repository
 from gravfs.store import open_store
 from gravfs.store.local import LocalStore
 from tests.repo_util import small_settings
@@ -153,7 +153,7 @@ IMPORT_BATCH = 4  # 10 files, a symlink and an empty directory: three batches
 WRITEBACK = {f"wb/{i}": b"written back %d\n" % i for i in range(3)}
 
 # A CLI process whose import stages small batches (so a walk can crash between them).
-CLI = ("import sys, gravfs.importer; gravfs.importer.BATCH = %d\n"
+CLI = ("import sys, gravfs.fs.importer; gravfs.fs.importer.BATCH = %d\n"
        "from gravfs.cli import main; sys.exit(main(sys.argv[1:]))" % IMPORT_BATCH)
 
 # What the mount does when files are closed: each file moves into pending uploads
@@ -162,9 +162,9 @@ CLI = ("import sys, gravfs.importer; gravfs.importer.BATCH = %d\n"
 # (exit 0: the step is over), so the next commit uploads it.
 WRITEBACK_DRIVER = """
 import os, sys, time
-from gravfs.committed.entry import KIND_FILE, EntryInfo
-from gravfs.dataobjects import PAUSE_ENV
-from gravfs.repository import Repository
+from gravfs.fs.entry import KIND_FILE, EntryInfo
+from gravfs.data.objects import PAUSE_ENV
+from gravfs.fs.repository import Repository
 store, state, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 repo = Repository.open(store, state, staging_sync=False)
 pause = os.environ[PAUSE_ENV] = os.path.join(state, "pause-uploads")

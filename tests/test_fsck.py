@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from gravfs.repository import Repository
+from gravfs.fs.repository import Repository
 from tests.foreign_util import FOREIGN_KEYS, commit_keys
 from tests.repo_util import run_cli, small_settings
 

@@ -699,7 +699,7 @@ def test_foreign_keys_list_escaped_and_read_through_the_mount(gravfs_mount):
     """A listing never fails over keys gravfs would refuse (they made `ls` fail with EIO
     and nothing logged): each one is shown under its escaped name, reads back, is
     logged once, and is read-only until renamed to a proper name."""
-    from gravfs.repository import Repository
+    from gravfs.fs.repository import Repository
     from tests.foreign_util import FOREIGN_KEYS, commit_keys
     m = gravfs_mount
     os.makedirs(m.branch_path("d"))

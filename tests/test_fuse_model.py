@@ -130,7 +130,7 @@ class MountModel(RuleBasedStateMachine):
 
     @rule()
     def commit(self):
-        from gravfs.committer import NothingToCommitError
+        from gravfs.version.committer import NothingToCommitError
         try:
             c = self.repo.commit(self.branch, "model step")
         except NothingToCommitError:
@@ -157,7 +157,7 @@ class MountModel(RuleBasedStateMachine):
 
 
 def test_mount_matches_local_model(gravfs_mount, tmp_path):
-    from gravfs.repository import Repository
+    from gravfs.fs.repository import Repository
 
     m = gravfs_mount
     repo = Repository.open(m.store, m.state_dir)

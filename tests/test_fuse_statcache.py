@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from gravfs.committed.entry import KIND_FILE, EntryInfo
+from gravfs.fs.entry import KIND_FILE, EntryInfo
 from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
-from gravfs.repository import Repository
+from gravfs.fs.repository import Repository
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -25,8 +25,8 @@ def repos(tmp_path):
 
     def other_stage(key: str, size: int) -> None:
         """Stage from another process on the same workspace."""
-        code = ("import sys, time; from gravfs.repository import Repository;"
-                "from gravfs.committed.entry import EntryInfo, KIND_FILE;"
+        code = ("import sys, time; from gravfs.fs.repository import Repository;"
+                "from gravfs.fs.entry import EntryInfo, KIND_FILE;"
                 "r = Repository.open(sys.argv[1], sys.argv[2]);"
                 "r.stage('main', [(sys.argv[3].encode(), EntryInfo(address='data/00/' + '0' * 64,"
                 " size=int(sys.argv[4]), mtime_ns=time.time_ns(), mode=0o100644, kind=KIND_FILE))]);"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gravfs.paths import (MAX_NAME_BYTES, escape_key, escape_name, hashed_head, key_problem,
+from gravfs.fs.paths import (MAX_NAME_BYTES, escape_key, escape_name, hashed_head, key_problem,
                           name_problem, split_last, split_names, unescape_name)
-from gravfs.staging import view
+from gravfs.version.staging import view
 
 
 def test_split_grammar_keeps_extra_slashes_with_the_next_name():
@@ -79,7 +79,8 @@ def test_view_lists_leading_slashes_as_part_of_the_name():
 
 
 def test_quote_like_git():
-    from gravfs.paths import quote, show
+    from gravfs.fs.paths import show
+    from gravfs.quoting import quote
     assert quote(b"plain name") == "plain name" and quote("héllo".encode()) == "héllo"
     assert quote(b"a\nb") == '"a\\nb"' and quote(b"t\tx") == '"t\\tx"'
     assert quote(b'q"') == '"q\\""' and quote(b"b\\") == '"b\\\\"'

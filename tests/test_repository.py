@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from gravfs.committer import NothingToCommitError
+from gravfs.version.committer import NothingToCommitError
 from gravfs.errors import (AlreadyExistsError, AmbiguousRefError, BadNameError, ConflictError,
                            GravfsError, NotFoundError, PathTypeError, ReadOnlyError)
-from gravfs.repository import Repository
-from gravfs.staging.compaction import compact
+from gravfs.fs.repository import Repository
+from gravfs.version.compaction import compact
 from tests.repo_util import repo, small_settings, store_target  # noqa: F401  (fixtures)
 
 
@@ -247,7 +247,7 @@ def test_reset_all_and_path(repo):
 
 
 def test_writes_during_commit_go_to_the_next_commit(repo, monkeypatch):
-    from gravfs.committer import Committer
+    from gravfs.version.committer import Committer
     repo.write_file("main", "before", b"1")
     real_apply = repo.committed.apply
 
@@ -322,7 +322,7 @@ def test_streams_large_file_without_loading(repo, tmp_path):
 
 
 def test_sensor_compacts_past_threshold(repo):
-    from gravfs.staging.compaction import CompactionPolicy
+    from gravfs.version.compaction import CompactionPolicy
     for i in range(200):
         repo.write_file("main", f"t/{i:03d}", b"x")
     repo.commit("main", "base")
@@ -440,7 +440,7 @@ def test_provisional_entries_are_read_but_never_committed(repo):
     """A provisional put (the mount's file created and not closed yet) reads like a
     file, commits and compaction treat it as absent and leave it staged, and a
     later write replaces it."""
-    from gravfs.committed.entry import KIND_FILE, EntryInfo
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
 
     empty = repo.write_file("main", "x", b"")  # the empty object exists
     repo.write_file("main", "old", b"committed")

@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from gravfs.committer import NothingToCommitError
+from gravfs.version.committer import NothingToCommitError
 from gravfs.errors import ConflictError
-from gravfs.repository import Repository
+from gravfs.fs.repository import Repository
 from tests.repo_util import small_settings
 
 PATHS = [f"{d}/{f}" for d in ("a", "b", "a/x") for f in ("1", "2", "3")] + ["top"]
@@ -94,7 +94,7 @@ class RepoMachine(RuleBasedStateMachine):
             return
         if dst in self.touched:
             return  # merge refuses dirty destinations (tested elsewhere)
-        from gravfs.history import merge_base
+        from gravfs.version.history import merge_base
         base_id = merge_base(self.repo.commits, self.repo.head(src), self.repo.head(dst))
         base = self.trees[base_id]
         s, d = self.committed[src], self.committed[dst]

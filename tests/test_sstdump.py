@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from gravfs.committed.entry import decode_entry
-from gravfs.committed.messages import RangeData
+from gravfs.fs.entry import decode_entry
+from gravfs.version.committed.messages import RangeData
 from tests.repo_util import repo, run_cli, store_target  # noqa: F401  (fixtures)
 
 SST_DUMP = shutil.which("sst_dump")

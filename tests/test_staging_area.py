@@ -12,11 +12,11 @@ import sys
 
 import pytest
 
-from gravfs.committed.entry import EntryInfo
-from gravfs.config import Workspace
-from gravfs.repository import Repository
-from gravfs.staging.lmdbcheck import read_meta, read_metas
-from gravfs.staging.lmdbread import P_LEAF, SnapshotReader
+from gravfs.fs.entry import EntryInfo
+from gravfs.version.config import Workspace
+from gravfs.fs.repository import Repository
+from gravfs.version.staging.lmdbcheck import read_meta, read_metas
+from gravfs.version.staging.lmdbread import P_LEAF, SnapshotReader
 from gravfs.store import open_store
 from tests.fuse_util import fuse_available
 from tests.repo_util import run_cli, small_settings
@@ -155,7 +155,7 @@ def test_repair_refuses_a_database_in_use(staged):
     store, state, data_file, _ = staged
     env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from gravfs.repository import Repository; "
+        [sys.executable, "-c", "import sys; from gravfs.fs.repository import Repository; "
          f"r = Repository.open({store!r}, {state!r}); print('open', flush=True); sys.stdin.read()"],
         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:

@@ -7,8 +7,8 @@ import sys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gravfs.staging import view
-from gravfs.staging.area import StagingArea
+from gravfs.version.staging import view
+from gravfs.version.staging.area import StagingArea
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -143,7 +143,7 @@ def test_branch_state_memo_follows_writes_of_other_processes(tmp_path):
     mine = ours.get_state("main")
     mine.sealed.append("x" * 16)  # callers mutate what they get: not the memo
     assert ours.get_state("main").sealed == []
-    code = ("import sys; from gravfs.staging.area import StagingArea; a = StagingArea(sys.argv[1]); "
+    code = ("import sys; from gravfs.version.staging.area import StagingArea; a = StagingArea(sys.argv[1]); "
             "a.update_state('main', lambda s: s.sealed.append('f' * 16)); a.close()")
     subprocess.run([sys.executable, "-c", code, path], check=True, cwd=ROOT)
     assert ours.get_state("main").sealed == ["f" * 16]

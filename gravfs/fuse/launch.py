@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Optional
 
-from gravfs.config import default_state_dir
+from gravfs.version.config import default_state_dir
 from gravfs.errors import GravfsError
 from gravfs.fuse import options as mount_options
 from gravfs.store.modes import private_dir
@@ -233,7 +233,7 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     import trio
 
     from gravfs.fuse.operations import GravfsOperations, MountSettings
-    from gravfs.repository import Repository
+    from gravfs.fs.repository import Repository
 
     opts = cfg["opts"]
     try:

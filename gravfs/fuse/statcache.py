@@ -3,13 +3,13 @@
 A branch path's entry depends only on the branch head and the workspace's
 staging database. The head is what ``Repository.head`` returns (itself cached
 for ``head_ttl``) and every staging change, from this mount or another
-process on the workspace, commits an LMDB write transaction and so moves the
-environment's ``last_txnid``. Results are filed under that (head, txnid)
+process on the workspace, commits a staging write transaction and so moves the
+staging area's ``change_counter()`` (LMDB's last txn id). Results are filed under that (head, txnid)
 version: while both are unchanged a lookup or getattr costs two dictionary
 reads and no worker thread, LMDB read transaction, JSON decode or layer walk.
 
 The mount's own staging writes do not throw the cache away: ``OwnWrites``
-notes the LMDB id of every write transaction this daemon commits, with the
+notes the number of every write transaction this daemon commits (``on_write``), with the
 keys it staged, and a cached version moves forward over transactions that
 are all known to be ours by dropping just those keys (and ancestors whose
 answer may change). Any transaction id not in that log (another process
@@ -67,25 +67,20 @@ class OwnWrites:
         self._lock = threading.Lock()
 
     def wrap(self, area) -> None:
-        """Make ``area.write`` note the id of each transaction it runs (for the
-        watcher), and hand it to the collector of the running call, if any."""
-        inner = area.write
+        """Note the number of each write transaction of ``area`` (for the watcher),
+        and hand it to the collector of the running call, if any."""
         local = self._local
         mine = self.mine
 
-        def write(fn, *args):
-            def run(txn, *a):
-                i = txn.id()  # an aborted try is retried under the same id
-                if len(mine) > MAX_LOG * 8:  # no watcher pruning: it would see these as foreign
-                    mine.clear()
-                mine.add(i)
-                ids = getattr(local, "ids", None)
-                if ids is not None:
-                    ids.append(i)
-                return fn(txn, *a)
-            return inner(run, *args)
+        def note(i: int) -> None:
+            if len(mine) > MAX_LOG * 8:  # no watcher pruning: it would see these as foreign
+                mine.clear()
+            mine.add(i)
+            ids = getattr(local, "ids", None)
+            if ids is not None:
+                ids.append(i)
 
-        area.write = write
+        area.on_write = note
 
     def foreign_since(self, after: int, upto: int) -> bool:
         """Did another process write the staging database in after+1 .. upto?
@@ -144,7 +139,7 @@ class BranchStatCache:
             if not blocking:
                 return None
             head = self.repo.head(branch)
-        return head, self.repo.staging.env.info()["last_txnid"]
+        return head, self.repo.staging.change_counter()
 
     def _cached_head(self, branch: str) -> Optional[str]:
         ttl = getattr(self.repo, "head_ttl", 0)

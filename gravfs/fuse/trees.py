@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from gravfs.refs.commits import Commit
+from gravfs.version.refs.commits import Commit
 
 
 @dataclass(eq=False)
@@ -36,7 +36,7 @@ class Tree:
         """What Repository read methods take: a branch name or a pinned target."""
         if self.kind == "branch":
             return self.name
-        from gravfs.repository import RefTarget
+        from gravfs.fs.repository import RefTarget
         return RefTarget(self.commit)
 
     def __repr__(self) -> str:

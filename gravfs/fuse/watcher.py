@@ -28,7 +28,6 @@ import pyfuse3
 import trio
 
 from gravfs.errors import GravfsError, NotFoundError
-from gravfs.staging.area import BranchState
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +38,9 @@ def branch_signature(repo, branch: str):
         head = repo.head(branch, fresh=True)
     except NotFoundError:
         return None
-    area = repo.staging
-    with area.read_txn() as txn:
-        raw = txn.get(branch.encode(), db=area.branches_db)
-    if raw is None:  # nothing staged yet: no token to watch
+    st = repo.staging.stored_state(branch)
+    if st is None:  # nothing staged yet: no token to watch
         return (head, None, (), None)
-    st = BranchState.load(raw)
     return (head, st.staging, tuple(st.sealed), (st.compacted or {}).get("metarange"))
 
 
@@ -56,7 +52,7 @@ class Watcher:
         self.rounds = 0
         # Staging transactions checked up to here. Taken before the mount serves a
         # request: a write by another process before the first poll is foreign too.
-        self.txnid: Optional[int] = ops.repo.staging.env.info()["last_txnid"]
+        self.txnid: Optional[int] = ops.repo.staging.change_counter()
         self.foreign_rounds = 0
 
     async def run(self) -> None:
@@ -86,7 +82,7 @@ class Watcher:
         names = [t.name for t in branches]
 
         def look():
-            txnid = ops.repo.staging.env.info()["last_txnid"]  # before the signatures
+            txnid = ops.repo.staging.change_counter()  # before the signatures
             return txnid, [branch_signature(ops.repo, n) for n in names]
 
         txnid, sigs = await ops.run(look)

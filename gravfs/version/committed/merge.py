@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from gravfs.committed.diff import diff_trees
-from gravfs.committed.reader import MetaRange, RangeStore
-from gravfs.committed.record import encode_value
-from gravfs.committed.results import Diff, Stats
+from gravfs.version.committed.diff import diff_trees
+from gravfs.version.committed.reader import MetaRange, RangeStore
+from gravfs.version.committed.record import encode_value
+from gravfs.version.committed.results import Diff, Stats
 
 STRATEGIES = ("fail", "source-wins", "dest-wins")
 

@@ -5,18 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
-from gravfs.committed.record import Record
+from gravfs.version.committed.record import Record
 
 
 class Change(NamedTuple):
     """A put (identity is not None) or a delete (identity is None) of one key.
 
-    A Record is accepted wherever a Change is: it is a put.
+    ``value``: the put's already encoded value (record.encode_value of identity
+    and data), when the change was read encoded (staging keeps values so); data
+    may then be None. A Record, or a plain tuple of these fields (the staging
+    readers yield them so: no object per entry), is accepted wherever a Change is.
     """
 
     key: bytes
     identity: Optional[bytes] = None
     data: Optional[bytes] = None
+    value: Optional[bytes] = None
 
     @classmethod
     def put(cls, key: bytes, identity: bytes, data: bytes) -> "Change":

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
 
-from gravfs.committed.messages import Entry
-from gravfs.committed.record import Record
+from gravfs.version.committed.messages import Entry
+from gravfs.version.committed.record import Record
 from gravfs.errors import CorruptDataError
 
 KIND_FILE = 0

@@ -23,16 +23,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from gravfs.committed.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo, decode_entry
-from gravfs.committed.record import decode_value
-from gravfs.committer import Committer
+from gravfs.fs.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo, decode_entry
+from gravfs.version.committed.record import decode_value
+from gravfs.version.committer import Committer
 from gravfs.errors import CorruptDataError, GravfsError
 from gravfs.faults import crash_point
-from gravfs.paths import to_key
+from gravfs.fs.paths import to_key
 from gravfs.progress import progress_bar
-from gravfs.refs.commits import Commit
-from gravfs.repository import _author, _encode_items
-from gravfs.staging.area import PUT, new_token
+from gravfs.version.refs.commits import Commit
+from gravfs.fs.repository import _author, _encode_items
+from gravfs.version.staging.area import PUT, new_token
 
 log = logging.getLogger(__name__)
 

@@ -25,12 +25,12 @@ from concurrent.futures import Executor, Future
 from typing import Iterable
 
 from gravfs import sstable as _sstable
-from gravfs.committed.breaks import BreakPolicy
-from gravfs.committed.metarecords import meta_record
-from gravfs.committed.reader import MetaRange, RangeInfo, metarange_key, range_key
-from gravfs.committed.record import (EMPTY_ID, _LEN, _LEN_TABLE_SIZE, decode_identity,
+from gravfs.version.committed.breaks import BreakPolicy
+from gravfs.version.committed.metarecords import meta_record
+from gravfs.version.committed.reader import MetaRange, RangeInfo, metarange_key, range_key
+from gravfs.version.committed.record import (EMPTY_ID, _LEN, _LEN_TABLE_SIZE, decode_identity,
                                      encode_value)
-from gravfs.committed.results import Stats
+from gravfs.version.committed.results import Stats
 from gravfs.faults import crash_point
 
 log = logging.getLogger(__name__)
@@ -238,19 +238,6 @@ class TreeWriter:
     def add(self, key: bytes, identity: bytes, value: bytes) -> bool:
         """Append one record (value already encoded); True if a range closed after it."""
         return self.take([key], [value], 0, 1, [identity])[1]
-
-    def add_items(self, items) -> None:
-        """Append raw (key, encoded value) pairs, e.g. read from a range."""
-        it = iter(items)
-        while True:
-            chunk = list(islice(it, _SLICE))
-            if not chunk:
-                return
-            ks = [kv[0] for kv in chunk]
-            vs = [kv[1] for kv in chunk]
-            pos = 0
-            while pos < len(ks):
-                pos, _ = self.take(ks, vs, pos, len(ks))
 
     def add_records(self, records: Iterable) -> None:
         """Bulk path for (key, identity, data) records in strictly ascending key order."""

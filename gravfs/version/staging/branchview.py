@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from gravfs.staging import view
-from gravfs.staging.area import BranchState, StagingArea
+from gravfs.version.staging import view
+from gravfs.version.staging.area import BranchState, StagingArea
 
 
 @dataclass

@@ -29,9 +29,9 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import Iterator
 
-from gravfs.committed.reader import MetaRange, RangeStore
-from gravfs.committed.results import Stats
-from gravfs.committed.writer import TreeWriter
+from gravfs.version.committed.reader import MetaRange, RangeStore
+from gravfs.version.committed.results import Stats
+from gravfs.version.committed.writer import TreeWriter
 
 _RUN = 4096  # overrides merged per step
 

@@ -7,9 +7,9 @@ import json
 from dataclasses import asdict
 from typing import TextIO
 
-from gravfs.committed.record import decode_value
+from gravfs.version.committed.record import decode_value
 from gravfs.errors import CorruptDataError, NotFoundError
-from gravfs.paths import quote
+from gravfs.quoting import quote
 from gravfs.sstable import SSTReader
 
 

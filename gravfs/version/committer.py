@@ -10,6 +10,9 @@ Commit protocol (crash-safe at every step):
 5. drop the sealed tokens. A crash before (5) is repaired on the next
    operation: if the pending commit reached the head, its tokens are dropped,
    otherwise they simply stay sealed and are committed next time.
+
+Between (1) and (2) the repository's ``after_seal`` hook runs (the catalog drains
+its pending uploads there: every entry sealed references a stored object).
 """
 
 from __future__ import annotations
@@ -21,22 +24,19 @@ import time
 from contextlib import contextmanager
 from typing import Iterable, Iterator, Optional
 
-from gravfs.committed.manager import EMPTY_METARANGE_ID
-from gravfs.committed.record import encode_value
 from gravfs.errors import ConflictError, GravfsError, NotFoundError, PreconditionFailedError
 from gravfs.faults import crash_point
-from gravfs.history import is_ancestor, merge_base
-from gravfs.paths import show, to_key
-from gravfs.refs.commits import Commit
-from gravfs.staging import view
-from gravfs.staging.area import PUT, TOMBSTONE, BranchState, new_token
+from gravfs.version.committed.manager import EMPTY_METARANGE_ID
+from gravfs.version.committed.record import encode_value
+from gravfs.version.committed.results import Change
+from gravfs.version.history import is_ancestor, merge_base
+from gravfs.version.refs.commits import Commit
+from gravfs.version.staging import view
+from gravfs.version.staging.area import PUT, TOMBSTONE, BranchState, new_token
 
 log = logging.getLogger(__name__)
 
 CAS_RETRIES = 20
-# (key, identity or None = delete, data[, encoded value]); data may be None when the
-# encoded value is given (changes read from staging)
-Change = tuple
 
 
 class NothingToCommitError(GravfsError):
@@ -47,9 +47,9 @@ def diff_as_changes(diffs) -> Iterator[Change]:
     """Turn a committed diff (left -> right) into the changes that produce right."""
     for d in diffs:
         if d.right is None:
-            yield d.key, None, b""
+            yield Change(d.key, None, b"")
         else:
-            yield d.key, d.right[1], d.right[2]
+            yield Change(d.key, d.right[1], d.right[2])
 
 
 def overlay(older: list[Change], newer: list[Change]) -> list[Change]:
@@ -99,6 +99,10 @@ class Committer:
                      landed, pending["commit"] if landed else None,
                      staging=pending.get("staging", True))
 
+    def _after_seal(self) -> None:
+        if self.repo.after_seal is not None:
+            self.repo.after_seal()
+
     def _exists_and_ancestor(self, cid: str, head: str) -> bool:
         try:
             return is_ancestor(self.repo.commits, cid, head)
@@ -112,9 +116,7 @@ class Committer:
         def run(txn):
             st = self.area.state(txn, branch)
             if landed:
-                self.area.carry_provisional(txn, st, tokens)
-                self.area.drop_tokens(txn, tokens)
-                st.sealed = [t for t in st.sealed if t not in tokens]
+                self._consume(txn, st, tokens)
                 if compacted and st.compacted == compacted:
                     st.compacted = None
                 if staging:
@@ -125,9 +127,31 @@ class Committer:
 
         self.area.write(run)
 
+    def _consume(self, txn, st: BranchState, tokens: list[str]) -> None:
+        """The tokens' changes are in a tree now (a landed commit, a compaction): drop
+        them, keeping their provisional entries (never committed) in the live token."""
+        self.area.carry_provisional(txn, st, tokens)
+        self.area.drop_tokens(txn, tokens)
+        st.sealed = [t for t in st.sealed if t not in tokens]
+
+    def settle_compaction(self, branch: str, tokens: list[str], compacted: dict) -> None:
+        """Record a compaction (gravfs.version.compaction) of the sealed ``tokens`` into
+        ``compacted`` ({"metarange", "base"}): reads use that tree instead, and the
+        branch's base moves to the head it was built on."""
+        def run(txn):
+            st = self.area.state(txn, branch)
+            self._consume(txn, st, tokens)
+            st.compacted = compacted
+            st.base = compacted["base"]
+            st.puts = st.tombstones = 0
+            self.area.save_state(txn, branch, st)
+
+        self.area.write(run)
+
     # -- commit -------------------------------------------------------------------
 
-    def _seal(self, branch: str) -> BranchState:
+    def seal(self, branch: str) -> BranchState:
+        """Seal the branch's staging token (new writes go to a fresh one); the state."""
         def run(txn):
             st = self.area.state(txn, branch)
             if not self.area.token_is_empty(txn, st.staging):
@@ -161,11 +185,11 @@ class Committer:
     def commit(self, branch: str, message: str, author: str, metadata: dict) -> Commit:
         with self.branch_lock(branch):
             self.recover(branch)
-            st = self._seal(branch)
+            st = self.seal(branch)
             crash_point("commit:sealed")
             # never reference an object that is not in the store: entries are staged
             # after their pending file exists, so draining after the seal covers them
-            self.repo.data.flush_pending()
+            self._after_seal()
             head_id, _ = self.repo.heads.branch(branch)
             head = self.repo.commits.get(head_id)
             changes, base = self.staged_changes(st, head)
@@ -183,7 +207,7 @@ class Committer:
 
     def commit_import(self, branch: str, token: str, base: str, message: str, author: str,
                       metadata: dict, include_staged: bool) -> tuple[Commit, int]:
-        """Commit an import's own token (gravfs.importer), made against commit ``base``.
+        """Commit an import's own token (gravfs.fs.importer), made against commit ``base``.
 
         The branch's staged changes stay staged unless ``include_staged``: then they go
         into the same commit (the import wins on equal paths). Returns the commit and
@@ -191,9 +215,9 @@ class Committer:
         """
         with self.branch_lock(branch):
             self.recover(branch)
-            st = self._seal(branch) if include_staged else BranchState(staging=new_token())
+            st = self.seal(branch) if include_staged else BranchState(staging=new_token())
             if include_staged:
-                self.repo.data.flush_pending()  # see commit(); imports upload synchronously
+                self._after_seal()  # see commit(); imports upload synchronously
             head = self.repo.commits.get(self.repo.heads.branch(branch)[0])
             staged, staged_base = self.staged_changes(st, head)
             imported = self._token_changes([token])
@@ -238,7 +262,7 @@ class Committer:
                 if theirs != ours[d.key]:
                     conflicts.append(d.key)
         if conflicts:
-            names = ", ".join(show(k) for k in conflicts[:10])
+            names = ", ".join(self.committed.show_key(k) for k in conflicts[:10])
             more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
             raise ConflictError(f"branch head moved to {head.id[:12]} and changed the same "
                                 f"paths: {names}{more}; {still}", conflicts)
@@ -359,12 +383,13 @@ class Committer:
                 out.append(("changed", key))
         return out
 
-    def reset(self, branch: str, path: Optional[str]) -> int:
-        """Drop uncommitted changes of the branch, or only those under path."""
+    def reset(self, branch: str, key: Optional[bytes] = None) -> int:
+        """Drop uncommitted changes of the branch, or only those at and under key
+        (its children being the keys under ``key + b"/"``)."""
         self.repo.head(branch)  # the branch must exist
         with self.branch_lock(branch):
             self.recover(branch)
-            if path is None or not to_key(path):
+            if not key:
                 def run_all(txn):
                     st = self.area.state(txn, branch)
                     n = self.area.drop_tokens(txn, st.tokens())
@@ -372,7 +397,6 @@ class Committer:
                     return n
 
                 return self.area.write(run_all)
-            key = to_key(path)
             head = self.repo.commits.get(self.repo.head(branch))
             st = self.area.get_state(branch)
             restore: list[Change] = []
@@ -381,7 +405,8 @@ class Committer:
                 for d in self.committed.diff(cbase.metarange, st.compacted["metarange"]):
                     if _under(d.key, key):
                         rec = self.committed.get(head.metarange, d.key)
-                        restore.append((d.key, None, b"") if rec is None else (d.key, rec[1], rec[2]))
+                        restore.append(Change(d.key, None, b"") if rec is None
+                                       else Change(d.key, rec[1], rec[2]))
 
             def run(txn):
                 st = self.area.state(txn, branch)
@@ -397,7 +422,7 @@ class Committer:
                         txn.delete(bytes.fromhex(t) + k, db=self.area.entries_db)
                     n += len(doomed)
                 tok = bytes.fromhex(st.staging)
-                for k, ident, data in restore:
+                for k, ident, data, _ in restore:
                     txn.put(tok + k, TOMBSTONE if ident is None else PUT + encode_value(ident, data),
                             db=self.area.entries_db)
                 return n + len(restore)

@@ -15,23 +15,23 @@ import tempfile
 import weakref
 from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
-from gravfs.committed.breaks import BreakPolicy
-from gravfs.committed.diff import diff_trees
-from gravfs.committed.merge import DEST_BIT, SOURCE_BIT, STRATEGIES, join_changes
-from gravfs.committed.reader import MetaRange, RangeInfo, RangeStore
-from gravfs.committed.record import EMPTY_ID, Record, decode_record, encode_value, put_varint
+from gravfs.version.committed.breaks import BreakPolicy
+from gravfs.version.committed.diff import diff_trees
+from gravfs.version.committed.merge import DEST_BIT, SOURCE_BIT, STRATEGIES, join_changes
+from gravfs.version.committed.reader import MetaRange, RangeInfo, RangeStore
+from gravfs.version.committed.record import EMPTY_ID, Record, decode_record, encode_value, put_varint
 
 _new_record = tuple.__new__
 # Go-varint encodings of the lengths that take exactly two bytes (64..8191); None for
 # the others, including the negative indexes a value shorter than 35 bytes gives.
 _LEN2 = [put_varint(n) if 64 <= n < 8192 else None for n in range(8192)] + [None] * 64
-from gravfs.committed.results import ApplyResult, Diff, MergeResult, Stats
-from gravfs.committed.stitch import _View, stitch
-from gravfs.committed.writer import TreeWriter, WriteContext, remove_stale_temps
+from gravfs.version.committed.results import ApplyResult, Diff, MergeResult, Stats
+from gravfs.version.committed.stitch import _View, stitch
+from gravfs.version.committed.writer import TreeWriter, WriteContext, remove_stale_temps
 from gravfs.errors import ConflictError, NotFoundError
-from gravfs.paths import show
+from gravfs.quoting import quote
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +63,17 @@ class CommittedManager:
     always a function of content alone; see stitch.py).  ``block_cache_bytes``
     gives this manager its own decoded-block cache of that size instead of
     the SST module's shared one (random lookups over trees larger than the
-    cache decode a block per miss).
+    cache decode a block per miss).  ``show_key`` prints a key in messages
+    (conflicts); the catalog passes its own, which escapes foreign names.
     """
 
     def __init__(self, store, tier, policy: BreakPolicy, compression: str = "snappy",
                  block_size: int = 4096, tmp_dir: str | None = None, upload_threads: int = 2,
                  max_open_ranges: int | None = None, max_carry: int | None = 8,
-                 block_cache_bytes: int | None = None):
+                 block_cache_bytes: int | None = None,
+                 show_key: Callable[[bytes], str] = quote):
         self.store = store
+        self.show_key = show_key
         self.tier = tier
         self.policy = policy
         self.max_carry = max_carry
@@ -279,7 +282,7 @@ class CommittedManager:
             w.abort()
             raise
         if conflicts and strategy == "fail":
-            shown = ", ".join(show(k) for k in conflicts[:10])  # quoted: one line
+            shown = ", ".join(self.show_key(k) for k in conflicts[:10])  # quoted: one line
             more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
             raise ConflictError(f"merge conflict on {len(conflicts)} path(s): {shown}{more}",
                                 conflicts)
@@ -312,8 +315,8 @@ class _counting:
 def _change_overrides(changes: Iterable) -> Iterator[tuple]:
     """Change/Record tuples -> stitch override entries, checking the order.
 
-    A put may carry its already-encoded value as a 4th element (staging keeps
-    values encoded), which saves a decode/encode round trip per record.
+    A put may carry its already-encoded value (Change.value, staging keeps values
+    encoded), which saves a decode/encode round trip per record.
     """
     last = None
     for ch in changes:

@@ -2,18 +2,21 @@
 
 ``repair(path)`` (``gravfs fsck --repair-staging``) refuses while another process
 has the database open (LMDB's readers hold a lock on ``lock.mdb``). A database
-that passes the checks of gravfs.staging.lmdbcheck and whose every page reads
+that passes the checks of gravfs.version.staging.lmdbcheck and whose every page reads
 is left alone. Otherwise the staging directory is renamed to
 ``<path>.damaged-<time>``, a fresh database is created in its place, and every
 branch state, interrupted import and staged entry that can still be read and
 decoded is copied into it.
 
-Reading uses gravfs.staging.lmdbread (plain reads, damaged subtrees skipped),
+Reading uses gravfs.version.staging.lmdbread (plain reads, damaged subtrees skipped),
 never LMDB itself, which faults on a truncated file and aborts on a damaged
 page. It reads the newest snapshot, or the one before it (the other meta page)
 when that one reads with fewer losses. LMDB writes copy-on-write, so the pages
 a truncation cuts off are often the newest ones, roots included: then nothing
 can be read, and the report says so.
+
+A staged value's data is opaque here: ``check_data`` (the catalog passes its
+entry decoder) says which data is damage.
 """
 
 from __future__ import annotations
@@ -24,19 +27,25 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
-from gravfs.committed.entry import decode_entry
-from gravfs.committed.record import decode_value, encode_value
 from gravfs.errors import GravfsError
-from gravfs.staging import lmdbcheck
-from gravfs.staging.area import TOMBSTONE, BranchState, StagingArea
-from gravfs.staging.lmdbread import SnapshotReader
+from gravfs.version.committed.record import decode_value, encode_value
+from gravfs.version.staging import lmdbcheck
+from gravfs.version.staging.area import TOMBSTONE, BranchState, StagingArea
+from gravfs.version.staging.lmdbread import SnapshotReader
 
 log = logging.getLogger(__name__)
 
 _DBS = ("branches", "imports", "entries")
 _BATCH = 10_000
+
+# raises on data that does not decode (its result is ignored)
+DataCheck = Callable[[bytes], object]
+
+
+def _any_data(data: bytes) -> None:
+    """The default check: any data of a well-formed value is accepted."""
 
 
 @dataclass
@@ -87,14 +96,14 @@ def read_snapshots(data: str) -> list[_Snapshot]:
     return out
 
 
-def repair(path: str) -> RepairReport:
+def repair(path: str, check_data: DataCheck = _any_data) -> RepairReport:
     """Check the staging database in directory ``path``; if damaged, replace it by a
     fresh one holding what can be salvaged (see module doc). Run it from a process
     that has not opened that database."""
     report = RepairReport(path)
     lock_fd = _lock_exclusive(path)
     try:
-        report.problem = lmdbcheck.check_data_file(path) or _read_problem(path)
+        report.problem = lmdbcheck.check_data_file(path) or _read_problem(path, check_data)
         if not report.problem:
             return report
         report.aside = f"{path}.damaged-{time.strftime('%Y%m%dT%H%M%S')}"
@@ -106,18 +115,19 @@ def repair(path: str) -> RepairReport:
                 report.aside)
     fresh = StagingArea(path)
     try:
-        _salvage(report, fresh)
+        _salvage(report, fresh, check_data)
     finally:
         fresh.close()
     return report
 
 
-def repair_workspace(store_url: str, state_dir: Optional[str]) -> RepairReport:
+def repair_workspace(store_url: str, state_dir: Optional[str],
+                     check_data: DataCheck = _any_data) -> RepairReport:
     """repair() of the staging database of a store's workspace in a state dir."""
-    from gravfs.config import Workspace, default_state_dir
+    from gravfs.version.config import Workspace, default_state_dir
     from gravfs.store import open_store
     ws = Workspace.for_store(state_dir or default_state_dir(), open_store(store_url).url)
-    return repair(ws.staging)
+    return repair(ws.staging, check_data)
 
 
 def _lock_exclusive(path: str) -> Optional[int]:
@@ -137,7 +147,7 @@ def _lock_exclusive(path: str) -> Optional[int]:
     return fd
 
 
-def _read_problem(path: str) -> str:
+def _read_problem(path: str, check_data: DataCheck) -> str:
     """What reading the whole (structurally sound) database runs into, or ""."""
     snaps = read_snapshots(os.path.join(path, lmdbcheck.DATA_FILE))
     if not snaps:
@@ -145,11 +155,12 @@ def _read_problem(path: str) -> str:
     snap = snaps[0]
     if snap.lost:
         return f"{snap.lost} page(s) cannot be read: {'; '.join(snap.problems)}"
-    bad = sum(1 for db, recs in snap.records.items() for k, v in recs if not _valid(db, k, v))
+    bad = sum(1 for db, recs in snap.records.items() for k, v in recs
+              if not _valid(db, k, v, check_data))
     return f"{bad} record(s) do not decode" if bad else ""
 
 
-def _valid(db: str, key: bytes, value: bytes) -> bool:
+def _valid(db: str, key: bytes, value: bytes, check_data: DataCheck) -> bool:
     try:
         if db == "branches":
             key.decode()
@@ -158,14 +169,14 @@ def _valid(db: str, key: bytes, value: bytes) -> bool:
             return len(key) == 8 and "branch" in json.loads(value)
         elif value != TOMBSTONE:  # put (or another kind of put): marker byte, lakeFS value
             identity, data = decode_value(value[1:])
-            decode_entry(data)
+            check_data(data)
             return len(key) > 8 and encode_value(identity, data) == value[1:]
     except Exception:  # anything that does not decode is damage
         return False
     return True
 
 
-def _salvage(report: RepairReport, fresh: StagingArea) -> None:
+def _salvage(report: RepairReport, fresh: StagingArea, check_data: DataCheck) -> None:
     snaps = read_snapshots(os.path.join(report.aside, lmdbcheck.DATA_FILE))
     if not snaps:
         report.losses.append("nothing could be read from it: the staged changes it held are lost")
@@ -180,7 +191,8 @@ def _salvage(report: RepairReport, fresh: StagingArea) -> None:
             f"its {', '.join(snap.missing)} could not be found"
         report.losses.append(f"{what}: the staged changes they held are lost "
                              f"({'; '.join(snap.problems) or 'no root'})")
-    valid = {db: [(k, v) for k, v in snap.records[db] if _valid(db, k, v)] for db in _DBS}
+    valid = {db: [(k, v) for k, v in snap.records[db] if _valid(db, k, v, check_data)]
+             for db in _DBS}
     bad = {db: len(snap.records[db]) - len(valid[db]) for db in _DBS}
     states = {k.decode(): BranchState.load(v) for k, v in valid["branches"]}
     imports = {k.hex(): json.loads(v) for k, v in valid["imports"]}

@@ -13,8 +13,8 @@ from __future__ import annotations
 import heapq
 from typing import Callable, Iterable, Iterator, Optional, Protocol
 
-from gravfs.committed.record import decode_identity, decode_value
-from gravfs.staging.area import PROVISIONAL, TOMBSTONE, StagingArea
+from gravfs.version.committed.record import decode_identity, decode_value
+from gravfs.version.staging.area import PROVISIONAL, TOMBSTONE, StagingArea
 
 Item = tuple[bytes, Optional[bytes], bytes]
 

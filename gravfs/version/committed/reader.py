@@ -17,9 +17,9 @@ from collections import OrderedDict
 from typing import Iterator, NamedTuple
 
 from gravfs import sstable as _sstable
-from gravfs.committed import metarecords
-from gravfs.committed.messages import RangeData
-from gravfs.committed.record import EMPTY_ID, Record, decode_record, decode_value
+from gravfs.version.committed import metarecords
+from gravfs.version.committed.messages import RangeData
+from gravfs.version.committed.record import EMPTY_ID, Record, decode_record, decode_value
 from gravfs.errors import CorruptDataError
 
 log = logging.getLogger(__name__)

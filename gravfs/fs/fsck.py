@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from gravfs import sparse
-from gravfs.committed.entry import KIND_DIRECTORY, KIND_FILE, decode_entry
+from gravfs.data import sparse
+from gravfs.fs.entry import KIND_DIRECTORY, KIND_FILE, decode_entry
 from gravfs.errors import GravfsError
-from gravfs.paths import key_problem, show
+from gravfs.fs.paths import key_problem, show
 from gravfs.progress import progress_bar
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import logging
 from typing import Iterator, Optional
 
 from gravfs.errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
-from gravfs.refs.names import check_ref_name
+from gravfs.version.refs.names import check_ref_name
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import hashlib
 import threading
 
-from gravfs.committed.messages import encode_range_data
-from gravfs.committed.record import encode_value
+from gravfs.version.committed.messages import encode_range_data
+from gravfs.version.committed.record import encode_value
 
 try:  # CPython's built-in SHA-256 has less per-call overhead than OpenSSL's for short inputs
     from _sha256 import sha256 as _sha

@@ -6,6 +6,8 @@ staging onto the head's metarange, producing a *compacted metarange* that
 reads use instead of the head; tombstones of deleted keys then simply vanish.
 The branch's base moves to the head the compaction was built on, after the
 same conflict check a commit does, so nothing upstream is silently dropped.
+It runs under the commit protocol's branch lock and records its result
+through the committer (Committer.settle_compaction), like a commit.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 from dataclasses import dataclass
 
 from gravfs.errors import ConflictError
+from gravfs.version.committer import Committer
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +37,10 @@ class CompactionPolicy:
 
 def compact(repo, branch: str) -> bool:
     """Compact a branch's staging now; True when a compacted metarange was written."""
-    from gravfs.committer import Committer
-
     c = Committer(repo)
     with c.branch_lock(branch):
         c.recover(branch)
-        st = c._seal(branch)
+        st = c.seal(branch)
         if not st.sealed:
             return False
         head = repo.commits.get(repo.heads.branch(branch)[0])
@@ -51,20 +52,7 @@ def compact(repo, branch: str) -> bool:
                 log.warning("not compacting %s: %s", branch, exc)
                 return False
         mr = repo.committed.apply(head.metarange, changes).metarange_id
-        tokens = list(st.sealed)
-        compacted = {"metarange": mr, "base": head.id}
-
-        def run(txn):
-            s = repo.staging.state(txn, branch)
-            repo.staging.carry_provisional(txn, s, tokens)
-            repo.staging.drop_tokens(txn, tokens)
-            s.sealed = [t for t in s.sealed if t not in tokens]
-            s.compacted = compacted
-            s.base = head.id
-            s.puts = s.tombstones = 0
-            repo.staging.save_state(txn, branch, s)
-
-        repo.staging.write(run)
+        c.settle_compaction(branch, list(st.sealed), {"metarange": mr, "base": head.id})
         log.info("compacted %d staged change(s) of %s into metarange %s", len(changes), branch, mr[:12])
         return True
 

@@ -4,7 +4,6 @@ Public API (see each module for details):
 
 - record.py   Record, encode_value/decode_value, value_record_id, range_id,
               metarange_id, EMPTY_ID
-- entry.py    EntryInfo, encode_entry/decode_entry, entry_identity, entry_record
 - breaks.py   BreakPolicy (lakeFS rule), SizeAwareBreakPolicy, policy_from_dict
 - manager.py  CommittedManager: write_metarange/write_tree, get, iter,
               iter_ranges, range_records, apply, diff, merge
@@ -13,26 +12,23 @@ Public API (see each module for details):
 - results.py  Change, Diff, Stats, ApplyResult, MergeResult
 """
 
-from gravfs.committed.breaks import BreakPolicy, SizeAwareBreakPolicy, policy_from_dict
-from gravfs.committed.entry import (
-    ADDRESS_FULL, ADDRESS_RELATIVE, KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo,
-    decode_entry, encode_entry, entry_identity, entry_record)
-from gravfs.committed.manager import EMPTY_METARANGE_ID, CommittedManager, DiffIterator
-from gravfs.committed.merge import STRATEGIES
-from gravfs.committed.reader import (
+from gravfs.version.committed.breaks import BreakPolicy, SizeAwareBreakPolicy, policy_from_dict
+from gravfs.version.committed.manager import EMPTY_METARANGE_ID, CommittedManager, DiffIterator
+from gravfs.version.committed.merge import STRATEGIES
+from gravfs.version.committed.reader import (
     METARANGES_PREFIX, RANGES_PREFIX, MetaRange, RangeInfo, RangeStore, metarange_key, range_key)
-from gravfs.committed.record import (
+from gravfs.version.committed.record import (
     EMPTY_ID, IDBuilder, Record, decode_value, encode_value, metarange_id, range_id,
     value_record_id)
-from gravfs.committed.results import (
+from gravfs.version.committed.results import (
     ADDED, CHANGED, REMOVED, ApplyResult, Change, Diff, MergeResult, Stats)
 
 __all__ = [
-    "ADDED", "EMPTY_METARANGE_ID", "STRATEGIES", "ADDRESS_FULL", "ADDRESS_RELATIVE", "CHANGED", "EMPTY_ID", "KIND_DIRECTORY",
-    "KIND_FILE", "KIND_SYMLINK", "METARANGES_PREFIX", "RANGES_PREFIX", "REMOVED",
+    "ADDED", "EMPTY_METARANGE_ID", "STRATEGIES", "CHANGED", "EMPTY_ID",
+    "METARANGES_PREFIX", "RANGES_PREFIX", "REMOVED",
     "ApplyResult", "BreakPolicy", "Change", "CommittedManager", "Diff", "DiffIterator",
-    "EntryInfo", "IDBuilder", "MergeResult", "MetaRange", "RangeInfo", "RangeStore", "Record",
-    "SizeAwareBreakPolicy", "Stats", "decode_entry", "decode_value", "encode_entry",
-    "encode_value", "entry_identity", "entry_record", "metarange_id", "metarange_key",
+    "IDBuilder", "MergeResult", "MetaRange", "RangeInfo", "RangeStore", "Record",
+    "SizeAwareBreakPolicy", "Stats", "decode_value",
+    "encode_value", "metarange_id", "metarange_key",
     "policy_from_dict", "range_id", "range_key", "value_record_id",
 ]

@@ -25,7 +25,7 @@ FORMAT_VERSION = 1
 
 @dataclass(frozen=True)
 class RangeParams:
-    """Range break policy (gravfs.committed.breaks); defaults chosen by
+    """Range break policy (gravfs.version.committed.breaks); defaults chosen by
     scripts/bench_committed.py, see docs/benchmarks-committed.md.
 
     kind "lakefs": break at max_size, or past min_size when hash % raggedness == 0;
@@ -40,7 +40,7 @@ class RangeParams:
     seed: int = 0
 
     def policy(self):
-        from gravfs.committed.breaks import policy_from_dict
+        from gravfs.version.committed.breaks import policy_from_dict
         return policy_from_dict(asdict(self))
 
 

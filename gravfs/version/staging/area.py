@@ -5,7 +5,7 @@ Layout (one LMDB environment per repository and workspace):
 - db ``branches``: branch name -> JSON ``BranchState`` (staging token, sealed tokens
   newest first, base commit, compacted metarange, pending commit, counters).
 - db ``imports``: token -> JSON ``ImportRecord`` of an import staging into a token of
-  its own, outside every branch's layers until the import commits (gravfs.importer).
+  its own, outside every branch's layers until the import commits (gravfs.fs.importer).
 - db ``entries``: ``token (8 bytes) || path`` -> ``0x01 || lakeFS value`` for a put,
   ``0x00`` for a tombstone, or ``0x02 || lakeFS value`` for a provisional put: read
   like a put, committed (and compacted) as a deletion, and carried into the fresh
@@ -26,13 +26,13 @@ import os
 import secrets
 import threading
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import lmdb
 
 from gravfs.errors import BadNameError, GravfsError
 from gravfs.faults import crash_point
-from gravfs.staging import lmdbcheck
+from gravfs.version.staging import lmdbcheck
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,9 @@ class StagingArea:
         self.synchronous = sync
         self._resize_lock = threading.Lock()
         self._last_saved: dict[str, tuple[bytes, BranchState]] = {}  # branch -> (raw, state)
+        # called with each write transaction's number (the change_counter() it commits
+        # as; a retried try keeps it) inside the transaction, on the writing thread
+        self.on_write: Optional[Callable[[int], None]] = None
         problem = lmdbcheck.check_data_file(path)  # before LMDB maps a file cut short
         if problem:
             raise lmdbcheck.damaged(path, problem)
@@ -142,6 +145,8 @@ class StagingArea:
         while True:
             try:
                 with self.env.begin(write=True) as txn:
+                    if self.on_write is not None:
+                        self.on_write(txn.id())
                     result = fn(txn, *args)
                     crash_point("staging:in-txn")
                 crash_point("staging:written")
@@ -162,6 +167,11 @@ class StagingArea:
     def read_txn(self):
         return self.env.begin(write=False, buffers=False)
 
+    def change_counter(self) -> int:
+        """Grows with every write transaction committed by any process (LMDB's last
+        transaction id): watchers compare it to see whether anything changed."""
+        return self.env.info()["last_txnid"]
+
     # -- branch state -------------------------------------------------------------
 
     def state(self, txn, branch: str) -> BranchState:
@@ -178,6 +188,13 @@ class StagingArea:
         txn.put(branch.encode(), raw, db=self.branches_db)
         # kept even if the transaction aborts: state() compares the stored bytes
         self._last_saved[branch] = (raw, st.copy())
+
+    def stored_state(self, branch: str) -> Optional[BranchState]:
+        """The branch's state as stored, None when nothing was ever staged on it
+        (get_state() returns a fresh state then)."""
+        with self.read_txn() as txn:
+            raw = txn.get(branch.encode(), db=self.branches_db)
+        return None if raw is None else BranchState.load(raw)
 
     def get_state(self, branch: str) -> BranchState:
         with self.read_txn() as txn:

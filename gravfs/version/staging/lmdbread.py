@@ -18,7 +18,7 @@ import os
 import struct
 from typing import Iterator, Optional
 
-from gravfs.staging.lmdbcheck import DB_RECORD, PAGE_HEADER, Meta
+from gravfs.version.staging.lmdbcheck import DB_RECORD, PAGE_HEADER, Meta
 
 P_BRANCH, P_LEAF, P_OVERFLOW = 0x01, 0x02, 0x04
 F_BIGDATA, F_SUBDATA, F_DUPDATA = 0x01, 0x02, 0x04

@@ -19,23 +19,23 @@ from dataclasses import dataclass, replace
 from typing import BinaryIO, Iterable, Iterator, Optional
 
 from gravfs import hashing
-from gravfs.committed.entry import (KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo,
+from gravfs.fs.entry import (KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo,
                                    decode_entry, encode_entry, entry_identity)
-from gravfs.committed.manager import EMPTY_METARANGE_ID, CommittedManager
-from gravfs.committed.record import encode_value
-from gravfs.config import REPO_JSON, RepoSettings, Workspace, default_state_dir
-from gravfs.dataobjects import DataObjects
+from gravfs.version.committed.manager import EMPTY_METARANGE_ID, CommittedManager
+from gravfs.version.committed.record import encode_value
+from gravfs.version.config import REPO_JSON, RepoSettings, Workspace, default_state_dir
+from gravfs.data.objects import DataObjects
 from gravfs.errors import (AlreadyExistsError, BadNameError, GravfsError, NotFoundError,
                            PathTypeError, ReadOnlyError)
-from gravfs.paths import (dir_prefix, display, escape_name, first_name, hashed_head,
+from gravfs.fs.paths import (dir_prefix, display, escape_name, first_name, hashed_head,
                           name_problem, show, split_last, to_key, unescape_name)
-from gravfs.refs.commits import Commit, CommitStore
-from gravfs.refs.heads import Heads
-from gravfs.refs.names import check_ref_name
-from gravfs.staging.area import StagingArea
-from gravfs.staging.compaction import CompactionPolicy
-from gravfs.staging.branchview import BranchLayers, branch_layers, committed_layers
-from gravfs.staging.view import after_subtree
+from gravfs.version.refs.commits import Commit, CommitStore
+from gravfs.version.refs.heads import Heads
+from gravfs.version.refs.names import check_ref_name
+from gravfs.version.staging.area import StagingArea
+from gravfs.version.compaction import CompactionPolicy
+from gravfs.version.staging.branchview import BranchLayers, branch_layers, committed_layers
+from gravfs.version.staging.view import after_subtree
 from gravfs.store import open_store
 from gravfs.store.tier import LocalTier
 
@@ -51,7 +51,7 @@ class Node:
 
     ``base`` is the raw name in its directory when a listing made the node (a
     name of a key another writer made can start or end with '/'; see
-    gravfs.paths); ``shadowed``: its escaped name is also a real name there,
+    gravfs.fs.paths); ``shadowed``: its escaped name is also a real name there,
     which wins.
     """
 
@@ -68,7 +68,7 @@ class Node:
 
     @property
     def shown(self) -> str:
-        """The path as commands and messages print it (gravfs.paths.show)."""
+        """The path as commands and messages print it (gravfs.fs.paths.show)."""
         return show(self._own_key)
 
     @property
@@ -78,7 +78,7 @@ class Node:
 
     @property
     def raw_name(self) -> bytes:
-        """The name in its directory as stored (see gravfs.paths.split_last)."""
+        """The name in its directory as stored (see gravfs.fs.paths.split_last)."""
         if self.base is not None:
             return self.base
         k = self._own_key
@@ -186,12 +186,13 @@ class Repository:
         self.tier = LocalTier(store, self.workspace.cache, tier_bytes)
         self.committed = CommittedManager(store, self.tier, self.settings.ranges.policy(),
                                           compression=self.settings.compression,
-                                          tmp_dir=self.workspace.sub("sst-tmp"))
+                                          tmp_dir=self.workspace.sub("sst-tmp"), show_key=show)
         self.commits = CommitStore(store)
         self.heads = Heads(store)
         self.staging = StagingArea(self.workspace.staging, sync=staging_sync)
         self.data = DataObjects(store, self.tier, self.workspace.tmp,
                                 pending_dir=self.workspace.sub("pending"))
+        self.after_seal = self.data.flush_pending  # the committer drains uploads after sealing
         self.head_ttl = head_ttl
         self.compaction: Optional[CompactionPolicy] = CompactionPolicy()
         self._heads_cache: dict[str, tuple[float, str]] = {}
@@ -324,7 +325,7 @@ class Repository:
         return sorted(self.heads.tags())
 
     def log(self, ref: str, limit: Optional[int] = None) -> Iterator[Commit]:
-        from gravfs.history import walk
+        from gravfs.version.history import walk
         return walk(self.commits, [self.resolve(ref).commit.id], limit)
 
     # -- reading ------------------------------------------------------------------
@@ -362,7 +363,7 @@ class Repository:
 
     def stat(self, ref: str, path: str | bytes) -> Node:
         """The node at a path. A path may name keys other writers made through their
-        escaped names (gravfs.paths.escape_name); a real name equal to one wins."""
+        escaped names (gravfs.fs.paths.escape_name); a real name equal to one wins."""
         key = to_key(path)
         with self.staging.read_txn() as txn:
             lay = self.layers(ref, txn)
@@ -521,7 +522,7 @@ class Repository:
               provisional: frozenset = frozenset()) -> int:
         """Stage entries (None = delete) atomically; the low-level write used by all.
         ``provisional``: keys staged as provisional puts (read, never committed: see
-        gravfs.staging.area).
+        gravfs.version.staging.area).
 
         Returns how many entries were staged. When the branch's staging passes
         the compaction policy's thresholds it is compacted here (synchronously:
@@ -535,7 +536,7 @@ class Repository:
         encoded = _encode_items(items)
         st = self.staging.put_many(branch, encoded, base, provisional=provisional)
         if self.compaction is not None and self.compaction.due(st):
-            from gravfs.staging.compaction import compact
+            from gravfs.version.compaction import compact
             compact(self, branch)
         return len(encoded)
 
@@ -657,18 +658,18 @@ class Repository:
 
     def commit(self, branch: str, message: str, author: Optional[str] = None,
                metadata: Optional[dict] = None) -> Commit:
-        from gravfs.committer import Committer
+        from gravfs.version.committer import Committer
         c = Committer(self).commit(branch, message, author or _author(), metadata or {})
         self.forget_head(branch)
         return c
 
     def status(self, branch: str):
-        from gravfs.committer import Committer
+        from gravfs.version.committer import Committer
         return Committer(self).status(branch)
 
     def reset(self, branch: str, path: Optional[str] = None) -> int:
-        from gravfs.committer import Committer
-        return Committer(self).reset(branch, path)
+        from gravfs.version.committer import Committer
+        return Committer(self).reset(branch, None if path is None else to_key(path))
 
     def diff(self, left: str, right: str):
         """Changes from left to right (committed trees; staging is not included)."""
@@ -677,13 +678,13 @@ class Repository:
 
     def merge(self, source: str, dest: str, strategy: str = "fail",
               message: Optional[str] = None, author: Optional[str] = None) -> Commit:
-        from gravfs.committer import Committer
+        from gravfs.version.committer import Committer
         c = Committer(self).merge(source, dest, strategy, message, author or _author())
         self.forget_head(dest)
         return c
 
     def revert(self, branch: str, ref: str, author: Optional[str] = None) -> Commit:
-        from gravfs.committer import Committer
+        from gravfs.version.committer import Committer
         c = Committer(self).revert(branch, ref, author or _author())
         self.forget_head(branch)
         return c

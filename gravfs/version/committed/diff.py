@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from gravfs.committed.reader import MetaRange, RangeStore
-from gravfs.committed.record import decode_record
-from gravfs.committed.results import ADDED, CHANGED, REMOVED, Diff, Stats
+from gravfs.version.committed.reader import MetaRange, RangeStore
+from gravfs.version.committed.record import decode_record
+from gravfs.version.committed.results import ADDED, CHANGED, REMOVED, Diff, Stats
 
 
 class _Side:

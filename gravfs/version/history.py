@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 from typing import Iterator, Optional
 
-from gravfs.refs.commits import Commit, CommitStore
+from gravfs.version.refs.commits import Commit, CommitStore
 
 
 def walk(commits: CommitStore, starts: list[str], limit: Optional[int] = None) -> Iterator[Commit]:

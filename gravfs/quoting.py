@@ -1,0 +1,47 @@
+"""Printing keys and names the way git does with core.quotePath=false.
+
+Shared by every layer that prints a key (the version layer's conflict messages,
+the catalog's paths, the CLI): a name can never forge a line of output.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+_C_ESCAPES = {0x07: "\\a", 0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 0x0C: "\\f",
+              0x0D: "\\r", 0x22: '\\"', 0x5C: "\\\\"}
+_UNSAFE_CATEGORIES = ("Cc", "Cf", "Zl", "Zp", "Cs")
+
+
+def _char_safe(ch: str) -> bool:
+    return unicodedata.category(ch) not in _UNSAFE_CATEGORIES
+
+
+def quote(name: bytes) -> str:
+    """A name or path as git prints it with core.quotePath=false.
+
+    Printed as is unless it holds a control character, '"', '\\', invalid
+    UTF-8, or a Unicode format/separator character (bidi overrides, U+2028...):
+    then it is wrapped in double quotes with C escapes (\\n \\t \\" \\\\) and
+    octal \\NNN for every other byte of those characters. Valid UTF-8 text is
+    printed as is.
+    """
+    if not name:
+        return ""
+    text = name.decode("utf-8", "surrogateescape")
+    if all(c not in '"\\' and _char_safe(c) for c in text):
+        return text
+    out = ['"']
+    for c in text:
+        if c in '"\\':
+            out.append("\\" + c)
+        elif _char_safe(c):
+            out.append(c)
+        else:
+            raw = c.encode("utf-8", "surrogateescape")
+            if len(raw) == 1 and raw[0] in _C_ESCAPES:
+                out.append(_C_ESCAPES[raw[0]])
+            else:
+                out.extend("\\%03o" % b for b in raw)
+    out.append('"')
+    return "".join(out)
