@@ -1,0 +1,27 @@
+"""gravfs's Spark pipelines (PySpark): the runtime and the jobs, also a Python API.
+
+``import_tree(spark, repo_or_store_url, src, branch, prefix, message)`` imports
+a local or shared directory tree; ``start_session`` starts the SparkSession the
+CLI uses. Names are loaded on first use, so the CLI's parser (which registers
+``gravfs spark``) loads nothing of the jobs, and pyspark only when a job runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_NAMES = {
+    "import_tree": "gravfs.spark.importer",
+    "SparkImportResult": "gravfs.spark.importer",
+    "start_session": "gravfs.spark.runtime",
+    "SparkStartError": "gravfs.spark.runtime",
+    "SparkJobError": "gravfs.spark.runtime",
+}
+
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str):
+    if name in _NAMES:
+        return getattr(importlib.import_module(_NAMES[name]), name)
+    raise AttributeError(f"module 'gravfs.spark' has no attribute {name!r}")

@@ -1,0 +1,165 @@
+"""The Spark runtime of gravfs's pipelines: one in-process SparkSession.
+
+``local[*]`` unless a master is given. Executors of a cluster do not have
+gravfs installed, so for any non-local master the package is zipped and
+added with ``addPyFile`` (its dependencies must be importable by the
+executors' Python: ``spark.pyspark.python``, by default this interpreter). Spark's own log stays at WARN
+unless asked for more. No Java, or a Spark that does not start, is one
+GravfsError line, never a JVM traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+import zipfile
+from typing import Iterable, Optional
+
+import gravfs
+from gravfs.errors import GravfsError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MASTER = "local[*]"
+
+
+class SparkStartError(GravfsError):
+    """Spark could not start (no Java, a bad master, a JVM that exited)."""
+
+
+class SparkJobError(GravfsError):
+    """A Spark job failed: a task failed after its retries, or the context died."""
+
+
+def parse_conf(items: Iterable[str]) -> list[tuple[str, str]]:
+    """``K=V`` strings (as given to --conf) -> pairs; a malformed one is a GravfsError."""
+    out = []
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise GravfsError(f"--conf needs KEY=VALUE, got {item!r}")
+        out.append((k.strip(), v))
+    return out
+
+
+def is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[")
+
+
+def java_available() -> bool:
+    """True when Spark can find a java binary (JAVA_HOME or PATH), as spark-class looks."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        return os.access(os.path.join(home, "bin", "java"), os.X_OK)
+    return shutil.which("java") is not None
+
+
+def package_zip(dest_dir: str) -> str:
+    """Zip the gravfs package (Python sources only) into dest_dir; returns the zip's path."""
+    root = os.path.dirname(os.path.abspath(gravfs.__file__))
+    path = os.path.join(dest_dir, "gravfs.zip")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            for name in sorted(filenames):
+                if name.endswith(".py"):
+                    full = os.path.join(dirpath, name)
+                    z.write(full, os.path.join("gravfs", os.path.relpath(full, root)))
+    return path
+
+
+_LOG4J = """\
+rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+"""
+
+
+def log_to_file(path: str, level: str, dest_dir: str) -> tuple[str, str]:
+    """The --conf item that sends the driver JVM's log (local executors included) to
+    ``path`` at ``level``: a log4j2 configuration written into dest_dir."""
+    props = os.path.join(dest_dir, "log4j2.properties")
+    with open(props, "w") as f:
+        f.write(_LOG4J.format(level=level.lower(), path=path))
+    return "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{props}"
+
+
+def start_session(master: Optional[str] = None, conf: Iterable[tuple[str, str]] = (),
+                  verbose: int = 0, app_name: str = "gravfs", log_file: Optional[str] = None):
+    """A SparkSession for gravfs's jobs (see the module doc); raises SparkStartError.
+
+    ``log_file``: Spark's log goes there instead of stderr (the CLI's terminal
+    keeps gravfs's own lines only; a failed task's traceback is in the file).
+    """
+    master = master or DEFAULT_MASTER
+    if not java_available():
+        raise SparkStartError("Spark needs Java (17 or later): none found on PATH or in "
+                              "JAVA_HOME")
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise SparkStartError("pyspark is not installed (pip install pyspark)") from None
+    level = "WARN" if verbose == 0 else "INFO" if verbose == 1 else "DEBUG"
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.log.level", level))
+    given = dict(conf)
+    if log_file is not None:
+        k, v = log_to_file(log_file, level, tempfile.mkdtemp(prefix="gravfs-spark-"))
+        given[k] = f"{given[k]} {v}" if k in given else v
+    if "spark.pyspark.python" in given:  # pyspark's driver reads only the environment
+        os.environ["PYSPARK_PYTHON"] = given["spark.pyspark.python"]
+    elif "PYSPARK_PYTHON" not in os.environ:
+        # the workers run this interpreter (gravfs's venv), not whatever python3 PATH finds
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+    for k, v in given.items():
+        builder = builder.config(k, v)
+    log.info("starting Spark (master %s)", master)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:  # py4j/pyspark raise many kinds; all mean "did not start"
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SparkStartError(f"Spark did not start (master {master}): {first[:300]}") from exc
+    spark.sparkContext.setLogLevel(level)
+    if not is_local(master):
+        ship_package(spark)
+    return spark
+
+
+def ship_package(spark) -> str:
+    """Add gravfs, zipped, to the session's Python path on every executor; returns the zip."""
+    tmp = tempfile.mkdtemp(prefix="gravfs-spark-")
+    path = package_zip(tmp)
+    spark.sparkContext.addPyFile(path)
+    log.info("shipped gravfs to the executors as %s", path)
+    return path
+
+
+_PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): (.+)$")
+
+
+def job_failed(exc: BaseException, what: str) -> SparkJobError:
+    """One line for a Spark job that failed (a task failed after its retries, or the
+    context died): the Python error the task raised if there is one, else the
+    first line of Spark's message."""
+    text = str(exc)
+    found = None
+    for line in text.splitlines():
+        m = _PY_ERROR.match(line.strip())
+        if m and "py4j" not in m.group(1) and "org.apache" not in m.group(1):
+            found = m
+    if found is not None:
+        name = found.group(1).rsplit(".", 1)[-1]
+        detail = found.group(2) if name == "GravfsError" or "gravfs" in found.group(1) \
+            else f"{name}: {found.group(2)}"
+    else:
+        detail = (text.strip().splitlines() or [type(exc).__name__])[0]
+    return SparkJobError(f"{what} failed: {detail[:400]}")

@@ -1,0 +1,53 @@
+"""A repository's store as a Spark task sees it: no workspace, no staging.
+
+Executors open the store themselves from its URL and use gravfs's own data
+plane (content-addressed uploads) and range writer on it. One TaskStore per
+store URL is kept per Python worker process (workers are reused across
+tasks); its scratch directory (tier cache, temp SSTs) is removed at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+
+from gravfs.data.objects import DataObjects
+from gravfs.store import open_store
+from gravfs.store.tier import LocalTier
+from gravfs.version.committed.results import Stats
+from gravfs.version.committed.writer import TreeWriter, WriteContext
+from gravfs.version.config import REPO_JSON, RepoSettings
+
+TIER_BYTES = 1 << 30
+
+_open: dict[str, "TaskStore"] = {}
+
+
+class TaskStore:
+    """Store, settings, data objects and range writers of one repository."""
+
+    def __init__(self, store_url: str):
+        self.store = open_store(store_url)
+        self.settings = RepoSettings.from_json(self.store.get(REPO_JSON))
+        self.policy = self.settings.ranges.policy()
+        self.scratch = tempfile.mkdtemp(prefix="gravfs-task-")
+        atexit.register(shutil.rmtree, self.scratch, True)
+        self.tier = LocalTier(self.store, os.path.join(self.scratch, "cache"), TIER_BYTES)
+        tmp = os.path.join(self.scratch, "tmp")
+        os.makedirs(tmp)
+        self.data = DataObjects(self.store, self.tier, tmp)
+        self._ctx = WriteContext(self.store, tmp, None, compression=self.settings.compression)
+
+    def tree_writer(self, stats: Stats) -> TreeWriter:
+        """A writer with the repository's break policy and SST settings (uploads inline)."""
+        return TreeWriter(self._ctx, self.policy, stats)
+
+
+def task_store(store_url: str) -> TaskStore:
+    """This worker process's TaskStore for store_url."""
+    ts = _open.get(store_url)
+    if ts is None:
+        ts = _open[store_url] = TaskStore(store_url)
+    return ts

@@ -1,0 +1,111 @@
+"""gravfs spark import of a local tree: the same tree as the single-process import.
+
+The key property: whatever the partitioning, the Spark import gives the same
+metarange ID as ``gravfs import`` of the same tree (and so an empty diff).
+Small range parameters make the test trees span many ranges.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from gravfs.errors import GravfsError, NotFoundError
+from gravfs.fs.importer import import_tree as local_import
+from gravfs.fs.repository import Repository
+from gravfs.spark import import_tree
+from tests.repo_util import small_settings
+
+pytestmark = pytest.mark.spark
+
+
+def make_tree(root: str, seed: int = 1, dirs: int = 12, files: int = 40) -> int:
+    """A tree with nested dirs, duplicate contents, modes, symlinks and empty dirs;
+    returns how many entries an import makes of it."""
+    rnd = random.Random(seed)
+    n = 0
+    for d in range(dirs):
+        sub = os.path.join(root, f"part={d:03d}", f"h{d % 3}")
+        os.makedirs(sub)
+        for f in range(files):
+            p = os.path.join(sub, f"part-{f:05d}.bin")
+            with open(p, "wb") as fh:
+                fh.write(b"same" if f % 7 == 0 else rnd.randbytes(rnd.randrange(0, 300)))
+            if f % 11 == 0:
+                os.chmod(p, 0o600)
+            os.utime(p, ns=(1_700_000_000_000_000_000 + f, 1_600_000_000_000_000_000 + d * 1000 + f))
+            n += 1
+        os.symlink(f"part-{0:05d}.bin", os.path.join(sub, "latest"))
+        os.makedirs(os.path.join(root, f"part={d:03d}", "empty"))
+        n += 2
+    with open(os.path.join(root, "README"), "w") as fh:
+        fh.write("top-level file\n")
+    os.makedirs(os.path.join(root, "empty-top"))
+    return n + 2
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("src") / "tree")
+    os.makedirs(root)
+    return root, make_tree(root)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    r = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"), settings=small_settings())
+    yield r
+    r.close()
+
+
+def _mr(repo, branch: str) -> str:
+    return repo.commits.get(repo.head(branch, fresh=True)).metarange
+
+
+@pytest.mark.parametrize("partitions", [2, 3, 7])
+def test_same_metarange_as_single_process_import(spark, repo, tree, partitions):
+    src, n = tree
+    repo.create_branch("single", "main")
+    repo.create_branch("spark", "main")
+    local_import(repo, src, "single", progress=False)
+    res = import_tree(spark, repo, src, "spark", partitions=partitions)
+    assert res.files == n
+    assert res.ranges > 40  # many ranges, so many seams
+    assert _mr(repo, "spark") == _mr(repo, "single")
+    assert list(repo.committed.diff(_mr(repo, "single"), _mr(repo, "spark"))) == []
+    assert res.commit.metadata["import_source"] == os.path.abspath(src)
+    # the contents were uploaded: read one back through the data plane
+    e = repo.stat("spark", "part=004/h1/part-00003.bin").entry
+    with open(os.path.join(src, "part=004/h1/part-00003.bin"), "rb") as fh:
+        assert repo.data.read(e.address) == fh.read()
+
+
+def test_into_prefix_over_existing_content(spark, repo, tree):
+    """Files already on the branch, under the prefix and elsewhere, stay (as with gravfs import)."""
+    src, _ = tree
+    other = os.path.join(os.path.dirname(src), "other")
+    os.makedirs(other, exist_ok=True)
+    make_tree(other, seed=2, dirs=3, files=30)
+    local_import(repo, other, "main", "data/x", progress=False)
+    local_import(repo, other, "main", "zz", progress=False)
+    repo.create_branch("single", "main")
+    repo.create_branch("spark", "main")
+    local_import(repo, src, "single", "data/x", progress=False)
+    import_tree(spark, repo, src, "spark", "data/x", partitions=3)
+    assert _mr(repo, "spark") == _mr(repo, "single")
+
+
+def test_bad_input_commits_nothing(spark, repo, tmp_path, tree):
+    src, _ = tree
+    head = repo.head("main", fresh=True)
+    with pytest.raises(NotFoundError, match="branch 'nosuch' not found"):
+        import_tree(spark, repo, src, "nosuch")
+    with pytest.raises(GravfsError, match="not a directory"):
+        import_tree(spark, repo, str(tmp_path / "missing"), "main")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(GravfsError, match="nothing to commit"):
+        import_tree(spark, repo, str(empty), "main")
+    assert repo.head("main", fresh=True) == head
