@@ -29,7 +29,6 @@ import logging
 import os
 import threading
 from array import array
-from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from gravfs import hashing
@@ -37,6 +36,7 @@ from gravfs.data import chunksums, sparse
 from gravfs.data.inplace import InPlaceObject, InPlaceReads, open_sequential
 from gravfs.data.objects import DataObjects, digest_of
 from gravfs.errors import CorruptDataError, NotFoundError
+from gravfs.lru import LRU
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ MiB = 1 << 20
 CHUNK = 4 * MiB
 CACHE_BYTES = 256 * MiB
 MAX_AHEAD = 8  # chunks
+MAX_MANIFESTS = 1024  # sparse files' manifests kept (verified)
 
 
 class _Verifier:
@@ -112,13 +113,12 @@ class DataReader:
         self.chunk = chunk_size
         self.cache_bytes = cache_bytes
         self._lock = threading.Lock()
-        self._chunks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
-        self._bytes = 0
+        self._chunks: LRU[tuple[str, int], bytes] = LRU(weigh=len)
         self._inflight: dict[tuple[str, int], Future] = {}
         self._verifiers: dict[str, _Verifier] = {}
         self._corrupt: set[str] = set()
         self._recorded: dict[str, chunksums.ChunkChecks | None] = {}  # sums found in the tier
-        self._manifests: OrderedDict[str, sparse.Manifest] = OrderedDict()  # verified, by address
+        self._manifests: LRU[str, sparse.Manifest] = LRU()  # verified, by address
         self._in_place = InPlaceReads(data, self._refuse, self._corrupt, self._recorded_sums)
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="gravfs-readahead")
         self.stats = {"chunk_fetches": 0, "chunk_hits": 0, "tier_reads": 0, "bytes_fetched": 0,
@@ -163,13 +163,11 @@ class DataReader:
         with self._lock:
             m = self._manifests.get(address)
             if m is not None:
-                self._manifests.move_to_end(address)
                 return m
         m = self.data.manifest(address)  # verified against its name
         with self._lock:
-            self._manifests[address] = m
-            while len(self._manifests) > 1024:
-                self._manifests.popitem(last=False)
+            self._manifests.put(address, m)
+            self._manifests.evict(max_items=MAX_MANIFESTS)
         return m
 
     def _read(self, state: ReadState, address: str, size: int, offset: int, length: int) -> bytes:
@@ -224,7 +222,6 @@ class DataReader:
         with self._lock:
             data = self._chunks.get(key)
             if data is not None:
-                self._chunks.move_to_end(key)
                 self.stats["chunk_hits"] += 1
                 return data
         data = self._start(address, size, idx).result()
@@ -236,7 +233,7 @@ class DataReader:
         """The (possibly shared) fetch of one chunk; already cached -> a done future."""
         key = (address, idx)
         with self._lock:
-            data = self._chunks.get(key)
+            data = self._chunks.peek(key)
             if data is not None:
                 f = Future()
                 f.set_result(data)
@@ -289,13 +286,10 @@ class DataReader:
             return
         with self._lock:
             self._inflight.pop(key, None)
-            self._chunks[key] = data
-            self._bytes += len(data)
+            self._chunks.put(key, data)
             self.stats["chunk_fetches"] += 1
             self.stats["bytes_fetched"] += len(data)
-            while self._bytes > self.cache_bytes and self._chunks:
-                _, old = self._chunks.popitem(last=False)
-                self._bytes -= len(old)
+            self._chunks.evict(max_weight=self.cache_bytes)
             v = self._verifiers.get(address)
             if v is None and idx == 0 and checks is None:
                 if len(self._verifiers) > 4096:  # abandoned partial reads
@@ -321,7 +315,7 @@ class DataReader:
                     chunk = data
                 else:
                     with self._lock:
-                        chunk = self._chunks.get((address, v.next))
+                        chunk = self._chunks.peek((address, v.next))
                 if chunk is None:
                     return
                 v.hasher.update(chunk)
@@ -351,7 +345,7 @@ class DataReader:
                 return
             self._corrupt.add(address)
             for k in [k for k in self._chunks if k[0] == address]:
-                self._bytes -= len(self._chunks.pop(k))
+                self._chunks.pop(k)
         log.error("data object %s does not match its hash (%s); refusing further reads",
                   address, why)
 

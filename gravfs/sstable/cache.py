@@ -3,9 +3,10 @@
 Each reader keeps its decoded blocks in its own :class:`BlockTable` (offset ->
 DataBlock, and for tables with unique keys a key -> value map over the loaded
 blocks), so a hit is a dict lookup with no lock. This cache only does the
-accounting and eviction, CLOCK style: a lookup through the block dict sets
-``block.ref``; when over budget the oldest block is evicted unless its ref bit
-is set, in which case the bit is cleared and it goes to the back of the ring.
+accounting and eviction, CLOCK style (gravfs.lru with a second chance): a
+lookup through the block dict sets ``block.ref``; when over budget the oldest
+block is evicted unless its ref bit is set, in which case the bit is cleared
+and it goes to the back of the line.
 (Hits served by the key map do not set the bit, so under memory pressure those
 blocks age out first-in first-out.)
 
@@ -18,9 +19,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import deque
+
+from gravfs.lru import LRU
 
 from .block import DataBlock
+
 
 def _default_capacity() -> int:
     """A quarter of physical memory, within [512 MiB, 16 GiB].
@@ -60,16 +63,31 @@ class BlockTable:
                 pop(k, None)
 
 
+def _charge(entry: tuple[BlockTable, int, DataBlock]) -> int:
+    return entry[2].charge
+
+
+def _referenced(block: DataBlock, _entry: object) -> bool:
+    """CLOCK's second chance: a block read since the last pass stays (its bit cleared)."""
+    if block.ref:
+        block.ref = False
+        return True
+    return False
+
+
 class BlockCache:
     """CLOCK cache over readers' block tables; ``capacity_bytes`` counts decoded
     block bytes plus an estimate of Python per-entry overhead."""
 
     def __init__(self, capacity_bytes: int = DEFAULT_CAPACITY_BYTES):
         self.capacity_bytes = int(capacity_bytes)
-        self.used_bytes = 0
-        self._ring: deque[tuple[BlockTable, int, DataBlock]] = deque()
-        self._dead = 0
+        # block -> (its table, its offset, itself), oldest first; weight: charges
+        self._blocks: LRU[DataBlock, tuple[BlockTable, int, DataBlock]] = LRU(weigh=_charge)
         self._lock = threading.Lock()
+
+    @property
+    def used_bytes(self) -> int:
+        return self._blocks.weight
 
     def admit(self, table: BlockTable, offset: int, block: DataBlock) -> None:
         """Publish ``block`` in ``table`` and account for it, evicting as needed."""
@@ -78,40 +96,28 @@ class BlockCache:
             if table.kv is not None and block.clean:
                 table.kv.update(zip(block.keys, block.values))
                 block.charge += KEY_MAP_ENTRY_CHARGE * len(block.keys)
-            self._ring.append((table, offset, block))
-            self.used_bytes += block.charge
-            if self.used_bytes > self.capacity_bytes:
+            blocks = self._blocks
+            blocks.put(block, (table, offset, block))
+            if blocks.weight > self.capacity_bytes:
                 self._evict()
 
     def _evict(self) -> None:
-        ring = self._ring
-        while self.used_bytes > self.capacity_bytes and ring:
-            table, offset, block = ring.popleft()
-            if block.charge == 0:  # released with its reader
-                self._dead -= 1
-                continue
-            if block.ref:
-                block.ref = False
-                ring.append((table, offset, block))
-                continue
+        for block, (table, offset, _) in self._blocks.evict(
+                max_weight=self.capacity_bytes, second_chance=_referenced):
             table._drop(offset, block)
-            self.used_bytes -= block.charge
             block.charge = 0
 
     def release(self, table: BlockTable) -> None:
         """Forget every block of a closing reader."""
         with self._lock:
-            for block in list(table.blocks.values()):
+            pop = self._blocks.pop
+            for block in table.blocks.values():
                 if block.charge:
-                    self.used_bytes -= block.charge
+                    pop(block)
                     block.charge = 0
-                    self._dead += 1
             table.blocks.clear()
             if table.kv is not None:
                 table.kv.clear()
-            if self._dead > 1024 and self._dead * 2 > len(self._ring):
-                self._ring = deque(e for e in self._ring if e[2].charge)
-                self._dead = 0
 
     def set_capacity(self, capacity_bytes: int) -> None:
         with self._lock:
@@ -121,13 +127,10 @@ class BlockCache:
     def clear(self) -> None:
         """Evict everything (mainly for tests and benchmarks of cold reads)."""
         with self._lock:
-            while self._ring:
-                table, offset, block = self._ring.popleft()
-                if block.charge:
-                    table._drop(offset, block)
-                    block.charge = 0
-            self.used_bytes = 0
-            self._dead = 0
+            for block, (table, offset, _) in self._blocks.items():
+                table._drop(offset, block)
+                block.charge = 0
+            self._blocks.clear()
 
 
 DEFAULT_CACHE = BlockCache()

@@ -36,7 +36,6 @@ import os
 import threading
 import uuid
 from array import array
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -44,6 +43,7 @@ from typing import Protocol
 
 from gravfs.errors import CorruptDataError, GravfsError
 from gravfs.faults import crash_point
+from gravfs.lru import LRU
 from gravfs.store.modes import PRIVATE_FILE, make_dir, private_dir
 from gravfs.store.base import ObjectStore, check_key
 
@@ -106,6 +106,10 @@ class _Entry:
         self.verified = verified
         self.dropped = False  # no longer in the index (evicted or corrupt)
         self.checks: CheckedReads | None = None  # reads check chunks, no full verify
+
+
+def _size(entry: _Entry) -> int:
+    return entry.size
 
 
 class TierHandle:
@@ -201,9 +205,8 @@ class LocalTier:
         # Reentrant: a TierHandle released by the garbage collector may unpin
         # while this thread already holds the lock.
         self._lock = threading.RLock()
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()  # LRU first
+        self._entries: LRU[str, _Entry] = LRU(weigh=_size)  # weight: bytes cached
         self._inflight: dict[str, Future] = {}
-        self._total = 0
         # copies of objects whose files may be private: the owner's only (modes)
         for d in (self.cache_dir, self._objects, self._tmp, self._sums):
             private_dir(d)
@@ -216,7 +219,7 @@ class LocalTier:
 
     @property
     def total_bytes(self) -> int:
-        return self._total
+        return self._entries.weight
 
     def cached(self, key: str) -> bool:
         with self._lock:
@@ -234,7 +237,7 @@ class LocalTier:
             raise GravfsError(f"{key} is a ref (mutable) and cannot go through the immutable-object tier")
         while True:
             with self._lock:
-                entry = self._entries.get(key)
+                entry = self._entries.peek(key)
                 if entry is not None and (entry.verified or verify is None or (
                         chunk_checked and entry.checks is not None)):
                     handle = self._pin_locked(entry)
@@ -276,7 +279,7 @@ class LocalTier:
     def discard(self, key: str) -> None:
         """Forget a cached copy (e.g. a reader found it corrupt); holders keep their open file."""
         with self._lock:
-            entry = self._entries.get(key)
+            entry = self._entries.peek(key)
             if entry is not None:
                 self._drop_locked(entry)
 
@@ -338,20 +341,20 @@ class LocalTier:
             self._drop_locked(entry)
             return None
         entry.pins += 1
-        self._entries.move_to_end(entry.key)
+        self._entries.touch(entry.key)
         return TierHandle(self, entry, fd)
 
     def _unpin(self, entry: _Entry) -> None:
         with self._lock:
             entry.pins -= 1
-            if entry.pins == 0 and self._total > self.budget_bytes:
+            if entry.pins == 0 and self._entries.weight > self.budget_bytes:
                 self._evict_locked()
 
     def _materialize(self, key: str, verify: Verify | None, chunk_checked: bool = False) -> TierHandle:
         """Leader path: make ``key`` present (and verified) locally, return it pinned."""
         for attempt in (1, 2):
             with self._lock:
-                entry = self._entries.get(key)
+                entry = self._entries.peek(key)
                 if entry is not None:
                     entry.pins += 1  # keeps eviction away while we verify
             cached = entry is not None
@@ -406,12 +409,10 @@ class LocalTier:
             os.close(fd)
         entry = _Entry(key, final, size, verified=False)
         with self._lock:
-            old = self._entries.pop(key, None)
+            old = self._entries.pop(key)
             if old is not None:
                 old.dropped = True
-                self._total -= old.size
-            self._entries[key] = entry
-            self._total += size
+            self._entries.put(key, entry)
             self.stats.fetches += 1
             self.stats.bytes_fetched += size
             entry.pins += 1  # the caller's pin: not evictable before it is used
@@ -421,10 +422,13 @@ class LocalTier:
     def _drop_locked(self, entry: _Entry) -> None:
         if entry.dropped:
             return
+        if self._entries.peek(entry.key) is entry:
+            self._entries.pop(entry.key)
+        self._remove_files(entry)
+
+    def _remove_files(self, entry: _Entry) -> None:
+        """An entry out of the index: its cached copy and its sums go."""
         entry.dropped = True
-        if self._entries.get(entry.key) is entry:
-            del self._entries[entry.key]
-            self._total -= entry.size
         for path in (entry.path, self._sums_path(entry.key)):
             try:
                 os.unlink(path)
@@ -432,14 +436,13 @@ class LocalTier:
                 pass
 
     def _evict_locked(self) -> None:
-        if self._total <= self.budget_bytes:
-            return
-        for entry in list(self._entries.values()):
-            if self._total <= self.budget_bytes:
-                break
-            if entry.pins > 0 or entry.key in self._inflight:
-                continue
-            self._drop_locked(entry)
+        """Least recently used files go until the tier fits its budget; pinned ones
+        and those being fetched stay (the tier may run over budget meanwhile)."""
+        inflight = self._inflight
+        for _key, entry in self._entries.evict(
+                max_weight=self.budget_bytes,
+                skip=lambda key, e: e.pins > 0 or key in inflight):
+            self._remove_files(entry)
             self.stats.evictions += 1
 
     def _clean_tmp(self) -> None:
@@ -477,7 +480,7 @@ class LocalTier:
         found.sort()
         with self._lock:
             for _mtime, key, path, size in found:
-                self._entries[key] = _Entry(key, path, size, verified=False)
-                self._total += size
+                self._entries.put(key, _Entry(key, path, size, verified=False))
         if found:
-            log.debug("tier %s: adopted %d cached files (%d bytes)", self.cache_dir, len(found), self._total)
+            log.debug("tier %s: adopted %d cached files (%d bytes)", self.cache_dir, len(found),
+                      self._entries.weight)

@@ -13,7 +13,6 @@ import logging
 import os
 import threading
 from bisect import bisect_left
-from collections import OrderedDict
 from typing import Iterator, NamedTuple
 
 from gravfs import sstable as _sstable
@@ -21,6 +20,7 @@ from gravfs.version.committed import metarecords
 from gravfs.version.committed.messages import RangeData
 from gravfs.version.committed.record import EMPTY_ID, Record, decode_record, decode_value
 from gravfs.errors import CorruptDataError
+from gravfs.lru import LRU
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +159,11 @@ def _default_max_open() -> int:
     return max(64, min(4096, soft // 4))
 
 
+def _mapped(o: OpenSST) -> int:
+    """What an open reader counts against ``max_open_bytes``: its mapped file."""
+    return o.size
+
+
 class RangeStore:
     """Opens range and metarange SSTs by ID (gravfs's or lakeFS's) with bounded caches.
 
@@ -190,11 +195,10 @@ class RangeStore:
         self.max_open_bytes = max_open_bytes if max_open_bytes is not None else (
             budget // 2 if budget else 4 << 30)
         self.max_metaranges = max_metaranges
-        self._ranges: OrderedDict[str, OpenSST] = OrderedDict()   # LRU first
-        self._states: OrderedDict[str, _sstable.TableState] = OrderedDict()  # LRU first
+        self._ranges: LRU[str, OpenSST] = LRU(weigh=_mapped)  # weight: mapped bytes
+        self._states: LRU[str, _sstable.TableState] = LRU()
         self._verified: dict[str, _sstable.TableState] = {}  # parsed while verifying
         self._lock = threading.Lock()
-        self._open_bytes = 0
         self._metaranges: dict[str, MetaRange] = {EMPTY_ID: EMPTY_METARANGE}
 
     # --- opening -----------------------------------------------------------
@@ -232,49 +236,36 @@ class RangeStore:
     def open_range(self, range_id: str) -> OpenSST:
         """Open reader of range ``range_id`` (cached, least recently used closed first)."""
         ranges = self._ranges
-        o = ranges.get(range_id)
+        o = ranges.get(range_id)  # no lock: one evicted meanwhile is still usable
         if o is not None:
-            try:
-                ranges.move_to_end(range_id)
-            except KeyError:  # evicted by another thread meanwhile: still usable
-                pass
             return o
-        state = self._states.get(range_id)
+        state = self._states.peek(range_id)
         o = self._open(range_key(range_id), state)
         with self._lock:
-            other = ranges.get(range_id)
+            other = ranges.peek(range_id)
             if other is not None:  # another thread opened it meanwhile
                 return other
             if state is None:
                 self._remember_state(range_id, o.reader.share_state())
-            else:
-                try:
-                    self._states.move_to_end(range_id)
-                except KeyError:
-                    self._remember_state(range_id, state)
-            while ranges and (len(ranges) >= self.max_open_ranges
-                              or self._open_bytes + o.size > self.max_open_bytes):
-                _, old = ranges.popitem(last=False)
-                self._open_bytes -= old.size
-                # (closed when the last iterator using it lets go)
-            ranges[range_id] = o
-            self._open_bytes += o.size
+            elif not self._states.touch(range_id):
+                self._remember_state(range_id, state)
+            # the readers evicted close when the last iterator using them lets go
+            ranges.evict(self.max_open_ranges, self.max_open_bytes, adding=o.size)
+            ranges.put(range_id, o)
         return o
 
     def _remember_state(self, range_id: str, state) -> None:
-        states = self._states
-        states[range_id] = state
-        while len(states) > self.max_states:
-            # Its blocks leave the cache once no open reader uses it (finalizer).
-            states.popitem(last=False)
+        self._states.put(range_id, state)
+        # An evicted state's blocks leave the cache once no open reader uses it (finalizer).
+        self._states.evict(self.max_states)
 
     def state(self, range_id: str):
         """Parsed state of a range if cached (its ``kv`` serves warm lookups), else None."""
-        return self._states.get(range_id)
+        return self._states.peek(range_id)
 
     def lookup(self, range_id: str, key: bytes) -> bytes | None:
         """Encoded value at ``key`` in range ``range_id``, or None."""
-        st = self._states.get(range_id)
+        st = self._states.peek(range_id)
         if st is not None:
             v = st._kv.get(key)
             if v is not None:
