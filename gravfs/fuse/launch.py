@@ -16,6 +16,7 @@ lost+found, which it lists in its exit report.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import logging
@@ -232,7 +233,7 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     import pyfuse3
     import trio
 
-    from gravfs.fuse.operations import GravfsOperations, MountSettings
+    from gravfs.fuse.operations import GravfsOperations
     from gravfs.fs.repository import Repository
 
     opts = cfg["opts"]
@@ -245,11 +246,7 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
         return report(exc.exit_code, str(exc))
     if not opts.read_only:  # write-back of closed files; drains what a dead daemon left
         repo.data.start_uploader(UPLOAD_WORKERS)
-    settings = MountSettings(branch=cfg["branch"], read_only=opts.read_only,
-                             branch_ttl=opts.attr_timeout, poll_interval=opts.poll,
-                             commits_listed=opts.commits_listed, threads=opts.threads,
-                             cache_mb=opts.cache_mb, readahead_kb=opts.readahead_kb,
-                             mountpoint=cfg["mountpoint"])
+    settings = dataclasses.replace(opts, branch=cfg["branch"], mountpoint=cfg["mountpoint"])
     try:
         ops = GravfsOperations(repo, settings)
         ops.prepare(_files_dir(repo))

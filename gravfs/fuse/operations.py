@@ -32,6 +32,7 @@ from gravfs.fuse import holders, opstats
 from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
 from gravfs.fuse.openfiles import WRITEBACK_MAX, DirHandle, FileHandle, OpenFile
+from gravfs.fuse.options import MountOptions
 from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
 from gravfs.fuse.trees import Tree
 from gravfs.fs.paths import MAX_NAME_BYTES
@@ -57,31 +58,11 @@ XATTR_NAMESPACES = (b"user.", b"trusted.", b"security.")
 MAX_FOREIGN_LOGGED = 10_000  # keys other writers made, each logged once
 
 
-class MountSettings:
-    """Knobs of one mount (from -o options)."""
-
-    def __init__(self, branch: Optional[str] = None, read_only: bool = False,
-                 branch_ttl: float = 10.0, immutable_ttl: float = 86400.0,
-                 poll_interval: float = 0.5, commits_listed: int = 200,
-                 threads: int = 24, cache_mb: int = 256, readahead_kb: int = 0,
-                 mountpoint: str = ""):
-        self.branch = branch
-        self.read_only = read_only
-        self.branch_ttl = branch_ttl
-        self.immutable_ttl = immutable_ttl
-        self.poll_interval = poll_interval
-        self.commits_listed = commits_listed
-        self.threads = threads
-        self.cache_mb = cache_mb
-        self.readahead_kb = readahead_kb
-        self.mountpoint = mountpoint
-
-
 class GravfsOperations(pyfuse3.Operations):
     supports_dot_lookup = True
     enable_writeback_cache = False
 
-    def __init__(self, repo, settings: MountSettings):
+    def __init__(self, repo, settings: MountOptions):
         super().__init__()
         self.repo = repo
         self.settings = settings
@@ -255,12 +236,12 @@ class GravfsOperations(pyfuse3.Operations):
 
     def _ttl(self, node: Inode) -> float:
         if node.tree is None:
-            return self.settings.branch_ttl
+            return self.settings.attr_timeout
         if node.tree.immutable:
             if node.key == b"" and node.tree.kind == "tag":
-                return self.settings.branch_ttl  # a tag may be deleted and re-created
+                return self.settings.attr_timeout  # a tag may be deleted and re-created
             return self.settings.immutable_ttl
-        return self.settings.branch_ttl
+        return self.settings.attr_timeout
 
     def _writable_tree(self, node: Inode) -> Tree:
         tree = node.tree
@@ -419,7 +400,7 @@ class GravfsOperations(pyfuse3.Operations):
             return False, None
         if node.tree is not None and node.tree.immutable:
             return True, node.extra["entry"]
-        if time.monotonic() - seen < self.settings.branch_ttl:
+        if time.monotonic() - seen < self.settings.attr_timeout:
             return True, node.extra["entry"]
         return False, None
 

@@ -4,6 +4,8 @@ Options a user may write in /etc/fstab that only matter to mount(8) (auto,
 nofail, _netdev, x-systemd.*, ...) are accepted and ignored; gravfs's own
 options (branch=, store=, state_dir=, poll=, ...) configure the daemon; the
 rest are passed to FUSE if FUSE knows them, else refused with a clear error.
+The same MountOptions, completed with the branch and mount point, are the
+settings the mount's handlers read (gravfs.fuse.operations).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ FUSE_VALUED = {"fsname", "subtype"}
 
 @dataclass
 class MountOptions:
+    """Everything one mount is told (``-o`` options, and the branch and mount point
+    ``gravfs mount`` resolves); the defaults are README's."""
+
     fuse: set = field(default_factory=set)
     read_only: bool = False
     branch: Optional[str] = None
@@ -37,8 +42,9 @@ class MountOptions:
     s3_read_timeout: Optional[float] = None
     s3_timeout: Optional[float] = None
     s3_max_attempts: Optional[int] = None
-    poll: float = 0.5
+    poll: float = 0.5  # seconds between the watcher's looks at heads and staging
     attr_timeout: float = 10.0  # branch trees; the watcher invalidates on every change
+    immutable_ttl: float = 86400.0  # commits and tags never change (not an -o option)
     head_ttl: float = 1.0
     commits_listed: int = 200
     cache_mb: int = 256
@@ -46,6 +52,7 @@ class MountOptions:
     threads: int = 24
     debug: bool = False
     log_file: Optional[str] = None
+    mountpoint: str = ""  # absolute; set by gravfs mount, not an -o option
 
 
 def parse(opts: list[str]) -> MountOptions:

@@ -2,7 +2,7 @@
 
 A commit, merge or reset run from the CLI (or another host) moves a branch
 head or swaps its staging tokens without a single FUSE request. Every
-``poll_interval`` seconds the watcher reads, for each branch the kernel knows
+``poll`` seconds the watcher reads, for each branch the kernel knows
 about, the head (fresh from the store) and the branch's LMDB staging state;
 when either moved it invalidates every inode and directory entry of that tree
 in the kernel, so the next access re-reads through the repository. Branches
@@ -56,7 +56,7 @@ class Watcher:
         self.foreign_rounds = 0
 
     async def run(self) -> None:
-        interval = self.ops.settings.poll_interval
+        interval = self.ops.settings.poll
         failing = None
         while True:
             await trio.sleep(interval)
