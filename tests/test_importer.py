@@ -17,7 +17,7 @@ from gravfs.fs.entry import EntryInfo
 from gravfs.version.committer import Committer
 from gravfs.faults import CRASH_EXIT_CODE
 from gravfs.fs.importer import ImportJob
-from gravfs.fs.repository import Repository, _encode_items
+from gravfs.fs.repository import Repository, encode_items as _encode_items
 from tests.fuse_util import wait_for
 from tests.repo_util import run_cli, small_settings
 

@@ -31,7 +31,8 @@ from gravfs.faults import crash_point
 from gravfs.fs.paths import to_key
 from gravfs.progress import progress_bar
 from gravfs.version.refs.commits import Commit
-from gravfs.fs.repository import _author, _encode_items
+from gravfs.fs.repository import encode_items
+from gravfs.version.repository import default_author
 from gravfs.version.staging.area import PUT, new_token
 
 log = logging.getLogger(__name__)
@@ -242,7 +243,7 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
                  total_bytes, reused, time.monotonic() - t0)
         crash_point("import:staged")
         msg = message or f"Import {source}"
-        commit, staged = committer.commit_import(branch, job.token, job.base, msg, _author(),
+        commit, staged = committer.commit_import(branch, job.token, job.base, msg, default_author(),
                                                  {"import_source": source}, include_staged)
         repo.forget_head(branch)
     except OSError as exc:
@@ -280,5 +281,5 @@ def _resume(repo, job: ImportJob, items: list, key_of) -> tuple[list, int, int]:
 
 
 def _stage(repo, token: str, batch: list) -> None:
-    repo.staging.put_token(token, _encode_items(batch))
+    repo.staging.put_token(token, encode_items(batch))
     crash_point("import:batch-staged")

@@ -1,9 +1,10 @@
-"""The public Python API: one repository on one store, seen from one workspace.
+"""The public Python API: the catalog of files of one repository, seen from one workspace.
 
-The CLI, the FUSE daemon and the Spark pipelines all go through this class.
-Branches read as staging over their head commit; commits and tags are
-immutable. Anything that changes a branch head goes through the committer
-(compare-and-swap on the store), so many workspaces can share a store.
+The CLI, the FUSE daemon and the Spark pipelines all go through this class. It
+is the version layer's repository (refs, staging, commits: gravfs.version.repository)
+whose values are filesystem entries (gravfs.fs.entry), with the filesystem's
+rules on top (listing, placement, mkdir/rename semantics, foreign names) and
+the file contents in the data plane (gravfs.data).
 """
 
 from __future__ import annotations
@@ -11,38 +12,23 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import re
 import stat as statmod
-import threading
 import time
 from dataclasses import dataclass, replace
 from typing import BinaryIO, Iterable, Iterator, Optional
 
-from gravfs import hashing
-from gravfs.fs.entry import (KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo,
-                                   decode_entry, encode_entry, entry_identity)
-from gravfs.version.committed.manager import EMPTY_METARANGE_ID, CommittedManager
-from gravfs.version.committed.record import encode_value
-from gravfs.version.config import REPO_JSON, RepoSettings, Workspace, default_state_dir
 from gravfs.data.objects import DataObjects
-from gravfs.errors import (AlreadyExistsError, BadNameError, GravfsError, NotFoundError,
-                           PathTypeError, ReadOnlyError)
+from gravfs.errors import AlreadyExistsError, BadNameError, GravfsError, NotFoundError, PathTypeError
+from gravfs.fs.entry import (KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo, decode_entry,
+                             encode_entry, entry_identity)
 from gravfs.fs.paths import (dir_prefix, display, escape_name, first_name, hashed_head,
-                          name_problem, show, split_last, to_key, unescape_name)
-from gravfs.version.refs.commits import Commit, CommitStore
-from gravfs.version.refs.heads import Heads
-from gravfs.version.refs.names import check_ref_name
-from gravfs.version.staging.area import StagingArea
-from gravfs.version.compaction import CompactionPolicy
-from gravfs.version.staging.branchview import BranchLayers, branch_layers, committed_layers
+                             name_problem, show, split_last, to_key, unescape_name)
+from gravfs.version.committed.record import encode_value
+from gravfs.version.repository import DEFAULT_TIER_BYTES, VersionRepository
+from gravfs.version.staging.branchview import BranchLayers
 from gravfs.version.staging.view import after_subtree
-from gravfs.store import open_store
-from gravfs.store.tier import LocalTier
 
 log = logging.getLogger(__name__)
-
-_TILDE = re.compile(r"^(.*?)((?:~\d*)+)$")
-DEFAULT_TIER_BYTES = 10 << 30
 
 
 @dataclass(frozen=True)
@@ -111,17 +97,6 @@ class Node:
         return base
 
 
-@dataclass(frozen=True)
-class RefTarget:
-    """A resolved ref: the commit, and the branch name when it is a branch."""
-
-    commit: Commit
-    branch: Optional[str] = None
-
-    def __str__(self) -> str:
-        return self.branch or self.commit.id[:12]
-
-
 KIND_NAMES = {KIND_FILE: "file", KIND_DIRECTORY: "dir", KIND_SYMLINK: "symlink"}
 
 
@@ -170,196 +145,23 @@ def _mark_shadowed(lay: BranchLayers, txn, repo: "Repository", prefix: bytes, n:
     return n
 
 
-class Repository:
+class Repository(VersionRepository):
     def __init__(self, store, state_dir: Optional[str] = None,
                  tier_bytes: int = DEFAULT_TIER_BYTES, head_ttl: float = 0.0,
                  staging_sync: bool = True):
         """``staging_sync=False`` (the mount daemon): LMDB commits skip fsync; the
         caller syncs (``self.staging.sync()``) on fsync and periodically."""
-        self.store = store
-        try:
-            raw = store.get(REPO_JSON)
-        except NotFoundError:
-            raise NotFoundError(f"no gravfs repository at {store.url} (run 'gravfs init')") from None
-        self.settings = RepoSettings.from_json(raw)
-        self.workspace = Workspace.for_store(state_dir or default_state_dir(), store.url)
-        self.tier = LocalTier(store, self.workspace.cache, tier_bytes)
-        self.committed = CommittedManager(store, self.tier, self.settings.ranges.policy(),
-                                          compression=self.settings.compression,
-                                          tmp_dir=self.workspace.sub("sst-tmp"), show_key=show)
-        self.commits = CommitStore(store)
-        self.heads = Heads(store)
-        self.staging = StagingArea(self.workspace.staging, sync=staging_sync)
+        super().__init__(store, state_dir, tier_bytes, head_ttl, staging_sync, show_key=show)
         self.data = DataObjects(store, self.tier, self.workspace.tmp,
                                 pending_dir=self.workspace.sub("pending"))
-        self.after_seal = self.data.flush_pending  # the committer drains uploads after sealing
-        self.head_ttl = head_ttl
-        self.compaction: Optional[CompactionPolicy] = CompactionPolicy()
-        self._heads_cache: dict[str, tuple[float, str]] = {}
-        self._lock = threading.Lock()
-
-    # -- opening ------------------------------------------------------------------
-
-    @classmethod
-    def open(cls, target, state_dir: Optional[str] = None, **kw) -> "Repository":
-        """Open the repository on a store URL or ObjectStore."""
-        return cls(open_store(target) if isinstance(target, str) else target, state_dir, **kw)
-
-    @classmethod
-    def init(cls, target, state_dir: Optional[str] = None,
-             settings: Optional[RepoSettings] = None, **kw) -> "Repository":
-        """Create a repository on a store URL or ObjectStore: settings, an empty root
-        commit, and the default branch."""
-        store = open_store(target) if isinstance(target, str) else target
-        settings = settings or RepoSettings.new()
-        if not store.put_if_absent(REPO_JSON, settings.to_json()):
-            raise AlreadyExistsError(f"a gravfs repository already exists at {store.url}")
-        repo = cls(store, state_dir, **kw)
-        root = repo.commits.put(Commit(EMPTY_METARANGE_ID, (), "Repository created",
-                                       _author(), time.time_ns(), 0, {}))
-        repo.heads.create_branch(settings.default_branch, root.id)
-        log.info("initialized repository at %s", store.url)
-        return repo
+        # never commit an entry whose object is not stored: drained after the seal
+        self.after_seal = self.data.flush_pending
 
     def close(self) -> None:
         self.data.stop_uploader()
-        self.committed.close()
-        self.staging.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    # -- refs ---------------------------------------------------------------------
-
-    def head(self, branch: str, fresh: bool = False) -> str:
-        """Head commit id of a branch (cached for head_ttl seconds)."""
-        now = time.monotonic()
-        if not fresh and self.head_ttl > 0:
-            hit = self._heads_cache.get(branch)
-            if hit and now - hit[0] < self.head_ttl:
-                return hit[1]
-        cid = self.heads.branch(branch)[0]
-        self._heads_cache[branch] = (now, cid)
-        return cid
-
-    def forget_head(self, branch: str) -> None:
-        self._heads_cache.pop(branch, None)
-
-    def resolve(self, ref: str) -> RefTarget:
-        """Branch, tag, commit id or unique prefix, each optionally followed by ~N."""
-        m = _TILDE.match(ref)
-        back = 0
-        whole = ref
-        if m:
-            ref = m.group(1)
-            for part in m.group(2).split("~")[1:]:
-                back += int(part) if part else 1
-        target = self._resolve_plain(ref)
-        if back:
-            c = target.commit
-            for steps in range(back):
-                if not c.parents:
-                    # ~N follows first parents: steps + 1 commits on that line
-                    n = steps + 1
-                    raise NotFoundError(f"{whole}: history of {ref} has only {n} "
-                                        f"commit{'s' if n != 1 else ''}")
-                c = self.commits.get(c.parents[0])
-            return RefTarget(c)
-        return target
-
-    def _resolve_plain(self, ref: str) -> RefTarget:
-        if not ref:
-            raise BadNameError("empty ref")
-        cid = None
-        if "/" not in ref:
-            try:
-                return RefTarget(self.commits.get(self.head(ref)), ref)
-            except NotFoundError:
-                pass
-            cid = self.heads.tag(ref)
-        if cid is None and hashing.is_hex_id(ref):
-            cid = self.commits.expand(ref)
-        if cid is None:
-            raise NotFoundError(f"ref {ref!r} not found (not a branch, tag or commit id)")
-        return RefTarget(self.commits.get(cid))
-
-    def branch_exists(self, name: str) -> bool:
-        return self.heads.branch_or_none(name) is not None
-
-    def create_branch(self, name: str, from_ref: Optional[str] = None) -> Commit:
-        check_ref_name(name, "branch")
-        source = self._resolve_fresh(from_ref or self.settings.default_branch).commit
-        self.heads.create_branch(name, source.id)
-        self.staging.write(lambda txn: self.staging.drop_branch(txn, name))
-        self.forget_head(name)
-        return source
-
-    def _resolve_fresh(self, ref: str) -> RefTarget:
-        """resolve() past the head cache: a new ref starts where its source is now,
-        not where this process last looked (another process may just have committed)."""
-        self._heads_cache.clear()
-        return self.resolve(ref)
-
-    def delete_branch(self, name: str) -> None:
-        if name == self.settings.default_branch:
-            raise GravfsError(f"refusing to delete the default branch {name!r}")
-        self.heads.delete_branch(name)
-        self.staging.write(lambda txn: self.staging.drop_branch(txn, name))
-        self.forget_head(name)
-
-    def list_branches(self) -> list[tuple[str, str]]:
-        return sorted(self.heads.branches())
-
-    def create_tag(self, name: str, ref: str) -> Commit:
-        c = self._resolve_fresh(ref).commit
-        self.heads.create_tag(name, c.id)
-        return c
-
-    def delete_tag(self, name: str) -> None:
-        self.heads.delete_tag(name)
-
-    def list_tags(self) -> list[tuple[str, str]]:
-        return sorted(self.heads.tags())
-
-    def log(self, ref: str, limit: Optional[int] = None) -> Iterator[Commit]:
-        from gravfs.version.history import walk
-        return walk(self.commits, [self.resolve(ref).commit.id], limit)
+        super().close()
 
     # -- reading ------------------------------------------------------------------
-
-    def layers(self, ref: "str | RefTarget", txn=None) -> BranchLayers:
-        """Read layers of a ref. For branches the caller must hold ``txn`` (LMDB read).
-
-        ``ref`` may be an already resolved RefTarget (the mount pins commit trees
-        this way, so reading them costs no ref lookups on the store).
-        """
-        target = ref if isinstance(ref, RefTarget) else self.resolve(ref)
-        if target.branch is None:
-            return committed_layers(self.committed, target.commit.metarange)
-        if txn is None:
-            raise GravfsError("internal: reading a branch needs a staging transaction")
-        st = self.staging.state(txn, target.branch)
-        if self.head_ttl > 0 and st.base and st.base != target.commit.id:
-            target = self._recheck_head(target, st.base)
-        mr = target.commit.metarange
-        if st.compacted:
-            mr = st.compacted["metarange"]
-        return branch_layers(self.staging, txn, self.committed, target.branch, mr, st)
-
-    def _recheck_head(self, target: RefTarget, base: str) -> RefTarget:
-        """With a head cache (head_ttl > 0): staging based on a commit at least as new
-        as the cached head means a commit of this workspace landed since the cache was
-        filled (its tokens may be gone already), so read the head again."""
-        try:
-            stale = self.commits.get(base).generation >= target.commit.generation
-        except NotFoundError:
-            stale = True
-        if not stale:
-            return target  # another host moved the head past our base: the cache is newer
-        return RefTarget(self.commits.get(self.head(target.branch, fresh=True)), target.branch)
 
     def stat(self, ref: str, path: str | bytes) -> Node:
         """The node at a path. A path may name keys other writers made through their
@@ -509,54 +311,20 @@ class Repository:
 
     # -- writing ------------------------------------------------------------------
 
-    def _writable(self, branch: str) -> str:
-        """Head id of a branch we may write; refuses commits and tags."""
-        try:
-            return self.head(branch)
-        except NotFoundError:
-            if self.heads.tag(branch) is not None or hashing.is_hex_id(branch):
-                raise ReadOnlyError(f"{branch!r} is not a branch; commits and tags are read-only") from None
-            raise
-
     def stage(self, branch: str, items: Iterable[tuple[bytes, Optional[EntryInfo]]],
               provisional: frozenset = frozenset()) -> int:
         """Stage entries (None = delete) atomically; the low-level write used by all.
         ``provisional``: keys staged as provisional puts (read, never committed: see
-        gravfs.version.staging.area).
-
-        Returns how many entries were staged. When the branch's staging passes
-        the compaction policy's thresholds it is compacted here (synchronously:
-        set ``compaction = None`` and call compact() yourself to do it elsewhere).
+        gravfs.version.staging.area). Returns how many entries were staged; may
+        compact (see VersionRepository.stage_values).
         """
-        base = self._writable(branch)
-        if self.head_ttl > 0:  # never record a stale cached head as the staging base
-            st = self.staging.get_state(branch)
-            if st.base and st.base != base:
-                base = self._recheck_head(RefTarget(self.commits.get(base), branch), st.base).commit.id
-        encoded = _encode_items(items)
-        st = self.staging.put_many(branch, encoded, base, provisional=provisional)
-        if self.compaction is not None and self.compaction.due(st):
-            from gravfs.version.compaction import compact
-            compact(self, branch)
-        return len(encoded)
+        return self.stage_values(branch, encode_items(items), provisional)
 
     def stage_cached(self, branch: str, items: Iterable[tuple[bytes, Optional[EntryInfo]]],
                      provisional: frozenset = frozenset()):
-        """stage() when it needs nothing but the local staging database: the branch
-        head is in the head cache and the staged changes are based on it. Returns
-        the branch state after the write, or None when that does not hold (nothing
-        is staged then: call stage()). Never compacts: when ``compaction.due`` the
-        state returned says so, and the caller compacts where it may block.
-
-        The mount calls this on its event-loop thread, where a store read or a
-        compaction must not happen.
-        """
-        hit = self._heads_cache.get(branch)
-        if self.head_ttl <= 0 or not hit or time.monotonic() - hit[0] >= self.head_ttl:
-            return None
-        # another base: stage() checks whether the cached head is stale
-        return self.staging.put_many(branch, _encode_items(items), hit[1], same_base=True,
-                                     provisional=provisional)
+        """stage() from the local staging database only, or None: see
+        VersionRepository.stage_values_cached (the mount's event-loop thread)."""
+        return self.stage_values_cached(branch, encode_items(items), provisional)
 
     def check_placement(self, branch: str, key: bytes, directory: bool) -> None:
         """Refuse a file where a directory is (or vice versa) and paths under a file."""
@@ -654,43 +422,13 @@ class Repository:
         return self.stage(branch, moves, provisional=frozenset(
             dp + k[len(sp):] for k in provisional if k.startswith(sp)))
 
-    # -- committing, diff, merge --------------------------------------------------
-
-    def commit(self, branch: str, message: str, author: Optional[str] = None,
-               metadata: Optional[dict] = None) -> Commit:
-        from gravfs.version.committer import Committer
-        c = Committer(self).commit(branch, message, author or _author(), metadata or {})
-        self.forget_head(branch)
-        return c
-
-    def status(self, branch: str):
-        from gravfs.version.committer import Committer
-        return Committer(self).status(branch)
-
-    def reset(self, branch: str, path: Optional[str] = None) -> int:
-        from gravfs.version.committer import Committer
-        return Committer(self).reset(branch, None if path is None else to_key(path))
-
-    def diff(self, left: str, right: str):
-        """Changes from left to right (committed trees; staging is not included)."""
-        a, b = self.resolve(left).commit, self.resolve(right).commit
-        return self.committed.diff(a.metarange, b.metarange)
-
-    def merge(self, source: str, dest: str, strategy: str = "fail",
-              message: Optional[str] = None, author: Optional[str] = None) -> Commit:
-        from gravfs.version.committer import Committer
-        c = Committer(self).merge(source, dest, strategy, message, author or _author())
-        self.forget_head(dest)
-        return c
-
-    def revert(self, branch: str, ref: str, author: Optional[str] = None) -> Commit:
-        from gravfs.version.committer import Committer
-        c = Committer(self).revert(branch, ref, author or _author())
-        self.forget_head(branch)
-        return c
+    def reset(self, branch: str, path: Optional[str | bytes] = None) -> int:
+        """Drop the branch's uncommitted changes, or only those at and under path."""
+        return super().reset(branch, None if path is None else to_key(path))
 
 
-def _encode_items(items) -> list[tuple[bytes, Optional[bytes]]]:
+def encode_items(items: Iterable[tuple[bytes, Optional[EntryInfo]]]) -> list[tuple[bytes, Optional[bytes]]]:
+    """(key, entry or None) -> (key, encoded value or None), as the version layer stages them."""
     encoded = []
     for key, entry in items:
         if entry is None:
@@ -699,13 +437,3 @@ def _encode_items(items) -> list[tuple[bytes, Optional[bytes]]]:
             # identity from the EntryInfo: the same digest as from its bytes, no decode
             encoded.append((key, encode_value(entry_identity(entry), encode_entry(entry))))
     return encoded
-
-
-def _author() -> str:
-    import getpass
-    import socket
-    try:
-        user = getpass.getuser()
-    except Exception:  # no passwd entry in containers
-        user = str(os.getuid())
-    return f"{user}@{socket.gethostname()}"

@@ -36,7 +36,7 @@ class Tree:
         """What Repository read methods take: a branch name or a pinned target."""
         if self.kind == "branch":
             return self.name
-        from gravfs.fs.repository import RefTarget
+        from gravfs.version.repository import RefTarget
         return RefTarget(self.commit)
 
     def __repr__(self) -> str:
