@@ -10,6 +10,7 @@ GravfsError line, never a JVM traceback.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
@@ -65,6 +66,9 @@ def package_zip(dest_dir: str) -> str:
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            # directory entries: zipimport finds packages without __init__.py only by them
+            z.writestr(os.path.join("gravfs", os.path.relpath(dirpath, root), "").replace(
+                "/./", "/"), b"")
             for name in sorted(filenames):
                 if name.endswith(".py"):
                     full = os.path.join(dirpath, name)
@@ -92,6 +96,13 @@ def log_to_file(path: str, level: str, dest_dir: str) -> tuple[str, str]:
     return "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{props}"
 
 
+def _scratch() -> str:
+    """A directory for this process's Spark files, removed at exit."""
+    path = tempfile.mkdtemp(prefix="gravfs-spark-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 def start_session(master: Optional[str] = None, conf: Iterable[tuple[str, str]] = (),
                   verbose: int = 0, app_name: str = "gravfs", log_file: Optional[str] = None):
     """A SparkSession for gravfs's jobs (see the module doc); raises SparkStartError.
@@ -113,7 +124,7 @@ def start_session(master: Optional[str] = None, conf: Iterable[tuple[str, str]] 
                .config("spark.log.level", level))
     given = dict(conf)
     if log_file is not None:
-        k, v = log_to_file(log_file, level, tempfile.mkdtemp(prefix="gravfs-spark-"))
+        k, v = log_to_file(log_file, level, _scratch())
         given[k] = f"{given[k]} {v}" if k in given else v
     if "spark.pyspark.python" in given:  # pyspark's driver reads only the environment
         os.environ["PYSPARK_PYTHON"] = given["spark.pyspark.python"]
@@ -136,8 +147,7 @@ def start_session(master: Optional[str] = None, conf: Iterable[tuple[str, str]] 
 
 def ship_package(spark) -> str:
     """Add gravfs, zipped, to the session's Python path on every executor; returns the zip."""
-    tmp = tempfile.mkdtemp(prefix="gravfs-spark-")
-    path = package_zip(tmp)
+    path = package_zip(_scratch())
     spark.sparkContext.addPyFile(path)
     log.info("shipped gravfs to the executors as %s", path)
     return path
