@@ -14,7 +14,7 @@ from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
 from gravfs.fs.repository import Repository
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture

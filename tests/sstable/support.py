@@ -1,4 +1,4 @@
-"""Helpers shared by the test_sstable_* modules (no tests here).
+"""Helpers shared by the tests of gravfs.sstable (no tests here).
 
 Test tables are produced with rocksdict's own SstFileWriter in every layout we
 claim to read, and read back both by our reader and by RocksDB (ingested into a

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from gravfs.sstable import SSTReader
-from tests.test_sstable_support import sst_dump_scan_hex
+from tests.sstable.support import sst_dump_scan_hex
 
 USER_PROPS = {
     "range.sst": {

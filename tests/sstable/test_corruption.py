@@ -10,7 +10,7 @@ import pytest
 from gravfs.errors import CorruptDataError
 from gravfs.sstable import BlockCache, SSTReader, write_sst
 from gravfs.sstable.format import encode_footer, parse_footer
-from tests.test_sstable_support import make_items, rewrite_block, rocksdict_sst
+from tests.sstable.support import make_items, rewrite_block, rocksdict_sst
 
 PROPS = {"type": b"ranges", "count": b"300"}
 

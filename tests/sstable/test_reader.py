@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from gravfs.errors import CorruptDataError
 from gravfs.sstable import BlockCache, SSTReader
 from gravfs.sstable.format import INDEX_TWO_LEVEL
-from tests.test_sstable_support import make_items, rocksdb_items, rocksdict_sst
+from tests.sstable.support import make_items, rocksdb_items, rocksdict_sst
 
 
 def random_items(n: int, seed: int) -> list[tuple[bytes, bytes]]:

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from gravfs.sstable import SSTInfo, SSTReader, write_sst
-from tests.test_sstable_support import make_items, rocksdb_items, sst_dump, sst_dump_scan_hex
+from tests.sstable.support import make_items, rocksdb_items, sst_dump, sst_dump_scan_hex
 
 PROPS = {
     "type": b"ranges",

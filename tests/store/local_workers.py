@@ -1,6 +1,6 @@
 """Child-process bodies for the multi-process LocalStore tests (no tests here).
 
-Kept apart from test_store.py so that spawned children import only
+Kept apart from test_base.py so that spawned children import only
 gravfs.store.local, not boto3 and pytest: about 50 ms instead of 300 ms each.
 """
 

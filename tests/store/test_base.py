@@ -14,7 +14,7 @@ from gravfs.errors import BadNameError, GravfsError, NotFoundError, Precondition
 from gravfs.store import open_store
 from gravfs.store.local import LocalStore
 from gravfs.store.s3 import S3Store
-from tests.test_store_workers import counter_proc, increment, race_proc
+from tests.store.local_workers import counter_proc, increment, race_proc
 
 MiB = 1 << 20
 

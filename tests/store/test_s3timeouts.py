@@ -218,7 +218,7 @@ def test_cli_on_a_silent_endpoint_prints_one_line_and_fails(tmp_path):
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with SilentServer() as srv:
         env = dict(os.environ, GRAVFS_S3_ENDPOINT=srv.url, AWS_ACCESS_KEY_ID="k",
                    AWS_SECRET_ACCESS_KEY="s", AWS_DEFAULT_REGION="us-east-1",
