@@ -51,7 +51,7 @@ def test_fd_soft_limit_raised_to_hard_limit(tmp_path):
         "rs = RangeStore(T())\n"
         "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], hard, rs.max_open_ranges)\n"
     )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
                          check=True).stdout.split()
     soft, hard, max_open = (int(x) for x in out)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from gravfs.version.staging import view
 from gravfs.version.staging.area import StagingArea
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def layer(items):
