@@ -24,11 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from gravfs.errors import GravfsError, PreconditionFailedError
+from gravfs.errors import ConflictError, GravfsError, PreconditionFailedError
 from gravfs.fs.entry import (KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo, encode_entry,
                              entry_identity)
 from gravfs.fs.importer import scan
-from gravfs.fs.paths import to_key
+from gravfs.fs.paths import show, to_key
 from gravfs.fs.repository import Repository
 from gravfs.version.repository import default_author
 from gravfs.spark.ranges import PartitionRanges, stitch_partitions, tree_records, write_partition
@@ -223,13 +223,11 @@ def import_tree(spark, repo, src: str, branch: str, prefix: str = "",
 
 def _land(repo, branch: str, base: Commit, tree, message: str, source: str) -> Commit:
     """Apply the imported tree onto the head and compare-and-swap the head to it."""
-    committer = Committer(repo)
     for attempt in range(CAS_RETRIES):
         head_id, version = repo.heads.branch(branch)
         head = repo.commits.get(head_id)
         if head.id != base.id:
-            committer.check_rebase(base.id, head, _changes(repo, tree), still="nothing was "
-                                   "committed; run the import again")
+            _check_rebase(repo, base, head, tree)
         if head.metarange == EMPTY_METARANGE_ID:
             mr = tree.id
         else:
@@ -248,6 +246,23 @@ def _land(repo, branch: str, base: Commit, tree, message: str, source: str) -> C
         return c
     raise PreconditionFailedError(f"branch {branch!r} kept moving; gave up after {CAS_RETRIES} "
                                   "attempts (nothing was committed)")
+
+
+def _check_rebase(repo, base: Commit, head: Commit, tree) -> None:
+    """Raise ConflictError when the head moved since the import started and changed a
+    path the import writes differently (as a commit's rebase does); costs the size
+    of that change, not of the import."""
+    conflicts = []
+    for d in repo.committed.diff(base.metarange, head.metarange):
+        rec = repo.committed.get(tree.id, d.key)
+        if rec is not None and (d.right is None or d.right[1] != rec[1]):
+            conflicts.append(d.key)
+    if conflicts:
+        names = ", ".join(show(k) for k in conflicts[:10])
+        more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
+        raise ConflictError(f"branch head moved to {head.id[:12]} and changed the same paths: "
+                            f"{names}{more}; nothing was committed", conflicts)
+    log.info("head moved to %s meanwhile; applying the import onto it", head.id[:12])
 
 
 def _changes(repo, tree) -> Iterator[tuple]:

@@ -62,7 +62,7 @@ def write_partition(writer: TreeWriter, index: int,
         values = [kv[1] for kv in chunk]
         for k in keys:
             if last is not None and k <= last:
-                raise ValueError(f"partition {index}: keys not in strictly ascending order at {k!r}")
+                raise ValueError(f"partition {index}: keys not in ascending order at {k!r}")
             last = k
         count += len(keys)
         pos = 0

@@ -3,9 +3,9 @@
 ``local[*]`` unless a master is given. Executors of a cluster do not have
 gravfs installed, so for any non-local master the package is zipped and
 added with ``addPyFile`` (its dependencies must be importable by the
-executors' Python: ``spark.pyspark.python``, by default this interpreter). Spark's own log stays at WARN
-unless asked for more. No Java, or a Spark that does not start, is one
-GravfsError line, never a JVM traceback.
+executors' Python: ``spark.pyspark.python``, by default this interpreter).
+Spark's own log stays at WARN unless asked for more. No Java, or a Spark
+that does not start, is one GravfsError line, never a JVM traceback.
 """
 
 from __future__ import annotations

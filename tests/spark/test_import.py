@@ -35,7 +35,8 @@ def make_tree(root: str, seed: int = 1, dirs: int = 12, files: int = 40) -> int:
                 fh.write(b"same" if f % 7 == 0 else rnd.randbytes(rnd.randrange(0, 300)))
             if f % 11 == 0:
                 os.chmod(p, 0o600)
-            os.utime(p, ns=(1_700_000_000_000_000_000 + f, 1_600_000_000_000_000_000 + d * 1000 + f))
+            os.utime(p, ns=(1_700_000_000_000_000_000 + f,
+                            1_600_000_000_000_000_000 + d * 1000 + f))
             n += 1
         os.symlink(f"part-{0:05d}.bin", os.path.join(sub, "latest"))
         os.makedirs(os.path.join(root, f"part={d:03d}", "empty"))
@@ -109,3 +110,31 @@ def test_bad_input_commits_nothing(spark, repo, tmp_path, tree):
     with pytest.raises(GravfsError, match="nothing to commit"):
         import_tree(spark, repo, str(empty), "main")
     assert repo.head("main", fresh=True) == head
+
+
+def test_head_moved_during_import(spark, repo, tree, monkeypatch):
+    """A commit landing while the import runs: rebased onto when it touches other paths,
+    a conflict (nothing committed) when it changed an imported path."""
+    import gravfs.spark.importer as imp
+    from gravfs.errors import ConflictError
+
+    src, _ = tree
+    real = imp.stitch_partitions
+    path = {"p": "elsewhere.txt"}
+
+    def racing(*a, **kw):
+        out = real(*a, **kw)
+        repo.write_file("main", path["p"], b"written meanwhile")
+        repo.commit("main", "concurrent")
+        return out
+
+    monkeypatch.setattr(imp, "stitch_partitions", racing)
+    res = import_tree(spark, repo, src, "main", partitions=2)
+    concurrent = repo.commits.get(res.commit.parents[0])
+    assert concurrent.message == "concurrent"
+    assert repo.stat("main", "elsewhere.txt").entry.size == len(b"written meanwhile")
+    assert repo.stat("main", "README").entry.size == len("top-level file\n")
+    path["p"] = "part=001/h1/part-00002.bin"
+    with pytest.raises(ConflictError, match="part=001/h1/part-00002.bin"):
+        import_tree(spark, repo, src, "main", "", partitions=2)
+    assert repo.commits.get(repo.head("main", fresh=True)).message == "concurrent"

@@ -65,7 +65,8 @@ def test_killed_import_commits_nothing_and_reruns(tmp_path, stage, fault, reache
         repo.create_branch("single", "main")
         head = repo.head("main", fresh=True)
     run_cli("import", "-q", src, "single", store=store, state=state)
-    before = {"ranges": _count(store, "_gravfs/ranges"), "commits": _count(store, "_gravfs/commits")}
+    before = {"ranges": _count(store, "_gravfs/ranges"),
+              "commits": _count(store, "_gravfs/commits")}
     env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state, GRAVFS_STORE_FAULT=fault)
     proc = subprocess.Popen([sys.executable, "-m", "gravfs.cli", "spark", "import", src, "main",
                              "--master", "local[2]", *SPARK_CONF], env=env,
