@@ -1,4 +1,4 @@
-"""The package layers of README's ARCHITECTURE section, checked on the source.
+"""The package layers of docs/architecture.md (README: Architecture), checked on the source.
 
 Every ``import`` of a gravfs module, type-only ones (under TYPE_CHECKING) and
 imports inside functions included, must point to the same layer or one below
