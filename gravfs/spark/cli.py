@@ -57,6 +57,7 @@ def spark_log_path(state_dir: Optional[str]) -> str:
 def cmd_spark_import(args, open_repo: Callable, split_ref_path: Callable) -> int:
     from gravfs.errors import GravfsError
     from gravfs.spark.importer import import_tree
+    from gravfs.spark.progress import stage_progress
     from gravfs.spark.runtime import SparkJobError, parse_conf, start_session
 
     if args.partitions is not None and args.partitions < 1:
@@ -70,8 +71,9 @@ def cmd_spark_import(args, open_repo: Callable, split_ref_path: Callable) -> int
         spark = start_session(args.master, conf, args.verbose, app_name="gravfs import",
                               log_file=log_file)
         try:
-            res = import_tree(spark, repo, args.src, branch, prefix, args.message,
-                              partitions=args.partitions)
+            with stage_progress(spark.sparkContext, enabled=not args.json):
+                res = import_tree(spark, repo, args.src, branch, prefix, args.message,
+                                  partitions=args.partitions)
         except SparkJobError as exc:
             where = f" (Spark's log: {log_file})" if log_file else ""
             raise SparkJobError(f"{exc}; nothing was committed{where}") from exc

@@ -1,0 +1,31 @@
+"""Stage progress lines (tasks done/total), as the CLI draws them on a terminal."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from gravfs.spark.progress import stage_progress
+
+pytestmark = pytest.mark.spark
+
+
+def test_a_final_line_per_stage(spark):
+    sc = spark.sparkContext
+    out = io.StringIO()
+    with stage_progress(sc, stream=out, interval=0.05):
+        sc.parallelize(range(1000), 4).map(lambda x: (x % 7, x)).reduceByKey(
+            lambda a, b: a + b, 3).collect()
+    lines = [ln.rsplit("\r", 1)[-1].replace("\x1b[K", "") for ln in out.getvalue().split("\n")
+             if ln]
+    assert len(lines) == 2, out.getvalue()
+    assert lines[0].endswith("4/4 tasks") and lines[1].endswith("3/3 tasks"), lines
+    assert lines[1].startswith("stage ") and "(collect)" in lines[1], lines
+
+
+def test_silent_when_stderr_is_not_a_terminal(spark, capsys):
+    sc = spark.sparkContext
+    with stage_progress(sc):
+        sc.parallelize(range(10), 2).count()
+    assert capsys.readouterr().err == ""
