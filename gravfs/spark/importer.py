@@ -43,7 +43,7 @@ from gravfs.version.refs.commits import Commit
 
 log = logging.getLogger(__name__)
 
-UNITS_PER_CORE = 4   # listing units per default-parallelism slot (smooths skew)
+UNITS_PER_CORE = 4   # listing tasks per default-parallelism slot (smooths skew)
 MAX_SPLIT_DEPTH = 3  # directories below this depth are always listed by one task
 UPLOAD_THREADS = 4   # per task: hashlib and boto3 release the GIL
 
@@ -184,10 +184,13 @@ def import_tree(spark, repo, src: str, branch: str, prefix: str = "",
                           "first")
     sc = spark.sparkContext
     nparts = partitions or sc.defaultParallelism
-    units = split_units(source, UNITS_PER_CORE * sc.defaultParallelism)
+    slices = UNITS_PER_CORE * sc.defaultParallelism
+    units = split_units(source, slices)
     t0 = time.monotonic()
     from pyspark import StorageLevel
-    records = (sc.parallelize(units, len(units))
+    # a few tasks per core, each listing several units: every stage over these
+    # partitions (sortByKey counts and samples them) costs a few tasks, not one a unit
+    records = (sc.parallelize(units, min(len(units), slices))
                .flatMap(lambda u: import_unit(store_url, source, base, u))
                .persist(StorageLevel.MEMORY_AND_DISK))
     try:
