@@ -31,7 +31,8 @@ from gravfs.fs.importer import scan
 from gravfs.fs.paths import show, to_key
 from gravfs.fs.repository import Repository
 from gravfs.version.repository import default_author
-from gravfs.spark.ranges import PartitionRanges, stitch_partitions, tree_records, write_partition
+from gravfs.spark.ranges import (PartitionRanges, stitch_partitions, tree_records,
+                                 write_partition)
 from gravfs.spark.runtime import job_failed
 from gravfs.spark.taskstore import task_store
 from gravfs.version.committed.manager import EMPTY_METARANGE_ID
