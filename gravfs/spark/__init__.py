@@ -2,7 +2,7 @@
 
 ``import_tree(spark, repo_or_store_url, src, branch, prefix, message)`` imports
 a local or shared directory tree; ``start_session`` starts the SparkSession the
-CLI uses. Names are loaded on first use, so the CLI's parser (which registers
+CLI uses (a session of your own on a cluster needs ``runtime.ship_package``). Names are loaded on first use, so the CLI's parser (which registers
 ``gravfs spark``) loads nothing of the jobs, and pyspark only when a job runs.
 """
 
