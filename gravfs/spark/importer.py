@@ -213,10 +213,11 @@ def import_tree(spark, repo, src: str, branch: str, prefix: str = "",
     if not files:
         raise NothingToCommitError(f"nothing to commit on branch {branch!r}: {src} is empty")
     stats = Stats()
-    known = {r.id for p in parts for r in p.ranges}
     ctx = WriteContext(repo.store, repo.workspace.sub("sst-tmp"), None,
                        compression=repo.settings.compression)
-    writer = TreeWriter(ctx, repo.settings.ranges.policy(), stats, known)
+    # no "known" ranges: a seam range equal to a task's is written again (put-if-absent)
+    # so its metarange record carries the SST size, as a single writer's does
+    writer = TreeWriter(ctx, repo.settings.ranges.policy(), stats)
     tree = stitch_partitions(writer, repo.committed.ranges, parts)
     log.info("stitched %d ranges (%d rewritten at the seams) in %.1fs", len(tree.ranges),
              stats.ranges_written, time.monotonic() - t1)

@@ -69,8 +69,11 @@ def write_partition(writer: TreeWriter, index: int,
         while pos < len(keys):
             pos, _ = writer.take(keys, values, pos, len(keys))
     tail_open = not writer.empty
-    mr = writer.finish()
-    return PartitionRanges(index, list(mr.ranges), tail_open, count)
+    writer.flush()
+    # finish() with the writer's own ranges as "base" waits for the uploads (and puts
+    # the SST sizes into writer.out) without writing a metarange no one would read
+    writer.finish(MetaRange("", list(writer.out)))
+    return PartitionRanges(index, list(writer.out), tail_open, count)
 
 
 def stitch_partitions(writer: TreeWriter, ranges: RangeStore,

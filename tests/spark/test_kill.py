@@ -49,7 +49,7 @@ def _wait_for(pred, what: str, proc, timeout: float = 180.0) -> None:
     # executors are uploading contents (each process lets 10 uploads through, then hangs)
     ("uploading", f"op=upload,key=data/*,after=10,{HANG}",
      lambda store, before: _count(store, "data") >= 10),
-    # tasks have written ranges and hang writing their partition's metarange
+    # tasks are writing ranges; the driver's metarange write will hang
     ("writing ranges", f"op=put_file_if_absent,key=_gravfs/metaranges/*,{HANG}",
      lambda store, before: _count(store, "_gravfs/ranges") > before["ranges"]),
     # the driver wrote the commit object; the head's compare-and-swap hangs

@@ -40,9 +40,9 @@ def test_partitioned_tree_equals_single_writer(tmp_path, policy):
     assert len(mgr.metarange(want).ranges) > 30
     items = [(k, encode_value(i, d)) for k, i, d in recs]
 
-    def writer(known=None) -> TreeWriter:
+    def writer() -> TreeWriter:
         ctx = WriteContext(store, str(tmp_path / "tmp"), None)
-        return TreeWriter(ctx, pol, Stats(), known)
+        return TreeWriter(ctx, pol, Stats())
 
     for nparts in (1, 2, 3, 7, 40):
         for trial in range(3):
@@ -52,7 +52,9 @@ def test_partitioned_tree_equals_single_writer(tmp_path, policy):
             parts = [write_partition(writer(), i, items[a:b])
                      for i, (a, b) in enumerate(zip(bounds, bounds[1:]))]
             parts.insert(len(parts) // 2, write_partition(writer(), 99, []))
-            got = stitch_partitions(writer({r.id for p in parts for r in p.ranges}),
-                                    mgr.ranges, parts)
+            got = stitch_partitions(writer(), mgr.ranges, parts)
             assert got.id == want, (policy, nparts, trial)
+            assert got.ranges == mgr.metarange(want).ranges  # SST sizes too
+    # tasks write no metarange of their own: the one tree's is the only one
+    assert len(list(store.list("_gravfs/metaranges/"))) == 1
     mgr.close()
