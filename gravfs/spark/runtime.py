@@ -90,9 +90,11 @@ appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
 def log_to_file(path: str, level: str, dest_dir: str) -> tuple[str, str]:
     """The --conf item that sends the driver JVM's log (local executors included) to
     ``path`` at ``level``: a log4j2 configuration written into dest_dir."""
-    props = os.path.join(dest_dir, "log4j2.properties")
-    with open(props, "w") as f:
+    props = os.path.join(dest_dir, f"spark-log4j2-{level.lower()}.properties")
+    tmp = f"{props}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
         f.write(_LOG4J.format(level=level.lower(), path=path))
+    os.replace(tmp, props)  # concurrent runs write the same bytes
     return "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{props}"
 
 
@@ -124,7 +126,7 @@ def start_session(master: Optional[str] = None, conf: Iterable[tuple[str, str]] 
                .config("spark.log.level", level))
     given = dict(conf)
     if log_file is not None:
-        k, v = log_to_file(log_file, level, _scratch())
+        k, v = log_to_file(log_file, level, os.path.dirname(log_file))
         given[k] = f"{given[k]} {v}" if k in given else v
     if "spark.pyspark.python" in given:  # pyspark's driver reads only the environment
         os.environ["PYSPARK_PYTHON"] = given["spark.pyspark.python"]

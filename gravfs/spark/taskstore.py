@@ -3,7 +3,8 @@
 Executors open the store themselves from its URL and use gravfs's own data
 plane (content-addressed uploads) and range writer on it. One TaskStore per
 store URL is kept per Python worker process (workers are reused across
-tasks); its scratch directory (tier cache, temp SSTs) is removed at exit.
+tasks); its scratch directory (tier cache, temp SSTs) lives in the
+application's SparkFiles directory, which Spark removes with the application.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ class TaskStore:
         self.store = open_store(store_url)
         self.settings = RepoSettings.from_json(self.store.get(REPO_JSON))
         self.policy = self.settings.ranges.policy()
-        self.scratch = tempfile.mkdtemp(prefix="gravfs-task-")
-        atexit.register(shutil.rmtree, self.scratch, True)
+        self.scratch = tempfile.mkdtemp(prefix="gravfs-task-", dir=_spark_files_dir())
+        atexit.register(shutil.rmtree, self.scratch, True)  # Spark's workers exit without it
         self.tier = LocalTier(self.store, os.path.join(self.scratch, "cache"), TIER_BYTES)
         tmp = os.path.join(self.scratch, "tmp")
         os.makedirs(tmp)
@@ -43,6 +44,16 @@ class TaskStore:
     def tree_writer(self, stats: Stats) -> TreeWriter:
         """A writer with the repository's break policy and SST settings (uploads inline)."""
         return TreeWriter(self._ctx, self.policy, stats)
+
+
+def _spark_files_dir():
+    """This application's SparkFiles directory on an executor (Spark removes it with
+    the application), or None outside a Spark task (the system's temp dir)."""
+    try:
+        from pyspark import SparkFiles
+        return SparkFiles.getRootDirectory()
+    except Exception:  # no pyspark, or no SparkContext in this process
+        return None
 
 
 def task_store(store_url: str) -> TaskStore:
