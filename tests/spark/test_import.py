@@ -138,3 +138,21 @@ def test_head_moved_during_import(spark, repo, tree, monkeypatch):
     with pytest.raises(ConflictError, match="part=001/h1/part-00002.bin"):
         import_tree(spark, repo, src, "main", "", partitions=2)
     assert repo.commits.get(repo.head("main", fresh=True)).message == "concurrent"
+
+
+def test_names_that_are_not_utf8(spark, repo, tmp_path):
+    """Listing units and paths travel to the executors as surrogate-escaped text."""
+    src = tmp_path / "odd"
+    weird = os.fsencode(str(src)) + b"/caf\xe9"
+    os.makedirs(weird)
+    for name in (b"r\xe9sum\xe9.txt", b"new\nline", b"sp ace"):
+        with open(weird + b"/" + name, "wb") as f:
+            f.write(name)
+    (src / "plain").mkdir()
+    (src / "plain" / "x").write_bytes(b"x")
+    repo.create_branch("single", "main")
+    local_import(repo, str(src), "single", progress=False)
+    res = import_tree(spark, repo, str(src), "main", partitions=2)
+    assert res.files == 4
+    assert _mr(repo, "main") == _mr(repo, "single")
+    assert repo.committed.get(_mr(repo, "main"), b"caf\xe9/r\xe9sum\xe9.txt") is not None
