@@ -5,13 +5,13 @@ scanned by one task each, plus the loose files of the directories above
 them). Executors list their units, stat, hash and upload contents as
 content-addressed data objects (gravfs's data plane, dedup as everywhere)
 and emit (key, encoded entry) records exactly as ``gravfs import`` stages
-them. The records are range-partitioned by key and sorted; each task writes
-its partition's ranges (gravfs.spark.ranges), the driver stitches the seams
-into one tree, applies it onto the branch head as the single-process import
-applies its staged token (puts over the head: files already under the
-prefix and absent from the source stay), and moves the head by
-compare-and-swap. Until that swap nothing is visible: a killed import leaves
-only unreferenced objects, and running it again completes it.
+them. gravfs.spark.treejob turns the records into one tree (sorted range
+partitions written by the tasks, seams stitched by the driver) and commits
+it onto the branch head as the single-process import commits its staged
+token (puts over the head: files already under the prefix and absent from
+the source stay), moving the head by compare-and-swap. Until that swap
+nothing is visible: a killed import leaves only unreferenced objects, and
+running it again completes it.
 """
 
 from __future__ import annotations
@@ -24,23 +24,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from gravfs.errors import ConflictError, GravfsError, PreconditionFailedError
+from gravfs.errors import GravfsError
 from gravfs.fs.entry import (KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo, encode_entry,
                              entry_identity)
 from gravfs.fs.importer import scan
-from gravfs.fs.paths import show, to_key
+from gravfs.fs.paths import to_key
 from gravfs.fs.repository import Repository
-from gravfs.version.repository import default_author
-from gravfs.spark.ranges import (PartitionRanges, stitch_partitions, tree_records,
-                                 write_partition)
-from gravfs.spark.runtime import job_failed
 from gravfs.spark.taskstore import task_store
-from gravfs.version.committed.manager import EMPTY_METARANGE_ID
-from gravfs.version.committed.record import decode_identity, encode_value
-from gravfs.version.committed.results import Stats
-from gravfs.version.committed.writer import TreeWriter, WriteContext
-from gravfs.version.committer import CAS_RETRIES, Committer, NothingToCommitError
-from gravfs.version.refs.commits import Commit
+from gravfs.spark.treejob import land_tree, write_tree
+from gravfs.version.committed.record import encode_value
+from gravfs.version.committer import Committer, NothingToCommitError
 
 log = logging.getLogger(__name__)
 
@@ -151,12 +144,6 @@ def import_unit(store_url: str, src: str, base: bytes, unit: tuple[str, bool]
         yield from pool.map(record, items)
 
 
-def write_ranges(store_url: str, index: int, items) -> Iterator[PartitionRanges]:
-    """Write one sorted partition's ranges (runs on an executor)."""
-    ts = task_store(store_url)
-    yield write_partition(ts.tree_writer(Stats()), index, items)
-
-
 # --- the job (driver) ----------------------------------------------------------------
 
 def import_tree(spark, repo, src: str, branch: str, prefix: str = "",
@@ -195,82 +182,17 @@ def import_tree(spark, repo, src: str, branch: str, prefix: str = "",
                .flatMap(lambda u: import_unit(store_url, source, base, u))
                .persist(StorageLevel.MEMORY_AND_DISK))
     try:
-        parts = (records.sortByKey(numPartitions=nparts)
-                 .mapPartitionsWithIndex(lambda i, it: write_ranges(store_url, i, it))
-                 .collect())
-    except Exception as exc:  # a task failed after its retries (py4j/pyspark errors)
-        raise job_failed(exc, f"importing {src}") from exc
+        tree, files, used, rewritten = write_tree(repo, records, nparts, f"importing {src}")
     finally:
         try:
             records.unpersist()
-        except Exception:  # the context may be gone with the failure
+        except Exception:  # the context may be gone with a failure
             pass
-    parts.sort(key=lambda p: p.index)
-    files = sum(p.records for p in parts)
-    t1 = time.monotonic()
-    log.info("executors wrote %d entries as %d speculative ranges in %d partitions (%.1fs)",
-             files, sum(len(p.ranges) for p in parts), len(parts), t1 - t0)
-    if not files:
+    log.info("imported %d entries in %.1fs", files, time.monotonic() - t0)
+    if tree is None:
         raise NothingToCommitError(f"nothing to commit on branch {branch!r}: {src} is empty")
-    stats = Stats()
-    ctx = WriteContext(repo.store, repo.workspace.sub("sst-tmp"), None,
-                       compression=repo.settings.compression)
-    # no "known" ranges: a seam range equal to a task's is written again (put-if-absent)
-    # so its metarange record carries the SST size, as a single writer's does
-    writer = TreeWriter(ctx, repo.settings.ranges.policy(), stats)
-    tree = stitch_partitions(writer, repo.committed.ranges, parts)
-    log.info("stitched %d ranges (%d rewritten at the seams) in %.1fs", len(tree.ranges),
-             stats.ranges_written, time.monotonic() - t1)
-    commit = _land(repo, branch, head, tree, message or f"Import {source}", source)
-    repo.forget_head(branch)
-    return SparkImportResult(commit, files, len(parts), len(tree.ranges), stats.ranges_written)
+    commit = land_tree(repo, branch, head, tree, message or f"Import {source}",
+                       {"import_source": source})
+    return SparkImportResult(commit, files, used, len(tree.ranges), rewritten)
 
 
-def _land(repo, branch: str, base: Commit, tree, message: str, source: str) -> Commit:
-    """Apply the imported tree onto the head and compare-and-swap the head to it."""
-    for attempt in range(CAS_RETRIES):
-        head_id, version = repo.heads.branch(branch)
-        head = repo.commits.get(head_id)
-        if head.id != base.id:
-            _check_rebase(repo, base, head, tree)
-        if head.metarange == EMPTY_METARANGE_ID:
-            mr = tree.id
-        else:
-            mr = repo.committed.apply(head.metarange, _changes(repo, tree)).metarange_id
-        if mr == head.metarange:
-            raise NothingToCommitError(f"nothing to commit on branch {branch!r}: the imported "
-                                       "tree is already there")
-        c = repo.commits.put(Commit(mr, (head.id,), message, default_author(), time.time_ns(),
-                                    head.generation + 1, {"import_source": source}))
-        try:
-            repo.heads.move_branch(branch, version, c.id)
-        except PreconditionFailedError:
-            log.info("head of %s moved during the import; retrying (%d)", branch, attempt + 1)
-            continue
-        log.info("committed %s on %s", c.id[:12], branch)
-        return c
-    raise PreconditionFailedError(f"branch {branch!r} kept moving; gave up after {CAS_RETRIES} "
-                                  "attempts (nothing was committed)")
-
-
-def _check_rebase(repo, base: Commit, head: Commit, tree) -> None:
-    """Raise ConflictError when the head moved since the import started and changed a
-    path the import writes differently (as a commit's rebase does); costs the size
-    of that change, not of the import."""
-    conflicts = []
-    for d in repo.committed.diff(base.metarange, head.metarange):
-        rec = repo.committed.get(tree.id, d.key)
-        if rec is not None and (d.right is None or d.right[1] != rec[1]):
-            conflicts.append(d.key)
-    if conflicts:
-        names = ", ".join(show(k) for k in conflicts[:10])
-        more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
-        raise ConflictError(f"branch head moved to {head.id[:12]} and changed the same paths: "
-                            f"{names}{more}; nothing was committed", conflicts)
-    log.info("head moved to %s meanwhile; applying the import onto it", head.id[:12])
-
-
-def _changes(repo, tree) -> Iterator[tuple]:
-    """The imported tree's records as committer changes (values kept encoded)."""
-    for k, v in tree_records(repo.committed.ranges, tree):
-        yield k, decode_identity(v), None, v

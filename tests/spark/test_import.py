@@ -115,7 +115,7 @@ def test_bad_input_commits_nothing(spark, repo, tmp_path, tree):
 def test_head_moved_during_import(spark, repo, tree, monkeypatch):
     """A commit landing while the import runs: rebased onto when it touches other paths,
     a conflict (nothing committed) when it changed an imported path."""
-    import gravfs.spark.importer as imp
+    import gravfs.spark.treejob as imp
     from gravfs.errors import ConflictError
 
     src, _ = tree

@@ -1,0 +1,128 @@
+"""From an RDD of records to a commit: the part every Spark import shares.
+
+``write_tree`` range-partitions (key, encoded value) records by key, sorts
+them, has each task write its partition's ranges (gravfs.spark.ranges) and
+stitches them on the driver into one tree: the tree a single writer would
+make of the same records. ``land_tree`` applies that tree onto a branch head
+(puts over it, as ``gravfs import`` commits its token) and moves the head by
+compare-and-swap; a head that moved meanwhile is rebased onto unless it
+changed a path the tree writes differently. Until the swap nothing is
+visible: a killed job leaves only unreferenced objects.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Iterator, Optional
+
+from gravfs.errors import ConflictError, PreconditionFailedError
+from gravfs.fs.paths import show
+from gravfs.spark.ranges import PartitionRanges, stitch_partitions, tree_records, write_partition
+from gravfs.spark.runtime import job_failed
+from gravfs.spark.taskstore import task_store
+from gravfs.version.committed.manager import EMPTY_METARANGE_ID
+from gravfs.version.committed.reader import MetaRange
+from gravfs.version.committed.record import decode_identity
+from gravfs.version.committed.results import Stats
+from gravfs.version.committed.writer import TreeWriter, WriteContext
+from gravfs.version.committer import CAS_RETRIES, NothingToCommitError
+from gravfs.version.refs.commits import Commit
+from gravfs.version.repository import default_author
+
+log = logging.getLogger(__name__)
+
+
+def write_ranges(store_url: str, index: int, items) -> Iterator[PartitionRanges]:
+    """Write one sorted partition's ranges (runs on an executor)."""
+    ts = task_store(store_url)
+    yield write_partition(ts.tree_writer(Stats()), index, items)
+
+
+def write_tree(repo, records, partitions: int, what: str
+               ) -> tuple[Optional[MetaRange], int, int, int]:
+    """Write the records (an RDD of unique keys) as one tree in the repository's store.
+
+    Returns (tree or None when there are no records, records, partitions,
+    ranges the driver rewrote at the seams). A failed job is a SparkJobError
+    naming ``what``.
+    """
+    store_url = repo.store.url
+    t0 = time.monotonic()
+    try:
+        parts = (records.sortByKey(numPartitions=partitions)
+                 .mapPartitionsWithIndex(lambda i, it: write_ranges(store_url, i, it))
+                 .collect())
+    except Exception as exc:  # a task failed after its retries (py4j/pyspark errors)
+        raise job_failed(exc, what) from exc
+    parts.sort(key=lambda p: p.index)
+    count = sum(p.records for p in parts)
+    t1 = time.monotonic()
+    log.info("executors wrote %d records as %d speculative ranges in %d partitions (%.1fs)",
+             count, sum(len(p.ranges) for p in parts), len(parts), t1 - t0)
+    if not count:
+        return None, 0, len(parts), 0
+    stats = Stats()
+    ctx = WriteContext(repo.store, repo.workspace.sub("sst-tmp"), None,
+                       compression=repo.settings.compression)
+    # no "known" ranges: a seam range equal to a task's is written again (put-if-absent)
+    # so its metarange record carries the SST size, as a single writer's does
+    writer = TreeWriter(ctx, repo.settings.ranges.policy(), stats)
+    tree = stitch_partitions(writer, repo.committed.ranges, parts)
+    log.info("stitched %d ranges (%d rewritten at the seams) in %.1fs", len(tree.ranges),
+             stats.ranges_written, time.monotonic() - t1)
+    return tree, count, len(parts), stats.ranges_written
+
+
+def land_tree(repo, branch: str, base: Commit, tree: MetaRange, message: str,
+              metadata: dict) -> Commit:
+    """Apply ``tree`` onto the head of ``branch`` (expected at ``base``) and move the head
+    by compare-and-swap; see the module doc. Raises NothingToCommitError when the
+    head already holds the tree."""
+    for attempt in range(CAS_RETRIES):
+        head_id, version = repo.heads.branch(branch)
+        head = repo.commits.get(head_id)
+        if head.id != base.id:
+            _check_rebase(repo, base, head, tree)
+        if head.metarange == EMPTY_METARANGE_ID:
+            mr = tree.id
+        else:
+            mr = repo.committed.apply(head.metarange, _changes(repo, tree)).metarange_id
+        if mr == head.metarange:
+            raise NothingToCommitError(f"nothing to commit on branch {branch!r}: the imported "
+                                       "tree is already there")
+        c = repo.commits.put(Commit(mr, (head.id,), message, default_author(), time.time_ns(),
+                                    head.generation + 1, dict(metadata)))
+        try:
+            repo.heads.move_branch(branch, version, c.id)
+        except PreconditionFailedError:
+            log.info("head of %s moved meanwhile; retrying (%d)", branch, attempt + 1)
+            continue
+        log.info("committed %s on %s", c.id[:12], branch)
+        repo.forget_head(branch)
+        return c
+    raise PreconditionFailedError(f"branch {branch!r} kept moving; gave up after {CAS_RETRIES} "
+                                  "attempts (nothing was committed)")
+
+
+def _check_rebase(repo, base: Commit, head: Commit, tree: MetaRange) -> None:
+    """Raise ConflictError when the head moved since the job started and changed a
+    path the tree writes differently (as a commit's rebase does); costs the size
+    of that change, not of the tree."""
+    conflicts = []
+    for d in repo.committed.diff(base.metarange, head.metarange):
+        rec = repo.committed.get(tree.id, d.key)
+        if rec is not None and (d.right is None or d.right[1] != rec[1]):
+            conflicts.append(d.key)
+    if conflicts:
+        names = ", ".join(show(k) for k in conflicts[:10])
+        more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
+        raise ConflictError(f"branch head moved to {head.id[:12]} and changed the same paths: "
+                            f"{names}{more}; nothing was committed", conflicts)
+    log.info("head moved to %s meanwhile; applying the tree onto it", head.id[:12])
+
+
+def _changes(repo, tree: MetaRange) -> Iterator[tuple]:
+    """The tree's records as committer changes (values kept encoded)."""
+    for k, v in tree_records(repo.committed.ranges, tree):
+        yield k, decode_identity(v), None, v
