@@ -235,11 +235,12 @@ class Gravfs:
             from gravfs.fs.repository import Repository
             repo = Repository.init(self.store, self.state)
             try:
-                e = repo.write_file("main", "big", big_local)
-                self.big_address = e.address
+                # imports first: an import refuses a branch with uncommitted changes
                 import_tree(repo, small_local, "main", "small", "small", progress=False)
                 if spark_local:
                     import_tree(repo, spark_local, "main", "parquet", "parquet", progress=False)
+                e = repo.write_file("main", "big", big_local)
+                self.big_address = e.address
                 small = repo.write_file("main", "many/.seed", os.path.join(small_local, "f000000"))
                 now = time.time_ns()
                 items = [(b"many/e%07d" % i, EntryInfo(address=small.address, size=small.size,
