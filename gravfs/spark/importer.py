@@ -34,6 +34,7 @@ from gravfs.spark.taskstore import task_store
 from gravfs.spark.treejob import land_tree, write_tree
 from gravfs.version.committed.record import encode_value
 from gravfs.version.committer import Committer, NothingToCommitError
+from gravfs.version.refs.commits import Commit
 
 log = logging.getLogger(__name__)
 

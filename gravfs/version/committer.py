@@ -22,7 +22,7 @@ import logging
 import os
 import time
 from contextlib import contextmanager
-from typing import Iterable, Iterator, Optional
+from typing import Iterator, Optional
 
 from gravfs.errors import ConflictError, GravfsError, NotFoundError, PreconditionFailedError
 from gravfs.faults import crash_point
