@@ -6,6 +6,7 @@ The repository (store and state dir) lives on a small tmpfs, a real full disk.
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import subprocess
 
@@ -42,6 +43,39 @@ def tmpfs(tmp_path):
 @pytest.fixture
 def small_disk(tmpfs):
     return tmpfs(TMPFS_BYTES)
+
+
+@pytest.fixture
+def disk_mount(tmpfs):
+    """A mounted repository whose store and state dir share a 24 MiB tmpfs (m.base)."""
+    if not fuse_available():
+        pytest.fail("/dev/fuse is not usable: these tests need real FUSE mounts")
+    m = Mount(tmpfs(24 << 20)).init()
+    m.mount()
+    try:
+        yield m
+    finally:
+        m.cleanup()
+
+
+def _fill(disk: str, leave: int) -> str:
+    """Fill the disk but ``leave`` bytes; returns the filler file's path."""
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    filler = os.path.join(disk, "filler")
+    with open(filler, "wb") as f:
+        f.write(b"\0" * (free - leave))
+    return filler
+
+
+def _close_fails(m: Mount, name: str, data: bytes) -> None:
+    """Write ``data`` to a new file whose close cannot store it (ENOSPC); the mount
+    still shows the whole file."""
+    f = open(m.branch_path(name), "wb")
+    f.write(data)
+    with pytest.raises(OSError) as ei:
+        f.close()
+    assert ei.value.errno == errno.ENOSPC
+    assert os.stat(m.branch_path(name)).st_size == len(data)
 
 
 def _leftovers(root: str) -> list[str]:
@@ -128,109 +162,68 @@ def test_mount_write_on_a_full_disk_is_enospc_and_keeps_the_rest(small_disk):
         m.cleanup()
 
 
-def test_mount_close_that_cannot_stage_keeps_the_content(tmpfs):
+def test_mount_close_that_cannot_stage_keeps_the_content(disk_mount):
     """A file whose close cannot store its content (the disk filled meanwhile) stays in
     the mount with that content and is staged by the next fsync once there is space."""
-    if not fuse_available():
-        pytest.fail("/dev/fuse is not usable: these tests need real FUSE mounts")
-    disk = tmpfs(24 << 20)
-    m = Mount(disk).init()
-    m.mount()
+    m = disk_mount
+    filler = _fill(m.base, 8 << 20)  # room for the local copy, not for storing it
+    data = os.urandom(6 << 20)  # above the write-back size: stored on close
+    _close_fails(m, "big.bin", data)
+    with open(m.branch_path("big.bin"), "rb") as g:
+        assert g.read() == data
+    os.unlink(filler)
+    fd = os.open(m.branch_path("big.bin"), os.O_RDWR)
     try:
-        free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
-        filler = os.path.join(disk, "filler")
-        with open(filler, "wb") as f:  # leave room for the local copy, not for storing it
-            f.write(b"\0" * (free - (8 << 20)))
-        data = os.urandom(6 << 20)  # above the write-back size: stored on close
-        f = open(m.branch_path("big.bin"), "wb")
-        f.write(data)
-        with pytest.raises(OSError) as ei:
-            f.close()
-        assert ei.value.errno == errno.ENOSPC
-        assert os.stat(m.branch_path("big.bin")).st_size == len(data)
-        with open(m.branch_path("big.bin"), "rb") as g:
-            assert g.read() == data
-        os.unlink(filler)
-        fd = os.open(m.branch_path("big.bin"), os.O_RDWR)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        m.commit(message="after the disk had room again")
-        with open(m.path("commits", m.head()[:12], "big.bin"), "rb") as g:
-            assert g.read() == data
-        m.assert_clean_log()
+        os.fsync(fd)
     finally:
-        m.cleanup()
+        os.close(fd)
+    m.commit(message="after the disk had room again")
+    with open(m.path("commits", m.head()[:12], "big.bin"), "rb") as g:
+        assert g.read() == data
+    m.assert_clean_log()
 
 
-def test_unmount_that_cannot_stage_saves_the_file_in_lost_and_found(tmpfs):
-    if not fuse_available():
-        pytest.fail("/dev/fuse is not usable: these tests need real FUSE mounts")
-    import glob
-    disk = tmpfs(24 << 20)
-    m = Mount(disk).init()
-    m.mount()
-    try:
-        free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
-        with open(os.path.join(disk, "filler"), "wb") as f:
-            f.write(b"\0" * (free - (8 << 20)))
-        os.mkdir(m.branch_path("d"))
-        data = os.urandom(6 << 20)
-        f = open(m.branch_path("d/big.bin"), "wb")
-        f.write(data)
-        with pytest.raises(OSError):
-            f.close()
-        res = m.cli("umount", m.mnt, check=False)
-        assert not os.path.ismount(m.mnt)
-        saved = glob.glob(os.path.join(m.state_dir, "repos", "*", "lost+found", "main", "d",
-                                       "big.bin"))
-        assert len(saved) == 1, "the unstaged file was not saved at unmount"
-        assert res.returncode == 1 and saved[0] in res.stderr, res.stderr
-        with open(saved[0], "rb") as g:
-            assert g.read() == data
-        assert "lost+found" in m.log_text()
-        m.remount()  # the next mount leaves lost+found alone
-        assert os.path.exists(saved[0])
-    finally:
-        m.cleanup()
+def test_unmount_that_cannot_stage_saves_the_file_in_lost_and_found(disk_mount):
+    m = disk_mount
+    _fill(m.base, 8 << 20)
+    os.mkdir(m.branch_path("d"))
+    data = os.urandom(6 << 20)
+    _close_fails(m, "d/big.bin", data)
+    res = m.cli("umount", m.mnt, check=False)
+    assert not os.path.ismount(m.mnt)
+    saved = glob.glob(os.path.join(m.state_dir, "repos", "*", "lost+found", "main", "d",
+                                   "big.bin"))
+    assert len(saved) == 1, "the unstaged file was not saved at unmount"
+    assert res.returncode == 1 and saved[0] in res.stderr, res.stderr
+    with open(saved[0], "rb") as g:
+        assert g.read() == data
+    assert "lost+found" in m.log_text()
+    m.remount()  # the next mount leaves lost+found alone
+    assert os.path.exists(saved[0])
 
 
-def test_failed_close_commits_nothing_and_umount_reports_lost_and_found(tmpfs):
+def test_failed_close_commits_nothing_and_umount_reports_lost_and_found(disk_mount):
     """A 15 MiB file whose close cannot store it (the store shares the full disk):
     the mount shows it, a commit does not take it (never as an empty file), and
     the umount that has to save it in lost+found says so and fails."""
-    if not fuse_available():
-        pytest.fail("/dev/fuse is not usable: these tests need real FUSE mounts")
-    import glob
-    disk = tmpfs(24 << 20)
-    m = Mount(disk).init()
-    m.mount()
-    try:
-        with open(m.branch_path("ok.txt"), "wb") as f:
-            f.write(b"fits")
-        data = os.urandom(15 << 20)  # its local copy fits, a second copy in the store not
-        f = open(m.branch_path("big.bin"), "wb")
-        f.write(data)
-        with pytest.raises(OSError) as ei:
-            f.close()
-        assert ei.value.errno == errno.ENOSPC
-        assert os.stat(m.branch_path("big.bin")).st_size == len(data)
-        cid = m.commit(message="what could be staged")
-        listed = m.cli("ls", cid).stdout
-        assert "ok.txt" in listed and "big.bin" not in listed
-        assert not os.path.exists(m.path("commits", cid[:12], "big.bin"))
-        res = m.cli("umount", m.mnt, check=False)
-        assert not os.path.ismount(m.mnt)
-        m.mounted = False
-        saved = glob.glob(os.path.join(m.state_dir, "repos", "*", "lost+found", "main",
-                                       "big.bin"))
-        assert len(saved) == 1
-        with open(saved[0], "rb") as g:
-            assert g.read() == data
-        assert res.returncode != 0, res.stderr
-        lines = [l for l in res.stderr.splitlines() if l.strip()]
-        assert any("main:big.bin" in l and saved[0] in l for l in lines), res.stderr
-        assert "Traceback" not in res.stderr
-    finally:
-        m.cleanup()
+    m = disk_mount
+    with open(m.branch_path("ok.txt"), "wb") as f:
+        f.write(b"fits")
+    data = os.urandom(15 << 20)  # its local copy fits, a second copy in the store not
+    _close_fails(m, "big.bin", data)
+    cid = m.commit(message="what could be staged")
+    listed = m.cli("ls", cid).stdout
+    assert "ok.txt" in listed and "big.bin" not in listed
+    assert not os.path.exists(m.path("commits", cid[:12], "big.bin"))
+    res = m.cli("umount", m.mnt, check=False)
+    assert not os.path.ismount(m.mnt)
+    m.mounted = False
+    saved = glob.glob(os.path.join(m.state_dir, "repos", "*", "lost+found", "main",
+                                   "big.bin"))
+    assert len(saved) == 1
+    with open(saved[0], "rb") as g:
+        assert g.read() == data
+    assert res.returncode != 0, res.stderr
+    lines = [l for l in res.stderr.splitlines() if l.strip()]
+    assert any("main:big.bin" in l and saved[0] in l for l in lines), res.stderr
+    assert "Traceback" not in res.stderr
