@@ -221,13 +221,37 @@ class DataReader:
         key = (address, idx)
         with self._lock:
             data = self._chunks.get(key)
-            if data is not None:
-                self.stats["chunk_hits"] += 1
-                return data
-        data = self._start(address, size, idx).result()
+            v = self._verifiers.get(address)
+        if data is not None:
+            self.stats["chunk_hits"] += 1
+        else:
+            data = self._start(address, size, idx).result()
+        if v is not None and idx == v.last:
+            self._settle(address, size, v)
         if address in self._corrupt:
             raise CorruptDataError(f"data object {address} does not match its hash")
         return data
+
+    def _settle(self, address: str, size: int, v: _Verifier) -> None:
+        """Before the last chunk is served, finish the running hash over the chunks that
+        are cached or being fetched. A fetcher files its chunk in the cache before it
+        feeds the hash, so a sequential reader could otherwise take an earlier chunk
+        and then the last one from the cache before the hash had seen them, and end a
+        whole read of a damaged object without an error. Nothing new is fetched: a
+        reader that skipped chunks (a footer first) leaves the hash open, as before."""
+        while v.next <= v.last and address not in self._corrupt:
+            n = v.next
+            with self._lock:
+                chunk = self._chunks.peek((address, n))
+                pending = self._inflight.get((address, n)) if chunk is None else None
+            if chunk is None:
+                if pending is None:
+                    return
+                try:
+                    chunk = pending.result()
+                except Exception:
+                    return  # that fetch's own reader sees its error
+            self._feed(address, size, v, n, chunk)
 
     def _start(self, address: str, size: int, idx: int) -> Future:
         """The (possibly shared) fetch of one chunk; already cached -> a done future."""
