@@ -56,7 +56,7 @@ def spark_log_path(state_dir: Optional[str]) -> str:
 
 def cmd_spark_import(args, open_repo: Callable, split_ref_path: Callable) -> int:
     from gravfs.errors import GravfsError
-    from gravfs.spark.importer import import_tree
+    from gravfs.spark.importer import check_inputs, import_tree
     from gravfs.spark.progress import stage_progress
     from gravfs.spark.runtime import SparkJobError, parse_conf, start_session
 
@@ -65,7 +65,7 @@ def cmd_spark_import(args, open_repo: Callable, split_ref_path: Callable) -> int
     branch, prefix = split_ref_path(args.dest, "BRANCH[:PREFIX]")
     conf = parse_conf(args.conf)
     with open_repo(args) as repo:
-        repo.head(branch, fresh=True)  # a missing branch fails before Spark starts
+        check_inputs(repo, args.src, branch)  # bad input fails before the JVM starts
         log_file = None if args.verbose else spark_log_path(args.state_dir)
         t0 = time.monotonic()
         spark = start_session(args.master, conf, args.verbose, app_name="gravfs import",

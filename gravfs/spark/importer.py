@@ -147,6 +147,18 @@ def import_unit(store_url: str, src: str, base: bytes, unit: tuple[str, bool]
 
 # --- the job (driver) ----------------------------------------------------------------
 
+def check_inputs(repo, src: str, branch: str) -> Commit:
+    """What an import refuses, checked before any Spark work (the CLI calls it before
+    the JVM starts): the branch's head commit, or one clear error."""
+    if not os.path.isdir(src):
+        raise GravfsError(f"{src}: not a directory")
+    head = repo.commits.get(repo.head(branch, fresh=True))
+    if not Committer(repo).is_clean(branch):
+        raise GravfsError(f"branch {branch!r} has uncommitted changes; commit or reset them "
+                          "first")
+    return head
+
+
 def import_tree(spark, repo, src: str, branch: str, prefix: str = "",
                 message: Optional[str] = None, state_dir: Optional[str] = None,
                 partitions: Optional[int] = None) -> SparkImportResult:
@@ -161,16 +173,11 @@ def import_tree(spark, repo, src: str, branch: str, prefix: str = "",
     if isinstance(repo, str):
         with Repository.open(repo, state_dir) as r:
             return import_tree(spark, r, src, branch, prefix, message, partitions=partitions)
-    if not os.path.isdir(src):
-        raise GravfsError(f"{src}: not a directory")
+    head = check_inputs(repo, src, branch)
     source = os.path.abspath(src)
     pfx = to_key(prefix)
     base = pfx + b"/" if pfx else b""
     store_url = repo.store.url
-    head = repo.commits.get(repo.head(branch, fresh=True))  # a missing branch fails early
-    if not Committer(repo).is_clean(branch):
-        raise GravfsError(f"branch {branch!r} has uncommitted changes; commit or reset them "
-                          "first")
     sc = spark.sparkContext
     nparts = partitions or sc.defaultParallelism
     slices = UNITS_PER_CORE * sc.defaultParallelism
