@@ -25,7 +25,8 @@ from typing import Iterator, Optional
 
 from gravfs.fs.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo, decode_entry
 from gravfs.version.committed.record import decode_value
-from gravfs.version.committer import Committer
+from gravfs.version.committed.manager import EMPTY_METARANGE_ID
+from gravfs.version.committer import Committer, NothingToCommitError
 from gravfs.errors import CorruptDataError, GravfsError
 from gravfs.faults import crash_point
 from gravfs.fs.paths import to_key
@@ -199,6 +200,8 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
     pfx = to_key(prefix)
     base = pfx + b"/" if pfx else b""
     items = list(scan(src))
+    if not items:
+        raise NothingToCommitError(f"nothing to commit on branch {branch!r}: {src} is empty")
     total_bytes = sum(st.st_size for _, kind, st in items if kind == "file")
 
     def key_of(item) -> bytes:
@@ -239,8 +242,9 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
                     batch, flushed = [], time.monotonic()
             if batch:
                 _stage(repo, job.token, batch)
-        log.info("staged %d entries (%d bytes, %d files already uploaded) in %.1fs", len(items),
-                 total_bytes, reused, time.monotonic() - t0)
+        removed = _stage_removals(repo, job, pfx, {key_of(i) for i in items})
+        log.info("staged %d entries (%d bytes, %d files already uploaded) and %d removal(s) "
+                 "in %.1fs", len(items), total_bytes, reused, removed, time.monotonic() - t0)
         crash_point("import:staged")
         msg = message or f"Import {source}"
         commit, staged = committer.commit_import(branch, job.token, job.base, msg, default_author(),
@@ -253,6 +257,38 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
     finally:
         job.close()
     return ImportResult(commit, len(items), reused, job.dropped, staged)
+
+
+def replaced_keys(committed, metarange_id: str, pfx: bytes) -> Iterator[bytes]:
+    """Keys of a tree that an import into ``pfx`` replaces, in key order: ``pfx`` itself
+    (a file where the imported directory goes) and every key under ``pfx/``; every
+    key of the tree for the root (``pfx`` empty)."""
+    if metarange_id == EMPTY_METARANGE_ID:
+        return
+    base = pfx + b"/" if pfx else b""
+    for rec in committed.iter(metarange_id, pfx):
+        k = rec.key
+        if k == pfx or k.startswith(base):
+            yield k
+        elif k > base:
+            return
+
+
+def _stage_removals(repo, job: "ImportJob", pfx: bytes, keys: set) -> int:
+    """Stage deletions of what the import's base commit holds under the prefix and the
+    source lacks (see the module doc); returns how many."""
+    mr = repo.commits.get(job.base).metarange
+    gone: list = []
+    n = 0
+    for k in replaced_keys(repo.committed, mr, pfx):
+        if k not in keys:
+            gone.append((k, None))
+            if len(gone) >= BATCH:
+                _stage(repo, job.token, gone)
+                n, gone = n + len(gone), []
+    if gone:
+        _stage(repo, job.token, gone)
+    return n + len(gone)
 
 
 def _resume(repo, job: ImportJob, items: list, key_of) -> tuple[list, int, int]:

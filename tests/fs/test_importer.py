@@ -236,3 +236,38 @@ def test_import_killed_while_committing(env, tmp_path, point):
     assert _import_records(store, state) == {}
     _, out, _ = run_cli("fsck", store=store, state=state)
     assert "clean" in out
+
+
+def test_import_replaces_the_prefix(env, tmp_path):
+    """What the branch holds under PREFIX and the source lacks is removed in the import's
+    commit (a file at PREFIX itself too); paths outside PREFIX stay."""
+    store, state = env
+    old = _tree(str(tmp_path / "old"), 12, "old")
+    new = _tree(str(tmp_path / "new"), 5, "new")
+    run_cli("import", "-q", str(tmp_path / "old"), "main:raw", store=store, state=state)
+    run_cli("import", "-q", str(tmp_path / "old"), "main:raw2", store=store, state=state)
+    (tmp_path / "x").write_bytes(b"a file where the import's directory goes\n")
+    run_cli("put", str(tmp_path / "x"), "main:raw2/sub", store=store, state=state)
+    run_cli("commit", "main", "-m", "file", store=store, state=state)
+    run_cli("import", "-q", str(tmp_path / "new"), "main:raw", store=store, state=state)
+    run_cli("import", "-q", str(tmp_path / "new"), "main:raw2/sub", store=store, state=state)
+    r = Repository.open(store, state)
+    try:
+        assert _files(r, "main", "raw") == {f"raw/{k}": v for k, v in new.items()}
+        # raw2/sub was a file: replaced by the imported directory; raw2's other files stay
+        assert _files(r, "main", "raw2") == {**{f"raw2/{k}": v for k, v in old.items()},
+                                             **{f"raw2/sub/{k}": v for k, v in new.items()}}
+    finally:
+        r.close()
+    # into the root: the whole branch becomes the source
+    run_cli("import", "-q", str(tmp_path / "new"), "main", store=store, state=state)
+    r = Repository.open(store, state)
+    try:
+        assert _files(r, "main") == new
+    finally:
+        r.close()
+    # an empty source is refused, not an order to empty the prefix
+    (tmp_path / "empty").mkdir()
+    rc, out, err = run_cli("import", "-q", str(tmp_path / "empty"), "main", store=store,
+                           state=state, check=False)
+    assert rc == 1 and "is empty" in err
