@@ -71,6 +71,17 @@ class CorruptDataError(GravfsError):
         self.offset = offset
 
 
+class SourceChangedError(CorruptDataError):
+    """The source object of a by-reference entry changed or vanished since it was
+    referenced (gravfs.data.external): its bytes would not be the entry's, so none
+    are served (EIO in the mount). ``vanished``: the source is gone."""
+
+    def __init__(self, message: str, url: str = "", vanished: bool = False):
+        super().__init__(message)
+        self.url = url
+        self.vanished = vanished
+
+
 class StoreUnavailableError(GravfsError):
     """The object store cannot be reached or keeps failing after retries."""
 
