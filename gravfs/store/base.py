@@ -14,13 +14,56 @@ from __future__ import annotations
 
 import abc
 import heapq
+import logging
+import os
+import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple
 
 from gravfs.errors import BadNameError
+
+log = logging.getLogger(__name__)
 
 #: Names with this prefix are the local store's own temp and lock files; no key
 #: component may start with it.
 RESERVED_PREFIX = ".gravfs-"
+
+# --- garbage collection's contract with writers (see README, "Garbage collection") ---
+#
+# GC deletes unreferenced content-addressed objects under these prefixes that are
+# older than its mark's start minus a minimum age. A writer that reuses such an
+# object instead of writing it (dedup) claims it first (``claim_existing``): an
+# object older than REFRESH_AGE gets its last-modified refreshed, and while a
+# sweep is running (SWEEP_FENCE exists) the writer waits SWEEP_LEASE and looks
+# again, since a sweep deletes only what it listed less than SWEEP_LEASE ago.
+
+#: Content-addressed objects GC may delete; reusing one refreshes it.
+COLLECTABLE_PREFIXES = ("data/", "sparse/", "_gravfs/ranges/", "_gravfs/metaranges/")
+#: Exists while a GC sweep may be deleting (gravfs.spark.gc writes and removes it).
+SWEEP_FENCE = "_gravfs/gc/sweeping"
+#: A reused object older than this (seconds) is refreshed before it is referenced.
+REFRESH_AGE = 3600.0
+
+
+def sweep_lease() -> float:
+    """Seconds a sweep may act on a listing (``GRAVFS_GC_LEASE``, default 30)."""
+    try:
+        return max(0.0, float(os.environ.get("GRAVFS_GC_LEASE", "") or 30.0))
+    except ValueError:
+        return 30.0
+
+
+def is_collectable(key: str) -> bool:
+    return key.startswith(COLLECTABLE_PREFIXES)
+
+
+class ObjectInfo(NamedTuple):
+    """A stored object as a listing shows it; ``mtime``: last-modified, seconds since
+    the epoch by the store's clock."""
+
+    key: str
+    size: int
+    mtime: float
 
 
 def check_key(key: str) -> str:
@@ -114,6 +157,63 @@ class ObjectStore(abc.ABC):
 
     def exists(self, key: str) -> bool:
         return self.size(key) is not None
+
+    # --- metadata, batch delete and reuse (garbage collection) -------------------
+
+    def stat(self, key: str) -> ObjectInfo | None:
+        """Size and last-modified of ``key``; None when missing."""
+        raise NotImplementedError(f"{type(self).__name__} has no stat")
+
+    def list_info(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Every object whose key starts with ``prefix``, with its size and
+        last-modified, in no particular order (a listing page at a time)."""
+        for key in self.list(prefix):
+            info = self.stat(key)
+            if info is not None:
+                yield info
+
+    def touch(self, key: str) -> bool:
+        """Set the object's last-modified to now; False when it is missing."""
+        raise NotImplementedError(f"{type(self).__name__} has no touch")
+
+    def delete_many(self, keys: list[str]) -> int:
+        """Delete ``keys`` (missing ones are not errors) in as few requests as the
+        backend allows; returns how many were asked for."""
+        for key in keys:
+            self.delete(key)
+        return len(keys)
+
+    def claim_existing(self, key: str) -> bool:
+        """Whether ``key`` is stored and may be referenced anew without writing it
+        (dedup), refreshing it as GC's contract says (module notes above); False:
+        the caller must write it."""
+        info = self.stat(key)
+        if info is None:
+            return False
+        if not is_collectable(key) or time.time() - info.mtime < REFRESH_AGE:
+            return True
+        if not self.touch(key):
+            return False
+        started = time.monotonic()
+        log.debug("refreshed %s (last modified %.0fs ago) before reusing it", key,
+                  time.time() - info.mtime)
+        if self.size(SWEEP_FENCE) is None:
+            return True
+        # a sweep may have listed the object before the touch: it deletes within the
+        # lease of its listing, so what still exists after it is safe
+        time.sleep(max(0.0, sweep_lease() - (time.monotonic() - started)))
+        return self.size(key) is not None
+
+    def create_claiming(self, key: str, create: Callable[[], bool]) -> bool:
+        """``create()`` (a put-if-absent: True when it created ``key``); when the
+        object existed already, claim it (``claim_existing``) and create it again
+        if it vanished meanwhile (a sweep took it)."""
+        for _ in range(3):
+            if create():
+                return True
+            if not is_collectable(key) or self.claim_existing(key):
+                return False
+        return create()
 
     def remove_stale_temp_files(self, max_age_s: float = 3600.0) -> int:
         """Delete what writers killed mid-upload left behind; returns how many.

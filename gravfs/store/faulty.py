@@ -29,10 +29,12 @@ log = logging.getLogger(__name__)
 STORE_FAULT_ENV = "GRAVFS_STORE_FAULT"
 
 STORE_OPS = ("get", "get_range", "download", "size", "read_versioned", "list",
-             "put", "upload", "put_if_absent", "put_file_if_absent", "cas", "delete")
+             "put", "upload", "put_if_absent", "put_file_if_absent", "cas", "delete",
+             "stat", "touch", "delete_many")
 OP_GROUPS = {
-    "read": ("get", "get_range", "download", "size", "read_versioned", "list"),
-    "write": ("put", "upload", "put_if_absent", "put_file_if_absent", "cas", "delete"),
+    "read": ("get", "get_range", "download", "size", "read_versioned", "list", "stat"),
+    "write": ("put", "upload", "put_if_absent", "put_file_if_absent", "cas", "delete",
+              "touch", "delete_many"),
     "*": STORE_OPS,
 }
 MODES = ("fail", "fail-once", "hang")
@@ -192,6 +194,21 @@ class FaultyStore(ObjectStore):
 
     def size(self, key: str) -> int | None:
         return self._call("size", key, self.inner.size, key)
+
+    def stat(self, key: str):
+        return self._call("stat", key, self.inner.stat, key)
+
+    def list_info(self, prefix: str = ""):
+        f = self._fault("list", prefix)
+        if f is not None:
+            raise self._fail(f, "list", prefix)
+        return self.inner.list_info(prefix)
+
+    def touch(self, key: str) -> bool:
+        return self._call("touch", key, self.inner.touch, key)
+
+    def delete_many(self, keys: list[str]) -> int:
+        return self._call("delete_many", keys[0] if keys else "", self.inner.delete_many, keys)
 
     def __repr__(self) -> str:
         return f"FaultyStore({self.inner!r}, {len(self.faults)} rule(s))"

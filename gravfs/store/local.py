@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from gravfs.errors import GravfsError, NotFoundError, PreconditionFailedError
 from gravfs.faults import crash_point
 from gravfs.store import modes
-from gravfs.store.base import RESERVED_PREFIX, ObjectStore, check_key, ordered_walk
+from gravfs.store.base import RESERVED_PREFIX, ObjectInfo, ObjectStore, check_key, ordered_walk
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +215,9 @@ class LocalStore(ObjectStore):
         self._replace(tmp, path)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
+        return self.create_claiming(key, lambda: self._put_if_absent(key, data))
+
+    def _put_if_absent(self, key: str, data: bytes) -> bool:
         path = self._path(key)
         tmp, _ = self._write_temp(path, data)
         crash_point("local:publish", key)
@@ -230,6 +233,9 @@ class LocalStore(ObjectStore):
     def put_file_if_absent(self, key: str, src_path: str) -> bool:
         """Hard-link the (complete) file into place: no second copy and no second
         write to sync.  Falls back to copying across file systems."""
+        return self.create_claiming(key, lambda: self._put_file_if_absent(key, src_path))
+
+    def _put_file_if_absent(self, key: str, src_path: str) -> bool:
         path = self._path(key)
         self._make_dirs(os.path.dirname(path))
         if self._fsync:
@@ -247,7 +253,8 @@ class LocalStore(ObjectStore):
         except OSError as e:
             if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
                 raise
-            return super().put_file_if_absent(key, src_path)
+            with open(src_path, "rb") as f:
+                return self._put_if_absent(key, f.read())
         self._sync_dir(path)
         return True
 
@@ -296,6 +303,33 @@ class LocalStore(ObjectStore):
         except IsADirectoryError:
             return
         self._sync_dir(path)
+
+    def delete_many(self, keys: list[str]) -> int:
+        dirs = set()
+        for key in keys:
+            path = self._path(key)
+            try:
+                os.unlink(path)
+            except (FileNotFoundError, IsADirectoryError):
+                continue
+            dirs.add(path)
+        for path in {os.path.dirname(p): p for p in dirs}.values():
+            self._sync_dir(path)
+        return len(keys)
+
+    def stat(self, key: str) -> ObjectInfo | None:
+        try:
+            st = os.stat(self._path(key))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return None if stat.S_ISDIR(st.st_mode) else ObjectInfo(key, st.st_size, st.st_mtime)
+
+    def touch(self, key: str) -> bool:
+        try:
+            os.utime(self._path(key))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        return True
 
     def remove_stale_temp_files(self, max_age_s: float = 3600.0) -> int:
         """Delete temp files left by writers that crashed (older than ``max_age_s``); returns how many."""

@@ -39,12 +39,13 @@ from botocore.config import Config
 
 from gravfs.errors import GravfsError, NotFoundError, PreconditionFailedError, StoreUnavailableError
 from gravfs.store import s3timeouts
-from gravfs.store.base import ObjectStore, check_key, ordered_walk
+from gravfs.store.base import ObjectInfo, ObjectStore, check_key, ordered_walk
 from gravfs.store.s3timeouts import Deadline, DeadlineExceeded, S3Timeouts
 
 log = logging.getLogger(__name__)
 
 MiB = 1 << 20
+DELETE_BATCH = 1000  # keys per DeleteObjects request (the S3 limit)
 
 # Failures of the transport (server down, connection reset, timeouts).
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -327,6 +328,9 @@ class S3Store(ObjectStore):
             return None
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
+        return self.create_claiming(key, lambda: self._put_if_absent(key, data))
+
+    def _put_if_absent(self, key: str, data: bytes) -> bool:
         try:
             self._conditional_put("put_if_absent", key, data, IfNoneMatch="*")
             return True
@@ -365,6 +369,64 @@ class S3Store(ObjectStore):
             self._call("delete", key, self._client.delete_object, Key=self._full(key))
         except NotFoundError:
             pass
+
+    def delete_many(self, keys: list[str]) -> int:
+        """DeleteObjects, 1,000 keys a request; keys the server refuses with a
+        transient code (SlowDown, InternalError, ...) are sent again with backoff."""
+        for i in range(0, len(keys), DELETE_BATCH):
+            self._delete_batch(keys[i:i + DELETE_BATCH])
+        return len(keys)
+
+    def _delete_batch(self, keys: list[str]) -> None:
+        todo = keys
+        for attempt in itertools.count(1):
+            objects = [{"Key": self._full(k)} for k in todo]
+            resp = self._call("delete_many", todo[0], self._client.delete_objects,
+                              Delete={"Objects": objects, "Quiet": True})
+            errors = [e for e in resp.get("Errors", ()) if e.get("Code") != "NoSuchKey"]
+            if not errors:
+                return
+            transient = [e for e in errors if e.get("Code") in _UNAVAILABLE_CODES]
+            if len(transient) < len(errors) or attempt >= self.max_attempts:
+                e = errors[0]
+                raise GravfsError(f"delete of {len(errors)} object(s) on {self._where()} failed: "
+                                  f"{e.get('Key')}: {e.get('Code')}: {e.get('Message', '')}")
+            n = len(self.prefix)
+            todo = [e["Key"][n:] for e in transient]
+            log.info("delete_many: %d key(s) throttled (%s), retrying", len(todo),
+                     transient[0].get("Code"))
+            _backoff(attempt)
+
+    def stat(self, key: str) -> ObjectInfo | None:
+        try:
+            r = self._call("stat", key, self._client.head_object, Key=self._full(key))
+        except NotFoundError:
+            return None
+        return ObjectInfo(key, int(r["ContentLength"]), r["LastModified"].timestamp())
+
+    def list_info(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        n = len(self.prefix)
+        kw: dict[str, Any] = {"Prefix": self.prefix + prefix}
+        while True:
+            resp = self._call("list", prefix or "/", self._client.list_objects_v2, **kw)
+            for o in resp.get("Contents", ()):
+                if not o["Key"].endswith("/"):
+                    yield ObjectInfo(o["Key"][n:], int(o["Size"]), o["LastModified"].timestamp())
+            token = resp.get("NextContinuationToken")
+            if not resp.get("IsTruncated") or not token:
+                return
+            kw["ContinuationToken"] = token
+
+    def touch(self, key: str) -> bool:
+        """A copy onto itself (server-side, no bytes sent) sets a new last-modified."""
+        full = self._full(key)
+        try:
+            self._call("touch", key, self._client.copy_object, Key=full,
+                       CopySource={"Bucket": self.bucket, "Key": full},
+                       MetadataDirective="REPLACE")
+        except NotFoundError:
+            return False
+        return True
 
     # --- listing -------------------------------------------------------------
 
