@@ -70,6 +70,12 @@ def source_of(entry) -> Source:
     return Source(entry.address, entry.size, entry.e_tag)
 
 
+def content_key(entry) -> str:
+    """What names an entry's bytes (caches, "same content" marks): a data object's
+    address, or a source's URL with the version it must have."""
+    return source_of(entry).key if is_external(entry.address_type) else entry.address
+
+
 def file_tag(st: os.stat_result) -> str:
     """The e_tag of a file source, from its stat."""
     return f"{st.st_mtime_ns:x}-{st.st_size:x}"
@@ -319,5 +325,5 @@ def check_source(store, src: Source) -> None:
     reader_for(store).check(src)
 
 
-__all__ = ["ADDRESS_FULL", "CHUNK", "ExternalReader", "Source", "check_source", "copy_source",
-           "file_tag", "is_external", "iter_source", "read_source", "reader_for", "source_of"]
+__all__ = ["ADDRESS_FULL", "CHUNK", "ExternalReader", "Source", "check_source", "content_key",
+           "copy_source", "file_tag", "is_external", "iter_source", "read_source", "reader_for", "source_of"]

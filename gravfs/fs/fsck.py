@@ -6,6 +6,12 @@ checked for presence and size (re-hashed with ``check_data``); a sparse file's
 manifest is read and verified, and its extents are checked as data objects. Each
 object is visited once however many commits share it.
 
+A by-reference entry's content is a source object outside the store (ADDRESS_FULL,
+gravfs.data.external): it is no data object, so it is never looked for under
+``data/``; its source is checked instead (present, same size and version tag: a
+HEAD or a stat, not a read) and a changed or vanished one is reported as its own
+kind of finding, ``source ...`` (exit 1: the entry cannot be read).
+
 Keys gravfs could not have written (another writer's: a leading '/', ``a//b``,
 ``.``/``..``, NUL, a name over 255 bytes, a file at ``name/``) are warnings,
 not damage: the store is sound and they are readable under escaped names.
@@ -16,7 +22,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from concurrent.futures import ThreadPoolExecutor
+
 from gravfs.data import sparse
+from gravfs.data.external import Source, is_external, source_of
 from gravfs.fs.entry import KIND_DIRECTORY, KIND_FILE, decode_entry
 from gravfs.errors import GravfsError
 from gravfs.fs.paths import key_problem, show
@@ -24,28 +33,34 @@ from gravfs.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
+SOURCE_CHECKERS = 16  # by-reference sources checked at once
+
 
 @dataclass
 class FsckReport:
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # foreign keys
+    sources: list[str] = field(default_factory=list)  # by-reference sources changed or gone
     refs: int = 0
     commits: int = 0
     metaranges: int = 0
     ranges: int = 0
     entries: int = 0
     data_objects: int = 0
+    source_objects: int = 0  # distinct sources of by-reference entries checked
     temp_files_removed: int = 0  # left in the store by writers killed mid-upload
 
     @property
     def exit_code(self) -> int:
         """0 clean, 1 damage (missing or corrupt objects), 3 only warnings."""
-        return 1 if self.problems else 3 if self.warnings else 0
+        return 1 if self.problems or self.sources else 3 if self.warnings else 0
 
     def summary(self) -> str:
         found = []
         if self.problems:
             found.append(f"{len(self.problems)} problem(s)")
+        if self.sources:
+            found.append(f"{len(self.sources)} by-reference source(s) changed or missing")
         if self.warnings:
             found.append(f"{len(self.warnings)} warning(s)")
         state = ", ".join(found) or "clean"
@@ -53,7 +68,9 @@ class FsckReport:
                    if self.temp_files_removed else "")
         return (f"fsck: {state}: {self.refs} refs, {self.commits} commits, {self.metaranges} "
                 f"metaranges, {self.ranges} ranges, {self.entries} entries, "
-                f"{self.data_objects} data objects{removed}")
+                f"{self.data_objects} data objects"
+                + (f", {self.source_objects} by-reference sources" if self.source_objects else "")
+                + removed)
 
 
 def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
@@ -86,6 +103,7 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
     seen_ranges: set[str] = set()
     foreign: set[bytes] = set()
     data: dict[str, int] = {}
+    sources: set[Source] = set()
     with progress_bar("checking metaranges", total=len(metaranges), enabled=progress) as bar:
         # oldest commits first: a foreign key is reported with the oldest commit found
         for mr in sorted(metaranges, key=lambda m: (metaranges[m], m)):
@@ -112,7 +130,9 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
                                 f"foreign key {show(rec[0], is_dir)} ({why}; stored as "
                                 f"{rec[0]!r}) in range {info.id[:12]} of commit "
                                 f"{metaranges[mr][1][:12]}")
-                        if e.kind == KIND_FILE and e.size > 0 and e.address:
+                        if e.kind == KIND_FILE and is_external(e.address_type):
+                            sources.add(source_of(e))
+                        elif e.kind == KIND_FILE and e.size > 0 and e.address:
                             data[e.address] = e.size
                 except GravfsError as exc:
                     rep.problems.append(f"range {info.id} (in metarange {mr[:12]}): {exc}")
@@ -134,10 +154,31 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
                 except GravfsError as exc:
                     rep.problems.append(f"data object {address}: {exc}")
     rep.data_objects = len(data)
+    _check_sources(repo, sources, rep, progress)
     # by age, not by pid: a local store may be shared by several hosts
     rep.temp_files_removed = repo.store.remove_stale_temp_files()
     log.info(rep.summary())
     return rep
+
+
+def _check_sources(repo, sources: set[Source], rep: FsckReport, progress: bool) -> None:
+    """Each by-reference source present as its entries recorded it (in parallel: a
+    request or a stat each)."""
+    def check(src: Source) -> str | None:
+        try:
+            repo.external.check(src)
+        except GravfsError as exc:
+            return f"source {src.url}: {exc}"
+        return None
+
+    with progress_bar("checking by-reference sources", total=len(sources),
+                      enabled=progress and bool(sources)) as bar, \
+            ThreadPoolExecutor(SOURCE_CHECKERS, thread_name_prefix="gravfs-fsck") as pool:
+        for found in pool.map(check, sorted(sources, key=lambda s: (s.url, s.e_tag, s.size))):
+            bar.advance()
+            if found is not None:
+                rep.sources.append(found)
+    rep.source_objects = len(sources)
 
 
 def _expand_sparse(repo, data: dict[str, int], rep: FsckReport) -> None:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import BinaryIO, Iterable, Iterator, Optional
 
+from gravfs.data.external import is_external, reader_for, source_of
 from gravfs.data.objects import DataObjects
 from gravfs.errors import AlreadyExistsError, BadNameError, GravfsError, NotFoundError, PathTypeError
 from gravfs.fs.entry import (KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo, decode_entry,
@@ -154,6 +155,7 @@ class Repository(VersionRepository):
         super().__init__(store, state_dir, tier_bytes, head_ttl, staging_sync, show_key=show)
         self.data = DataObjects(store, self.tier, self.workspace.tmp,
                                 pending_dir=self.workspace.sub("pending"))
+        self.external = reader_for(store)  # by-reference entries' sources (gravfs.data.external)
         # never commit an entry whose object is not stored: drained after the seal
         self.after_seal = self.data.flush_pending
 
@@ -298,6 +300,8 @@ class Repository(VersionRepository):
         node = ref_or_node if isinstance(ref_or_node, Node) else self.stat(ref_or_node, path)
         if node.kind != "file":
             raise GravfsError(f"{node.shown}: not a regular file")
+        if is_external(node.entry.address_type):  # by reference: from its checked source
+            return self.external.read(source_of(node.entry), offset, length)
         if node.entry.size == 0:
             return b""
         return self.data.read(node.entry.address, offset, length)
@@ -305,6 +309,8 @@ class Repository(VersionRepository):
     def copy_out(self, node: Node, out: BinaryIO) -> int:
         if node.kind != "file":
             raise GravfsError(f"{node.shown}: not a regular file")
+        if is_external(node.entry.address_type):
+            return self.external.copy_to(source_of(node.entry), out)
         if node.entry.size == 0:
             return 0
         return self.data.copy_to(node.entry.address, out)
