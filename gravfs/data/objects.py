@@ -312,7 +312,7 @@ class DataObjects:
         finally:
             os.close(fd)
         address = address_of(digest)
-        if self.store.size(address) is None:
+        if not self.store.claim_existing(address):  # dedup refreshes an old object (GC)
             self.store.upload(address, path)
             log.debug("uploaded %s (%d bytes)", address, size)
             crash_point("data:uploaded", address)
@@ -324,7 +324,7 @@ class DataObjects:
                         for off, n in sparse.data_ranges(size, found))
         m = sparse.Manifest(size, extents)
         address = m.address
-        if extents and self.store.size(address) is None:
+        if extents and not self.store.claim_existing(address):
             self.store.put(address, m.encode())
         log.debug("stored %s: %d bytes in %d extent(s), %d in holes", address,
                   sum(e[1] for e in extents), len(extents), sum(h[1] for h in found))
@@ -348,7 +348,7 @@ class DataObjects:
             os.close(out)
             out = -1
             address = address_of(h.hexdigest())
-            if self.store.size(address) is None:
+            if not self.store.claim_existing(address):
                 self.store.upload(address, tmp)
                 log.debug("uploaded %s (%d bytes at %d)", address, length, offset)
                 crash_point("data:uploaded", address)
@@ -376,7 +376,7 @@ class DataObjects:
             finally:
                 os.unlink(tmp)
         address = address_of(hashing.hexdigest(data))
-        if self.store.size(address) is None:
+        if not self.store.claim_existing(address):
             self.store.put(address, data)
         return address, len(data)
 
