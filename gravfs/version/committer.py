@@ -20,7 +20,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import time
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
@@ -30,7 +29,7 @@ from gravfs.version.committed.manager import EMPTY_METARANGE_ID
 from gravfs.version.committed.record import encode_value
 from gravfs.version.committed.results import Change
 from gravfs.version.history import is_ancestor, merge_base
-from gravfs.version.refs.commits import Commit
+from gravfs.version.refs.commits import Commit, commit_time_ns
 from gravfs.version.staging import view
 from gravfs.version.staging.area import PUT, TOMBSTONE, BranchState, new_token
 
@@ -200,7 +199,7 @@ class Committer:
                 mr = self._apply_rebased(base, head, changes, st)
                 if mr == head.metarange:
                     return None
-                return Commit(mr, (head.id,), message, author, time.time_ns(),
+                return Commit(mr, (head.id,), message, author, commit_time_ns(),
                               head.generation + 1, dict(metadata))
 
             return self._land(branch, st, build)
@@ -232,7 +231,7 @@ class Committer:
                 mr = self.committed.apply(mr, imported).metarange_id
                 if mr == head.metarange:
                     return None
-                return Commit(mr, (head.id,), message, author, time.time_ns(),
+                return Commit(mr, (head.id,), message, author, commit_time_ns(),
                               head.generation + 1, dict(metadata))
 
             c = self._land(branch, st, build, tokens=[token, *st.sealed], staging=include_staged)
@@ -334,7 +333,7 @@ class Committer:
                 base_mr = base.metarange if base else EMPTY_METARANGE_ID
                 res = self.committed.merge(base_mr, src.metarange, head.metarange, strategy)
                 return Commit(res.metarange_id, (head.id, src.id),
-                              message or f"Merge {source} into {dest}", author, time.time_ns(),
+                              message or f"Merge {source} into {dest}", author, commit_time_ns(),
                               max(head.generation, src.generation) + 1,
                               {"merge_strategy": strategy})
 
@@ -353,7 +352,7 @@ class Committer:
             def build(head: Commit) -> Optional[Commit]:
                 res = self.committed.merge(target.metarange, parent.metarange, head.metarange, "fail")
                 return Commit(res.metarange_id, (head.id,), f"Revert {target.id[:12]}: "
-                              f"{target.message}", author, time.time_ns(), head.generation + 1,
+                              f"{target.message}", author, commit_time_ns(), head.generation + 1,
                               {"reverted": target.id})
 
             return self._land(branch, st, build)

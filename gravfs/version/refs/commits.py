@@ -3,14 +3,37 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
+import time
+from datetime import datetime
 from dataclasses import dataclass, field
 from typing import Optional
 
 from gravfs import hashing
-from gravfs.errors import AmbiguousRefError, CorruptDataError, NotFoundError
+from gravfs.errors import AmbiguousRefError, CorruptDataError, GravfsError, NotFoundError
 
 COMMITS_PREFIX = "_gravfs/commits/"
+#: A fixed date for new commits (seconds since the epoch, or ISO 8601), as git's
+#: GIT_COMMITTER_DATE: histories dated in the past for tests and migrations.
+COMMIT_DATE_ENV = "GRAVFS_COMMIT_DATE"
+
+
+def commit_time_ns() -> int:
+    """The time of a new commit: now, or ``$GRAVFS_COMMIT_DATE``."""
+    raw = os.environ.get(COMMIT_DATE_ENV, "").strip()
+    if not raw:
+        return time.time_ns()
+    try:
+        return int(float(raw) * 1e9)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise GravfsError(f"{COMMIT_DATE_ENV}={raw!r}: not seconds since the epoch or an "
+                          "ISO 8601 date") from None
+    return int(when.timestamp() * 1e9)
 
 
 @dataclass(frozen=True)
