@@ -1,17 +1,22 @@
-"""Bulk import of a directory tree on Spark, as one commit.
+"""Bulk import on Spark, as one commit: the job, and the local-tree source.
 
-The driver lists the top of the tree and splits it into units (directories
-scanned by one task each, plus the loose files of the directories above
-them). Executors list their units, stat, hash and upload contents as
-content-addressed data objects (gravfs's data plane, dedup as everywhere)
-and emit (key, encoded entry) records exactly as ``gravfs import`` stages
-them. gravfs.spark.treejob turns the records into one tree (sorted range
-partitions written by the tasks, seams stitched by the driver) and commits
-it onto the branch head as the single-process import commits its staged
-token (puts over the head: files already under the prefix and absent from
-the source stay), moving the head by compare-and-swap. Until that swap
-nothing is visible: a killed import leaves only unreferenced objects, and
-running it again completes it.
+A source (a directory tree here; an S3 prefix, gravfs.spark.s3source; an
+inventory manifest, gravfs.spark.manifest) checks its input before Spark
+starts and makes an RDD of (key, encoded entry) records: executors list
+their part of it and, in copy mode, upload contents as content-addressed
+data objects (gravfs's data plane, dedup as everywhere); with
+``by_reference`` the entries carry the source's full address instead
+(/work/notes/byref.md). gravfs.spark.treejob turns the records into one tree
+(sorted range partitions written by the tasks, seams stitched by the driver)
+and makes it the content of BRANCH:PREFIX, as ``gravfs import`` does (what
+the prefix held and the source lacks is removed), moving the head by
+compare-and-swap. Until that swap nothing is visible: a killed import leaves
+only unreferenced objects, and running it again completes it.
+
+For a directory tree the driver lists the top and splits it into units
+(directories scanned by one task each, plus the loose files of the
+directories above them); the entries are exactly those ``gravfs import``
+stages.
 """
 
 from __future__ import annotations
@@ -25,11 +30,12 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from gravfs.errors import GravfsError
-from gravfs.fs.entry import (KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo, encode_entry,
-                             entry_identity)
+from gravfs.fs.entry import (ADDRESS_FULL, KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo,
+                             encode_entry, entry_identity)
 from gravfs.fs.importer import scan
 from gravfs.fs.paths import to_key
 from gravfs.fs.repository import Repository
+from gravfs.spark.progress import counter
 from gravfs.spark.taskstore import task_store
 from gravfs.spark.treejob import land_tree, write_tree
 from gravfs.version.committed.record import encode_value
@@ -116,7 +122,18 @@ def list_unit(src: str, rel: str, recursive: bool) -> Iterator[tuple[str, str, o
 
 
 def entry_of(data, src: str, rel: str, kind: str, st: os.stat_result) -> EntryInfo:
-    """The entry ``gravfs import`` stages for one listed item (uploading a file's content)."""
+    """The entry ``gravfs import`` stages for one listed item (uploading a file's content);
+    ``data`` None: a file is referenced by its ``file://`` URL instead (byref.md)."""
+    if kind == "file" and data is None:
+        path = os.path.join(src, rel)
+        try:
+            url = "file://" + path.encode("utf-8", "surrogateescape").decode("utf-8")
+        except UnicodeDecodeError:
+            raise GravfsError(f"cannot import {path!r} by reference: its name is not "
+                              "UTF-8") from None
+        return EntryInfo(address=url, size=st.st_size, mtime_ns=st.st_mtime_ns, mode=st.st_mode,
+                         kind=KIND_FILE, e_tag=f"{st.st_mtime_ns:x}-{st.st_size:x}",
+                         address_type=ADDRESS_FULL)
     if kind == "file":
         address, size = data.put_path(os.path.join(src, rel))
         return EntryInfo(address=address, size=size, mtime_ns=st.st_mtime_ns, mode=st.st_mode,
@@ -129,10 +146,11 @@ def entry_of(data, src: str, rel: str, kind: str, st: os.stat_result) -> EntryIn
                      kind=KIND_DIRECTORY)
 
 
-def import_unit(store_url: str, src: str, base: bytes, unit: tuple[str, bool]
-                ) -> Iterator[tuple[bytes, bytes]]:
-    """(key, encoded value) records of one unit, contents uploaded (runs on an executor)."""
-    data = task_store(store_url).data
+def import_unit(store_url: str, src: str, base: bytes, unit: tuple[str, bool],
+                by_reference: bool = False) -> Iterator[tuple[bytes, bytes]]:
+    """(key, encoded value) records of one unit, contents uploaded unless
+    ``by_reference`` (runs on an executor)."""
+    data = None if by_reference else task_store(store_url).data
     items = list(list_unit(src, *unit))
 
     def record(item) -> tuple[bytes, bytes]:
@@ -141,17 +159,67 @@ def import_unit(store_url: str, src: str, base: bytes, unit: tuple[str, bool]
         key = base + to_key(rel) + (b"/" if kind == "dir" else b"")
         return key, encode_value(entry_identity(e), encode_entry(e))
 
+    if by_reference:
+        yield from map(record, items)
+        return
     with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
         yield from pool.map(record, items)
 
 
+class TreeSource:
+    """A local or shared directory (every executor reads it at the same path)."""
+
+    kind = "tree"
+
+    def __init__(self, src: str):
+        self.src = src
+        self.name = os.path.abspath(src)
+
+    def check(self) -> None:
+        if not os.path.isdir(self.src):
+            raise GravfsError(f"{self.src}: not a directory")
+
+    def records(self, sc, store_url: str, base: bytes, by_reference: bool, rows):
+        source = self.name
+        slices = UNITS_PER_CORE * sc.defaultParallelism
+        units = split_units(source, slices)
+
+        def unit_records(u):
+            n = 0
+            for rec in import_unit(store_url, source, base, u, by_reference):
+                n += 1
+                yield rec
+            rows.add(n)
+
+        # a few tasks per core, each listing several units: every stage over these
+        # partitions (sortByKey counts and samples them) costs a few tasks, not one a unit
+        return sc.parallelize(units, min(len(units), slices)).flatMap(unit_records)
+
+
+def open_source(src: str, manifest: bool = False, **manifest_opts):
+    """The source SOURCE names: an inventory manifest when ``manifest`` (or a file
+    named like one), an S3 prefix for ``s3://``, else a directory tree."""
+    from gravfs.spark import manifest as mf
+
+    if manifest or mf.looks_like_manifest(src):
+        return mf.ManifestSource(src, **manifest_opts)
+    if manifest_opts and any(v is not None for v in manifest_opts.values()):
+        raise GravfsError("--manifest-columns and --key-prefix apply to a manifest only")
+    if src.startswith("s3://"):
+        from gravfs.spark.s3source import S3PrefixSource
+        return S3PrefixSource(src)
+    return TreeSource(src)
+
+
 # --- the job (driver) ----------------------------------------------------------------
 
-def check_inputs(repo, src: str, branch: str) -> Commit:
+def check_inputs(repo, source, branch: str) -> Commit:
     """What an import refuses, checked before any Spark work (the CLI calls it before
-    the JVM starts): the branch's head commit, or one clear error."""
-    if not os.path.isdir(src):
-        raise GravfsError(f"{src}: not a directory")
+    the JVM starts): the branch's head commit, or one clear error. ``source``: a
+    source object or a directory."""
+    if isinstance(source, str):
+        source = TreeSource(source)
+    source.check()
     head = repo.commits.get(repo.head(branch, fresh=True))
     if not Committer(repo).is_clean(branch):
         raise GravfsError(f"branch {branch!r} has uncommitted changes; commit or reset them "
@@ -159,38 +227,30 @@ def check_inputs(repo, src: str, branch: str) -> Commit:
     return head
 
 
-def import_tree(spark, repo, src: str, branch: str, prefix: str = "",
-                message: Optional[str] = None, state_dir: Optional[str] = None,
-                partitions: Optional[int] = None) -> SparkImportResult:
-    """Import the directory tree ``src`` into ``branch:prefix`` as one commit.
+def import_source(spark, repo, source, branch: str, prefix: str = "",
+                  message: Optional[str] = None, partitions: Optional[int] = None,
+                  by_reference: bool = False) -> SparkImportResult:
+    """Import ``source`` (see open_source) into ``branch:prefix`` as one commit that
+    replaces what the prefix held (see the module doc).
 
-    ``repo``: a Repository, or a store URL (opened with ``state_dir`` and closed
-    again). Executors open the store from its URL, so it must name the same
-    store for them (S3, or a path every worker sees). ``partitions``: how many
-    sorted partitions write ranges (default: Spark's default parallelism); the
+    Executors open the store from its URL, so it must name the same store for
+    them (S3, or a path every worker sees). ``partitions``: how many sorted
+    partitions write ranges (default: Spark's default parallelism); the
     resulting tree does not depend on it.
     """
-    if isinstance(repo, str):
-        with Repository.open(repo, state_dir) as r:
-            return import_tree(spark, r, src, branch, prefix, message, partitions=partitions)
-    head = check_inputs(repo, src, branch)
-    source = os.path.abspath(src)
+    head = check_inputs(repo, source, branch)
     pfx = to_key(prefix)
     base = pfx + b"/" if pfx else b""
-    store_url = repo.store.url
     sc = spark.sparkContext
     nparts = partitions or sc.defaultParallelism
-    slices = UNITS_PER_CORE * sc.defaultParallelism
-    units = split_units(source, slices)
     t0 = time.monotonic()
     from pyspark import StorageLevel
-    # a few tasks per core, each listing several units: every stage over these
-    # partitions (sortByKey counts and samples them) costs a few tasks, not one a unit
-    records = (sc.parallelize(units, min(len(units), slices))
-               .flatMap(lambda u: import_unit(store_url, source, base, u))
+    rows = counter(sc, "listed")
+    records = (source.records(sc, repo.store.url, base, by_reference, rows)
                .persist(StorageLevel.MEMORY_AND_DISK))
     try:
-        tree, files, used, rewritten = write_tree(repo, records, nparts, f"importing {src}")
+        tree, files, used, rewritten = write_tree(repo, records, nparts,
+                                                  f"importing {source.name}")
     finally:
         try:
             records.unpersist()
@@ -198,9 +258,52 @@ def import_tree(spark, repo, src: str, branch: str, prefix: str = "",
             pass
     log.info("imported %d entries in %.1fs", files, time.monotonic() - t0)
     if tree is None:
-        raise NothingToCommitError(f"nothing to commit on branch {branch!r}: {src} is empty")
-    commit = land_tree(repo, branch, head, tree, message or f"Import {source}",
-                       {"import_source": source})
+        raise NothingToCommitError(f"nothing to commit on branch {branch!r}: {source.name} "
+                                   "is empty")
+    meta = {"import_source": source.name}
+    if by_reference:
+        meta["import_by_reference"] = "true"
+    commit = land_tree(repo, branch, head, tree, message or f"Import {source.name}", meta, pfx)
     return SparkImportResult(commit, files, used, len(tree.ranges), rewritten)
 
 
+def _with_repo(fn, spark, repo, state_dir, *args, **kw):
+    if isinstance(repo, str):
+        with Repository.open(repo, state_dir) as r:
+            return fn(spark, r, *args, **kw)
+    return fn(spark, repo, *args, **kw)
+
+
+def import_tree(spark, repo, src: str, branch: str, prefix: str = "",
+                message: Optional[str] = None, state_dir: Optional[str] = None,
+                partitions: Optional[int] = None, by_reference: bool = False
+                ) -> SparkImportResult:
+    """Import the directory tree ``src`` into ``branch:prefix`` as one commit.
+
+    ``repo``: a Repository, or a store URL (opened with ``state_dir`` and closed
+    again); see import_source for the rest."""
+    return _with_repo(import_source, spark, repo, state_dir, TreeSource(src), branch, prefix,
+                      message, partitions=partitions, by_reference=by_reference)
+
+
+def import_s3(spark, repo, url: str, branch: str, prefix: str = "",
+              message: Optional[str] = None, state_dir: Optional[str] = None,
+              partitions: Optional[int] = None, by_reference: bool = False
+              ) -> SparkImportResult:
+    """Import the objects under ``s3://bucket/prefix`` (see gravfs.spark.s3source)."""
+    from gravfs.spark.s3source import S3PrefixSource
+    return _with_repo(import_source, spark, repo, state_dir, S3PrefixSource(url), branch,
+                      prefix, message, partitions=partitions, by_reference=by_reference)
+
+
+def import_manifest(spark, repo, src: str, branch: str, prefix: str = "",
+                    message: Optional[str] = None, state_dir: Optional[str] = None,
+                    partitions: Optional[int] = None, by_reference: bool = True,
+                    columns: Optional[str] = None, key_prefix: Optional[str] = None
+                    ) -> SparkImportResult:
+    """Import the objects an inventory manifest lists (see gravfs.spark.manifest),
+    by reference unless ``by_reference`` is False."""
+    from gravfs.spark.manifest import ManifestSource
+    source = ManifestSource(src, columns=columns, key_prefix=key_prefix)
+    return _with_repo(import_source, spark, repo, state_dir, source, branch, prefix, message,
+                      partitions=partitions, by_reference=by_reference)

@@ -1,9 +1,11 @@
-"""A progress line per Spark stage (tasks done/total), for the CLI on a terminal.
+"""A progress line per Spark stage (tasks done/total, rows), for the CLI on a terminal.
 
 Polls the SparkContext's status tracker from a thread while a job runs: the
 line of the running stage is redrawn in place and left on screen, final, when
 the stage ends. Stages Spark skipped (their output was already there) are not
-shown.
+shown. Jobs count rows with ``counter(sc, name)`` (a Spark accumulator their
+tasks add to); a stage's line shows how many each counter grew while the stage
+ran (accumulators reach the driver as tasks finish).
 """
 
 from __future__ import annotations
@@ -13,6 +15,20 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator, Optional, TextIO
 
+_counters: dict[str, dict[str, object]] = {}  # application id -> name -> accumulator
+
+
+def counter(sc, name: str):
+    """A row counter (an int accumulator) shown on the progress lines as ``N rows NAME``."""
+    acc = sc.accumulator(0)
+    _counters.setdefault(sc.applicationId, {})[name] = acc
+    return acc
+
+
+def counts(sc) -> dict[str, int]:
+    """The current values of the application's counters."""
+    return {k: a.value for k, a in _counters.get(sc.applicationId, {}).items()}
+
 
 class StageProgress:
     def __init__(self, sc, stream: TextIO, interval: float = 0.5):
@@ -21,6 +37,7 @@ class StageProgress:
         self._done: set[int] = set()
         self._open: Optional[int] = None  # stage whose line is drawn, not ended
         self._drawn = ""
+        self._at_start: dict[int, dict[str, int]] = {}  # counters when a stage was first seen
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gravfs-spark-progress",
                                         daemon=True)
@@ -46,8 +63,12 @@ class StageProgress:
                 ended = info.numActiveTasks == 0 and \
                     info.numCompletedTasks + info.numFailedTasks >= info.numTasks
                 failed = f", {info.numFailedTasks} failed" if info.numFailedTasks else ""
+                now = counts(self.sc)
+                start = self._at_start.setdefault(sid, now)
+                rows = "".join(f", {now[k] - start.get(k, 0):,} rows {k}" for k in sorted(now)
+                               if now[k] - start.get(k, 0))
                 line = (f"stage {sid} ({name}): {info.numCompletedTasks}/{info.numTasks} "
-                        f"tasks{failed}")
+                        f"tasks{failed}{rows}")
                 if line == self._drawn and not ended:
                     continue
                 if self._open is not None and self._open != sid:

@@ -3,10 +3,11 @@
 ``write_tree`` range-partitions (key, encoded value) records by key, sorts
 them, has each task write its partition's ranges (gravfs.spark.ranges) and
 stitches them on the driver into one tree: the tree a single writer would
-make of the same records. ``land_tree`` applies that tree onto a branch head
-(puts over it, as ``gravfs import`` commits its token) and moves the head by
-compare-and-swap; a head that moved meanwhile is rebased onto unless it
-changed a path the tree writes differently. Until the swap nothing is
+make of the same records. ``land_tree`` makes that tree the content of
+BRANCH:PREFIX (what the branch held under PREFIX and the tree lacks is
+removed, as ``gravfs import`` does; nothing outside PREFIX changes) and moves
+the head by compare-and-swap; a head that moved meanwhile is rebased onto
+unless it changed a path the import writes or removes differently. Until the swap nothing is
 visible: a killed job leaves only unreferenced objects.
 """
 
@@ -17,7 +18,9 @@ import time
 from typing import Iterator, Optional
 
 from gravfs.errors import ConflictError, PreconditionFailedError
+from gravfs.fs.importer import replaced_keys
 from gravfs.fs.paths import show
+from gravfs.spark.progress import counter
 from gravfs.spark.ranges import PartitionRanges, stitch_partitions, tree_records, write_partition
 from gravfs.spark.runtime import job_failed
 from gravfs.spark.taskstore import task_store
@@ -33,10 +36,13 @@ from gravfs.version.repository import default_author
 log = logging.getLogger(__name__)
 
 
-def write_ranges(store_url: str, index: int, items) -> Iterator[PartitionRanges]:
-    """Write one sorted partition's ranges (runs on an executor)."""
+def write_ranges(store_url: str, index: int, items, rows=None) -> Iterator[PartitionRanges]:
+    """Write one sorted partition's ranges (runs on an executor); ``rows`` counts them."""
     ts = task_store(store_url)
-    yield write_partition(ts.tree_writer(Stats()), index, items)
+    part = write_partition(ts.tree_writer(Stats()), index, items)
+    if rows is not None:
+        rows.add(part.records)
+    yield part
 
 
 def write_tree(repo, records, partitions: int, what: str
@@ -48,10 +54,11 @@ def write_tree(repo, records, partitions: int, what: str
     naming ``what``.
     """
     store_url = repo.store.url
+    rows = counter(records.context, "written")
     t0 = time.monotonic()
     try:
         parts = (records.sortByKey(numPartitions=partitions)
-                 .mapPartitionsWithIndex(lambda i, it: write_ranges(store_url, i, it))
+                 .mapPartitionsWithIndex(lambda i, it: write_ranges(store_url, i, it, rows))
                  .collect())
     except Exception as exc:  # a task failed after its retries (py4j/pyspark errors)
         raise job_failed(exc, what) from exc
@@ -75,19 +82,20 @@ def write_tree(repo, records, partitions: int, what: str
 
 
 def land_tree(repo, branch: str, base: Commit, tree: MetaRange, message: str,
-              metadata: dict) -> Commit:
-    """Apply ``tree`` onto the head of ``branch`` (expected at ``base``) and move the head
-    by compare-and-swap; see the module doc. Raises NothingToCommitError when the
-    head already holds the tree."""
+              metadata: dict, prefix: bytes = b"") -> Commit:
+    """Make ``tree`` (keys under ``prefix``) the content of branch:prefix on the head of
+    ``branch`` (expected at ``base``) and move the head by compare-and-swap; see the
+    module doc. Raises NothingToCommitError when the head already holds the tree."""
     for attempt in range(CAS_RETRIES):
         head_id, version = repo.heads.branch(branch)
         head = repo.commits.get(head_id)
         if head.id != base.id:
-            _check_rebase(repo, base, head, tree)
-        if head.metarange == EMPTY_METARANGE_ID:
-            mr = tree.id
+            _check_rebase(repo, base, head, tree, prefix)
+        if head.id == base.id and (not prefix or head.metarange == EMPTY_METARANGE_ID):
+            mr = tree.id  # the whole branch is replaced: no record needs reading
         else:
-            mr = repo.committed.apply(head.metarange, _changes(repo, tree)).metarange_id
+            changes = _replacing(repo, base.metarange, tree, prefix)
+            mr = repo.committed.apply(head.metarange, changes).metarange_id
         if mr == head.metarange:
             raise NothingToCommitError(f"nothing to commit on branch {branch!r}: the imported "
                                        "tree is already there")
@@ -105,15 +113,20 @@ def land_tree(repo, branch: str, base: Commit, tree: MetaRange, message: str,
                                   "attempts (nothing was committed)")
 
 
-def _check_rebase(repo, base: Commit, head: Commit, tree: MetaRange) -> None:
+def _check_rebase(repo, base: Commit, head: Commit, tree: MetaRange, prefix: bytes) -> None:
     """Raise ConflictError when the head moved since the job started and changed a
-    path the tree writes differently (as a commit's rebase does); costs the size
-    of that change, not of the tree."""
+    path the import writes differently or removes (as a commit's rebase does); costs
+    the size of that change, not of the tree."""
     conflicts = []
+    scope = prefix + b"/" if prefix else b""
     for d in repo.committed.diff(base.metarange, head.metarange):
         rec = repo.committed.get(tree.id, d.key)
-        if rec is not None and (d.right is None or d.right[1] != rec[1]):
-            conflicts.append(d.key)
+        if rec is not None:
+            if d.right is None or d.right[1] != rec[1]:
+                conflicts.append(d.key)
+        elif (d.left is not None and d.right is not None
+              and (d.key == prefix or d.key.startswith(scope))):
+            conflicts.append(d.key)  # the import removes what they changed
     if conflicts:
         names = ", ".join(show(k) for k in conflicts[:10])
         more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
@@ -122,7 +135,19 @@ def _check_rebase(repo, base: Commit, head: Commit, tree: MetaRange) -> None:
     log.info("head moved to %s meanwhile; applying the tree onto it", head.id[:12])
 
 
-def _changes(repo, tree: MetaRange) -> Iterator[tuple]:
-    """The tree's records as committer changes (values kept encoded)."""
+def _replacing(repo, base_mr: str, tree: MetaRange, prefix: bytes) -> Iterator[tuple]:
+    """Committer changes, in key order, that make branch:prefix hold the tree: its
+    records as puts (values kept encoded), and deletions of the keys ``base_mr`` holds
+    under the prefix that the tree lacks."""
+    old = replaced_keys(repo.committed, base_mr, prefix)
+    nxt = next(old, None)
     for k, v in tree_records(repo.committed.ranges, tree):
+        while nxt is not None and nxt < k:
+            yield nxt, None, None
+            nxt = next(old, None)
+        if nxt == k:
+            nxt = next(old, None)
         yield k, decode_identity(v), None, v
+    while nxt is not None:
+        yield nxt, None, None
+        nxt = next(old, None)

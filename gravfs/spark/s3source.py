@@ -1,0 +1,213 @@
+"""An S3 prefix as an import source: listed in parallel, copied or referenced.
+
+The driver lists the prefix one level at a time (``Delimiter='/'``),
+breadth first, until there are enough common prefixes for every task to
+list some (``split_prefix``); executors list their prefixes in full with
+ListObjectsV2 pages. The objects the driver saw on the levels it opened
+travel to the executors as they are, so nothing is listed twice.
+
+Each object becomes one entry (``entry_of_object``): by reference, its full
+``s3://bucket/key`` address with size, last-modified and ETag (see
+/work/notes/byref.md); in copy mode, its content is streamed into a
+content-addressed data object of the repository (dedup as everywhere).
+The source bucket is reached with the store's S3 settings: the endpoint of
+``GRAVFS_S3_ENDPOINT``/``AWS_ENDPOINT_URL`` and the AWS credential chain.
+
+Keys are kept as S3 lists them (UTF-8, not URL-quoted), relative to the
+source prefix; keys ending in '/' (the "folder" objects of consoles) are
+skipped.
+"""
+
+from __future__ import annotations
+
+import calendar
+import logging
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterable, Iterator, NamedTuple, Optional
+from urllib.parse import urlparse
+
+from gravfs.errors import GravfsError, NotFoundError
+from gravfs.fs.entry import ADDRESS_FULL, KIND_FILE, EntryInfo, encode_entry, entry_identity
+from gravfs.version.committed.record import encode_value
+
+log = logging.getLogger(__name__)
+
+MAX_SPLIT_DEPTH = 4   # common prefixes below this depth are listed by one task each
+COPY_THREADS = 16     # per task: small objects are bound by round trips, not CPU
+
+_stores: dict[str, object] = {}
+
+
+class S3Object(NamedTuple):
+    key: str
+    size: int
+    etag: str      # without quotes
+    mtime_ns: int
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """``s3://bucket/prefix`` -> (bucket, prefix ending in '/' unless empty)."""
+    p = urlparse(url)
+    if p.scheme != "s3" or not p.netloc:
+        raise GravfsError(f"{url}: not an S3 URL (expected s3://BUCKET/PREFIX)")
+    prefix = p.path.lstrip("/")
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    return p.netloc, prefix
+
+
+def source_store(bucket: str):
+    """An S3Store of the whole bucket with the store's S3 settings (one per process)."""
+    st = _stores.get(bucket)
+    if st is None:
+        from gravfs.store.s3 import S3Store
+
+        st = _stores[bucket] = S3Store(bucket)
+    return st
+
+
+def _ns(dt) -> int:
+    """A listing's LastModified (an aware datetime) in nanoseconds, exactly."""
+    return (calendar.timegm(dt.utctimetuple()) * 1_000_000_000 + dt.microsecond * 1000)
+
+
+def list_pages(bucket: str, prefix: str, delimiter: Optional[str] = None
+               ) -> Iterator[tuple[list[S3Object], list[str]]]:
+    """(objects, common prefixes) of each ListObjectsV2 page under ``prefix``."""
+    store = source_store(bucket)
+    kw = {"Prefix": prefix}
+    if delimiter:
+        kw["Delimiter"] = delimiter
+    while True:
+        # the store's own call: its deadline, retries and error messages
+        resp = store._call("list", prefix or "/", store._client.list_objects_v2, **kw)
+        objs = [S3Object(o["Key"], o["Size"], o.get("ETag", "").strip('"'),
+                         _ns(o["LastModified"]))
+                for o in resp.get("Contents", ())]
+        yield objs, [p["Prefix"] for p in resp.get("CommonPrefixes", ())]
+        token = resp.get("NextContinuationToken")
+        if not resp.get("IsTruncated") or not token:
+            return
+        kw["ContinuationToken"] = token
+
+
+def check_prefix(url: str) -> None:
+    """Bad input before any Spark work: a missing bucket, or nothing under the prefix."""
+    bucket, prefix = parse_s3_url(url)
+    try:
+        objs, dirs = next(list_pages(bucket, prefix, "/"))
+    except NotFoundError as exc:
+        raise GravfsError(f"cannot list {url}: {exc}") from None
+    if not objs and not dirs:
+        raise GravfsError(f"{url}: no objects under this prefix")
+
+
+def split_prefix(bucket: str, prefix: str, target: int
+                 ) -> tuple[list[str], list[S3Object]]:
+    """(prefixes for executors to list in full, objects the driver listed on the way).
+
+    Levels are opened breadth first until there are at least ``target`` prefixes
+    or MAX_SPLIT_DEPTH is reached."""
+    units: list[str] = []
+    loose: list[S3Object] = []
+    frontier = [prefix]
+    depth = 0
+    while frontier:
+        if depth >= MAX_SPLIT_DEPTH or len(units) + len(frontier) >= target:
+            units += frontier
+            break
+        nxt: list[str] = []
+        for p in frontier:
+            for objs, dirs in list_pages(bucket, p, "/"):
+                loose += objs
+                nxt += dirs
+        frontier = nxt
+        depth += 1
+    log.info("split %s into %d prefixes to list (%d objects listed on the way)",
+             f"s3://{bucket}/{prefix}", len(units), len(loose))
+    return units, loose
+
+
+def entry_of_object(bucket: str, obj: S3Object, data=None, tmp_dir: Optional[str] = None
+                    ) -> EntryInfo:
+    """The entry of one object: by reference when ``data`` is None, else its content
+    copied into the data objects ``data`` (through a scratch file in ``tmp_dir``)."""
+    if data is None:
+        return EntryInfo(address=f"s3://{bucket}/{obj.key}", size=obj.size,
+                         mtime_ns=obj.mtime_ns, kind=KIND_FILE, e_tag=obj.etag,
+                         address_type=ADDRESS_FULL)
+    fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix="s3copy-")
+    os.close(fd)
+    try:
+        source_store(bucket).download(obj.key, tmp)
+        address, size = data.put_path(tmp)
+    finally:
+        os.unlink(tmp)
+    return EntryInfo(address=address, size=size, mtime_ns=obj.mtime_ns, kind=KIND_FILE)
+
+
+def object_records(bucket: str, strip: int, base: bytes, objs: Iterable[S3Object],
+                   data=None, tmp_dir: Optional[str] = None) -> Iterator[tuple[bytes, bytes]]:
+    """(key, encoded value) of objects (their keys less ``strip`` leading characters, under
+    ``base``); folder markers are skipped. Copies run on a thread pool."""
+    def record(obj: S3Object) -> tuple[bytes, bytes]:
+        e = entry_of_object(bucket, obj, data, tmp_dir)
+        return base + obj.key[strip:].encode("utf-8"), encode_value(entry_identity(e),
+                                                                    encode_entry(e))
+
+    objs = (o for o in objs if not o.key.endswith("/"))
+    if data is None:
+        yield from map(record, objs)
+        return
+    with ThreadPoolExecutor(COPY_THREADS) as pool:
+        yield from pool.map(record, list(objs))
+
+
+def unit_objects(bucket: str, unit) -> Iterator[S3Object]:
+    """The objects of a unit: a prefix to list in full, or objects the driver listed."""
+    if isinstance(unit, str):
+        for objs, _ in list_pages(bucket, unit):
+            yield from objs
+    else:
+        yield from (S3Object(*o) for o in unit)
+
+
+class S3PrefixSource:
+    """``s3://bucket/prefix`` as an import source (see the module doc)."""
+
+    kind = "s3"
+    UNITS_PER_CORE = 4
+
+    def __init__(self, url: str):
+        self.bucket, self.prefix = parse_s3_url(url)
+        self.name = f"s3://{self.bucket}/{self.prefix}"
+
+    def check(self) -> None:
+        check_prefix(self.name)
+
+    def records(self, sc, store_url: str, base: bytes, by_reference: bool, rows):
+        from gravfs.spark.taskstore import task_store
+
+        bucket, strip = self.bucket, len(self.prefix)
+        target = self.UNITS_PER_CORE * sc.defaultParallelism
+        prefixes, loose = split_prefix(bucket, self.prefix, target)
+        chunk = 1000  # objects the driver listed travel in units of this many
+        units: list = list(prefixes)
+        units += [[tuple(o) for o in loose[i:i + chunk]] for i in range(0, len(loose), chunk)]
+
+        def part_records(it):
+            data = tmp = None
+            if not by_reference:
+                ts = task_store(store_url)
+                data, tmp = ts.data, ts.data.tmp_dir
+            for unit in it:
+                n = 0
+                for rec in object_records(bucket, strip, base, unit_objects(bucket, unit),
+                                          data, tmp):
+                    n += 1
+                    yield rec
+                rows.add(n)
+
+        return sc.parallelize(units, max(1, min(len(units), target))).mapPartitions(part_records)
