@@ -30,10 +30,12 @@ import os
 import threading
 from array import array
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Optional
 
 from gravfs import hashing
 from gravfs.data import chunksums, sparse
 from gravfs.data.inplace import InPlaceObject, InPlaceReads, open_sequential
+from gravfs.data.external import Source, reader_for
 from gravfs.data.objects import DataObjects, digest_of
 from gravfs.errors import CorruptDataError, NotFoundError
 from gravfs.lru import LRU
@@ -45,6 +47,7 @@ CHUNK = 4 * MiB
 CACHE_BYTES = 256 * MiB
 MAX_AHEAD = 8  # chunks
 MAX_MANIFESTS = 1024  # sparse files' manifests kept (verified)
+Fetch = Callable[[int, int], bytes]  # (offset, length) -> checked bytes of a source
 
 
 class _Verifier:
@@ -110,6 +113,7 @@ class DataReader:
     def __init__(self, data: DataObjects, chunk_size: int = CHUNK, cache_bytes: int = CACHE_BYTES,
                  workers: int = 8):
         self.data = data
+        self.external = reader_for(data.store)  # by-reference entries' sources
         self.chunk = chunk_size
         self.cache_bytes = cache_bytes
         self._lock = threading.Lock()
@@ -142,6 +146,20 @@ class DataReader:
             return self._read(state, address, size, offset, length)
         except NotFoundError as exc:
             raise data_missing(address, exc) from None
+
+    def read_external(self, state: ReadState, src: Source, offset: int, length: int) -> bytes:
+        """A by-reference entry's bytes from its source (gravfs.data.external), through the
+        chunk cache and read-ahead under the source's URL and version: every chunk
+        fetched is checked against the entry's size and e_tag before it is cached, so
+        the cache holds only that version's bytes; there is no hash to run."""
+        if offset >= src.size or length <= 0:
+            return b""
+        length = min(length, src.size - offset)
+
+        def fetch(off: int, n: int) -> bytes:
+            return self.external.read(src, off, n)
+
+        return self._ranged(state, src.key, src.size, offset, length, fetch)
 
     def _read_sparse(self, state: ReadState, address: str, size: int, offset: int,
                      length: int) -> bytes:
@@ -200,7 +218,10 @@ class DataReader:
 
     # -- chunks ---------------------------------------------------------------------
 
-    def _ranged(self, state: ReadState, address: str, size: int, offset: int, length: int) -> bytes:
+    def _ranged(self, state: ReadState, address: str, size: int, offset: int, length: int,
+                fetch: Optional[Fetch] = None) -> bytes:
+        """``fetch``: how a chunk is read and checked (default: the data object's range,
+        verified by the running hash); ``address`` then only names the cached chunks."""
         first, last = offset // self.chunk, (offset + length - 1) // self.chunk
         nchunks = (size + self.chunk - 1) // self.chunk
         sequential = offset == state.next_offset or (
@@ -208,16 +229,16 @@ class DataReader:
         state.ahead = min(MAX_AHEAD, max(1, state.ahead * 2)) if sequential else 0
         state.next_offset = offset + length
         for i in range(last + 1, min(nchunks, last + 1 + state.ahead)):
-            self._start(address, size, i)
+            self._start(address, size, i, fetch)
         parts = []
         for i in range(first, last + 1):
-            data = self._get(address, size, i)
+            data = self._get(address, size, i, fetch)
             lo = offset - i * self.chunk if i == first else 0
             hi = offset + length - i * self.chunk if i == last else len(data)
             parts.append(data[lo:hi])
         return b"".join(parts)
 
-    def _get(self, address: str, size: int, idx: int) -> bytes:
+    def _get(self, address: str, size: int, idx: int, fetch: Optional[Fetch] = None) -> bytes:
         key = (address, idx)
         with self._lock:
             data = self._chunks.get(key)
@@ -225,7 +246,7 @@ class DataReader:
         if data is not None:
             self.stats["chunk_hits"] += 1
         else:
-            data = self._start(address, size, idx).result()
+            data = self._start(address, size, idx, fetch).result()
         if v is not None and idx == v.last:
             self._settle(address, size, v)
         if address in self._corrupt:
@@ -253,7 +274,7 @@ class DataReader:
                     return  # that fetch's own reader sees its error
             self._feed(address, size, v, n, chunk)
 
-    def _start(self, address: str, size: int, idx: int) -> Future:
+    def _start(self, address: str, size: int, idx: int, fetch: Optional[Fetch] = None) -> Future:
         """The (possibly shared) fetch of one chunk; already cached -> a done future."""
         key = (address, idx)
         with self._lock:
@@ -268,9 +289,9 @@ class DataReader:
             f = Future()
             self._inflight[key] = f
         try:
-            self._pool.submit(self._fetch, address, size, idx, f)
+            self._pool.submit(self._fetch, address, size, idx, f, fetch)
         except RuntimeError:  # pool shut down: fetch inline
-            self._fetch(address, size, idx, f)
+            self._fetch(address, size, idx, f, fetch)
         return f
 
     def _recorded_sums(self, address: str, size: int) -> chunksums.ChunkChecks | None:
@@ -286,16 +307,18 @@ class DataReader:
                 self._recorded.clear()
             return self._recorded.setdefault(address, checks)
 
-    def _fetch(self, address: str, size: int, idx: int, f: Future) -> None:
+    def _fetch(self, address: str, size: int, idx: int, f: Future,
+               fetch: Optional[Fetch] = None) -> None:
         key = (address, idx)
         try:
             off = idx * self.chunk
             want = min(self.chunk, size - off)
-            data = self.data.get_range(address, off, want)
+            data = (self.data.get_range(address, off, want) if fetch is None
+                    else fetch(off, want))
             if len(data) != want:
                 raise CorruptDataError(f"data object {address}: got {len(data)} bytes at "
                                        f"offset {off}, expected {want}")
-            checks = self._recorded_sums(address, size)
+            checks = self._recorded_sums(address, size) if fetch is None else None
             if checks is not None:
                 try:
                     checks.check(off, data)
@@ -315,7 +338,7 @@ class DataReader:
             self.stats["bytes_fetched"] += len(data)
             self._chunks.evict(max_weight=self.cache_bytes)
             v = self._verifiers.get(address)
-            if v is None and idx == 0 and checks is None:
+            if v is None and idx == 0 and checks is None and fetch is None:
                 if len(self._verifiers) > 4096:  # abandoned partial reads
                     self._verifiers.clear()
                 v = self._verifiers[address] = _Verifier((size - 1) // self.chunk,

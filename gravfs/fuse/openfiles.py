@@ -25,11 +25,13 @@ import os
 import stat as statmod
 import time
 import uuid
+from contextlib import closing
 from dataclasses import replace
 from typing import Optional
 
 import trio
 
+from gravfs.data.external import is_external, reader_for, source_of
 from gravfs.data.objects import DataObjects, hash_file
 from gravfs.data.reader import ReadState, data_missing
 from gravfs.data.sparse import SparseHandle, is_zero
@@ -91,7 +93,10 @@ class OpenFile:
             want = e.size if e else 0
             if limit is not None:
                 want = min(want, limit)
-            if want > 0:
+            if e is not None and is_external(e.address_type):  # by reference: copy the source
+                copied = _copy_source(data, e, fd, want)
+                log.debug("copied %d of %d bytes of %s for writing", copied, want, e.address)
+            elif want > 0:
                 os.ftruncate(fd, want)
                 try:
                     h = data.acquire(e.address, chunk_checked=True)
@@ -180,6 +185,23 @@ class OpenFile:
             self.fd = -1
             os.close(fd)
         _unlink(self.path)
+
+
+def _copy_source(data: DataObjects, entry: EntryInfo, fd: int, want: int) -> int:
+    """Copy the first ``want`` bytes of a by-reference entry's source into ``fd``
+    (checked: a changed source fails the copy); the file is then an ordinary one."""
+    src = source_of(entry)
+    if want == 0:
+        return 0
+    copied = 0
+    with closing(reader_for(data.store).iter(src)) as chunks:
+        for buf in chunks:
+            buf = buf[:want - copied]
+            os.pwrite(fd, buf, copied)
+            copied += len(buf)
+            if copied >= want:
+                break
+    return copied
 
 
 def _unlink(path: str) -> None:

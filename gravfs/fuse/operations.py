@@ -24,20 +24,22 @@ import pyfuse3
 import trio
 
 from gravfs import hashing
-from gravfs.fs.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo
+from gravfs.fs.entry import (KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, SPECIAL_KINDS, EntryInfo,
+                             kind_of_mode)
 from gravfs.data.objects import address_of
+from gravfs.data.external import content_key, is_external, source_of
 from gravfs.data.reader import DataReader
 from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
 from gravfs.fuse import holders, opstats
 from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
-from gravfs.fuse.openfiles import WRITEBACK_MAX, DirHandle, FileHandle, OpenFile
+from gravfs.fuse.openfiles import WRITEBACK_MAX, DirHandle, FileHandle, OpenFile, clear_suid
 from gravfs.fuse.options import MountOptions
 from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
 from gravfs.fuse.trees import Tree
 from gravfs.fs.paths import MAX_NAME_BYTES
 from gravfs.quoting import quote
-from gravfs.fs.repository import Node
+from gravfs.fs.repository import KIND_NAMES, Node, group_items
 from gravfs.version.staging.area import MAX_PATH_BYTES
 
 log = logging.getLogger(__name__)
@@ -341,20 +343,23 @@ class GravfsOperations(pyfuse3.Operations):
         if of is not None:
             size = of.size()
             a.st_mode = statmod.S_IFREG | (of.mode & 0o7777)
-            a.st_nlink = 1
+            a.st_nlink = len(of.links) if of.link_group and of.links else 1
             a.st_size = size
             a.st_uid, a.st_gid = of.uid, of.gid
             mtime = of.mtime_ns
+            atime, ctime = of.atime_ns or mtime, of.ctime_ns or mtime
         elif entry is not None:
             a.st_mode = entry.mode
             if node.kind == "dir":
                 a.st_mode = statmod.S_IFDIR | (entry.mode & 0o7777)
-            a.st_nlink = 1
+            a.st_nlink = entry.nlink
             a.st_size = entry.size if node.kind != "dir" else 0
             if node.kind == "symlink":
                 a.st_size = len(entry.symlink_target.encode("utf-8", "surrogateescape"))
+            a.st_rdev = entry.rdev
             a.st_uid, a.st_gid = entry.uid, entry.gid
             mtime = entry.mtime_ns
+            atime, ctime = entry.atime_ns or mtime, entry.ctime_ns or mtime
         else:  # implied or virtual directory
             a.st_mode = statmod.S_IFDIR | (0o555 if node.tree is None or not node.tree.writable
                                            else 0o755)
@@ -362,8 +367,9 @@ class GravfsOperations(pyfuse3.Operations):
             a.st_size = 0
             a.st_uid, a.st_gid = (self.uid, self.gid)
             mtime = node.tree.commit.time_ns if node.tree and node.tree.commit else self.started_ns
+            atime = ctime = mtime
         a.st_blocks = (a.st_size + 511) // 512
-        a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = mtime
+        a.st_mtime_ns, a.st_ctime_ns, a.st_atime_ns = mtime, ctime, atime
         return a
 
     async def _entry_of(self, node: Inode) -> Optional[EntryInfo]:
@@ -437,7 +443,7 @@ class GravfsOperations(pyfuse3.Operations):
         n = await self._stat(tree, key, parent)
         if n is None:
             raise fail(errno.ENOENT)
-        node = self.inodes.ensure(tree, key, n.kind, parent.ino, name)
+        node = self.inodes.ensure(tree, key, n.kind, parent.ino, name, _group(n))
         self._remember(node, n)
         return node, n.entry
 
@@ -558,7 +564,8 @@ class GravfsOperations(pyfuse3.Operations):
                 if n.foreign is not None and self._note_foreign(tree, n):
                     start_after = cont
                     continue
-                child = self.inodes.ensure(tree, node.child_key(name), n.kind, node.ino, name)
+                child = self.inodes.ensure(tree, node.child_key(name), n.kind, node.ino, name,
+                                           _group(n))
                 self._remember(child, n)
                 if not self._reply(h, token, name, child, n.entry, cont):
                     h.pending = (start_after, batch[i:], more)
@@ -835,8 +842,8 @@ class GravfsOperations(pyfuse3.Operations):
         if not writing and of is None and entry is not None and node.tree.kind == "branch":
             # data is named by its hash: pages the kernel cached for an earlier read-only
             # open of the same address still hold this content (writers drop the mark)
-            fi.keep_cache = node.extra.get("cached_address") == entry.address
-            node.extra["cached_address"] = entry.address
+            fi.keep_cache = node.extra.get("cached_address") == content_key(entry)
+            node.extra["cached_address"] = content_key(entry)
         return fi
 
     @guarded
@@ -851,9 +858,13 @@ class GravfsOperations(pyfuse3.Operations):
         entry = of.entry if of is not None else h.entry
         if entry is None or entry.size == 0 or off >= entry.size:
             return b""
-        if h.read_address != entry.address:  # the content changed under a reused handle
+        content = content_key(entry)
+        if h.read_address != content:  # the content changed under a reused handle
             h.read_state.close()
-            h.read_address = entry.address
+            h.read_address = content
+        if is_external(entry.address_type):  # by reference: from its source, checked
+            return await self.run(self.reader.read_external, h.read_state, source_of(entry),
+                                  off, size)
         return await self.run(self.reader.read, h.read_state, entry.address, entry.size, off, size)
 
     @guarded
