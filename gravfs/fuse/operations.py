@@ -24,8 +24,7 @@ import pyfuse3
 import trio
 
 from gravfs import hashing
-from gravfs.fs.entry import (KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, SPECIAL_KINDS, EntryInfo,
-                             kind_of_mode)
+from gravfs.fs.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo
 from gravfs.data.objects import address_of
 from gravfs.data.external import content_key, is_external, source_of
 from gravfs.data.reader import DataReader
@@ -33,13 +32,13 @@ from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
 from gravfs.fuse import holders, opstats
 from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
-from gravfs.fuse.openfiles import WRITEBACK_MAX, DirHandle, FileHandle, OpenFile, clear_suid
+from gravfs.fuse.openfiles import WRITEBACK_MAX, DirHandle, FileHandle, OpenFile
 from gravfs.fuse.options import MountOptions
 from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
 from gravfs.fuse.trees import Tree
 from gravfs.fs.paths import MAX_NAME_BYTES
 from gravfs.quoting import quote
-from gravfs.fs.repository import KIND_NAMES, Node, group_items
+from gravfs.fs.repository import Node
 from gravfs.version.staging.area import MAX_PATH_BYTES
 
 log = logging.getLogger(__name__)
@@ -343,23 +342,20 @@ class GravfsOperations(pyfuse3.Operations):
         if of is not None:
             size = of.size()
             a.st_mode = statmod.S_IFREG | (of.mode & 0o7777)
-            a.st_nlink = len(of.links) if of.link_group and of.links else 1
+            a.st_nlink = 1
             a.st_size = size
             a.st_uid, a.st_gid = of.uid, of.gid
             mtime = of.mtime_ns
-            atime, ctime = of.atime_ns or mtime, of.ctime_ns or mtime
         elif entry is not None:
             a.st_mode = entry.mode
             if node.kind == "dir":
                 a.st_mode = statmod.S_IFDIR | (entry.mode & 0o7777)
-            a.st_nlink = entry.nlink
+            a.st_nlink = 1
             a.st_size = entry.size if node.kind != "dir" else 0
             if node.kind == "symlink":
                 a.st_size = len(entry.symlink_target.encode("utf-8", "surrogateescape"))
-            a.st_rdev = entry.rdev
             a.st_uid, a.st_gid = entry.uid, entry.gid
             mtime = entry.mtime_ns
-            atime, ctime = entry.atime_ns or mtime, entry.ctime_ns or mtime
         else:  # implied or virtual directory
             a.st_mode = statmod.S_IFDIR | (0o555 if node.tree is None or not node.tree.writable
                                            else 0o755)
@@ -367,9 +363,8 @@ class GravfsOperations(pyfuse3.Operations):
             a.st_size = 0
             a.st_uid, a.st_gid = (self.uid, self.gid)
             mtime = node.tree.commit.time_ns if node.tree and node.tree.commit else self.started_ns
-            atime = ctime = mtime
         a.st_blocks = (a.st_size + 511) // 512
-        a.st_mtime_ns, a.st_ctime_ns, a.st_atime_ns = mtime, ctime, atime
+        a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = mtime
         return a
 
     async def _entry_of(self, node: Inode) -> Optional[EntryInfo]:
@@ -443,7 +438,7 @@ class GravfsOperations(pyfuse3.Operations):
         n = await self._stat(tree, key, parent)
         if n is None:
             raise fail(errno.ENOENT)
-        node = self.inodes.ensure(tree, key, n.kind, parent.ino, name, _group(n))
+        node = self.inodes.ensure(tree, key, n.kind, parent.ino, name)
         self._remember(node, n)
         return node, n.entry
 
@@ -564,8 +559,7 @@ class GravfsOperations(pyfuse3.Operations):
                 if n.foreign is not None and self._note_foreign(tree, n):
                     start_after = cont
                     continue
-                child = self.inodes.ensure(tree, node.child_key(name), n.kind, node.ino, name,
-                                           _group(n))
+                child = self.inodes.ensure(tree, node.child_key(name), n.kind, node.ino, name)
                 self._remember(child, n)
                 if not self._reply(h, token, name, child, n.entry, cont):
                     h.pending = (start_after, batch[i:], more)
