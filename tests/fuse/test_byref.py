@@ -119,6 +119,7 @@ def test_write_makes_an_ordinary_file_and_rename_keeps_the_reference(mount_env, 
     with open(m.branch_path("s"), "ab") as f:
         f.write(b"tail")
     os.rename(m.branch_path("b"), m.branch_path("moved"))
+    os.chmod(m.branch_path("moved"), 0o600)  # metadata only: still the reference
     expect_a = data[:100] + b"CHANGED" + data[107:]
     assert read_bytes(m.branch_path("a")) == expect_a
     assert read_bytes(m.branch_path("s")) == data + b"tail"
@@ -128,6 +129,7 @@ def test_write_makes_an_ordinary_file_and_rename_keeps_the_reference(mount_env, 
         assert "by_reference" not in row and row["address"].startswith("data/")
     moved = _ls_json(m, "main:moved")
     assert moved["by_reference"] is True and moved["address"] == f"file://{src_path}"
+    assert moved["mode"] & 0o7777 == 0o600
     m.commit("main", "edits")
     os.unlink(src_path)  # the written files are copies now; the renamed one is not
     assert read_bytes(m.branch_path("a")) == expect_a
