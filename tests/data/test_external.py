@@ -216,3 +216,40 @@ def test_s3_source_with_a_recorded_etag_it_never_had_is_refused(s3_store, source
         read_source(s3_store, wrong)
     with pytest.raises(SourceChangedError):
         check_source(s3_store, wrong)
+
+
+# -- the mount's reader (gravfs.data.reader.DataReader.read_external) ----------------------
+
+
+def test_data_reader_caches_a_source_by_version(tmp_path):
+    from gravfs.data.reader import CHUNK, DataReader, ReadState
+    from gravfs.fs.repository import Repository
+
+    repo = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"))
+    reader = DataReader(repo.data)
+    try:
+        path = str(tmp_path / "src.bin")
+        data = os.urandom(2 * CHUNK + 5)
+        _write(path, data)
+        src = file_source(path)
+        state = ReadState()
+        got = b"".join(reader.read_external(state, src, off, MiB)
+                       for off in range(0, len(data), MiB))
+        assert got == data and reader.stats["chunk_fetches"] == 3
+        assert reader.read_external(ReadState(), src, CHUNK - 2, 4) == data[CHUNK - 2:CHUNK + 2]
+        assert reader.stats["chunk_fetches"] == 3  # another handle: from the cache
+        assert reader.read_external(state, src, len(data), 10) == b""
+
+        new = os.urandom(len(data) + 1)
+        _write(path, new)
+        fresh = file_source(path)  # the same URL referenced again: another version
+        assert reader.read_external(ReadState(), fresh, 0, 100) == new[:100]
+        other = DataReader(repo.data)
+        try:
+            with pytest.raises(SourceChangedError):  # the old version, not cached there
+                other.read_external(ReadState(), src, 0, 100)
+        finally:
+            other.close()
+    finally:
+        reader.close()
+        repo.close()
