@@ -30,6 +30,7 @@ from typing import BinaryIO, Optional
 
 from gravfs import hashing
 from gravfs.data import chunksums, sparse
+from gravfs.data.external import reader_for
 from gravfs.data.handles import BytesHandle, Handle, PendingHandle
 from gravfs.errors import CorruptDataError, GravfsError
 from gravfs.faults import crash_point
@@ -92,6 +93,7 @@ class DataObjects:
 
     def __init__(self, store, tier, tmp_dir: str, pending_dir: Optional[str] = None):
         self.store, self.tier, self.tmp_dir = store, tier, tmp_dir
+        self.external = reader_for(store)  # by-reference entries' sources (gravfs.data.external)
         if tier is not None and tier.sums is None:
             tier.sums = chunksums  # the tier keeps chunk sums of the objects it verifies
         self.pending_dir = pending_dir
