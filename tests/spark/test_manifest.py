@@ -1,0 +1,188 @@
+"""gravfs spark import of an inventory manifest (S3 Inventory's CSV and Parquet layouts).
+
+A manifest written from a prefix's listing names the same objects with the
+same size, last-modified and ETag, so its by-reference import must give the
+same metarange ID as the by-reference import of the prefix itself; its copy
+import the same as the prefix's copy import.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gzip
+import json
+import os
+import uuid
+from urllib.parse import quote_plus
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gravfs.errors import GravfsError
+from gravfs.fs.repository import Repository
+from gravfs.spark.importer import import_manifest, import_s3
+from gravfs.spark.runtime import SparkJobError
+from tests.fuse_util import s3_env
+from tests.repo_util import small_settings
+from tests.spark.test_runtime import SPARK_CONF, run_cli
+from tests.spark.test_s3source import put_objects, s3spark  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.spark
+
+
+def listing(server, prefix: str) -> list[dict]:
+    """Rows as S3 Inventory writes them: bucket, key, size, last_modified_date, e_tag."""
+    c = server.client()
+    rows = []
+    for page in c.get_paginator("list_objects_v2").paginate(Bucket=server.bucket, Prefix=prefix):
+        for o in page.get("Contents", ()):
+            rows.append({"bucket": server.bucket, "key": o["Key"], "size": o["Size"],
+                         "last_modified_date": o["LastModified"].astimezone(datetime.timezone.utc),
+                         "e_tag": o["ETag"].strip('"')})
+    return rows
+
+
+def write_csv(path: str, rows: list[dict], gz: bool = False, extra: bool = False) -> None:
+    """Headerless CSV, keys URL-encoded, dates ISO 8601 with milliseconds and Z."""
+    lines = []
+    for r in rows:
+        fields = [r["bucket"], quote_plus(r["key"], safe="/"), str(r["size"]),
+                  r["last_modified_date"].strftime("%Y-%m-%dT%H:%M:%S.000Z"), r["e_tag"]]
+        if extra:
+            fields.append("STANDARD")
+        lines.append(",".join(f'"{f}"' for f in fields))
+    data = ("\n".join(lines) + "\n").encode()
+    with (gzip.open if gz else open)(path, "wb") as f:
+        f.write(data)
+
+
+def write_parquet(path: str, rows: list[dict], row_group_size: int = 50) -> None:
+    table = pa.table({"bucket": [r["bucket"] for r in rows], "key": [r["key"] for r in rows],
+                      "size": pa.array([r["size"] for r in rows], pa.int64()),
+                      "last_modified_date": pa.array([r["last_modified_date"] for r in rows],
+                                                     pa.timestamp("ms", "UTC")),
+                      "e_tag": [r["e_tag"] for r in rows],
+                      "storage_class": ["STANDARD"] * len(rows)})
+    pq.write_table(table, path, row_group_size=row_group_size)
+
+
+@pytest.fixture(scope="module")
+def lake(s3spark, s3_server, tmp_path_factory):
+    """Objects under a prefix, other objects beside it, and the bucket's listing."""
+    run = uuid.uuid4().hex[:8]
+    prefix = f"man-{run}/lake/"
+    want = put_objects(s3_server, prefix, dirs=5, files=30)
+    put_objects(s3_server, f"man-{run}/other/", dirs=1, files=5, seed=2)
+    rows = listing(s3_server, f"man-{run}/")
+    d = tmp_path_factory.mktemp("manifests")
+    return prefix, want, rows, d
+
+
+@pytest.fixture
+def repo(tmp_path):
+    r = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"),
+                        settings=small_settings())
+    yield r
+    r.close()
+
+
+def _mr(repo, branch: str) -> str:
+    return repo.commits.get(repo.head(branch, fresh=True)).metarange
+
+
+def test_csv_and_parquet_by_reference_equal_the_prefix_import(s3spark, s3_server, lake, repo):
+    prefix, want, rows, d = lake
+    half = len(rows) // 2
+    os.makedirs(d / "csv", exist_ok=True)
+    write_csv(str(d / "csv" / "a.csv"), rows[:half], extra=True)
+    write_csv(str(d / "csv" / "b.csv.gz"), rows[half:], gz=True, extra=True)
+    pdir = d / "parquet"
+    os.makedirs(pdir, exist_ok=True)
+    write_parquet(str(pdir / "a.parquet"), rows[:half])
+    write_parquet(str(pdir / "b.parquet"), rows[half:])
+    repo.create_branch("prefix", "main")
+    import_s3(s3spark, repo, f"s3://{s3_server.bucket}/{prefix}", "prefix", "x",
+              by_reference=True, partitions=2)
+    for branch, src, cols in (("csv", str(d / "csv"),
+                               "Bucket, Key, Size, LastModifiedDate, ETag, StorageClass"),
+                              ("parquet", str(pdir), None)):
+        repo.create_branch(branch, "main")
+        res = import_manifest(s3spark, repo, src, branch, "x", columns=cols, key_prefix=prefix,
+                              partitions=3)
+        assert res.files == len(want), branch
+        assert _mr(repo, branch) == _mr(repo, "prefix"), branch
+    e = repo.stat("csv", "x/caf\u00e9 r\u00e9sum\u00e9+plus.txt").entry  # decoded from the CSV
+    assert e.address == f"s3://{s3_server.bucket}/{prefix}caf\u00e9 r\u00e9sum\u00e9+plus.txt"
+
+
+def test_manifest_json_copy_mode_equals_prefix_copy(s3spark, s3_server, lake, repo):
+    """An S3 Inventory manifest.json on S3 naming CSV files on S3; copy mode reads the
+    objects from S3."""
+    prefix, want, rows, d = lake
+    c = s3_server.client()
+    inv = f"inventory-{uuid.uuid4().hex[:8]}/"
+    local = str(d / "part.csv.gz")
+    write_csv(local, rows, gz=True)
+    with open(local, "rb") as f:
+        c.put_object(Bucket=s3_server.bucket, Key=inv + "data/part.csv.gz", Body=f.read())
+    manifest = {"sourceBucket": s3_server.bucket,
+                "destinationBucket": f"arn:aws:s3:::{s3_server.bucket}",
+                "fileFormat": "CSV", "fileSchema": "Bucket, Key, Size, LastModifiedDate, ETag",
+                "files": [{"key": inv + "data/part.csv.gz", "size": 1, "MD5checksum": "x"}]}
+    c.put_object(Bucket=s3_server.bucket, Key=inv + "manifest.json",
+                 Body=json.dumps(manifest).encode())
+    repo.create_branch("prefix", "main")
+    import_s3(s3spark, repo, f"s3://{s3_server.bucket}/{prefix}", "prefix", partitions=2)
+    res = import_manifest(s3spark, repo, f"s3://{s3_server.bucket}/{inv}manifest.json", "main",
+                          key_prefix=prefix, by_reference=False, partitions=2)
+    assert res.files == len(want)
+    assert _mr(repo, "main") == _mr(repo, "prefix")
+    e = repo.stat("main", "top.txt").entry
+    assert repo.data.read(e.address) == want["top.txt"]
+
+
+def test_bad_manifests_fail_with_one_line_and_commit_nothing(s3spark, lake, repo, tmp_path):
+    prefix, want, rows, d = lake
+    head = repo.head("main", fresh=True)
+    missing_col = tmp_path / "missing.parquet"
+    pq.write_table(pa.table({"bucket": ["b"], "key": ["k"], "size": [1]}), str(missing_col))
+    garbage = tmp_path / "garbage.parquet"
+    garbage.write_bytes(b"this is not parquet at all" * 10)
+    short = tmp_path / "short.csv"
+    short.write_text('"b","k","1"\n')
+    cases = [(str(tmp_path / "nosuch.csv"), "no such manifest file"),
+             (str(missing_col), "lacks column(s) lastmodifieddate, etag"),
+             (str(garbage), "cannot read manifest file"),
+             (str(short), "Expected 5 columns, got 3")]
+    for src, msg in cases:
+        with pytest.raises(GravfsError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+            import_manifest(s3spark, repo, src, "main")
+    # a row that does not parse: in the first file, found before Spark runs; in a later
+    # one, the job fails; either way nothing is committed
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    write_csv(str(bad / "a.csv"), rows[:20])
+    write_csv(str(bad / "b.csv"), rows[20:40])
+    with open(bad / "b.csv", "a") as f:
+        f.write('"b","k","twelve","2026-01-01T00:00:00.000Z","e"\n')
+    with pytest.raises(SparkJobError, match="b.csv: In CSV column #2: Row #21: CSV conversion "
+                       "error to int64: invalid value 'twelve'"):
+        import_manifest(s3spark, repo, str(bad), "main")
+    with pytest.raises(GravfsError, match="b.csv: In CSV column #2"):
+        import_manifest(s3spark, repo, str(bad / "b.csv"), "main")
+    assert repo.head("main", fresh=True) == head
+
+
+def test_cli_manifest_bad_input_before_spark(s3_server, lake, tmp_path):
+    prefix, want, rows, d = lake
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    run_cli("init", store=store, state=state)
+    p = tmp_path / "m.parquet"
+    pq.write_table(pa.table({"key": ["k"], "size": [1]}), str(p))
+    rc, out, err = run_cli("spark", "import", str(p), "main", "--by-reference", *SPARK_CONF,
+                           store=store, state=state, check=False, **s3_env(s3_server))
+    assert rc == 1 and out == ""
+    assert err.strip().splitlines() == [
+        f"gravfs: {p}: the manifest lacks column(s) bucket, lastmodifieddate, etag "
+        "(it has: key, size)"], err
