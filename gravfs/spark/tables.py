@@ -1,0 +1,154 @@
+"""A commit's entries as a DataFrame: one row per entry, one task per range.
+
+The driver reads only the metarange (the list of ranges); each task opens the
+store itself and reads its range with gravfs's own SST reader (through the
+task's local tier), decoding the entries into Arrow batches (``mapInArrow``,
+no per-row pickling). Paths are shown as ``gravfs ls`` shows them: foreign
+names escaped (gravfs.fs.paths.escape_key), quoted as git quotes them, a
+directory marker with its trailing '/'; ``key`` keeps the exact bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Iterator, Optional
+
+from gravfs.errors import GravfsError
+from gravfs.fs.entry import (ADDRESS_BY_PREFIX_DEPRECATED, ADDRESS_FULL, ADDRESS_RELATIVE,
+                             KIND_DIRECTORY, KIND_SYMLINK, decode_entry)
+from gravfs.fs.paths import show
+from gravfs.fs.repository import Repository
+from gravfs.spark.taskstore import task_store
+from gravfs.version.committed.reader import MetaRange, RangeStore
+from gravfs.version.committed.record import decode_value
+
+log = logging.getLogger(__name__)
+
+ADDRESS_KINDS = {ADDRESS_RELATIVE: "relative", ADDRESS_FULL: "full",
+                 ADDRESS_BY_PREFIX_DEPRECATED: "by_prefix"}
+KINDS = {KIND_DIRECTORY: "dir", KIND_SYMLINK: "symlink"}  # anything else: "file"
+
+# The columns of entries(), with their Spark types. The tasks make every column but
+# mtime, which Spark derives from mtime_ns (MTIME), so rows carry plain Python values.
+ENTRY_COLUMNS = [("path", "string"), ("key", "binary"), ("kind", "string"),
+                 ("address", "string"), ("address_kind", "string"), ("size", "long"),
+                 ("mtime", "timestamp"), ("mtime_ns", "long"), ("mode", "int"),
+                 ("symlink_target", "string"), ("e_tag", "string"), ("identity", "string"),
+                 ("range_id", "string")]
+ROW_COLUMNS = [c for c in ENTRY_COLUMNS if c[0] != "mtime"]
+MTIME = "timestamp_micros(div({}, 1000))"  # SQL: a timestamp of a column of nanoseconds
+
+_ranges: dict[str, RangeStore] = {}
+
+
+def task_ranges(store_url: str) -> RangeStore:
+    """This worker process's range reader of a store (through its TaskStore's tier)."""
+    rs = _ranges.get(store_url)
+    if rs is None:
+        rs = _ranges[store_url] = RangeStore(task_store(store_url).tier)
+    return rs
+
+
+def entry_row(key: bytes, value: bytes, range_id: Optional[str]) -> tuple:
+    """The row of one record (ROW_COLUMNS, in order)."""
+    identity, data = decode_value(value)
+    e = decode_entry(data)
+    kind = KINDS.get(e.kind, "file")
+    return (show(key, directory=kind == "dir"), key, kind, e.address or None,
+            ADDRESS_KINDS.get(e.address_type, str(e.address_type)), e.size, e.mtime_ns,
+            e.mode, e.symlink_target if kind == "symlink" else None, e.e_tag or None,
+            identity.hex(), range_id)
+
+
+def range_rows(store_url: str, range_id: str) -> Iterator[tuple]:
+    """Rows of every entry of one range (runs on an executor)."""
+    for k, v in task_ranges(store_url).range_items(range_id, fill_cache=False):
+        yield entry_row(k, v, range_id)
+
+
+def spark_schema(columns: list):
+    """A Spark StructType of (name, type) pairs; a type is a type name or a nested list."""
+    from pyspark.sql import types as T
+    names = {"string": T.StringType, "binary": T.BinaryType, "long": T.LongType,
+             "int": T.IntegerType, "timestamp": T.TimestampType, "boolean": T.BooleanType}
+    return T.StructType([
+        T.StructField(n, spark_schema(t) if isinstance(t, list) else names[t]())
+        for n, t in columns])
+
+
+def open_repo(store, state_dir: Optional[str] = None):
+    """(Repository, whether the caller must close it) for a Repository or a store URL."""
+    if isinstance(store, str):
+        return Repository.open(store, state_dir), True
+    return store, False
+
+
+def tree_of(repo, ref: str) -> tuple[str, MetaRange]:
+    """(commit id, metarange) of a ref (NotFoundError for a missing one)."""
+    commit = repo.resolve(ref).commit
+    return commit.id, repo.committed.metarange(commit.metarange)
+
+
+def entries(spark, store, ref: str, state_dir: Optional[str] = None):
+    """A DataFrame of every entry of ``ref`` (columns: ENTRY_COLUMNS), one task per range.
+
+    ``store``: a Repository or a store URL (opened with ``state_dir``). Executors
+    open the store from its URL, so it must name the same store for them (S3,
+    or a path every worker sees). The DataFrame is lazy: its tasks read the
+    ranges when an action runs.
+    """
+    repo, own = open_repo(store, state_dir)
+    try:
+        cid, mr = tree_of(repo, ref)
+        url = repo.store.url
+    finally:
+        if own:
+            repo.close()
+    ids = list(mr.ids)
+    log.info("entries of %s (commit %s): %d ranges, %d entries", ref, cid[:12], len(ids),
+             mr.count)
+    return ranges_frame(spark, url, ids)
+
+
+def ranges_frame(spark, store_url: str, range_ids: list[str]):
+    """The entries of the given ranges as a DataFrame, one task per range."""
+    from pyspark.sql import functions as F
+    names = [n for n, _ in ENTRY_COLUMNS]
+    if not range_ids:
+        return spark.createDataFrame([], spark_schema(ENTRY_COLUMNS))
+    rdd = spark.sparkContext.parallelize(range_ids, len(range_ids)) \
+        .flatMap(lambda rid: range_rows(store_url, rid))
+    df = spark.createDataFrame(rdd, spark_schema(ROW_COLUMNS), verifySchema=False)
+    return df.withColumn("mtime", F.expr(MTIME.format("mtime_ns"))).select(*names)
+
+
+def write_entries(spark, repo, ref: str, out: str, mode: str = "errorifexists") -> dict:
+    """Write entries(ref) as Parquet under ``out`` (a path Spark can write); returns a
+    summary (commit, ranges, entries, seconds)."""
+    cid, mr = tree_of(repo, ref)
+    t0 = time.monotonic()
+    df = ranges_frame(spark, repo.store.url, list(mr.ids))
+    try:
+        df.write.mode(mode).parquet(out)
+    except Exception as exc:  # py4j/pyspark errors: one line
+        from gravfs.spark.runtime import job_failed
+        raise job_failed(exc, f"writing the entries of {ref} to {out}") from exc
+    secs = time.monotonic() - t0
+    log.info("wrote %d entries of %s to %s in %.1fs", mr.count, cid[:12], out, secs)
+    return {"commit": cid, "ranges": len(mr.ids), "entries": mr.count, "out": out,
+            "seconds": round(secs, 3)}
+
+
+def out_mode(out: str) -> str:
+    """Spark's save mode for ``out``: a local path must be absent or an empty directory
+    (else GravfsError, before Spark starts); an empty one is written into."""
+    if "://" in out and not out.startswith("file://"):
+        return "errorifexists"  # another file system: Spark checks
+    path = out[len("file://"):] if out.startswith("file://") else out
+    if not os.path.exists(path):
+        return "errorifexists"
+    if not os.path.isdir(path) or os.listdir(path):
+        raise GravfsError(f"{out}: exists and is not an empty directory")
+    return "overwrite"

@@ -1,0 +1,230 @@
+"""gravfs spark export: a commit's files copied to a directory or an S3 prefix, verified,
+resumable, and incremental (--since) reading only the ranges that differ."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import boto3
+import pyarrow.parquet as pq
+import pytest
+
+from gravfs.fs.importer import import_tree as local_import
+from gravfs.fs.paths import escape_key
+from gravfs.fs.repository import Repository
+from gravfs.spark import check_export, run_export
+from gravfs.spark.treediff import plan
+from tests.fuse_util import s3_env
+from tests.repo_util import small_settings
+from tests.spark.test_import import make_tree
+from tests.spark.test_runtime import SPARK_CONF, run_cli
+
+pytestmark = pytest.mark.spark
+
+
+def tree_of_dir(root: str) -> dict:
+    """path -> (kind, content or target, mode, mtime_ns) of everything under root but the
+    export's own files; directories only when empty."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        rel = os.path.relpath(dirpath, root)
+        if rel == "_gravfs_export" or rel.startswith("_gravfs_export/"):
+            continue
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]:
+            p = os.path.join(dirpath, name)
+            r = os.path.normpath(os.path.join(rel, name))
+            if r == "_SUCCESS":
+                continue
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                out[r] = ("symlink", os.readlink(p), None, st.st_mtime_ns)
+            else:
+                with open(p, "rb") as f:
+                    out[r] = ("file", f.read(), stat.S_IMODE(st.st_mode), st.st_mtime_ns)
+        if not files and not dirs and rel != ".":
+            out[rel + "/"] = ("dir", None, None, None)
+    return out
+
+
+def tree_of_ref(repo, ref: str, files_only: bool = False) -> dict:
+    """What an export of ref must hold, from the repository itself."""
+    out = {}
+    keys = [n for n in repo.walk(ref)]
+    for n in keys:
+        e = n.entry
+        if n.kind == "dir":
+            prefix = n.key
+            if files_only or any(m.key != prefix and m.key.startswith(prefix) for m in keys):
+                continue
+            out[os.fsdecode(escape_key(n.key))] = ("dir", None, None, None)
+        elif n.kind == "symlink":
+            if not files_only:
+                out[os.fsdecode(escape_key(n.key, False))] = ("symlink", e.symlink_target, None,
+                                                              e.mtime_ns)
+        else:
+            out[os.fsdecode(escape_key(n.key, False))] = ("file", repo.read(n), e.mode & 0o7777,
+                                                          e.mtime_ns)
+    return out
+
+
+def report_rows(root: str, name: str = None) -> list[dict]:
+    base = os.path.join(root, "_gravfs_export")
+    dirs = [d for d in os.listdir(base) if d.startswith("report-")]
+    if name:
+        dirs = [name]
+    rows = []
+    for d in dirs:
+        for f in os.listdir(os.path.join(base, d)):
+            rows += pq.read_table(os.path.join(base, d, f)).to_pylist()
+    return rows
+
+
+@pytest.fixture
+def env(tmp_path):
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    repo = Repository.init(store, state, settings=small_settings())
+    src = str(tmp_path / "src")
+    os.makedirs(src)
+    make_tree(src, dirs=5, files=24)
+    with open(os.path.join(src, "holes.bin"), "wb") as f:  # a sparse file (a manifest)
+        f.write(b"head")
+        f.seek(20 << 20)
+        f.write(b"tail")
+    local_import(repo, src, "main", progress=False)
+    yield repo, store, state
+    repo.close()
+
+
+def _change(repo, branch: str = "main", seed: int = 5) -> None:
+    rnd = random.Random(seed)
+    files = [n for n in repo.walk(branch) if n.kind == "file" and b"/" in n.key]
+    for n in rnd.sample(files, 6):
+        repo.write_file(branch, n.key, rnd.randbytes(77), mode=0o640)
+    for n in rnd.sample(files, 5):
+        try:
+            repo.remove(branch, n.key)
+        except Exception:
+            pass
+    repo.remove(branch, "part=004", recursive=True)  # a whole directory goes
+    repo.remove(branch, "empty-top")                  # an empty directory goes
+    repo.write_file(branch, "added/deep/x.bin", b"new")
+    repo.symlink(branch, "added/link", "deep/x.bin")
+    repo.commit(branch, "changes")
+
+
+def test_full_export_to_directory(spark, env, tmp_path):
+    repo, store, state = env
+    dest = str(tmp_path / "out")
+    res = run_export(spark, repo, check_export(repo, "main", dest))
+    assert tree_of_dir(dest) == tree_of_ref(repo, "main")
+    assert res["copied"] == res["entries"] and res["present"] == 0
+    success = json.loads(open(os.path.join(dest, "_SUCCESS")).read())
+    assert success["commit"] == repo.head("main", fresh=True)
+    rows = report_rows(dest)
+    assert len(rows) == res["entries"]
+    by_path = {r["path"]: r for r in rows}
+    holes = by_path["holes.bin"]
+    assert holes["action"] == "copied" and holes["size"] == (20 << 20) + 4
+    st = os.stat(os.path.join(dest, "holes.bin"))
+    assert st.st_blocks * 512 < 4 << 20  # the hole stayed a hole
+    # a second run: already there, nothing read
+    job = check_export(repo, "main", dest)
+    assert job.done
+
+
+def test_incremental_export(spark, env, tmp_path):
+    repo, store, state = env
+    dest = str(tmp_path / "out")
+    first = repo.head("main", fresh=True)
+    run_export(spark, repo, check_export(repo, "main", dest))
+    _change(repo)
+    job = check_export(repo, "main", dest, since=first)
+    res = run_export(spark, repo, job)
+    assert tree_of_dir(dest) == tree_of_ref(repo, "main")
+    assert not os.path.exists(os.path.join(dest, "part=004"))  # its directories went too
+    p = plan(repo, first, "main")
+    assert res["ranges_read"] == p.ranges_read < p.ranges_left + p.ranges_right
+    kinds = [d.kind for d in repo.diff(first, "main")]
+    assert res["deleted"] == kinds.count("removed") > 24
+    assert res["copied"] == len(kinds) - kinds.count("removed") >= 3
+    assert json.loads(open(os.path.join(dest, "_SUCCESS")).read())["since"] == first
+
+
+def _dest_s3(server, tmp_path) -> str:
+    return f"s3://{server.bucket}/export-{tmp_path.name}"
+
+
+def _objects(server, url: str) -> dict[str, bytes]:
+    env = s3_env(server)
+    c = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"],
+                     aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                     aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+    prefix = url.split("/", 3)[3] + "/"
+    out = {}
+    for page in c.get_paginator("list_objects_v2").paginate(Bucket=server.bucket,
+                                                            Prefix=prefix):
+        for o in page.get("Contents", ()):
+            rel = o["Key"][len(prefix):]
+            if rel == "_SUCCESS" or rel.startswith("_gravfs_export/"):
+                continue
+            out[rel] = c.get_object(Bucket=server.bucket, Key=o["Key"])["Body"].read()
+    return out
+
+
+@pytest.fixture
+def s3(s3_server):
+    if s3_server.proc is None or s3_server.proc.poll() is not None:
+        s3_server.start()
+    return s3_server
+
+
+def export_cli(store: str, state: str, *args, **env) -> dict:
+    rc, out, err = run_cli("spark", "export", *args, "--master", "local[2]", "--json",
+                           *SPARK_CONF, store=store, state=state, **env)
+    return json.loads(out)
+
+
+def test_export_to_s3_full_then_incremental(env, tmp_path, s3):
+    """Executors write to S3 with the store's S3 settings (the AWS environment); the
+    20 MiB file is a multipart upload; symlinks and empty directories are skipped."""
+    repo, store, state = env
+    cli_state = str(tmp_path / "cli-state")
+    dest = _dest_s3(s3, tmp_path)
+    first = repo.head("main", fresh=True)
+    res = export_cli(store, cli_state, "main", dest, **s3_env(s3))
+    want = {p: v[1] for p, v in tree_of_ref(repo, "main", files_only=True).items()}
+    assert _objects(s3, dest) == want
+    assert res["skipped"] == 5 * 2 + 1 and res["copied"] == len(want)
+    _change(repo)
+    res = export_cli(store, cli_state, "main", dest, "--since", first, **s3_env(s3))
+    want = {p: v[1] for p, v in tree_of_ref(repo, "main", files_only=True).items()}
+    assert _objects(s3, dest) == want
+    assert res["since"] == first and res["deleted"] > 24
+    # again: DEST already holds it
+    res = export_cli(store, cli_state, "main", dest, "--since", first, **s3_env(s3))
+    assert res["commit"] == repo.head("main", fresh=True)
+
+
+def test_cli_bad_input(env, tmp_path):
+    repo, store, state = env
+    def fails(*args):
+        rc, out, err = run_cli("spark", "export", *args, store=store, state=state, check=False)
+        assert rc != 0 and err.strip().count("\n") == 0 and "Traceback" not in err, err
+        return err
+    assert "nosuch" in fails("nosuch", str(tmp_path / "o"))
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"x")
+    assert "cannot write" in fails("main", str(blocker / "sub"))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "data.csv").write_bytes(b"1,2\n")
+    assert "not empty" in fails("main", str(other))
+    assert "no finished export" in fails("main", str(other), "--since", "main")
