@@ -1,7 +1,10 @@
 """gravfs's Spark pipelines (PySpark): the runtime and the jobs, also a Python API.
 
 ``import_tree(spark, repo_or_store_url, src, branch, prefix, message)`` imports
-a local or shared directory tree; ``start_session`` starts the SparkSession the
+a local or shared directory tree; ``entries(spark, store, ref)`` and
+``diff(spark, store, a, b)`` are a commit's entries and two refs' difference as
+DataFrames; ``check_export``/``run_export`` copy a commit's files out;
+``start_session`` starts the SparkSession the
 CLI uses (a session of your own on a cluster needs ``runtime.ship_package``). Names are loaded on first use, so the CLI's parser (which registers
 ``gravfs spark``) loads nothing of the jobs, and pyspark only when a job runs.
 """
@@ -16,6 +19,10 @@ _NAMES = {
     "start_session": "gravfs.spark.runtime",
     "SparkStartError": "gravfs.spark.runtime",
     "SparkJobError": "gravfs.spark.runtime",
+    "entries": "gravfs.spark.tables",
+    "diff": "gravfs.spark.treediff",
+    "check_export": "gravfs.spark.export",
+    "run_export": "gravfs.spark.export",
 }
 
 __all__ = sorted(_NAMES)
