@@ -33,14 +33,27 @@ def add_spark_parser(sub, common, open_repo: Callable, split_ref_path: Callable)
                       help="a Spark setting (repeatable)")
     opts.add_argument("--json", action="store_true", help="print the summary as JSON")
     im = jobs.add_parser("import", parents=[common, opts],
-                         help="import a directory tree as one commit",
-                         description="Import a local or shared directory tree into "
-                         "BRANCH[:PREFIX] as one commit (the same tree as 'gravfs import').")
-    im.add_argument("src", metavar="SOURCE", help="a directory every executor can read")
+                         help="import a directory tree, an S3 prefix or a manifest as one commit",
+                         description="Import SOURCE into BRANCH[:PREFIX] as one commit that "
+                         "replaces what PREFIX held (for a directory: the same tree as "
+                         "'gravfs import').")
+    im.add_argument("src", metavar="SOURCE", help="a directory every executor can read, "
+                    "s3://BUCKET/PREFIX, or an inventory manifest (manifest.json, .csv, "
+                    ".csv.gz, .parquet, or a directory of them with --manifest)")
     im.add_argument("dest", metavar="BRANCH[:PREFIX]")
     im.add_argument("-m", "--message", help="commit message (default: Import SOURCE)")
     im.add_argument("--partitions", type=int, metavar="N",
                     help="sorted partitions that write ranges (default: Spark's parallelism)")
+    im.add_argument("--by-reference", action="store_true",
+                    help="zero-copy: entries point at the source objects (s3:// or file://), "
+                    "nothing is copied")
+    im.add_argument("--manifest", action="store_true",
+                    help="SOURCE is an inventory manifest (S3 Inventory CSV or Parquet)")
+    im.add_argument("--manifest-columns", metavar="COLS",
+                    help="the columns of a manifest's CSV files, comma-separated (default: "
+                    "manifest.json's fileSchema, else bucket,key,size,last_modified_date,e_tag)")
+    im.add_argument("--key-prefix", metavar="P",
+                    help="manifest: import the keys under P only, as paths relative to P")
 
     def run(args) -> int:
         return cmd_spark_import(args, open_repo, split_ref_path)
@@ -58,7 +71,7 @@ def spark_log_path(state_dir: Optional[str]) -> str:
 
 def cmd_spark_import(args, open_repo: Callable, split_ref_path: Callable) -> int:
     from gravfs.errors import GravfsError
-    from gravfs.spark.importer import check_inputs, import_tree
+    from gravfs.spark.importer import check_inputs, import_source, open_source
     from gravfs.spark.progress import stage_progress
     from gravfs.spark.runtime import SparkJobError, parse_conf, start_session
 
@@ -66,16 +79,18 @@ def cmd_spark_import(args, open_repo: Callable, split_ref_path: Callable) -> int
         raise GravfsError("--partitions must be at least 1")
     branch, prefix = split_ref_path(args.dest, "BRANCH[:PREFIX]")
     conf = parse_conf(args.conf)
+    source = open_source(args.src, args.manifest, columns=args.manifest_columns,
+                         key_prefix=args.key_prefix)
     with open_repo(args) as repo:
-        check_inputs(repo, args.src, branch)  # bad input fails before the JVM starts
+        check_inputs(repo, source, branch)  # bad input fails before the JVM starts
         log_file = None if args.verbose else spark_log_path(args.state_dir)
         t0 = time.monotonic()
         spark = start_session(args.master, conf, args.verbose, app_name="gravfs import",
                               log_file=log_file)
         try:
             with stage_progress(spark.sparkContext, enabled=not args.json):
-                res = import_tree(spark, repo, args.src, branch, prefix, args.message,
-                                  partitions=args.partitions)
+                res = import_source(spark, repo, source, branch, prefix, args.message,
+                                    partitions=args.partitions, by_reference=args.by_reference)
         except SparkJobError as exc:
             where = f" (Spark's log: {log_file})" if log_file else ""
             raise SparkJobError(f"{exc}; nothing was committed{where}") from exc
@@ -83,12 +98,16 @@ def cmd_spark_import(args, open_repo: Callable, split_ref_path: Callable) -> int
             spark.stop()
         secs = time.monotonic() - t0
     where = f"{branch}:{quote(prefix.encode('utf-8', 'surrogateescape')) or '/'}"
+    how = "by reference" if args.by_reference else "copied"
     if args.json:
         print(json.dumps({"commit": res.commit.id, "branch": branch, "prefix": prefix,
+                          "source": source.name, "by_reference": args.by_reference,
                           "entries": res.files, "partitions": res.partitions,
                           "ranges": res.ranges, "ranges_rewritten": res.ranges_rewritten,
                           "seconds": round(secs, 3)}, sort_keys=True))
     else:
-        print(f"Imported {res.files} file(s) into {where} as commit {res.commit.id[:12]} "
-              f"({res.partitions} partitions, {res.ranges} ranges, {secs:.1f}s)")
+        rate = res.files / secs if secs > 0 else 0.0
+        print(f"Imported {res.files:,} entr{'y' if res.files == 1 else 'ies'} ({how}) into "
+              f"{where} as commit {res.commit.id[:12]} ({res.partitions} partitions, "
+              f"{res.ranges} ranges, {secs:.1f}s, {rate:,.0f} entries/s)")
     return 0
