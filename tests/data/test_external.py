@@ -13,7 +13,7 @@ import pytest
 
 from gravfs.data.external import (ExternalReader, Source, check_source, copy_source, file_tag,
                                   is_external, iter_source, read_source)
-from gravfs.errors import CorruptDataError, SourceChangedError
+from gravfs.errors import CorruptDataError, SourceChangedError, StoreUnavailableError
 from gravfs.fs.entry import ADDRESS_FULL, ADDRESS_RELATIVE
 from gravfs.store.local import LocalStore
 
@@ -253,3 +253,17 @@ def test_data_reader_caches_a_source_by_version(tmp_path):
     finally:
         reader.close()
         repo.close()
+
+
+def test_source_endpoint_can_differ_from_the_store(s3_server, source_bucket, store, monkeypatch):
+    """GRAVFS_SOURCE_S3_ENDPOINT names the sources' server when the store's is another."""
+    src = put_source(source_bucket, f"src/{uuid.uuid4().hex}", b"elsewhere")
+    monkeypatch.setenv("GRAVFS_S3_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("GRAVFS_S3_MAX_ATTEMPTS", "1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    monkeypatch.setenv("GRAVFS_SOURCE_S3_ENDPOINT", s3_server.endpoint_url)
+    assert ExternalReader(store).read(src) == b"elsewhere"
+    monkeypatch.delenv("GRAVFS_SOURCE_S3_ENDPOINT")
+    with pytest.raises(StoreUnavailableError):  # the environment's endpoint: unreachable
+        ExternalReader(store).read(src)
