@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import uuid
 
 import pytest
@@ -127,6 +128,9 @@ def test_write_makes_an_ordinary_file_and_rename_keeps_the_reference(mount_env, 
     for path in ("a", "s"):
         row = _ls_json(m, f"main:{path}")
         assert "by_reference" not in row and row["address"].startswith("data/")
+    shutil.copyfile(m.branch_path("moved"), m.branch_path("copy"))  # cp: a file of its own
+    copy = _ls_json(m, "main:copy")
+    assert "by_reference" not in copy and copy["address"].startswith("data/")
     moved = _ls_json(m, "main:moved")
     assert moved["by_reference"] is True and moved["address"] == f"file://{src_path}"
     assert moved["mode"] & 0o7777 == 0o600
@@ -135,6 +139,7 @@ def test_write_makes_an_ordinary_file_and_rename_keeps_the_reference(mount_env, 
     assert read_bytes(m.branch_path("a")) == expect_a
     assert read_bytes(m.path("commits", m.head(), "s")) == data + b"tail"
     assert _errno_of_read(m.branch_path("moved")) == errno.EIO
+    assert read_bytes(m.branch_path("copy")) == data
 
 
 def test_writing_over_a_changed_source_fails_but_truncating_it_does_not(mount_env, tmp_path):
