@@ -202,9 +202,10 @@ def copy_entry(ts, dest, key: bytes, e: EntryInfo) -> Copy:
             return Copy(SKIPPED, reason=f"{'a symlink' if kind == 'symlink' else 'a directory'}: "
                         "S3 has none")
         rel = escape_key(key, directory=False)
-        if dest.present(rel, kind, e.size, e.address):
+        if dest.present(rel, kind, e.size, e.address, e.e_tag):
             return Copy(PRESENT, _known_sha(e))
-        return dest.write_file(rel, _chunks(ts, e), e.size, e.address, e.mode, e.mtime_ns)
+        return dest.write_file(rel, _chunks(ts, e), e.size, e.address, e.e_tag, e.mode,
+                               e.mtime_ns)
     rel = escape_key(key, directory=kind == "dir")
     sha = _known_sha(e) if kind == "file" else None
     if dest.present(rel, kind, e.size, sha, e.symlink_target, e.mode, e.mtime_ns):

@@ -306,16 +306,22 @@ class S3Dest(S3Store):
         except NotFoundError:
             return None
 
-    def present(self, rel: bytes, kind: str, size: int, address: str) -> bool:
+    def present(self, rel: bytes, kind: str, size: int, address: str, e_tag: str) -> bool:
+        """Is the object an earlier run wrote for this very content there? (Its metadata
+        came with its verified content in one PUT: see the module doc.)"""
         h = self.head(rel)
-        return (h is not None and int(h["ContentLength"]) == size
-                and h.get("Metadata", {}).get("gravfs-address") == address)
+        if h is None or int(h["ContentLength"]) != size:
+            return False
+        meta = h.get("Metadata", {})
+        return meta.get("gravfs-address") == address and meta.get("gravfs-etag", "") == e_tag
 
     def write_file(self, rel: bytes, chunks: Iterable[bytes], size: int, address: str,
-                   mode: int, mtime_ns: int) -> Copy:
+                   e_tag: str, mode: int, mtime_ns: int) -> Copy:
         key = self._key(rel)
         meta = {"gravfs-address": address, "gravfs-mode": oct(mode & 0o7777),
                 "gravfs-mtime-ns": str(mtime_ns)}
+        if e_tag:  # a by-reference entry's source version
+            meta["gravfs-etag"] = e_tag
         parts = _parts(chunks, PART)
         first = next(parts, b"")
         second = next(parts, None)
