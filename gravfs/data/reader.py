@@ -67,7 +67,7 @@ class ReadState:
     """Per open handle: where the last read ended, and how far ahead to fetch."""
 
     __slots__ = ("next_offset", "ahead", "bytes_read", "tier_handle", "in_place", "fd", "lock",
-                 "extents")
+                 "extents", "source_checked")
 
     def __init__(self):
         self.next_offset = 0
@@ -78,6 +78,7 @@ class ReadState:
         self.fd = -1  # our own descriptor of the local file: preads without a lock
         self.lock = threading.Lock()  # the kernel may send reads of one handle in parallel
         self.extents: dict[str, "ReadState"] = {}  # a sparse file's: one per extent read
+        self.source_checked = False  # by reference: the source was asked since the open
 
     def count(self, n: int) -> int:
         """Bytes read through this handle so far, after ``n`` more."""
@@ -105,6 +106,7 @@ class ReadState:
                 self.tier_handle.release()
                 self.tier_handle = None
             self.in_place = None
+            self.source_checked = False
 
 
 class DataReader:
@@ -151,10 +153,18 @@ class DataReader:
         """A by-reference entry's bytes from its source (gravfs.data.external), through the
         chunk cache and read-ahead under the source's URL and version: every chunk
         fetched is checked against the entry's size and e_tag before it is cached, so
-        the cache holds only that version's bytes; there is no hash to run."""
+        the cache holds only that version's bytes; there is no hash to run. A handle's
+        first read served from the cache asks the source (a HEAD or a stat) all the
+        same, so each open sees a changed or vanished source."""
         if offset >= src.size or length <= 0:
             return b""
         length = min(length, src.size - offset)
+        if not state.source_checked:
+            with self._lock:
+                cached = self._chunks.peek((src.key, offset // self.chunk)) is not None
+            if cached:  # else the fetch below asks the source
+                self.external.check(src)
+            state.source_checked = True
 
         def fetch(off: int, n: int) -> bytes:
             return self.external.read(src, off, n)

@@ -838,6 +838,8 @@ class GravfsOperations(pyfuse3.Operations):
             # open of the same address still hold this content (writers drop the mark)
             fi.keep_cache = node.extra.get("cached_address") == content_key(entry)
             node.extra["cached_address"] = content_key(entry)
+        if entry is not None and is_external(entry.address_type):
+            fi.keep_cache = False  # by reference: each open asks the source again
         return fi
 
     @guarded

@@ -240,16 +240,15 @@ def test_data_reader_caches_a_source_by_version(tmp_path):
         assert reader.stats["chunk_fetches"] == 3  # another handle: from the cache
         assert reader.read_external(state, src, len(data), 10) == b""
 
+        assert reader.read_external(state, src, 0, 10) == data[:10]  # same handle: cached
+
         new = os.urandom(len(data) + 1)
         _write(path, new)
+        with pytest.raises(SourceChangedError):  # a new handle (open) asks the source
+            reader.read_external(ReadState(), src, 0, 100)
+        assert reader.read_external(state, src, 0, 10) == data[:10]  # checked at its start
         fresh = file_source(path)  # the same URL referenced again: another version
         assert reader.read_external(ReadState(), fresh, 0, 100) == new[:100]
-        other = DataReader(repo.data)
-        try:
-            with pytest.raises(SourceChangedError):  # the old version, not cached there
-                other.read_external(ReadState(), src, 0, 100)
-        finally:
-            other.close()
     finally:
         reader.close()
         repo.close()
