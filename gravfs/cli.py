@@ -483,6 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = cmd("umount", cmd_umount, "flush and unmount")
     sp.add_argument("mountpoint")
+    from gravfs.spark.gccli import add_gc_parser
+    add_gc_parser(sub, common, _repo)
     from gravfs.spark.cli import add_spark_parser
     add_spark_parser(sub, common, _repo, _split_ref_path)
     return p

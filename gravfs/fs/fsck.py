@@ -30,6 +30,7 @@ from gravfs.fs.entry import KIND_DIRECTORY, KIND_FILE, decode_entry
 from gravfs.errors import GravfsError
 from gravfs.fs.paths import key_problem, show
 from gravfs.progress import progress_bar
+from gravfs.version.retention import last_sweep
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ class FsckReport:
     entries: int = 0
     data_objects: int = 0
     source_objects: int = 0  # distinct sources of by-reference entries checked
+    expired: int = 0  # commits the last garbage collection expired: trees not checked
+    gc_run: str = ""
     temp_files_removed: int = 0  # left in the store by writers killed mid-upload
 
     @property
@@ -70,6 +73,8 @@ class FsckReport:
                 f"metaranges, {self.ranges} ranges, {self.entries} entries, "
                 f"{self.data_objects} data objects"
                 + (f", {self.source_objects} by-reference sources" if self.source_objects else "")
+                + (f", {self.expired} commits expired by gc run {self.gc_run} (trees not "
+                   "checked)" if self.expired else "")
                 + removed)
 
 
@@ -81,6 +86,9 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
     for name, cid in repo.heads.tags():
         starts.append((f"tag {name}", cid))
     rep.refs = len(starts)
+    # commits the last garbage collection expired may have lost their trees
+    swept = last_sweep(repo.store)
+    rep.gc_run = swept.run_id if swept else ""
 
     seen_commits: set[str] = set()
     metaranges: dict[str, tuple[int, str]] = {}  # metarange -> (generation, oldest commit)
@@ -95,8 +103,11 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
         except GravfsError as exc:
             rep.problems.append(f"commit {cid} (reached from {label}): {exc}")
             continue
-        metaranges[c.metarange] = min(metaranges.get(c.metarange, (c.generation, cid)),
-                                      (c.generation, cid))
+        if swept is not None and swept.expired(c):
+            rep.expired += 1
+        else:
+            metaranges[c.metarange] = min(metaranges.get(c.metarange, (c.generation, cid)),
+                                          (c.generation, cid))
         stack.extend((f"parent of {cid[:12]}", p) for p in c.parents)
     rep.commits = len(seen_commits)
 

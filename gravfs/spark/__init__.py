@@ -17,6 +17,8 @@ _NAMES = {
     "import_tree": "gravfs.spark.importer",
     "SparkImportResult": "gravfs.spark.importer",
     "start_session": "gravfs.spark.runtime",
+    "gc": "gravfs.spark.gc",
+    "GcResult": "gravfs.spark.gc",
     "SparkStartError": "gravfs.spark.runtime",
     "SparkJobError": "gravfs.spark.runtime",
     "entries": "gravfs.spark.tables",

@@ -1,0 +1,285 @@
+"""What garbage collection's Spark tasks do on the executors (gravfs.spark.gc drives them).
+
+Each task opens the store from its URL (gravfs.spark.taskstore) and uses
+gravfs's own readers: metarange and range SSTs through a task-local tier,
+entries decoded as the catalog decodes them, sparse manifests read and
+verified by the data plane.
+
+The mark cache: a range is immutable, so "range R holds these data objects"
+is true forever. Tasks that read ranges write what they found as Parquet parts
+under ``_gravfs/gc/cache/`` (columns range, address; one row with an empty
+address per range, so a range without data objects counts as read). Later
+runs take the rows of the ranges they keep from there and read no range twice.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections import defaultdict
+from typing import Iterable, Iterator, Optional
+
+from gravfs.data import sparse
+from gravfs.errors import NotFoundError
+from gravfs.fs.entry import ADDRESS_FULL, KIND_FILE, decode_entry
+from gravfs.spark.taskstore import task_store
+from gravfs.store.base import sweep_lease
+from gravfs.version.committed.reader import METARANGES_PREFIX, RANGES_PREFIX, RangeStore
+from gravfs.version.committed.record import decode_value
+from gravfs.version.retention import GC_PREFIX, run_prefix
+
+log = logging.getLogger(__name__)
+
+CACHE_PREFIX = GC_PREFIX + "cache/"
+DELETE_BATCH = 1000
+
+#: Where the sweep lists, split so that each listing task takes a slice.
+LIST_PREFIXES = ([f"data/{i:02x}/" for i in range(256)]
+                 + [f"sparse/{i:02x}/" for i in range(256)]
+                 + [f"{RANGES_PREFIX}{i:x}" for i in range(16)]
+                 + [f"{METARANGES_PREFIX}{i:x}" for i in range(16)])
+
+KINDS = (("data/", "data"), ("sparse/", "sparse-manifest"), (RANGES_PREFIX, "range"),
+         (METARANGES_PREFIX, "metarange"), (CACHE_PREFIX, "mark-cache"))
+WHY = {
+    "data": "no kept commit's range and no local staging references it",
+    "sparse-manifest": "no kept commit's range and no local staging references it",
+    "range": "in no kept commit's tree (nor a compacted staging tree)",
+    "metarange": "the tree of no kept commit",
+    "mark-cache": "caches only ranges no kept commit has",
+}
+
+_ranges: dict[str, RangeStore] = {}
+
+
+def kind_of(key: str) -> str:
+    for prefix, kind in KINDS:
+        if key.startswith(prefix):
+            return kind
+    return "other"
+
+
+def _range_store(store_url: str) -> RangeStore:
+    rs = _ranges.get(store_url)
+    if rs is None:
+        rs = _ranges[store_url] = RangeStore(task_store(store_url).tier)
+    return rs
+
+
+# --- mark ----------------------------------------------------------------------------
+
+
+def metarange_ranges(store_url: str, metaranges: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """("range", id) for every range of the metaranges, ("missing", metarange id) for
+    a metarange no longer stored (an earlier run collected it)."""
+    rs = _range_store(store_url)
+    for mr in metaranges:
+        try:
+            m = rs.metarange(mr)
+        except NotFoundError:
+            yield "missing", mr
+            continue
+        for rid in m.ids:
+            yield "range", rid
+
+
+def live_addresses(entry, store_url: str, data) -> list[str]:
+    """The store objects one entry keeps alive: its data object, or a sparse file's
+    manifest and extents. A by-reference entry (ADDRESS_FULL) keeps nothing, unless
+    its URL points into this store (then the object it names)."""
+    address = entry.address
+    if not address or entry.kind != KIND_FILE:
+        return []
+    if entry.address_type == ADDRESS_FULL:
+        base = store_url.rstrip("/") + "/"
+        return [address[len(base):]] if address.startswith(base) else []
+    if not sparse.is_sparse(address):
+        return [address]
+    if sparse.zeros_manifest(address) is not None:
+        return []  # zeros throughout: nothing stored
+    out = [address]
+    try:
+        out += [a for _, _, a in data.manifest(address).extents]
+    except NotFoundError:
+        log.warning("sparse manifest %s is missing; its extents cannot be known", address)
+    return out
+
+
+def range_rows(store_url: str, range_id: str) -> Optional[list[tuple[str, str]]]:
+    """(range, address) rows of one range (the first with an empty address); None
+    when the range is not stored."""
+    rs = _range_store(store_url)
+    data = task_store(store_url).data
+    try:
+        items = list(rs.range_items(range_id, fill_cache=False))
+    except NotFoundError:
+        return None
+    rows = [(range_id, "")]
+    for _key, value in items:
+        _ident, raw = decode_value(value)
+        e = decode_entry(raw)
+        for a in live_addresses(e, store_url, data):
+            rows.append((range_id, a))
+    task_store(store_url).tier.discard(RANGES_PREFIX + range_id)  # read once: keep no copy
+    return rows
+
+
+def _parquet_bytes(columns: dict[str, list], schema) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    buf = io.BytesIO()
+    pq.write_table(pa.table(columns, schema=schema), buf, compression="zstd")
+    return buf.getvalue()
+
+
+def _read_parquet(store, key: str):
+    import pyarrow.parquet as pq
+    return pq.read_table(io.BytesIO(store.get(key)))
+
+
+def cache_schema():
+    import pyarrow as pa
+    return pa.schema([("range", pa.string()), ("address", pa.string())])
+
+
+def read_ranges(store_url: str, run_id: str, index: int, range_ids: Iterable[str]
+                ) -> Iterator[tuple[str, int, int, list[str]]]:
+    """Read ranges and write what they hold as one mark-cache part; yields
+    (part key or "", ranges read, rows, missing range ids)."""
+    ranges, addresses, missing, n = [], [], [], 0
+    for rid in range_ids:
+        rows = range_rows(store_url, rid)
+        if rows is None:
+            missing.append(rid)
+            continue
+        n += 1
+        for r, a in rows:
+            ranges.append(r)
+            addresses.append(a)
+    key = ""
+    if n:
+        key = f"{CACHE_PREFIX}{run_id}-{index:05d}.parquet"
+        task_store(store_url).store.put(key, _parquet_bytes(
+            {"range": ranges, "address": addresses}, cache_schema()))
+    yield key, n, len(ranges), missing
+
+
+def cache_rows(store_url: str, keys: Iterable[str]) -> Iterator[tuple[str, str, str]]:
+    """(part key, range, address) of mark-cache parts (a part gone meanwhile: none)."""
+    store = task_store(store_url).store
+    for key in keys:
+        try:
+            t = _read_parquet(store, key)
+        except NotFoundError:
+            continue
+        for r, a in zip(t.column("range").to_pylist(), t.column("address").to_pylist()):
+            yield key, r, a
+
+
+def list_objects(store_url: str, prefixes: Iterable[str]) -> Iterator[tuple[str, int, float, str]]:
+    """(key, size, last-modified, kind) of everything under the prefixes."""
+    store = task_store(store_url).store
+    for prefix in prefixes:
+        for info in store.list_info(prefix):
+            yield info.key, info.size, info.mtime, kind_of(info.key)
+
+
+# --- report and sweep --------------------------------------------------------------------
+
+
+def report_schema():
+    import pyarrow as pa
+    return pa.schema([("address", pa.string()), ("size", pa.int64()), ("kind", pa.string()),
+                      ("why", pa.string())])
+
+
+def report_key(run_id: str, index: int) -> str:
+    return f"{run_prefix(run_id)}report/part-{index:05d}.parquet"
+
+
+def write_report(store_url: str, run_id: str, index: int, rows: Iterable[tuple]
+                 ) -> Iterator[tuple[str, dict[str, list[int]]]]:
+    """Write one report part of (address, size, kind) rows; yields (key, {kind: [n, bytes]})."""
+    cols: dict[str, list] = {"address": [], "size": [], "kind": [], "why": []}
+    stats: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for address, size, kind in rows:
+        cols["address"].append(address)
+        cols["size"].append(size)
+        cols["kind"].append(kind)
+        cols["why"].append(WHY.get(kind, "unreferenced"))
+        stats[kind][0] += 1
+        stats[kind][1] += size
+    if not cols["address"]:
+        return
+    key = report_key(run_id, index)
+    task_store(store_url).store.put(key, _parquet_bytes(cols, report_schema()))
+    yield key, dict(stats)
+
+
+def report_addresses(store_url: str, keys: Iterable[str]) -> Iterator[tuple[str, int, str]]:
+    """(address, size, kind) rows of report parts."""
+    store = task_store(store_url).store
+    for key in keys:
+        t = _read_parquet(store, key)
+        yield from zip(t.column("address").to_pylist(), t.column("size").to_pylist(),
+                       t.column("kind").to_pylist())
+
+
+def listing_prefix(key: str) -> str:
+    """The LIST_PREFIXES slice (or cache prefix) a key falls in."""
+    for prefix in (RANGES_PREFIX, METARANGES_PREFIX):
+        if key.startswith(prefix):
+            return key[:len(prefix) + 1]
+    if key.startswith(CACHE_PREFIX):
+        return CACHE_PREFIX
+    return key.rsplit("/", 1)[0] + "/"
+
+
+def sweep_report(store_url: str, keys: Iterable[str], cutoff_s: float,
+                 protect: frozenset = frozenset()) -> Iterator[tuple[int, int, int]]:
+    """Delete the report's objects that are still older than the cutoff, as a fresh
+    listing shows them; yields (deleted, bytes deleted, kept because refreshed).
+
+    Each listing is acted on within the sweep lease (store.base.sweep_lease): a
+    writer that refreshed an object after the listing waits out the lease and
+    writes the object again if this deleted it (store.claim_existing).
+    """
+    store = task_store(store_url).store
+    by_prefix: dict[str, dict[str, int]] = defaultdict(dict)
+    for address, size, _kind in report_addresses(store_url, keys):
+        if address not in protect:
+            by_prefix[listing_prefix(address)][address] = size
+    lease = sweep_lease()
+    deleted = nbytes = refreshed = 0
+    # data first, trees after: a tree never outlives nothing it names for long
+    order = sorted(by_prefix, key=lambda p: (p.startswith(GC_PREFIX), p.startswith(METARANGES_PREFIX),
+                                             p.startswith(RANGES_PREFIX), p))
+    for prefix in order:
+        wanted = by_prefix[prefix]
+        todo = sorted(wanted)
+        while todo:
+            listed_at = time.monotonic()
+            fresh = {i.key: i.mtime for i in store.list_info(prefix) if i.key in wanted}
+            victims = [k for k in todo if k in fresh and fresh[k] < cutoff_s]
+            refreshed += sum(1 for k in todo if k in fresh and fresh[k] >= cutoff_s)
+            todo = []
+            for i in range(0, len(victims), DELETE_BATCH):
+                if time.monotonic() - listed_at > 0.8 * lease:
+                    todo = victims[i:]  # listing too old to act on: list again
+                    break
+                batch = victims[i:i + DELETE_BATCH]
+                store.delete_many(batch)
+                deleted += len(batch)
+                nbytes += sum(wanted[k] for k in batch)
+    if deleted:
+        log.info("swept %d object(s), %d bytes", deleted, nbytes)
+    yield deleted, nbytes, refreshed
+
+
+def check_no_protected(store_url: str, keys: Iterable[str], protect: frozenset
+                       ) -> Iterator[str]:
+    """Report addresses that are in ``protect`` (referenced anew since the mark)."""
+    for address, _size, _kind in report_addresses(store_url, keys):
+        if address in protect:
+            yield address

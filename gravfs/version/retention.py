@@ -1,0 +1,265 @@
+"""Retention rules and the commits they keep (garbage collection's selection).
+
+The rules live in the repository (``_gravfs/gc/rules.json``) so every host and
+job sees the same ones: a default window in days and windows for named
+branches. What a rule keeps of a branch:
+
+- its head, always;
+- every commit on its **first-parent chain** dated within the window, plus the
+  first commit of that chain older than the window (the branch's state when
+  the window opened), and nothing further down;
+- tags keep their commit (only that commit).
+
+First parents only: a branch's first-parent chain is exactly the sequence of
+states the branch itself had (every commit or merge onto a branch has the
+branch's previous head as its first parent). A commit reached only through a
+merge's second parent was a state of another branch; its own branch's rule
+decides it. Walking all parents would let one merge of an old branch keep that
+branch's whole dated history under the destination's window.
+
+A commit on the chains of several branches is kept when any of them keeps it,
+so the longest window wins. Walks go longest window first and stop at a
+commit an earlier walk passed with a window at least as long (the chain below
+it is the same chain, already kept as far as this window reaches), so shared
+history is read once. Commits are read one at a time and not cached: memory
+holds the kept commits' ids and metaranges, never the commit graph.
+
+Runs of the collector record here what ``gravfs fsck`` needs to know about them
+(``last_sweep``): the mark's start and the commits it kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Optional
+
+from gravfs.errors import GravfsError, NotFoundError
+from gravfs.version.refs.commits import COMMITS_PREFIX, Commit
+from gravfs.version.refs.heads import Heads
+
+log = logging.getLogger(__name__)
+
+GC_PREFIX = "_gravfs/gc/"
+RULES_KEY = GC_PREFIX + "rules.json"
+DAY_NS = 86_400 * 10**9
+#: Run ids start with their UTC start time (YYYYMMDDTHHMMSSZ-xxxxxx): listing this
+#: prefix finds the runs and nothing else under _gravfs/gc/.
+RUNS_PREFIX = GC_PREFIX + "20"
+RUN_ID = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
+SWEPT_STATES = ("sweeping", "done")
+
+
+class RetentionError(GravfsError):
+    """A retention rule that cannot be accepted (negative days, unknown branch...)."""
+
+    exit_code = 4
+
+
+@dataclass(frozen=True)
+class RetentionRules:
+    default_days: int
+    branches: dict[str, int] = field(default_factory=dict)
+
+    def days(self, branch: str) -> int:
+        return self.branches.get(branch, self.default_days)
+
+    def to_json(self) -> bytes:
+        return json.dumps({"format": 1, "default_days": self.default_days,
+                           "branches": dict(sorted(self.branches.items()))},
+                          indent=1, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> "RetentionRules":
+        try:
+            d = json.loads(raw)
+            rules = cls(int(d["default_days"]), {str(k): int(v) for k, v in d["branches"].items()})
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise GravfsError(f"retention rules {RULES_KEY} do not parse: {exc}") from None
+        return rules
+
+
+def parse_days(raw: str, what: str) -> int:
+    """A whole number of days >= 0 (one clear error otherwise)."""
+    try:
+        days = int(raw)
+    except (TypeError, ValueError):
+        raise RetentionError(f"{what}: {raw!r} is not a whole number of days") from None
+    if days < 0:
+        raise RetentionError(f"{what}: {days} days is negative (0 keeps only what heads and "
+                             "tags reference)")
+    return days
+
+
+def parse_branch_rules(items: Iterable[str]) -> dict[str, int]:
+    """``NAME=DAYS`` items (as given to --branch) -> {name: days}."""
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, days = item.partition("=")
+        if not sep or not name:
+            raise RetentionError(f"--branch needs NAME=DAYS, got {item!r}")
+        out[name] = parse_days(days, f"--branch {name}")
+    return out
+
+
+def make_rules(default_days: int, branches: dict[str, int], known: Iterable[str]) -> RetentionRules:
+    """Checked rules: days >= 0, and every named branch exists."""
+    if default_days < 0:
+        raise RetentionError(f"--default-days: {default_days} days is negative (0 keeps only "
+                             "what heads and tags reference)")
+    existing = set(known)
+    for name, days in branches.items():
+        if days < 0:
+            raise RetentionError(f"--branch {name}: {days} days is negative")
+        if name not in existing:
+            raise RetentionError(f"--branch {name}: no such branch")
+    return RetentionRules(default_days, dict(branches))
+
+
+def load_rules(store) -> Optional[RetentionRules]:
+    """The repository's rules, None when none were set."""
+    try:
+        return RetentionRules.from_json(store.get(RULES_KEY))
+    except NotFoundError:
+        return None
+
+
+def save_rules(store, rules: RetentionRules) -> None:
+    store.put(RULES_KEY, rules.to_json())
+    log.info("retention rules set: default %d days, branches %s", rules.default_days,
+             rules.branches)
+
+
+# --- selection -----------------------------------------------------------------------
+
+
+def read_commit(store, commit_id: str) -> Commit:
+    """One commit object, read and checked, not cached (see the module doc)."""
+    try:
+        raw = store.get(COMMITS_PREFIX + commit_id)
+    except NotFoundError:
+        raise NotFoundError(f"commit {commit_id} not found") from None
+    return Commit.parse(commit_id, raw)
+
+
+@dataclass
+class Selection:
+    """The commits the rules keep: id -> metarange, and how much was read."""
+
+    kept: dict[str, str] = field(default_factory=dict)
+    commits_read: int = 0
+    branches: int = 0
+    tags: int = 0
+
+    @property
+    def metaranges(self) -> set[str]:
+        return set(self.kept.values())
+
+
+def select_commits(store, rules: RetentionRules, now_ns: int,
+                   read: Optional[Callable[[str], Commit]] = None) -> Selection:
+    """The commits ``rules`` keep at time ``now_ns`` (see the module doc)."""
+    read = read or (lambda cid: read_commit(store, cid))
+    heads = Heads(store)
+    sel = Selection()
+    walks = []
+    for name, head in heads.branches():
+        walks.append((now_ns - rules.days(name) * DAY_NS, name, head))
+    walks.sort()  # oldest cutoff (longest window) first
+    sel.branches = len(walks)
+    walked: dict[str, int] = {}  # commit -> the oldest cutoff a walk passed it with
+    for cutoff, name, head in walks:
+        n = 0
+        for c in _first_parents(read, head, walked, cutoff):
+            sel.kept[c.id] = c.metarange
+            n += 1
+        sel.commits_read += n
+        log.info("branch %s: %d commit(s) kept by a %d-day window", name, n, rules.days(name))
+    for name, cid in heads.tags():
+        sel.tags += 1
+        if cid not in sel.kept:
+            sel.kept[cid] = read(cid).metarange
+            sel.commits_read += 1
+    return sel
+
+
+def _first_parents(read: Callable[[str], Commit], head: str, walked: dict[str, int],
+                   cutoff: int) -> Iterator[Commit]:
+    """The commits one branch keeps, head first, that no earlier walk kept."""
+    cid: Optional[str] = head
+    while cid is not None:
+        prev = walked.get(cid)
+        if prev is not None and prev <= cutoff:
+            return  # an earlier, longer walk kept this chain as far as we would
+        c = read(cid)
+        walked[cid] = cutoff
+        yield c
+        if c.time_ns < cutoff:
+            return  # the first commit older than the window: kept, and the last
+        cid = c.parents[0] if c.parents else None
+
+
+# --- runs, as fsck sees them -------------------------------------------------------
+
+
+def run_prefix(run_id: str) -> str:
+    return f"{GC_PREFIX}{run_id}/"
+
+
+def status_key(run_id: str) -> str:
+    return run_prefix(run_id) + "status.json"
+
+
+def kept_key(run_id: str) -> str:
+    return run_prefix(run_id) + "kept-commits.json"
+
+
+def run_ids(store) -> list[str]:
+    """Ids of every run with a status, oldest first."""
+    out = []
+    for key in store.list(RUNS_PREFIX):
+        rest = key[len(GC_PREFIX):]
+        run, _, name = rest.partition("/")
+        if name == "status.json" and RUN_ID.match(run):
+            out.append(run)
+    return sorted(out)
+
+
+def read_status(store, run_id: str) -> Optional[dict]:
+    try:
+        return json.loads(store.get(status_key(run_id)))
+    except NotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class LastSweep:
+    """The run whose sweep started last: its mark's start (store clock) and the
+    commits it kept with their trees whole. Others older than the mark may be gone."""
+
+    run_id: str
+    mark_started_ns: int
+    kept: frozenset[str]
+
+    def expired(self, commit: Commit) -> bool:
+        return commit.id not in self.kept and commit.time_ns < self.mark_started_ns
+
+
+def last_sweep(store) -> Optional[LastSweep]:
+    """The run whose sweep started last (None: nothing was ever deleted)."""
+    best = None
+    for run in run_ids(store):
+        st = read_status(store, run)
+        if st and st.get("state") in SWEPT_STATES:
+            if best is None or st.get("sweep_started_ns", 0) >= best[1].get("sweep_started_ns", 0):
+                best = (run, st)
+    if best is None:
+        return None
+    run, st = best
+    try:
+        kept = json.loads(store.get(kept_key(run)))
+    except NotFoundError:
+        raise GravfsError(f"garbage collection run {run} has no {kept_key(run)}") from None
+    return LastSweep(run, int(st["mark_started_ns"]), frozenset(kept))

@@ -1,0 +1,160 @@
+"""Retention rules (stored in the repository, checked) and the commits they keep:
+heads always, each branch's first-parent chain within its window plus the first
+commit older than it, tags' commits, the longest window for shared history."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gravfs.fs.repository import Repository
+from gravfs.version.retention import (DAY_NS, RetentionError, RetentionRules, load_rules,
+                                      make_rules, parse_branch_rules, parse_days, save_rules,
+                                      select_commits)
+from tests.repo_util import small_settings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def history(tmp_path, monkeypatch):
+    """main: m30 m20 m10 m5 m1 and a merge of feature (f15 f3, from m20) at 0.5 days;
+    tag old at m30. Returns (repo, {name: commit id}, now_ns)."""
+    now = time.time_ns()
+    repo = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"),
+                           settings=small_settings())
+    ids = {}
+
+    def commit(branch, name, days_ago):
+        monkeypatch.setenv("GRAVFS_COMMIT_DATE", str((now - days_ago * DAY_NS) / 1e9))
+        repo.write_file(branch, f"{name}.txt", name.encode())
+        ids[name] = repo.commit(branch, name).id
+
+    commit("main", "m30", 30)
+    commit("main", "m20", 20)
+    repo.create_branch("feature", "main")
+    commit("feature", "f15", 15)
+    commit("main", "m10", 10)
+    commit("main", "m5", 5)
+    commit("feature", "f3", 3)
+    commit("main", "m1", 1)
+    monkeypatch.setenv("GRAVFS_COMMIT_DATE", str((now - DAY_NS // 2) / 1e9))
+    ids["merge"] = repo.merge("feature", "main").id
+    monkeypatch.delenv("GRAVFS_COMMIT_DATE")
+    repo.create_tag("old", ids["m30"])
+    yield repo, ids, now
+    repo.close()
+
+
+def kept(repo, ids, rules, now) -> set[str]:
+    by_id = {v: k for k, v in ids.items()}
+    sel = select_commits(repo.store, rules, now)
+    return {by_id.get(c, c) for c in sel.kept}
+
+
+def test_commit_dates_come_from_the_environment(history):
+    repo, ids, now = history
+    assert abs(repo.commits.get(ids["m20"]).time_ns - (now - 20 * DAY_NS)) < 10**6
+    merge = repo.commits.get(ids["merge"])
+    assert merge.parents == (ids["m1"], ids["f3"])  # the branch's own head first
+
+
+def test_window_keeps_first_parent_history_and_the_first_older_commit(history):
+    repo, ids, now = history
+    # main: merge, m1, m5 within 7 days, m10 the first older; feature: f3, f15 (first
+    # older); tag: m30. m20 is kept by no rule.
+    assert kept(repo, ids, RetentionRules(7), now) == {"merge", "m1", "m5", "m10", "f3", "f15",
+                                                       "m30"}
+
+
+def test_second_parents_are_their_own_branch_s_business(history):
+    repo, ids, now = history
+    repo.delete_branch("feature")
+    # main's first-parent chain does not go through f3 or f15
+    assert kept(repo, ids, RetentionRules(7), now) == {"merge", "m1", "m5", "m10", "m30"}
+
+
+def test_longest_window_wins_and_zero_keeps_heads_and_tags(history):
+    repo, ids, now = history
+    rules = RetentionRules(0, {"feature": 25})
+    # main keeps its head (older than a 0-day window: the first older commit);
+    # feature's 25 days reach f15 and m20 (within), m30 (first older)
+    assert kept(repo, ids, rules, now) == {"merge", "f3", "f15", "m20", "m30"}
+    assert kept(repo, ids, RetentionRules(0), now) == {"merge", "f3", "m30"}
+    repo.create_branch("long", "main")
+    sel = select_commits(repo.store, RetentionRules(2, {"long": 40}), now)
+    assert {ids[n] for n in ("merge", "m1", "m5", "m10", "m20", "m30")} <= set(sel.kept)
+    # main's 2-day walk stops at the merge, which the 40-day walk of long has kept
+    assert sel.commits_read == len(sel.kept)
+
+
+def test_shared_history_is_read_once(tmp_path):
+    repo = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"),
+                           settings=small_settings())
+    with repo:
+        for i in range(30):
+            repo.write_file("main", "f", str(i).encode())
+            repo.commit("main", str(i))
+        for b in range(10):
+            repo.create_branch(f"b{b}", "main")
+        reads = []
+        from gravfs.version.retention import read_commit
+
+        def read(cid):
+            reads.append(cid)
+            return read_commit(repo.store, cid)
+        sel = select_commits(repo.store, RetentionRules(3650), time.time_ns(), read=read)
+        assert len(sel.kept) == 31
+        assert len(reads) == len(set(reads)) == 31  # not 11 branches x 31
+
+
+def test_rules_are_stored_in_the_repository(tmp_path):
+    repo = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"))
+    with repo:
+        assert load_rules(repo.store) is None
+        save_rules(repo.store, make_rules(7, {"main": 30}, ["main"]))
+    with Repository.open(str(tmp_path / "store"), str(tmp_path / "other-host")) as other:
+        assert load_rules(other.store) == RetentionRules(7, {"main": 30})
+
+
+def test_bad_rules():
+    with pytest.raises(RetentionError, match="negative"):
+        parse_days("-1", "--default-days")
+    with pytest.raises(RetentionError, match="whole number"):
+        parse_days("1.5", "--default-days")
+    with pytest.raises(RetentionError, match="NAME=DAYS"):
+        parse_branch_rules(["main"])
+    with pytest.raises(RetentionError, match="negative"):
+        parse_branch_rules(["main=-2"])
+    with pytest.raises(RetentionError, match="no such branch"):
+        make_rules(1, {"nope": 3}, ["main"])
+
+
+def _cli(*args, store, state):
+    env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state)
+    p = subprocess.run([sys.executable, "-m", "gravfs.cli", *args], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_cli_rules_set_show_and_one_line_errors(tmp_path):
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    Repository.init(store, state).close()
+    rc, out, _ = _cli("gc", "rules", "show", store=store, state=state)
+    assert rc == 0 and "no retention rules" in out
+    for args, msg in ((["--default-days", "-1"], "negative"),
+                      (["--default-days", "7", "--branch", "nope=3"], "--branch nope: no such branch"),
+                      (["--default-days", "7", "--branch", "main=-3"], "negative")):
+        rc, out, err = _cli("gc", "rules", "set", *args, store=store, state=state)
+        assert rc != 0 and "Traceback" not in err, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("gravfs: ") and msg in lines[0], err
+    rc, out, err = _cli("gc", "rules", "set", "--default-days", "7", "--branch", "main=30",
+                        store=store, state=state)
+    assert rc == 0, err
+    rc, out, _ = _cli("gc", "rules", "show", "--json", store=store, state=state)
+    assert out.strip() == '{"branches": {"main": 30}, "default_days": 7}'
