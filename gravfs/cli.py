@@ -84,6 +84,20 @@ def _write_z(records) -> None:
     out.flush()
 
 
+class _IntermixedParser(argparse.ArgumentParser):
+    """A subcommand parser taking options between and after positionals
+    (``gravfs log REF -n 3 -- PATH``), which plain argparse refuses."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        if getattr(self, "_mixing", False):
+            return super().parse_known_args(args, namespace)
+        self._mixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._mixing = False
+
+
 # -- commands ----------------------------------------------------------------------
 
 
@@ -247,6 +261,8 @@ def cmd_commit(args) -> int:
 
 def cmd_log(args) -> int:
     repo = _repo(args)
+    if args.paths:
+        return _log_path(args, repo)
     for c in repo.log(args.ref, args.n):
         if args.json:
             _print_json(c.to_json())
@@ -255,6 +271,70 @@ def cmd_log(args) -> int:
         if len(c.parents) > 1:
             print("Merge:  " + " ".join(_short(p) for p in c.parents))
         print(f"Author: {c.author}\nDate:   {_when(c.time_ns)}\n\n    {c.message}\n")
+    return 0
+
+
+def _open_index(repo):
+    """The repository's provenance index (one clear line when pyarrow is missing)."""
+    try:
+        from gravfs.provenance.reader import open_index
+    except ImportError as exc:
+        raise GravfsError(f"the provenance index needs pyarrow ({exc}): "
+                          "pip install 'gravfs[index]'") from None
+    return open_index(repo.store, repo.tier)
+
+
+def _log_path(args, repo) -> int:
+    """``gravfs log REF -- PATH``: the commits that changed PATH, from the provenance index."""
+    from gravfs.fs.paths import to_key
+    if len(args.paths) > 1:
+        raise GravfsError("log takes one PATH after --")
+    key = to_key(args.paths[0])
+    if not key:
+        raise GravfsError("log -- PATH needs a path")
+    start = repo.resolve(args.ref).commit.id
+    reader = _open_index(repo)
+    from gravfs.provenance.queries import path_history
+    hist = path_history(reader, repo.commits, repo.heads, start, key, args.n)
+    for ch in hist.changes:
+        c = ch.commit
+        if args.json:
+            _print_json({**c.to_json(), "change": ch.kind, **_path_json(key)})
+            continue
+        print(f"commit {c.id}")
+        if len(c.parents) > 1:
+            print("Merge:  " + " ".join(_short(p) for p in c.parents))
+        print(f"Author: {c.author}\nDate:   {_when(c.time_ns)}\n\n    {c.message}\n\n"
+              f"    {ch.kind}: {show(key)}\n")
+    if hist.skipped:
+        print(f"gravfs: note: {hist.skipped} commit(s) of {args.ref} are newer than the "
+              "provenance index and were not searched; update it with 'gravfs spark index'",
+              file=sys.stderr)
+    return 0
+
+
+def cmd_provenance(args) -> int:
+    """Every commit and path that held a content, earliest first (provenance index)."""
+    repo = _repo(args)
+    reader = _open_index(repo)
+    from gravfs.provenance.queries import provenance
+    from gravfs.provenance.target import content_address
+    address = content_address(repo, reader, args.target)
+    res = provenance(reader, repo.commits, repo.heads, address)
+    for h in res.holders:
+        if args.json:
+            _print_json({"commit": h.commit.id, "time_ns": h.commit.time_ns,
+                         "date": _when(h.commit.time_ns), "address": address,
+                         "branches": list(h.branches), "tags": list(h.tags), **_path_json(h.path)})
+            continue
+        refs = list(h.branches) + [f"tag: {t}" for t in h.tags]
+        print(f"{_short(h.commit.id)}  {_when(h.commit.time_ns)}  {show(h.path)}"
+              + (f"  ({', '.join(refs)})" if refs else ""))
+    if not res.holders and not args.json:
+        print(f"No indexed commit holds {address}")
+    note = res.coverage.note()
+    if note:
+        print(f"gravfs: note: {note}", file=sys.stderr)
     return 0
 
 
@@ -431,9 +511,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--author")
     sp.add_argument("--meta", action="append", metavar="KEY=VALUE", help="commit metadata (repeatable)")
 
-    sp = cmd("log", cmd_log, "show commit history")
+    sp = cmd("log", cmd_log, "show commit history (with -- PATH: the commits that changed PATH)")
     sp.add_argument("ref")
+    sp.__class__ = _IntermixedParser  # subparsers share one class; only log needs this
+    sp.add_argument("paths", nargs="*", metavar="PATH",
+                    help="after --: list the commits that changed this file (uses the "
+                         "provenance index: gravfs spark index)")
     sp.add_argument("-n", type=int, default=None, metavar="N", help="at most N commits")
+    sp.add_argument("--json", action="store_true")
+
+    sp = cmd("provenance", cmd_provenance,
+             "every commit (date, branches and tags containing it) and path that held a "
+             "content, earliest first (uses the provenance index: gravfs spark index)")
+    sp.add_argument("target", metavar="FILE|ADDRESS|REF:PATH",
+                    help="a local file, a content address or digest (prefix), or a file "
+                         "in a ref")
     sp.add_argument("--json", action="store_true")
 
     sp = cmd("diff", cmd_diff, "show paths that differ between two refs")

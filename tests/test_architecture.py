@@ -23,6 +23,7 @@ LAYERS = {
     "gravfs.version": 2,
     "gravfs.data": 3,
     "gravfs.fs": 4,
+    "gravfs.provenance": 4,  # index queries: beside the filesystem layer it reads
     "gravfs.fuse": 5,
     "gravfs.spark": 5,
     "gravfs.cli": 6,

@@ -61,6 +61,8 @@ def add_spark_parser(sub, common, open_repo: Callable, split_ref_path: Callable)
     im.set_defaults(func=run)
     from gravfs.spark.gccli import add_gc_job
     add_gc_job(jobs, [common, opts], open_repo, spark_log_path)
+    from gravfs.spark.index_cli import add_index_parser
+    add_index_parser(jobs, common, opts, open_repo, spark_log_path)
     from gravfs.spark.exportcli import add_export_parsers
     add_export_parsers(jobs, [common, opts], open_repo, spark_log_path)
 

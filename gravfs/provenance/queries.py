@@ -1,0 +1,261 @@
+"""Provenance and path history from the index (pyarrow, no Spark).
+
+Joins: contents_in_ranges (address -> range, path) with ranges_in_commits
+(range -> commits) gives every (commit, path) holding a content;
+paths_in_ranges (path -> range, identity) with ranges_in_commits gives the
+entry a path has in every commit. Ranges are shared by all the commits that
+did not change them, so neither join lists any commit's files.
+
+Branches and tags "containing" a commit are those whose history includes it,
+computed at query time (refs move, so they are never indexed): the commit
+graph comes from the commits table (one small read), and from each ref's
+head a walk goes down no further than the oldest result's generation. Heads
+the index does not cover yet (the repository moved on since the last
+``gravfs spark index``) are walked through the store until they reach
+indexed commits, and reported: results then cover the indexed commits only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from gravfs import hashing
+from gravfs.errors import AmbiguousRefError
+from gravfs.provenance.layout import COMMITS, CONTENTS, PATHS, RANGES_IN_COMMITS
+from gravfs.provenance.reader import IndexReader, prefix_end
+from gravfs.version.history import walk
+from gravfs.version.refs.commits import Commit
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+ADDRESS_PREFIXES = ("data/", "sparse/")
+
+
+def looks_like_address(text: str) -> bool:
+    """An address as entries store it (data/..., sparse/..., a URL) or a hex digest."""
+    return (text.startswith(ADDRESS_PREFIXES) or bool(_URL.match(text))
+            or hashing.is_hex_id(text))
+
+
+class IndexedCommits:
+    """Commits as the index holds them (one read of the commits table), falling back to
+    the store for commits it does not cover; ``get`` as CommitStore's, for history.walk."""
+
+    def __init__(self, reader: IndexReader, store_commits):
+        self.store_commits = store_commits
+        t = reader.read_all(COMMITS)
+        self._commits: dict[str, Commit] = {}
+        cols = {n: t.column(n).to_pylist() for n in t.column_names}
+        for i, cid in enumerate(cols["id"]):
+            h = cid.hex()
+            self._commits[h] = Commit(cols["metarange"][i].hex(),
+                                      tuple(p.hex() for p in cols["parents"][i]),
+                                      cols["message"][i], cols["author"][i],
+                                      cols["time_ns"][i], cols["generation"][i],
+                                      json.loads(cols["metadata"][i] or "{}"), h)
+        self.uncovered: set[str] = set()
+
+    def covers(self, cid: str) -> bool:
+        return cid in self._commits
+
+    def __len__(self) -> int:
+        return len(self._commits)
+
+    def get(self, cid: str) -> Commit:
+        c = self._commits.get(cid)
+        if c is None:
+            c = self.store_commits.get(cid)
+            self.uncovered.add(cid)
+        return c
+
+
+@dataclass(frozen=True)
+class RefHead:
+    name: str
+    kind: str  # "branch" | "tag"
+    commit: str
+
+
+def list_refs(heads) -> list[RefHead]:
+    """Branches and tags as they are now (gravfs.version.refs.heads.Heads)."""
+    return ([RefHead(n, "branch", c) for n, c in sorted(heads.branches())]
+            + [RefHead(n, "tag", c) for n, c in sorted(heads.tags())])
+
+
+def containing_refs(commits: IndexedCommits, refs: list[RefHead],
+                    targets: set[str]) -> dict[str, list[RefHead]]:
+    """For each target commit, the refs whose history includes it."""
+    out: dict[str, list[RefHead]] = {t: [] for t in targets}
+    if not targets:
+        return out
+    floor = min(commits.get(t).generation for t in targets)
+    for ref in refs:
+        seen = {ref.commit}
+        stack = [ref.commit]
+        while stack:
+            cid = stack.pop()
+            if cid in out:
+                out[cid].append(ref)
+            c = commits.get(cid)
+            if c.generation <= floor:
+                continue  # every parent is older than the oldest target
+            for p in c.parents:
+                if p not in seen:
+                    seen.add(p)
+                    stack.append(p)
+    return out
+
+
+@dataclass
+class Coverage:
+    """What the index covers against the refs as they are now."""
+
+    commits: int
+    stale_refs: list[RefHead] = field(default_factory=list)
+
+    def note(self) -> Optional[str]:
+        if not self.stale_refs:
+            return None
+        names = ", ".join(r.name for r in self.stale_refs[:5])
+        more = f" and {len(self.stale_refs) - 5} more" if len(self.stale_refs) > 5 else ""
+        return (f"the provenance index is older than the repository: it covers "
+                f"{self.commits} commit(s), and {len(self.stale_refs)} ref(s) ({names}{more}) "
+                f"point to newer commits, which these results leave out; update it with "
+                f"'gravfs spark index'")
+
+
+def coverage(commits: IndexedCommits, refs: list[RefHead]) -> Coverage:
+    return Coverage(len(commits), [r for r in refs if not commits.covers(r.commit)])
+
+
+# -- provenance ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Holder:
+    """A commit holding the content at a path."""
+
+    commit: Commit
+    path: bytes
+    branches: tuple[str, ...]
+    tags: tuple[str, ...]
+
+
+@dataclass
+class Provenance:
+    address: str
+    holders: list[Holder]
+    coverage: Coverage
+
+
+def resolve_address(reader: IndexReader, text: str) -> Optional[str]:
+    """The indexed address ``text`` names: itself, or the one address whose digest starts
+    with a hex ``text`` (AmbiguousRefError when several do); None when none is indexed."""
+    if not hashing.is_hex_id(text):
+        return text
+    found: set[bytes] = set()
+    for prefix in ADDRESS_PREFIXES:
+        lo = f"{prefix}{text[:2]}/{text}".encode()
+        t = reader.scan(CONTENTS, lo, prefix_end(lo), ["address"])
+        found.update(t.column("address").unique().to_pylist())
+        if len(found) > 1:
+            shown = sorted(a.decode("utf-8", "replace") for a in found)
+            raise AmbiguousRefError(f"content prefix {text!r} is ambiguous ({shown[0]}, "
+                                    f"{shown[1]}, ...)")
+    return found.pop().decode("utf-8", "surrogateescape") if found else None
+
+
+def _commits_of_ranges(reader: IndexReader, range_ids) -> dict[bytes, list[str]]:
+    t = reader.get_many(RANGES_IN_COMMITS, range_ids, ["commit_id"])
+    out: dict[bytes, list[str]] = {}
+    for r, c in zip(t.column("range_id").to_pylist(), t.column("commit_id").to_pylist()):
+        out.setdefault(r, []).append(c.hex())
+    return out
+
+
+def provenance(reader: IndexReader, store_commits, heads, address: str) -> Provenance:
+    """Every (commit, path) holding ``address``, earliest commit first (then commit id,
+    path), with the branches and tags that contain each commit."""
+    rows = reader.get(CONTENTS, address.encode("utf-8", "surrogateescape"), ["range_id", "path"])
+    by_range: dict[bytes, list[bytes]] = {}
+    for r, p in zip(rows.column("range_id").to_pylist(), rows.column("path").to_pylist()):
+        by_range.setdefault(r, []).append(p)
+    in_commits = _commits_of_ranges(reader, by_range)
+    pairs = {(c, p) for r, paths in by_range.items() for c in in_commits.get(r, ())
+             for p in paths}
+    commits = IndexedCommits(reader, store_commits)
+    refs = list_refs(heads)
+    cov = coverage(commits, refs)
+    refs_of = containing_refs(commits, refs, {c for c, _ in pairs})
+    holders = []
+    for cid, path in pairs:
+        rs = refs_of[cid]
+        holders.append(Holder(commits.get(cid), path,
+                              tuple(r.name for r in rs if r.kind == "branch"),
+                              tuple(r.name for r in rs if r.kind == "tag")))
+    holders.sort(key=lambda h: (h.commit.time_ns, h.commit.id, h.path))
+    return Provenance(address, holders, cov)
+
+
+# -- path history -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PathChange:
+    """A commit that changed the path: ``kind`` added, modified or removed."""
+
+    commit: Commit
+    kind: str
+
+
+@dataclass
+class PathHistory:
+    changes: list[PathChange]
+    coverage: Coverage
+    skipped: int  # commits of the ref's history the index does not cover
+
+
+def path_identities(reader: IndexReader, key: bytes) -> dict[str, bytes]:
+    """commit id -> identity of the entry at ``key``, for every indexed commit that has it."""
+    rows = reader.get(PATHS, key, ["range_id", "identity"])
+    ident = dict(zip(rows.column("range_id").to_pylist(), rows.column("identity").to_pylist()))
+    out = {}
+    for r, cids in _commits_of_ranges(reader, ident).items():
+        for c in cids:
+            out[c] = ident[r]
+    return out
+
+
+def changed(c: Commit, at: dict[str, bytes]) -> Optional[str]:
+    """How commit c changed the path (None: it did not). A commit changes it when its entry
+    there (or its absence) differs from every parent's, as git's log -- PATH shows a merge
+    only when it matches none of its parents."""
+    cur = at.get(c.id)
+    before = [at.get(p) for p in c.parents]
+    if not before:
+        return "added" if cur is not None else None
+    if any(b == cur for b in before):
+        return None
+    if cur is None:
+        return "removed"
+    return "added" if all(b is None for b in before) else "modified"
+
+
+def path_history(reader: IndexReader, store_commits, heads, start: str, key: bytes,
+                 limit: Optional[int] = None) -> PathHistory:
+    """Commits of ``start``'s history (newest first, as ``gravfs log``) that changed ``key``."""
+    at = path_identities(reader, key)
+    commits = IndexedCommits(reader, store_commits)
+    cov = coverage(commits, list_refs(heads))
+    out: list[PathChange] = []
+    skipped = 0
+    for c in walk(commits, [start]):
+        if not commits.covers(c.id):
+            skipped += 1
+            continue
+        kind = changed(c, at)
+        if kind is not None:
+            out.append(PathChange(c, kind))
+            if limit is not None and len(out) >= limit:
+                break
+    return PathHistory(out, cov, skipped)
