@@ -11,24 +11,15 @@ import uuid
 
 import pytest
 
-from gravfs.data.external import (ExternalReader, Source, check_source, copy_source, file_tag,
+from gravfs.data.external import (ExternalReader, Source, check_source, copy_source,
                                   is_external, iter_source, read_source)
 from gravfs.errors import CorruptDataError, SourceChangedError, StoreUnavailableError
 from gravfs.fs.entry import ADDRESS_FULL, ADDRESS_RELATIVE
 from gravfs.store.local import LocalStore
+from tests.byref_util import SOURCE_BUCKET, ensure_source_bucket, file_source, put_source
+from tests.byref_util import write_file as _write
 
 MiB = 1 << 20
-SOURCE_BUCKET = "gravfs-source"
-
-
-def file_source(path: str) -> Source:
-    st = os.stat(path)
-    return Source(f"file://{path}", st.st_size, file_tag(st))
-
-
-def _write(path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
 
 
 @pytest.fixture
@@ -154,21 +145,7 @@ def test_reader_pickles_as_its_store(store, tmp_path):
 @pytest.fixture
 def source_bucket(s3_server):
     """A second bucket on the test server, holding the sources."""
-    client = s3_server.client()
-    try:
-        client.create_bucket(Bucket=SOURCE_BUCKET)
-    except client.exceptions.BucketAlreadyOwnedByYou:
-        pass
-    except client.exceptions.ClientError as e:
-        if e.response.get("Error", {}).get("Code") not in ("BucketAlreadyExists",
-                                                           "BucketAlreadyOwnedByYou"):
-            raise
-    return client
-
-
-def put_source(client, key: str, data: bytes) -> Source:
-    etag = client.put_object(Bucket=SOURCE_BUCKET, Key=key, Body=data)["ETag"]
-    return Source(f"s3://{SOURCE_BUCKET}/{key}", len(data), etag.strip('"'))
+    return ensure_source_bucket(s3_server)
 
 
 def test_s3_source_reads_back_exactly_with_the_store_settings(s3_server, s3_store, source_bucket,

@@ -15,7 +15,6 @@ import pytest
 
 from tests.byref_util import (SOURCE_BUCKET, byref_entry, commit_byref, ensure_source_bucket,
                               file_source, put_source, write_file)
-from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
 from tests.fuse_util import Mount, fuse_available, read_bytes, s3_env
 
 MiB = 1 << 20
