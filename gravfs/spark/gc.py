@@ -211,46 +211,47 @@ def _mark_and_report(spark, repo, run: _Run, res: GcResult, rules, cutoff: float
     res.seconds["select"] = round(time.monotonic() - clock, 3)
 
     clock = time.monotonic()
-    pairs = (sc.parallelize(metaranges, max(1, min(len(metaranges), 4 * par)))
+    found = (sc.parallelize(metaranges, max(1, min(len(metaranges), 4 * par)))
              .mapPartitions(lambda it: gctasks.metarange_ranges(url, it))
-             .persist(StorageLevel.MEMORY_AND_DISK))
-    missing_mr = set(pairs.filter(lambda p: p[0] == "missing").map(lambda p: p[1]).collect())
+             .distinct().collect())
+    missing_mr = {x for kind, x in found if kind == "missing"}
     res.metaranges_missing = len(missing_mr)
     if missing_mr:
         log.warning("%d kept metarange(s) are no longer stored (collected by an earlier run)",
                     len(missing_mr))
-    ranges_df = (pairs.filter(lambda p: p[0] == "range").map(lambda p: (p[1],)).distinct()
-                 .toDF("range: string").persist(StorageLevel.MEMORY_AND_DISK))
-    res.ranges = ranges_df.count()
-    pairs.unpersist()
+    kept_ranges = frozenset(x for kind, x in found if kind == "range")
+    del found
+    res.ranges = len(kept_ranges)
+    kept_b = sc.broadcast(kept_ranges)
 
     # the mark cache: parts of earlier runs, then the ranges none covers, read once
     old_parts = [i.key for i in repo.store.list_info(gctasks.CACHE_PREFIX)]
-    cached = _cache_df(spark, url, old_parts).persist(StorageLevel.MEMORY_AND_DISK)
-    to_read = (ranges_df.join(cached.select("range").distinct(), "range", "left_anti")
-               .rdd.map(lambda r: r[0]))
-    n_read = to_read.count()
-    new_parts: list[str] = []
-    if n_read:
-        nparts = max(1, min(4 * par, (n_read + 7) // 8))
+    cached = _cache_rdd(sc, url, old_parts, kept_b).persist(StorageLevel.MEMORY_AND_DISK)
+    facts = cached.filter(lambda x: x[0] != "address").collect()
+    covered = {x for kind, x in facts if kind == "covered"}
+    live_parts = {x for kind, x in facts if kind == "part"}
+    to_read = sorted(kept_ranges - covered)
+    res.ranges_read = len(to_read)
+    addresses = cached.filter(lambda x: x[0] == "address").map(lambda x: (x[1],))
+    if to_read:
+        nparts = max(1, min(4 * par, (len(to_read) + 7) // 8))
         run_id = run.id
-        out = (to_read.repartition(nparts)
+        out = (sc.parallelize(to_read, nparts)
                .mapPartitionsWithIndex(lambda i, it: gctasks.read_ranges(url, run_id, i, it))
                .collect())
         new_parts = [k for k, _n, _rows, _missing in out if k]
-        res.ranges_read = sum(n for _k, n, _rows, _missing in out)
-    rows = cached.unionByName(_cache_df(spark, url, new_parts)) if new_parts else cached
-    kept_rows = rows.join(ranges_df, "range", "left_semi")
-    live_parts = set(r[0] for r in kept_rows.select("part").distinct().collect())
+        live_parts.update(new_parts)
+        fresh = _cache_rdd(sc, url, new_parts, kept_b)
+        addresses = addresses.union(fresh.filter(lambda x: x[0] == "address")
+                                    .map(lambda x: (x[1],)))
     res.seconds["mark"] = round(time.monotonic() - clock, 3)
 
     # the live set, as (address) rows
     clock = time.monotonic()
     extra = ([(a,) for a in staged]
-             + [(METARANGES_PREFIX + m,) for m in metaranges if m not in missing_mr])
-    live = (kept_rows.where(F.col("address") != "").select("address")
-            .unionByName(ranges_df.select(F.concat(F.lit(RANGES_PREFIX), F.col("range"))
-                                          .alias("address"))))
+             + [(METARANGES_PREFIX + m,) for m in metaranges if m not in missing_mr]
+             + [(RANGES_PREFIX + r,) for r in kept_ranges])
+    live = addresses.toDF("address: string")
     if extra:
         live = live.unionByName(spark.createDataFrame(extra, "address: string"))
     live = live.distinct()
@@ -261,7 +262,7 @@ def _mark_and_report(spark, repo, run: _Run, res: GcResult, rules, cutoff: float
               .toDF("address: string, size: long, mtime: double, kind: string"))
     cache_listing = [(i.key, i.size, i.mtime, "mark-cache")
                      for i in repo.store.list_info(gctasks.CACHE_PREFIX)
-                     if i.key not in live_parts and i.key not in new_parts]
+                     if i.key not in live_parts]
     if cache_listing:
         listed = listed.unionByName(spark.createDataFrame(
             cache_listing, "address: string, size: long, mtime: double, kind: string"))
@@ -297,7 +298,7 @@ def _mark_and_report(spark, repo, run: _Run, res: GcResult, rules, cutoff: float
     res.report_parts.sort()
     listed.unpersist()
     cached.unpersist()
-    ranges_df.unpersist()
+    kept_b.unpersist()
     res.seconds["report"] = round(time.monotonic() - clock, 3)
     kept = {c for c, m in sel.kept.items() if m not in missing_mr}
     repo.store.put(kept_key(run.id), json.dumps(sorted(kept)).encode())
@@ -308,13 +309,12 @@ def _mark_and_report(spark, repo, run: _Run, res: GcResult, rules, cutoff: float
     return kept
 
 
-def _cache_df(spark, url: str, keys: list[str]):
-    schema = "part: string, range: string, address: string"
+def _cache_rdd(sc, url: str, keys: list[str], kept_b):
+    """What the mark-cache parts ``keys`` say about the kept ranges (gctasks.cache_rows)."""
     if not keys:
-        return spark.createDataFrame([], schema)
-    sc = spark.sparkContext
+        return sc.parallelize([], 1)
     return (sc.parallelize(keys, max(1, min(len(keys), 4 * sc.defaultParallelism)))
-            .mapPartitions(lambda it: gctasks.cache_rows(url, it)).toDF(schema))
+            .mapPartitions(lambda it: gctasks.cache_rows(url, it, kept_b.value)))
 
 
 def _staging_known(repo) -> tuple[set[str], set[str]]:
@@ -364,14 +364,21 @@ def _copy_report(store, run_id: str, res: GcResult, report_dir: str) -> None:
 # --- sweep ------------------------------------------------------------------------------
 
 
-def _sweep_only(spark, repo, run_id: str, report_dir: Optional[str]) -> GcResult:
-    status = read_status(repo.store, run_id)
+def check_sweepable(store, run_id: str) -> dict:
+    """The status of a run whose report may be swept; one clear error otherwise."""
+    status = read_status(store, run_id)
     if status is None:
-        raise NotFoundError(f"no garbage collection run {run_id!r} in {repo.store.url}")
+        raise NotFoundError(f"no garbage collection run {run_id!r} in {store.url}")
     state = status.get("state")
     if state not in ("marked",) + SWEPT_STATES:
         raise GcRefusedError(f"run {run_id} did not finish its mark (state {state}): there is "
                              "nothing it may sweep; run gravfs spark gc again")
+    return status
+
+
+def _sweep_only(spark, repo, run_id: str, report_dir: Optional[str]) -> GcResult:
+    status = check_sweepable(repo.store, run_id)
+    state = status["state"]
     summary = status.get("summary") or {}
     res = GcResult(**{k: v for k, v in summary.items() if k in GcResult.__dataclass_fields__})
     res.state, res.dry_run = state, False

@@ -103,6 +103,8 @@ def cmd_spark_gc(args, open_repo: Callable, log_path: Callable) -> int:
                 from gravfs.errors import GravfsError
                 raise GravfsError(f"--sweep-only: {args.sweep_only!r} is not a run id "
                                   "(YYYYMMDDTHHMMSSZ-xxxxxx)")
+            from gravfs.spark.gc import check_sweepable
+            check_sweepable(repo.store, args.sweep_only)  # before the JVM starts
         elif load_rules(repo.store) is None:  # before the JVM starts
             from gravfs.spark.gc import GcRefusedError
             raise GcRefusedError("no retention rules: set them first with 'gravfs gc rules "

@@ -165,16 +165,42 @@ def read_ranges(store_url: str, run_id: str, index: int, range_ids: Iterable[str
     yield key, n, len(ranges), missing
 
 
-def cache_rows(store_url: str, keys: Iterable[str]) -> Iterator[tuple[str, str, str]]:
-    """(part key, range, address) of mark-cache parts (a part gone meanwhile: none)."""
+def cache_rows(store_url: str, keys: Iterable[str], kept) -> Iterator[tuple[str, str]]:
+    """What mark-cache parts say about the kept ranges (``kept``: a set of range ids):
+    ("address", a) for each object they hold, ("covered", range id) for each kept
+    range a part holds, and ("part", key) for each part holding a kept range. A part
+    gone meanwhile says nothing."""
+    import pyarrow.compute as pc
     store = task_store(store_url).store
     for key in keys:
         try:
             t = _read_parquet(store, key)
         except NotFoundError:
             continue
-        for r, a in zip(t.column("range").to_pylist(), t.column("address").to_pylist()):
-            yield key, r, a
+        ranges = t.column("range")
+        mask = pc.is_in(ranges, value_set=_kept_array(kept))
+        t = t.filter(mask)
+        if not t.num_rows:
+            continue
+        yield "part", key
+        for r in set(t.column("range").to_pylist()):
+            yield "covered", r
+        for a in t.column("address").to_pylist():
+            if a:
+                yield "address", a
+
+
+_kept_cache: dict[int, object] = {}
+
+
+def _kept_array(kept):
+    """The kept range ids as an Arrow array (built once per broadcast set per process)."""
+    import pyarrow as pa
+    arr = _kept_cache.get(id(kept))
+    if arr is None:
+        _kept_cache.clear()
+        arr = _kept_cache[id(kept)] = pa.array(sorted(kept), pa.string())
+    return arr
 
 
 def list_objects(store_url: str, prefixes: Iterable[str]) -> Iterator[tuple[str, int, float, str]]:

@@ -232,19 +232,19 @@ def test_concurrent_commit_dedups_against_a_dying_object(spark, local_history, t
     store, state, ids = local_history
     _age_store(store, 2 * DAY)
     with Repository.open(store, state) as repo:
-        dying = repo.stat(ids["m30"], "churn.txt").entry.address
+        dying = repo.stat(ids["m20"], "churn.txt").entry.address
         kept_new = {}
 
         def other_host_commits(res):
             assert dying in _report_rows(repo, res)
             with Repository.open(store, str(tmp_path / "other-host")) as other:
-                other.write_file("main", "revived.txt", b"churn 30")
+                other.write_file("main", "revived.txt", b"churn 20")
                 kept_new["commit"] = other.commit("main", "revive").id
 
         res = gc(spark, repo, min_age=3 * 3600, on_report=other_host_commits)
         assert res.state == "done" and res.refreshed_objects >= 1
         assert repo.stat("main", "revived.txt").entry.address == dying
-        assert repo.read("main", "revived.txt") == b"churn 30"
+        assert repo.read("main", "revived.txt") == b"churn 20"
         assert fsck(repo, check_data=True, progress=False).exit_code == 0
         # everything else the report named is gone
         gone = [a for a in _report_rows(repo, res) if a != dying]
