@@ -54,23 +54,23 @@ def prefix_end(prefix: bytes) -> Optional[bytes]:
     return bytes(p)
 
 
-class _Verify:
-    """Tier verify callback: the file has the size the manifest says and Parquet's magic
-    at both ends (cheap; the page checksums catch damage inside when pages are read)."""
+def _first_line(exc: BaseException) -> str:
+    """The first line of an error, printable (pyarrow quotes the damaged bytes)."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return "".join(ch if ch.isprintable() else "?" for ch in line).strip()
 
-    def __init__(self, size: int):
-        self.size = size
 
-    def __call__(self, path: str) -> None:
-        with open(path, "rb") as f:
-            head = f.read(4)
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - 4))
-            tail = f.read(4)
-        if size != self.size or head != b"PAR1" or tail != b"PAR1":
-            raise CorruptDataError(f"index file is not the Parquet file the manifest lists "
-                                   f"({size} bytes, {self.size} expected)", path=path)
+def _check_parquet(path: str, size: int, expected: int) -> None:
+    """The file has the size the manifest lists and Parquet's magic at both ends (cheap;
+    the page checksums catch damage inside when pages are read)."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+        f.seek(max(0, size - 4))
+        tail = f.read(4)
+    if size != expected or head != b"PAR1" or tail != b"PAR1":
+        raise CorruptDataError(f"not the Parquet file the manifest lists ({size} bytes, "
+                               f"{expected} expected)")
 
 
 class IndexReader:
@@ -100,7 +100,7 @@ class IndexReader:
         return self._files[table]
 
     def _damaged(self, key: str, exc: BaseException) -> IndexDamagedError:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        detail = _first_line(exc)
         return IndexDamagedError(f"provenance index file {key} is damaged ({detail[:200]}): "
                                  f"{REBUILD_HINT}")
 
@@ -118,7 +118,8 @@ class IndexReader:
                 self.tier.discard(key)
                 if attempt:
                     raise self._damaged(key, exc) from None
-                log.warning("index file %s did not read (%s); fetching it again", key, exc)
+                log.info("index file %s did not read (%s); fetching it again", key,
+                         _first_line(exc))
 
     def fences(self, f: FileInfo) -> Fences:
         fe = self._fences.get(f.sidecar)
@@ -135,7 +136,8 @@ class IndexReader:
             def load() -> pq.ParquetFile:
                 # opened while pinned; the mapping keeps the bytes of a file the tier
                 # evicts later readable
-                with self.tier.acquire(f.key, verify=_Verify(f.bytes)) as h:
+                with self.tier.acquire(f.key) as h:
+                    _check_parquet(h.path, h.size, f.bytes)
                     return pq.ParquetFile(h.path, memory_map=True,
                                           page_checksum_verification=True)
             pf = self._parquet[f.key] = self._retry(f.key, load)
