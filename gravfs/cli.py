@@ -215,9 +215,24 @@ def cmd_ls(args) -> int:
         else:
             e = n.entry
             suffix = f" -> {_typed(e.symlink_target)}" if n.kind == "symlink" else ""
+            suffix += _special_suffix(n)
             print(f"{oct(e.mode & 0o7777)[2:]:>4} {e.size:>12} {_when(e.mtime_ns)}  "
                   f"{quote(n.fs_name)}{suffix}")
     return 0
+
+
+def _special_suffix(n) -> str:
+    """What ``gravfs ls`` adds for special files and hard links: the kind and device
+    number (``(char device 1,3)``), the link count (``(2 links)``)."""
+    e, out = n.entry, ""
+    if n.kind in ("chardev", "blockdev"):
+        what = "char device" if n.kind == "chardev" else "block device"
+        out += f" ({what} {os.major(e.rdev)},{os.minor(e.rdev)})"
+    elif n.kind in ("fifo", "socket"):
+        out += f" ({n.kind})"
+    if e.link_group and len(e.links) > 1:
+        out += f" ({len(e.links)} links)"
+    return out
 
 
 def _node_json(n) -> dict:
@@ -232,6 +247,10 @@ def _node_json(n) -> dict:
             d.update(by_reference=True, e_tag=e.e_tag)
         if n.kind == "symlink":
             d["target"] = e.symlink_target
+        if n.kind in ("chardev", "blockdev"):
+            d.update(rdev_major=os.major(e.rdev), rdev_minor=os.minor(e.rdev))
+        if e.link_group:  # a hard link: every name of its group
+            d["links"] = [display(k) for k in e.links]
     return d
 
 

@@ -26,6 +26,12 @@ from gravfs.errors import CorruptDataError
 KIND_FILE = 0
 KIND_DIRECTORY = 1
 KIND_SYMLINK = 2
+# special files (mknod/mkfifo/bind): no content, only mode, owner, times and rdev
+KIND_FIFO = 3
+KIND_SOCKET = 4
+KIND_CHAR_DEVICE = 5
+KIND_BLOCK_DEVICE = 6
+SPECIAL_KINDS = (KIND_FIFO, KIND_SOCKET, KIND_CHAR_DEVICE, KIND_BLOCK_DEVICE)
 
 ADDRESS_BY_PREFIX_DEPRECATED = 0
 ADDRESS_RELATIVE = 1
@@ -35,8 +41,19 @@ _DEFAULT_MODE = {
     KIND_FILE: stat.S_IFREG | 0o644,
     KIND_DIRECTORY: stat.S_IFDIR | 0o755,
     KIND_SYMLINK: stat.S_IFLNK | 0o777,
+    KIND_FIFO: stat.S_IFIFO | 0o644,
+    KIND_SOCKET: stat.S_IFSOCK | 0o755,
+    KIND_CHAR_DEVICE: stat.S_IFCHR | 0o644,
+    KIND_BLOCK_DEVICE: stat.S_IFBLK | 0o644,
 }
-_KIND_OF_FMT = {stat.S_IFREG: KIND_FILE, stat.S_IFDIR: KIND_DIRECTORY, stat.S_IFLNK: KIND_SYMLINK}
+_KIND_OF_FMT = {stat.S_IFREG: KIND_FILE, stat.S_IFDIR: KIND_DIRECTORY, stat.S_IFLNK: KIND_SYMLINK,
+                stat.S_IFIFO: KIND_FIFO, stat.S_IFSOCK: KIND_SOCKET, stat.S_IFCHR: KIND_CHAR_DEVICE,
+                stat.S_IFBLK: KIND_BLOCK_DEVICE}
+
+
+def kind_of_mode(mode: int) -> int:
+    """The entry kind of a full st_mode (KIND_FILE for an unknown file type)."""
+    return _KIND_OF_FMT.get(stat.S_IFMT(mode), KIND_FILE)
 
 
 @dataclass
@@ -47,6 +64,10 @@ class EntryInfo:
     kind" (lakeFS entries carry none) and is normalized on construction.
     ``address`` names the content: a relative store key (``data/aa/<hash>``)
     for ``ADDRESS_RELATIVE`` or a full URL for ``ADDRESS_FULL``.
+    ``atime_ns``/``ctime_ns`` 0: not recorded (older records), shown as mtime.
+    ``rdev``: device number of a device node. ``link_group``: hard links, the
+    names of one inode share this id, and each of their records lists every
+    name of the group in ``links`` (sorted keys, its own included).
     """
 
     address: str = ""
@@ -62,6 +83,11 @@ class EntryInfo:
     content_type: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
     address_type: int = ADDRESS_RELATIVE
+    atime_ns: int = 0
+    ctime_ns: int = 0
+    rdev: int = 0
+    link_group: str = ""
+    links: tuple = ()
 
     def __post_init__(self) -> None:
         fmt = stat.S_IFMT(self.mode)
@@ -79,6 +105,11 @@ class EntryInfo:
     def is_symlink(self) -> bool:
         return self.kind == KIND_SYMLINK
 
+    @property
+    def nlink(self) -> int:
+        """Names of this inode (1 unless hard-linked)."""
+        return max(1, len(self.links)) if self.link_group else 1
+
 
 def encode_entry(info: EntryInfo) -> bytes:
     """Protobuf bytes (deterministic map order) of an entry."""
@@ -93,6 +124,15 @@ def encode_entry(info: EntryInfo) -> bytes:
         msg.metadata.update(info.metadata)
     if info.xattrs:
         msg.xattrs.update(info.xattrs)
+    if info.rdev:
+        msg.rdev = info.rdev
+    if info.atime_ns:
+        msg.atime.seconds, msg.atime.nanos = divmod(info.atime_ns, 1_000_000_000)
+    if info.ctime_ns:
+        msg.ctime.seconds, msg.ctime.nanos = divmod(info.ctime_ns, 1_000_000_000)
+    if info.link_group:
+        msg.link_group = info.link_group
+        msg.links.extend(info.links)
     return msg.SerializeToString(deterministic=True)
 
 
@@ -109,7 +149,10 @@ def decode_entry(data: bytes) -> EntryInfo:
         mode=msg.mode, kind=msg.kind, symlink_target=msg.symlink_target,
         xattrs=dict(msg.xattrs), uid=msg.uid, gid=msg.gid, e_tag=msg.e_tag,
         content_type=msg.content_type, metadata=dict(msg.metadata),
-        address_type=msg.address_type)
+        address_type=msg.address_type, rdev=msg.rdev,
+        atime_ns=msg.atime.seconds * 1_000_000_000 + msg.atime.nanos,
+        ctime_ns=msg.ctime.seconds * 1_000_000_000 + msg.ctime.nanos,
+        link_group=msg.link_group, links=tuple(msg.links))
 
 
 def _lp(b: bytes) -> bytes:
@@ -121,7 +164,9 @@ def entry_identity(entry: bytes | EntryInfo) -> bytes:
 
     Accepts encoded protobuf bytes or an EntryInfo; both give the same result
     for the same entry.  Field order, lengths and map ordering are fixed here,
-    so the identity never depends on the protobuf library.
+    so the identity never depends on the protobuf library. The fields added
+    later (atime, ctime, rdev, link group) are hashed only when set, so every
+    older record keeps its identity.
     """
     info = decode_entry(entry) if isinstance(entry, (bytes, bytearray, memoryview)) else entry
     parts = [
@@ -137,6 +182,10 @@ def entry_identity(entry: bytes | EntryInfo) -> bytes:
     parts.append(struct.pack(">I", len(info.xattrs)))
     for k in sorted(info.xattrs):
         parts.append(_lp(k.encode()) + _lp(bytes(info.xattrs[k])))
+    if info.atime_ns or info.ctime_ns or info.rdev or info.link_group:
+        parts.append(b"v2" + struct.pack(">qqQ", info.atime_ns, info.ctime_ns, info.rdev)
+                     + _lp(info.link_group.encode()) + struct.pack(">I", len(info.links)))
+        parts += [_lp(bytes(k)) for k in info.links]
     return hashlib.sha256(b"".join(parts)).digest()
 
 

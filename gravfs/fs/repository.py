@@ -20,7 +20,8 @@ from typing import BinaryIO, Iterable, Iterator, Optional
 from gravfs.data.external import is_external, reader_for, source_of
 from gravfs.data.objects import DataObjects
 from gravfs.errors import AlreadyExistsError, BadNameError, GravfsError, NotFoundError, PathTypeError
-from gravfs.fs.entry import (KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo, decode_entry,
+from gravfs.fs.entry import (KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_DIRECTORY, KIND_FIFO,
+                             KIND_FILE, KIND_SOCKET, KIND_SYMLINK, EntryInfo, decode_entry,
                              encode_entry, entry_identity)
 from gravfs.fs.paths import (dir_prefix, display, escape_name, first_name, hashed_head,
                              name_problem, show, split_last, to_key, unescape_name)
@@ -43,7 +44,7 @@ class Node:
     """
 
     key: bytes
-    kind: str  # "file" | "dir" | "symlink"
+    kind: str  # "file" | "dir" | "symlink" | "fifo" | "socket" | "chardev" | "blockdev"
     entry: Optional[EntryInfo]
     base: Optional[bytes] = None
     shadowed: bool = False
@@ -98,7 +99,20 @@ class Node:
         return base
 
 
-KIND_NAMES = {KIND_FILE: "file", KIND_DIRECTORY: "dir", KIND_SYMLINK: "symlink"}
+KIND_NAMES = {KIND_FILE: "file", KIND_DIRECTORY: "dir", KIND_SYMLINK: "symlink",
+              KIND_FIFO: "fifo", KIND_SOCKET: "socket", KIND_CHAR_DEVICE: "chardev",
+              KIND_BLOCK_DEVICE: "blockdev"}
+
+
+def group_items(entry: EntryInfo, renamed: dict, ctime_ns: int = 0
+                ) -> list[tuple[bytes, EntryInfo]]:
+    """Keep a hard-link group whole: ``entry`` (any name's record) with its names
+    mapped through ``renamed`` (key -> new key, or None: removed), staged at every
+    remaining name with the new list (and ctime, when given). Every name of a group
+    carries the same record, so one record is enough to restage them all."""
+    links = sorted({renamed.get(k, k) for k in entry.links} - {None})
+    e = replace(entry, links=tuple(links), ctime_ns=ctime_ns or entry.ctime_ns)
+    return [(k, e) for k in links]
 
 
 def node_from_item(key: bytes, data: bytes, base: Optional[bytes] = None) -> Node:
@@ -392,6 +406,9 @@ class Repository(VersionRepository):
         """Delete a file, or a directory (with recursive, everything under it)."""
         node = self.stat(branch, path)
         if node.kind != "dir":
+            if node.entry.link_group:  # its other names lose one link
+                return self.stage(branch, [(node.key, None)] + group_items(
+                    node.entry, {node.key: None}, time.time_ns()))
             return self.stage(branch, [(node.key, None)])
         prefix = dir_prefix(node.key)
         doomed = [n.key for n in self.walk_key(branch, prefix)]
@@ -403,30 +420,78 @@ class Repository(VersionRepository):
         return self.stage(branch, [(k, None) for k in doomed])
 
     def rename(self, branch: str, src: str | bytes, dst: str | bytes,
-               provisional: frozenset = frozenset()) -> int:
+               provisional: frozenset = frozenset(), ctime_ns: int = 0) -> int:
         """Move a file or a whole directory in one staging transaction. ``provisional``:
-        keys (at or under src) staged provisional, which stay so where they move."""
+        keys (at or under src) staged provisional, which stay so where they move.
+        ``ctime_ns``: the moved entry's new ctime (the mount's rename: Linux's), 0 keeps
+        it. Hard links keep their group whole (every name's list follows)."""
         node = self.stat(branch, src)
         dkey = to_key(dst)
         if not dkey:
             raise BadNameError("cannot rename onto the root directory")
+        victims = self._replaced_links(branch, dkey, node)
         if node.kind != "dir":
-            return self.stage(branch, [(node.key, None), (dkey, node.entry)],
+            moved = replace(node.entry, ctime_ns=ctime_ns or node.entry.ctime_ns)
+            puts = (group_items(moved, {node.key: dkey}) if moved.link_group
+                    else [(dkey, moved)])
+            return self.stage(branch, [(node.key, None)] + victims + puts,
                               provisional=frozenset([dkey]) if node.key in provisional
                               else frozenset())
         sp, dp = dir_prefix(node.key), dir_prefix(dkey)
         if dp.startswith(sp):
             raise BadNameError(f"cannot move {node.shown} into itself")
-        moves: list[tuple[bytes, Optional[EntryInfo]]] = []
+        moves: list[tuple[bytes, Optional[EntryInfo]]] = list(victims)
+        groups: dict[str, EntryInfo] = {}
         for n in self.walk_key(branch, sp):
             moves.append((n.key, None))
-            moves.append((dp + n.key[len(sp):], n.entry))
+            if n.entry is not None and n.entry.link_group:
+                groups.setdefault(n.entry.link_group, n.entry)  # restaged whole below
+            else:
+                moves.append((dp + n.key[len(sp):], n.entry))
+        for e in groups.values():  # names inside moved, names outside keep the group
+            moves += group_items(e, {k: dp + k[len(sp):] for k in e.links if k.startswith(sp)})
         if node.entry is None and not any(k == sp for k, _ in moves):
             moves.append((dp, EntryInfo(address="", size=0, mtime_ns=time.time_ns(),
                                     mode=statmod.S_IFDIR | 0o755, kind=KIND_DIRECTORY)))
         moves.sort(key=lambda kv: kv[1] is not None)  # deletions first, puts win on equal keys
         return self.stage(branch, moves, provisional=frozenset(
             dp + k[len(sp):] for k in provisional if k.startswith(sp)))
+
+    def _replaced_links(self, branch: str, dkey: bytes, node: Node) -> list:
+        """A rename onto a hard-linked name: its other names lose that link."""
+        try:
+            d = self.stat(branch, dkey)
+        except NotFoundError:
+            return []
+        e = d.entry
+        if d.kind == "dir" or e is None or not e.link_group:
+            return []
+        if node.entry is not None and node.entry.link_group == e.link_group:
+            return []
+        return group_items(e, {d.key: None}, time.time_ns())
+
+    def link(self, branch: str, src: str | bytes, dst: str | bytes) -> EntryInfo:
+        """A hard link: dst becomes one more name of src's inode (a link group; see
+        gravfs.fs.entry.EntryInfo). Every name is restaged with the new list in one
+        staging transaction; returns the entry every name now has."""
+        node = self.stat(branch, src)
+        if node.kind == "dir":
+            raise PathTypeError(f"{node.shown}: is a directory", errno.EPERM)
+        dkey = to_key(dst)
+        self._writable(branch)
+        self.check_placement(branch, dkey, directory=False)
+        try:
+            self.stat(branch, dkey)
+            raise AlreadyExistsError(f"{show(dkey)}: exists")
+        except NotFoundError:
+            pass
+        e = node.entry
+        if not e.link_group:
+            e = replace(e, link_group=os.urandom(16).hex(), links=(node.key,))
+        e = replace(e, links=tuple(sorted(set(e.links) | {dkey})), ctime_ns=time.time_ns())
+        items = [(k, e) for k in e.links]
+        self.stage(branch, items)
+        return e
 
     def reset(self, branch: str, path: Optional[str | bytes] = None) -> int:
         """Drop the branch's uncommitted changes, or only those at and under path."""

@@ -6,6 +6,10 @@ never see an inode change type). An inode lives while the kernel holds a
 lookup on it or a handle is open; renames re-key it (and everything below a
 renamed directory) so open files follow their path, and unlink detaches it so
 a new file at that name gets a fresh inode.
+
+Hard links: the names of one link group (gravfs.fs.entry.EntryInfo.link_group)
+share one inode, found by (tree, group); ``key`` is one of its names (the one
+staging and stat use), ``names`` the others, each mapped to the inode too.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ class Inode:
     linked: bool = True
     pinned: bool = False  # never dropped (the root, virtual directories)
     extra: dict = field(default_factory=dict)
+    group: str = ""  # hard links: the link group id
+    names: set = field(default_factory=set)  # hard links: its other keys
 
     @property
     def is_dir(self) -> bool:
@@ -52,6 +58,7 @@ class InodeTable:
         self._by_ino: dict[int, Inode] = {}
         self._by_path: dict[tuple, int] = {}
         self._by_tree: dict[tuple, set[int]] = {}
+        self._by_group: dict[tuple, int] = {}
         self._next = FIRST_DYNAMIC
 
     def __len__(self) -> int:
@@ -74,19 +81,58 @@ class InodeTable:
         ino = self._by_path.get((tree.ident, key, kind))
         return None if ino is None else self._by_ino[ino]
 
-    def ensure(self, tree: Tree, key: bytes, kind: str, parent: int, name: bytes) -> Inode:
-        """The inode of (tree, key, kind), created when new; parent/name refreshed."""
+    def ensure(self, tree: Tree, key: bytes, kind: str, parent: int, name: bytes,
+               group: str = "") -> Inode:
+        """The inode of (tree, key, kind), created when new; parent/name refreshed.
+        ``group``: a hard-linked name, whose inode is the group's (created when new)."""
         node = self.find(tree, key, kind)
+        if node is not None and node.group != group:
+            self.unlink_name(node, key)  # linked or unlinked outside the mount: a new inode
+            node = None
+        if node is None and group:
+            ino = self._by_group.get((tree.ident, group))
+            node = self._by_ino.get(ino) if ino is not None else None
+            if node is not None and node.kind == kind:
+                if node.linked:
+                    node.names.add(key)
+                else:  # its names were all gone: this one is its name again
+                    node.key, node.linked = key, True
+                self._by_path[(tree.ident, key, kind)] = node.ino
+            else:
+                node = None
         if node is not None:
             node.parent, node.name = parent, name
             return node
         ino = self._next
         self._next += 1
-        node = Inode(ino, tree, key, kind, parent, name)
+        node = Inode(ino, tree, key, kind, parent, name, group=group)
         self._by_ino[ino] = node
         self._by_path[(tree.ident, key, kind)] = ino
         self._by_tree.setdefault(tree.ident, set()).add(ino)
+        if group:
+            self._by_group[(tree.ident, group)] = ino
         return node
+
+    def add_name(self, node: Inode, key: bytes, group: str) -> None:
+        """A hard link made through the mount: key is one more name of node."""
+        if not node.group:
+            node.group = group
+            self._by_group[(node.tree.ident, group)] = node.ino
+        node.names.add(key)
+        self._by_path[(node.tree.ident, key, node.kind)] = node.ino
+
+    def unlink_name(self, node: Inode, key: bytes) -> None:
+        """One name of node is gone; the inode is unlinked when it was its last."""
+        node.names.discard(key)
+        k = (node.tree.ident, key, node.kind)
+        if self._by_path.get(k) == node.ino:
+            del self._by_path[k]
+        if key == node.key:
+            if node.names:
+                node.key = min(node.names)
+                node.names.discard(node.key)
+            else:
+                self.unlink(node)
 
     def forget(self, ino: int, n: int) -> None:
         node = self._by_ino.get(ino)
@@ -100,6 +146,8 @@ class InodeTable:
             return
         self._by_ino.pop(node.ino, None)
         self._detach(node)
+        if node.group and node.tree is not None:
+            self._by_group.pop((node.tree.ident, node.group), None)
         if node.tree is not None:
             s = self._by_tree.get(node.tree.ident)
             if s is not None:
@@ -110,9 +158,14 @@ class InodeTable:
     def _detach(self, node: Inode) -> None:
         if node.tree is None:
             return
-        k = (node.tree.ident, node.key, node.kind)
-        if self._by_path.get(k) == node.ino:
-            del self._by_path[k]
+        for key in (node.key, *node.names):
+            k = (node.tree.ident, key, node.kind)
+            if self._by_path.get(k) == node.ino:
+                del self._by_path[k]
+        node.names.clear()
+        if node.group and self._by_group.get((node.tree.ident, node.group)) == node.ino:
+            if node.ino not in self._by_ino:  # dropped (an unlinked one stays findable)
+                del self._by_group[(node.tree.ident, node.group)]
 
     def unlink(self, node: Inode) -> None:
         """The name is gone: the inode lives on only for its open handles and lookups."""
@@ -123,24 +176,32 @@ class InodeTable:
     def rekey(self, tree: Tree, old: bytes, new: bytes, parent: int, name: bytes) -> None:
         """A rename of old -> new inside tree: move that inode and everything below it."""
         below = old + b"/"
+
+        def hit(k: bytes) -> bool:
+            return k == old or k.startswith(below)
+
         moved = []
         for ino in list(self._by_tree.get(tree.ident, ())):
             node = self._by_ino[ino]
-            if node.linked and (node.key == old or node.key.startswith(below)):
+            if node.linked and (hit(node.key) or any(hit(k) for k in node.names)):
                 moved.append(node)
         for node in moved:
-            self._detach(node)
+            for k in (node.key, *node.names):
+                if hit(k) and self._by_path.get((tree.ident, k, node.kind)) == node.ino:
+                    del self._by_path[(tree.ident, k, node.kind)]
         for node in moved:
-            node.key = new + node.key[len(old):]
-            if node.key == new:
+            keys = [new + k[len(old):] if hit(k) else k for k in (node.key, *node.names)]
+            if hit(node.key) and node.key == old:
                 node.parent, node.name = parent, name
-            k = (tree.ident, node.key, node.kind)
-            prev = self._by_path.get(k)
-            if prev is not None and prev != node.ino:
-                other = self._by_ino.get(prev)
-                if other is not None:
-                    other.linked = False
-            self._by_path[k] = node.ino
+            node.key, node.names = keys[0], set(keys[1:])
+            for key in keys:
+                k = (tree.ident, key, node.kind)
+                prev = self._by_path.get(k)
+                if prev is not None and prev != node.ino:
+                    other = self._by_ino.get(prev)
+                    if other is not None:
+                        self.unlink_name(other, key)
+                self._by_path[k] = node.ino
 
     def tree_inodes(self, ident: tuple) -> list[Inode]:
         return [self._by_ino[i] for i in self._by_tree.get(ident, ()) if i in self._by_ino]

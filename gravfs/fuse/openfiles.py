@@ -64,8 +64,12 @@ class OpenFile:
         base = entry or EntryInfo(kind=KIND_FILE)
         self.mode = base.mode
         self.mtime_ns = base.mtime_ns or time.time_ns()
+        self.atime_ns = base.atime_ns or self.mtime_ns
+        self.ctime_ns = base.ctime_ns or self.mtime_ns
         self.uid, self.gid = base.uid, base.gid
         self.xattrs = dict(base.xattrs)
+        # hard links: kept here, not only in entry (a truncate to 0 drops the entry)
+        self.link_group, self.links = base.link_group, base.links
 
     # -- content ------------------------------------------------------------------
 
@@ -146,7 +150,17 @@ class OpenFile:
         """The entry with this file's metadata over ``base`` (default: the last content)."""
         b = base or self.entry or EntryInfo(kind=KIND_FILE)
         return replace(b, mode=statmod.S_IFREG | (self.mode & 0o7777), mtime_ns=self.mtime_ns,
-                       uid=self.uid, gid=self.gid, xattrs=dict(self.xattrs), kind=KIND_FILE)
+                       uid=self.uid, gid=self.gid, xattrs=dict(self.xattrs), kind=KIND_FILE,
+                       atime_ns=self.atime_ns, ctime_ns=self.ctime_ns,
+                       link_group=self.link_group, links=self.links)
+
+    def modified(self, now_ns: int, kill_suid: bool = False) -> None:
+        """Content changed: mtime and ctime move. ``kill_suid`` (a writer without
+        CAP_FSETID: not root): the setuid bit and a group-executable setgid bit are
+        cleared, as Linux does (the mount handles kill-priv: FUSE_CAP_HANDLE_KILLPRIV)."""
+        self.mtime_ns = self.ctime_ns = now_ns
+        if kill_suid:
+            self.mode = clear_suid(self.mode)
 
     def upload(self, data: DataObjects, durable: bool = False) -> EntryInfo:
         """Store the local content (deduplicated) and return the entry to stage.
@@ -204,6 +218,15 @@ def _copy_source(data: DataObjects, entry: EntryInfo, fd: int, want: int) -> int
     return copied
 
 
+def clear_suid(mode: int) -> int:
+    """mode without S_ISUID, and without S_ISGID when group-executable (Linux's rule:
+    a setgid bit without group execute marks mandatory locking, and stays)."""
+    mode &= ~statmod.S_ISUID
+    if mode & statmod.S_IXGRP:
+        mode &= ~statmod.S_ISGID
+    return mode
+
+
 def _unlink(path: str) -> None:
     try:
         os.unlink(path)
@@ -224,6 +247,8 @@ class FileHandle:
         self.append = bool(flags & os.O_APPEND)
         self.openfile = openfile
         self.opener: Optional[int] = None  # pid of the process that opened it
+        self.opener_uid = 0  # its uid: a write by another than root clears setuid bits
+        self.did_read = False  # it read content (atime, see the atime mount option)
         self.read_state = ReadState()
         self.read_address: Optional[str] = None
 

@@ -24,7 +24,8 @@ import pyfuse3
 import trio
 
 from gravfs import hashing
-from gravfs.fs.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo
+from gravfs.fs.entry import (KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_DIRECTORY, KIND_FILE,
+                             KIND_SYMLINK, SPECIAL_KINDS, EntryInfo, kind_of_mode)
 from gravfs.data.objects import address_of
 from gravfs.data.external import content_key, is_external, source_of
 from gravfs.data.reader import DataReader
@@ -32,13 +33,13 @@ from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
 from gravfs.fuse import holders, opstats
 from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
-from gravfs.fuse.openfiles import WRITEBACK_MAX, DirHandle, FileHandle, OpenFile
+from gravfs.fuse.openfiles import WRITEBACK_MAX, DirHandle, FileHandle, OpenFile, clear_suid
 from gravfs.fuse.options import MountOptions
 from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
 from gravfs.fuse.trees import Tree
 from gravfs.fs.paths import MAX_NAME_BYTES
 from gravfs.quoting import quote
-from gravfs.fs.repository import Node
+from gravfs.fs.repository import KIND_NAMES, Node, group_items
 from gravfs.version.staging.area import MAX_PATH_BYTES
 
 log = logging.getLogger(__name__)
@@ -342,20 +343,23 @@ class GravfsOperations(pyfuse3.Operations):
         if of is not None:
             size = of.size()
             a.st_mode = statmod.S_IFREG | (of.mode & 0o7777)
-            a.st_nlink = 1
+            a.st_nlink = len(of.links) if of.link_group and of.links else 1
             a.st_size = size
             a.st_uid, a.st_gid = of.uid, of.gid
             mtime = of.mtime_ns
+            atime, ctime = of.atime_ns or mtime, of.ctime_ns or mtime
         elif entry is not None:
             a.st_mode = entry.mode
             if node.kind == "dir":
                 a.st_mode = statmod.S_IFDIR | (entry.mode & 0o7777)
-            a.st_nlink = 1
+            a.st_nlink = entry.nlink
             a.st_size = entry.size if node.kind != "dir" else 0
             if node.kind == "symlink":
                 a.st_size = len(entry.symlink_target.encode("utf-8", "surrogateescape"))
+            a.st_rdev = entry.rdev
             a.st_uid, a.st_gid = entry.uid, entry.gid
             mtime = entry.mtime_ns
+            atime, ctime = entry.atime_ns or mtime, entry.ctime_ns or mtime
         else:  # implied or virtual directory
             a.st_mode = statmod.S_IFDIR | (0o555 if node.tree is None or not node.tree.writable
                                            else 0o755)
@@ -363,8 +367,11 @@ class GravfsOperations(pyfuse3.Operations):
             a.st_size = 0
             a.st_uid, a.st_gid = (self.uid, self.gid)
             mtime = node.tree.commit.time_ns if node.tree and node.tree.commit else self.started_ns
+            atime = ctime = mtime
         a.st_blocks = (a.st_size + 511) // 512
-        a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = mtime
+        a.st_mtime_ns, a.st_ctime_ns, a.st_atime_ns = mtime, ctime, atime
+        if not node.linked:
+            a.st_nlink = 0  # still open, its last name gone
         return a
 
     async def _entry_of(self, node: Inode) -> Optional[EntryInfo]:
@@ -438,7 +445,7 @@ class GravfsOperations(pyfuse3.Operations):
         n = await self._stat(tree, key, parent)
         if n is None:
             raise fail(errno.ENOENT)
-        node = self.inodes.ensure(tree, key, n.kind, parent.ino, name)
+        node = self.inodes.ensure(tree, key, n.kind, parent.ino, name, _group(n))
         self._remember(node, n)
         return node, n.entry
 
@@ -559,7 +566,8 @@ class GravfsOperations(pyfuse3.Operations):
                 if n.foreign is not None and self._note_foreign(tree, n):
                     start_after = cont
                     continue
-                child = self.inodes.ensure(tree, node.child_key(name), n.kind, node.ino, name)
+                child = self.inodes.ensure(tree, node.child_key(name), n.kind, node.ino, name,
+                                           _group(n))
                 self._remember(child, n)
                 if not self._reply(h, token, name, child, n.entry, cont):
                     h.pending = (start_after, batch[i:], more)
@@ -658,10 +666,11 @@ class GravfsOperations(pyfuse3.Operations):
             return await self._create_branch(parent, name)
         tree = self._writable_tree(parent)
         key = self._child_key(parent, name)
-        entry = self._now_dir_entry(mode, ctx)
+        entry = _inherit(await self._parent_entry(parent), self._now_dir_entry(mode, ctx))
         async with self._ns(tree):
-            await self._write(tree, [(key + b"/", True)], self._create_blocking, tree, key,
-                              key + b"/", entry, fresh_dir=key)
+            await self._write(tree, [(key + b"/", True), (parent.key + b"/", True)],
+                              self._create_blocking, tree, key, key + b"/", entry, None,
+                              parent.key, fresh_dir=key)
         node = self.inodes.ensure(tree, key, "dir", parent.ino, name)
         self._remember_entry(node, entry)
         node.lookups += 1
@@ -700,13 +709,15 @@ class GravfsOperations(pyfuse3.Operations):
             return None
 
     def _create_blocking(self, tree: Tree, key: bytes, staged_key: bytes, entry: EntryInfo,
-                         of: Optional[OpenFile] = None) -> None:
-        """One worker-thread trip for mkdir/create/symlink: check, stage, local file
-        (a file, ``of``, is staged provisional: see create)."""
+                         of: Optional[OpenFile] = None, parent_key: bytes = b"") -> None:
+        """One worker-thread trip for mkdir/create/symlink/mknod: check, stage (with the
+        parent directory's new mtime and ctime), local file (a file, ``of``, is staged
+        provisional: see create)."""
         n = self._stat_or_none(tree, key)
         if n is not None:
             raise fail(errno.EISDIR if n.kind == "dir" and of is not None else errno.EEXIST)
-        self.repo.stage(tree.name, [(staged_key, entry)],
+        self.repo.stage(tree.name, [(staged_key, entry)]
+                        + self._parent_items(tree, parent_key, entry.mtime_ns),
                         provisional=frozenset([staged_key]) if of is not None else frozenset())
         if of is not None:
             of.materialize(self.data)
@@ -719,25 +730,62 @@ class GravfsOperations(pyfuse3.Operations):
             raise fail(errno.ENOTDIR)
         if self.repo.list_dir(tree.ref, key, None, 1):
             raise fail(errno.ENOTEMPTY)
-        self._remove_keeping_parent(tree, parent_key, [(n.key, None)])  # (a foreign key: its own)
+        items = [(n.key, None)]  # (a foreign key: its own)
+        if n.key.endswith(b"/") and n.key != key + b"/":
+            items.append((key + b"/", None))
+        self._remove_keeping_parent(tree, parent_key, items)
 
-    def _unlink_blocking(self, tree: Tree, parent_key: bytes, key: bytes) -> str:
+    def _unlink_blocking(self, tree: Tree, parent_key: bytes, key: bytes) -> Node:
         n = self._stat_or_none(tree, key)
         if n is None:
             raise fail(errno.ENOENT)
         if n.kind == "dir":
             raise fail(errno.EISDIR)
-        self._remove_keeping_parent(tree, parent_key, [(n.key, None)])  # a foreign key: its own
-        return n.kind
+        items = [(n.key, None)]  # a foreign key: its own
+        if n.entry is not None and n.entry.link_group:  # the other names lose a link
+            items += group_items(n.entry, {n.key: None}, time.time_ns())
+        self._remove_keeping_parent(tree, parent_key, items)
+        return n
 
     def _remove_keeping_parent(self, tree: Tree, parent_key: bytes, items: list) -> None:
-        """Stage removals; an implied parent directory gets a marker so it survives."""
-        items = list(items)
-        if parent_key:
-            p = self.repo.stat(tree.ref, parent_key)
-            if p.kind == "dir" and p.entry is None:
-                items.append((parent_key + b"/", self._now_dir_entry(0o755)))
-        self.repo.stage(tree.name, items)
+        """Stage removals with the parent directory's new mtime and ctime (an implied
+        parent gets a marker, so it survives)."""
+        self.repo.stage(tree.name, list(items) + self._parent_items(tree, parent_key,
+                                                                   time.time_ns()))
+
+    def _parent_items(self, tree: Tree, parent_key: bytes, now_ns: int) -> list:
+        """The marker of directory parent_key with mtime and ctime now_ns (entries came
+        or went in it); [] for the tree's root (it has no entry)."""
+        if not parent_key:
+            return []
+        p = self._stat_or_none(tree, parent_key)
+        if p is None or p.kind != "dir":
+            return []
+        mkey = p.key if p.key.endswith(b"/") else parent_key + b"/"
+        return [(mkey, _touched(p.entry or self._now_dir_entry(0o755), now_ns))]
+
+    def _cached_parent_items(self, tree: Tree, parent_key: bytes, now_ns: int
+                             ) -> Optional[list]:
+        """_parent_items from the stat cache alone (None: not known there)."""
+        if not parent_key:
+            return []
+        cache = self.statcache
+        n = cache.get(tree.name, cache.version(tree.name, blocking=False), parent_key)
+        if n is MISSING or n is None or n.kind != "dir" or n.entry is None:
+            return None
+        return [(n.key, _touched(n.entry, now_ns))]
+
+    async def _parent_entry(self, parent: Inode) -> Optional[EntryInfo]:
+        """The entry of a directory something is created in (None: a root or implied)."""
+        if parent.tree is None or parent.key == b"":
+            return None
+        known, entry = self._recent_entry(parent)
+        if known:
+            return entry
+        try:
+            return await self._entry_of(parent)
+        except pyfuse3.FUSEError:
+            return None
 
     # -- files: create / open / read / write ----------------------------------------------------
 
@@ -749,18 +797,22 @@ class GravfsOperations(pyfuse3.Operations):
         now = time.time_ns()
         entry = EntryInfo(address=EMPTY_ADDRESS, size=0, mtime_ns=now,
                           mode=statmod.S_IFREG | (mode & 0o7777), kind=KIND_FILE,
-                          uid=ctx.uid, gid=ctx.gid)
+                          uid=ctx.uid, gid=ctx.gid, atime_ns=now, ctime_ns=now)
+        entry = _inherit(await self._parent_entry(parent), entry)
         # Staged provisional: the name exists (empty) for everyone at once, but a commit
         # takes nothing of the file until its first close or fsync stages its content.
         scratch = OpenFile(None, entry, self.files_dir)
         scratch.provisional = True
         async with self._ns(tree):
             try:
-                if not (self._known_missing(tree, key)
-                        and await self._stage_inline(tree, [(key, True)], [(key, entry)],
-                                                     frozenset([key]))):
-                    await self._write(tree, [(key, True)], self._create_blocking, tree, key, key,
-                                      entry, scratch)
+                pitems = self._cached_parent_items(tree, parent.key, now)
+                if not (self._known_missing(tree, key) and pitems is not None
+                        and await self._stage_inline(
+                            tree, [(key, True)] + [(k, True) for k, _ in pitems],
+                            [(key, entry)] + pitems, frozenset([key]))):
+                    await self._write(tree, [(key, True), (parent.key + b"/", True)],
+                                      self._create_blocking, tree, key, key, entry, scratch,
+                                      parent.key)
                 else:
                     scratch.materialize(self.data)  # empty: one open(2), no thread trip
             except BaseException:
@@ -793,6 +845,7 @@ class GravfsOperations(pyfuse3.Operations):
         h = FileHandle(fh, node, entry, flags, of)
         if ctx is not None:
             h.opener = ctx.pid
+            h.opener_uid = ctx.uid
         self.files[fh] = h
         node.opens += 1
         if of is not None:  # counted until release, whatever the access mode
@@ -831,7 +884,7 @@ class GravfsOperations(pyfuse3.Operations):
                 if of.size() != 0 or not of.materialized:
                     await self.run(of.truncate, self.data, 0)
                     of.dirty = True
-                    of.mtime_ns = time.time_ns()
+                    of.modified(time.time_ns(), ctx.uid != 0)
         fi = self._open_handle(node, entry, flags, of if writing else None, ctx)
         if not writing and of is None and entry is not None and node.tree.kind == "branch":
             # data is named by its hash: pages the kernel cached for an earlier read-only
@@ -847,6 +900,7 @@ class GravfsOperations(pyfuse3.Operations):
         h = self.files.get(fh)
         if h is None:
             raise fail(errno.EBADF)
+        h.did_read = True  # (for atime: see _read_atime)
         of = self.open_files.get(h.node.ino)
         if of is not None and of.materialized:
             async with of.lock:
@@ -879,7 +933,7 @@ class GravfsOperations(pyfuse3.Operations):
             else:
                 n = await self.run(of.pwrite, buf, None if h.append else off)
             of.dirty = True
-            of.mtime_ns = time.time_ns()
+            of.modified(time.time_ns(), h.opener_uid != 0)
         return n
 
     async def _stage(self, of: OpenFile, durable: bool = False) -> None:
@@ -898,9 +952,10 @@ class GravfsOperations(pyfuse3.Operations):
                     if not node.linked:
                         return
                     changes = [(node.key, True)]
-                    if not await self._stage_inline(tree, changes, [(node.key, entry)]):
-                        await self._write(tree, changes, self.repo.stage, tree.name,
-                                          [(node.key, entry)])
+                    if of.link_group or not await self._stage_inline(tree, changes,
+                                                                     [(node.key, entry)]):
+                        entry = await self._write(tree, None, self._stage_names, tree, node.key,
+                                                  entry)
                 self._staged(of, entry)
                 return
             if of.materialized and of.size() <= WRITEBACK_MAX:
@@ -910,14 +965,15 @@ class GravfsOperations(pyfuse3.Operations):
                         of.dirty = False
                         return
                     if (not durable and of.size() <= INLINE_WRITEBACK and tree.kind == "branch"
-                            and self.data.writes_back):
+                            and self.data.writes_back and not of.link_group):
                         entry = of.upload(self.data)  # hash + rename into pending uploads
                         changes = [(node.key, True)]
                         if not await self._stage_inline(tree, changes, [(node.key, entry)]):
                             await self._write(tree, changes, self.repo.stage, tree.name,
                                               [(node.key, entry)])
                     else:
-                        entry = await self._write(tree, [(node.key, True)],
+                        entry = await self._write(tree, None if of.link_group else
+                                                  [(node.key, True)],
                                                   self._writeback_blocking, of, tree, node.key,
                                                   durable)
                 self._staged(of, entry)
@@ -931,16 +987,15 @@ class GravfsOperations(pyfuse3.Operations):
                 if not node.linked:
                     of.dirty = False
                     return
-                await self._write(tree, [(node.key, True)], self.repo.stage, tree.name,
-                                  [(node.key, entry)])
+                entry = await self._write(tree, None if of.link_group else [(node.key, True)],
+                                          self._stage_names, tree, node.key, entry)
             self._staged(of, entry)
 
     def _writeback_blocking(self, of: OpenFile, tree: Tree, key: bytes,
                             durable: bool) -> EntryInfo:
         entry = of.upload(self.data, durable)
         of.entry = entry  # the local copy is pending now: reads follow the entry
-        self.repo.stage(tree.name, [(key, entry)])
-        return entry
+        return self._stage_names(tree, key, entry)
 
     def _keep_unstaged(self, of: OpenFile, exc: Exception) -> None:
         """Staging failed on the last close (a full disk, the store down): the local
@@ -1030,6 +1085,8 @@ class GravfsOperations(pyfuse3.Operations):
         h.read_state.close()
         of = h.openfile
         try:
+            if h.did_read and self.settings.atime != "noatime":
+                await self._read_atime(node)
             if of is not None:
                 of.handles -= 1
                 if of.handles <= 0:
@@ -1051,6 +1108,32 @@ class GravfsOperations(pyfuse3.Operations):
         finally:
             self.inodes.maybe_drop(node)
 
+    async def _read_atime(self, node: Inode) -> None:
+        """A handle that read content was released: the atime mount option says whether
+        the entry's atime moves (relatime: when not newer than mtime/ctime or older than
+        a day, as Linux's; strictatime: always). Only branch trees keep it."""
+        tree = node.tree
+        if tree is None or not tree.writable or not node.linked or node.kind != "file":
+            return
+        known, e = self._recent_entry(node)
+        if not known or e is None:
+            e = await self._entry_of(node)
+        if e is None:
+            return
+        now = time.time_ns()
+        atime = e.atime_ns or e.mtime_ns
+        if self.settings.atime == "relatime" and atime > max(e.mtime_ns, e.ctime_ns) and \
+                now - atime < 86400 * 10**9:
+            return
+        try:
+            await self._change_meta(node, tree, lambda x: replace(x, atime_ns=now))
+        except pyfuse3.FUSEError:
+            return  # gone meanwhile
+        try:  # the kernel's cached attributes still show the old atime
+            await self.run(pyfuse3.invalidate_inode, node.ino, True)
+        except OSError:
+            pass
+
     # -- attributes -----------------------------------------------------------------------
 
     @guarded
@@ -1064,26 +1147,32 @@ class GravfsOperations(pyfuse3.Operations):
         if fields.update_size:
             if node.kind != "file":
                 raise fail(errno.EISDIR if node.kind == "dir" else errno.EINVAL)
-            await self._truncate(node, attr.st_size)
+            await self._truncate(node, attr.st_size, ctx is not None and ctx.uid != 0)
+        now = time.time_ns()
 
         def change(e: EntryInfo) -> EntryInfo:
+            mode = e.mode
             if fields.update_mode:
-                e = replace(e, mode=statmod.S_IFMT(e.mode) | (attr.st_mode & 0o7777))
+                mode = statmod.S_IFMT(e.mode) | (attr.st_mode & 0o7777)
+            if (fields.update_uid or fields.update_gid) and node.kind != "dir":
+                mode = clear_suid(mode)  # chown clears setuid/setgid (kill-priv is ours)
+            e = replace(e, mode=mode, ctime_ns=now)  # every attribute change is a ctime
             if fields.update_uid:
                 e = replace(e, uid=attr.st_uid)
             if fields.update_gid:
                 e = replace(e, gid=attr.st_gid)
             if fields.update_mtime:
                 e = replace(e, mtime_ns=attr.st_mtime_ns)
+            if fields.update_atime:
+                e = replace(e, atime_ns=attr.st_atime_ns)
             return e
 
-        if fields.update_mode or fields.update_uid or fields.update_gid or fields.update_mtime:
+        if (fields.update_mode or fields.update_uid or fields.update_gid or fields.update_mtime
+                or fields.update_atime or fields.update_ctime):
             await self._change_meta(node, tree, change)
-        elif fields.update_size:
-            pass
         return await self._getattr_node(node)
 
-    async def _truncate(self, node: Inode, size: int) -> None:
+    async def _truncate(self, node: Inode, size: int, kill_suid: bool = False) -> None:
         of = self.open_files.get(node.ino)
         temporary = of is None
         if temporary:
@@ -1093,7 +1182,7 @@ class GravfsOperations(pyfuse3.Operations):
             async with of.lock:
                 await self.run(of.truncate, self.data, size)
                 of.dirty = True
-                of.mtime_ns = time.time_ns()
+                of.modified(time.time_ns(), kill_suid)
             if of.handles <= 0:
                 await self._stage(of)
         finally:
@@ -1108,13 +1197,14 @@ class GravfsOperations(pyfuse3.Operations):
             async with of.lock:
                 e = change(of.meta_entry())
                 of.mode, of.mtime_ns, of.uid, of.gid = e.mode, e.mtime_ns, e.uid, e.gid
+                of.atime_ns, of.ctime_ns = e.atime_ns, e.ctime_ns
                 of.xattrs = dict(e.xattrs)
                 if of.dirty or of.provisional:
                     return  # staged with the content on close
                 async with self._ns(tree):
                     if node.linked:
-                        await self._write(tree, [(node.key, True)], self.repo.stage, tree.name,
-                                          [(node.key, e)])
+                        e = await self._write(tree, None if e.link_group else [(node.key, True)],
+                                              self._stage_names, tree, node.key, e)
                 of.entry = e
                 self._remember_entry(node, e)
             return
@@ -1125,11 +1215,26 @@ class GravfsOperations(pyfuse3.Operations):
             if n.kind == "dir":
                 e = change(n.entry or self._now_dir_entry(0o755))
                 key = node.key + b"/"
+                await self._write(tree, [(key, True)], self.repo.stage, tree.name, [(key, e)])
             else:
                 e = change(n.entry)
-                key = node.key
-            await self._write(tree, [(key, True)], self.repo.stage, tree.name, [(key, e)])
+                e = await self._write(tree, None if e.link_group else [(node.key, True)],
+                                      self._stage_names, tree, node.key, e)
         self._remember_entry(node, e)
+
+    def _stage_names(self, tree: Tree, key: bytes, entry: EntryInfo) -> EntryInfo:
+        """Stage an inode's entry at key, or at every name of its link group (their
+        current list, read here: names may have come and gone since the file was
+        opened), in one transaction. Returns the entry staged."""
+        if entry.link_group:
+            n = self._stat_or_none(tree, key)
+            if n is not None and n.entry is not None and n.entry.link_group == entry.link_group:
+                entry = replace(entry, links=n.entry.links)
+            items = [(k, entry) for k in entry.links] or [(key, entry)]
+        else:
+            items = [(key, entry)]
+        self.repo.stage(tree.name, items)
+        return entry
 
     # -- names: unlink / rename / symlink / link ---------------------------------------------
 
@@ -1139,13 +1244,33 @@ class GravfsOperations(pyfuse3.Operations):
         tree = self._writable_tree(parent)
         key = self._child_key(parent, name)
         async with self._ns(tree):
-            kind = await self._write(tree, [(key, False), (parent.key + b"/", True)],
-                                     self._unlink_blocking, tree, parent.key, key)
-            node = self.inodes.find(tree, key, kind)
+            n = await self._write(tree, [(key, False), (parent.key + b"/", True)],
+                                  self._unlink_blocking, tree, parent.key, key)
+            if n.entry is not None and n.entry.link_group:
+                self.statcache.drop(tree.name)  # its other names changed too
+            node = self.inodes.find(tree, key, n.kind)
             if node is not None:
-                self._drop_unstaged(node)
-                self.inodes.unlink(node)
+                if n.entry is not None and n.entry.link_group and len(n.entry.links) > 1:
+                    # a hard link: the inode lives on under its other names
+                    self.inodes.unlink_name(node, key)
+                    self._relinked(node, group_items(n.entry, {key: None}, time.time_ns()))
+                else:
+                    self._drop_unstaged(node)
+                    self.inodes.unlink(node)
         log.debug("unlink %s:%s", tree.name, key)
+
+    def _relinked(self, node: Inode, items: list) -> None:
+        """The names of a hard-linked inode changed (items: what was staged at each):
+        its remembered entry and its open copy follow (a close restages every name)."""
+        if not items:
+            return
+        e = items[0][1]
+        if node.linked and node.key not in {k for k, _ in items}:
+            node.key = items[0][0]  # (its name went outside the mount)
+        self._remember_entry(node, e)
+        of = self.open_files.get(node.ino)
+        if of is not None:
+            of.link_group, of.links, of.ctime_ns = e.link_group, e.links, e.ctime_ns
 
     @guarded
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
@@ -1173,7 +1298,7 @@ class GravfsOperations(pyfuse3.Operations):
             if d is not None:
                 victim = self.inodes.find(tree, dst, d.kind)
                 if victim is not None:
-                    self.inodes.unlink(victim)
+                    self.inodes.unlink_name(victim, dst)
             self.inodes.rekey(tree, src, dst, pn.ino, name_new)
         log.debug("rename %s:%s -> %s", tree.name, src, dst)
 
@@ -1190,8 +1315,10 @@ class GravfsOperations(pyfuse3.Operations):
         if d is not None:
             if flags & pyfuse3.RENAME_NOREPLACE:
                 raise fail(errno.EEXIST)
-            if src == dst:
-                return False
+            if src == dst or (s.entry is not None and d.entry is not None
+                              and s.entry.link_group
+                              and s.entry.link_group == d.entry.link_group):
+                return False  # two names of one inode: POSIX says do nothing
             if s.kind == "dir":
                 if d.kind != "dir":
                     raise fail(errno.ENOTDIR)
@@ -1199,11 +1326,15 @@ class GravfsOperations(pyfuse3.Operations):
                     raise fail(errno.ENOTEMPTY)
             elif d.kind == "dir":
                 raise fail(errno.EISDIR)
-        if src_parent:
-            p = self.repo.stat(tree.ref, src_parent)
-            if p.entry is None:  # keep an implied source directory alive
-                self.repo.stage(tree.name, [(src_parent + b"/", self._now_dir_entry(0o755))])
-        self.repo.rename(tree.name, src, dst, provisional=provisional)
+        now = time.time_ns()
+        dst_parent = dst.rpartition(b"/")[0]
+        # both directories' mtime and ctime (an implied source directory gets a marker)
+        touched = self._parent_items(tree, src_parent, now)
+        if dst_parent != src_parent and not dst_parent.startswith(src + b"/"):
+            touched += self._parent_items(tree, dst_parent, now)
+        if touched:
+            self.repo.stage(tree.name, touched)
+        self.repo.rename(tree.name, src, dst, provisional=provisional, ctime_ns=now)
         return d
 
     @guarded
@@ -1215,14 +1346,23 @@ class GravfsOperations(pyfuse3.Operations):
             text = target.decode("utf-8")
         except UnicodeDecodeError:
             raise fail(errno.EINVAL)
-        entry = EntryInfo(address="", size=len(target), mtime_ns=time.time_ns(),
+        now = time.time_ns()
+        entry = EntryInfo(address="", size=len(target), mtime_ns=now,
                           mode=statmod.S_IFLNK | 0o777, kind=KIND_SYMLINK, symlink_target=text,
-                          uid=ctx.uid, gid=ctx.gid)
+                          uid=ctx.uid, gid=ctx.gid, atime_ns=now, ctime_ns=now)
+        entry = _inherit(await self._parent_entry(parent), entry)
+        return await self._make_node(parent, tree, key, name, entry)
+
+    async def _make_node(self, parent: Inode, tree: Tree, key: bytes, name: bytes,
+                         entry: EntryInfo) -> pyfuse3.EntryAttributes:
+        """Stage a new symlink or special file and answer with its attributes."""
         async with self._ns(tree):
-            await self._write(tree, [(key, True)], self._create_blocking, tree, key, key, entry)
-        node = self.inodes.ensure(tree, key, "symlink", parent.ino, name)
+            await self._write(tree, [(key, True), (parent.key + b"/", True)],
+                              self._create_blocking, tree, key, key, entry, None, parent.key)
+        node = self.inodes.ensure(tree, key, KIND_NAMES[entry.kind], parent.ino, name)
         self._remember_entry(node, entry)
         node.lookups += 1
+        log.debug("%s %s:%s", KIND_NAMES[entry.kind], tree.name, key)
         return self._attrs(node, entry)
 
     @guarded
@@ -1235,15 +1375,64 @@ class GravfsOperations(pyfuse3.Operations):
 
     @guarded
     async def link(self, inode, new_parent_inode, new_name, ctx):
-        raise fail(errno.EPERM)
+        """A hard link inside one branch (see gravfs.fs.repository.Repository.link):
+        the new name shares the inode. Across trees EXDEV; into read-only trees EROFS."""
+        node, parent = self._node(inode), self._node(new_parent_inode)
+        if parent.tree is None or not parent.tree.writable or node.tree is None:
+            raise fail(errno.EROFS if parent.tree is None or not parent.tree.writable
+                       or node.tree is None else errno.EXDEV)
+        if node.tree is not parent.tree:
+            raise fail(errno.EXDEV)
+        tree = self._writable_tree(parent)
+        if node.kind == "dir":
+            raise fail(errno.EPERM)
+        if node.key == b"" or not node.linked:
+            raise fail(errno.ENOENT)
+        key = self._child_key(parent, new_name)
+        of = self.open_files.get(node.ino)
+        if of is not None and of.provisional:
+            await self._stage(of)  # the new name gets the file's entry, not a provisional one
+        async with self._ns(tree):
+            entry = await self._write(tree, None, self._link_blocking, tree, node.key, key,
+                                      parent.key)
+            self.inodes.add_name(node, key, entry.link_group)
+            self._relinked(node, [(k, entry) for k in entry.links])
+        node.lookups += 1
+        log.debug("link %s:%s -> %s", tree.name, node.key, key)
+        return self._attrs(node, entry)
+
+    def _link_blocking(self, tree: Tree, src: bytes, dst: bytes, parent_key: bytes) -> EntryInfo:
+        if self._stat_or_none(tree, dst) is not None:
+            raise fail(errno.EEXIST)
+        if self._stat_or_none(tree, src) is None:
+            raise fail(errno.ENOENT)
+        entry = self.repo.link(tree.name, src, dst)
+        touched = self._parent_items(tree, parent_key, entry.ctime_ns)
+        if touched:
+            self.repo.stage(tree.name, touched)
+        return entry
 
     @guarded
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
-        if not statmod.S_ISREG(mode):
-            raise fail(errno.EPERM)
-        fi, attrs = await self.create(parent_inode, name, mode, os.O_WRONLY, ctx)
-        await self.release(fi.fh)
-        return attrs
+        """Regular files (mknod S_IFREG) are created empty; fifos, sockets and device
+        nodes are entries of their own kind (with rdev), kept by commits like files."""
+        if statmod.S_ISREG(mode) or statmod.S_IFMT(mode) == 0:
+            fi, attrs = await self.create(parent_inode, name, mode, os.O_WRONLY, ctx)
+            await self.release(fi.fh)
+            return attrs
+        kind = kind_of_mode(mode)
+        if kind not in SPECIAL_KINDS:
+            raise fail(errno.EINVAL)
+        parent = self._node(parent_inode)
+        tree = self._writable_tree(parent)
+        key = self._child_key(parent, name)
+        now = time.time_ns()
+        entry = EntryInfo(address="", size=0, mtime_ns=now, atime_ns=now, ctime_ns=now,
+                          mode=statmod.S_IFMT(mode) | (mode & 0o7777), kind=kind,
+                          rdev=rdev if kind in (KIND_CHAR_DEVICE, KIND_BLOCK_DEVICE) else 0,
+                          uid=ctx.uid, gid=ctx.gid)
+        entry = _inherit(await self._parent_entry(parent), entry)
+        return await self._make_node(parent, tree, key, name, entry)
 
     # -- extended attributes ----------------------------------------------------------------
 
@@ -1352,3 +1541,22 @@ def _unlink_quietly(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def _group(n: Node) -> str:
+    """The link group of a looked-up node ("" unless hard-linked)."""
+    return n.entry.link_group if n.entry is not None else ""
+
+
+def _touched(e: EntryInfo, now_ns: int) -> EntryInfo:
+    """A directory's entry after a name came or went in it."""
+    return replace(e, mtime_ns=now_ns, ctime_ns=now_ns)
+
+
+def _inherit(parent: Optional[EntryInfo], entry: EntryInfo) -> EntryInfo:
+    """Linux's setgid directories: a new name in one takes the directory's group, and a
+    new directory keeps the setgid bit."""
+    if parent is None or not parent.mode & statmod.S_ISGID:
+        return entry
+    mode = entry.mode | statmod.S_ISGID if entry.kind == KIND_DIRECTORY else entry.mode
+    return replace(entry, gid=parent.gid, mode=mode)

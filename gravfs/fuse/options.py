@@ -17,8 +17,12 @@ from gravfs.errors import GravfsError
 
 # mount(8)/fstab options that mean nothing to a FUSE daemon.
 IGNORED = {"defaults", "auto", "noauto", "user", "users", "nouser", "owner", "group", "nofail",
-           "_netdev", "rw", "async", "atime", "noatime", "relatime", "strictatime", "nodiratime",
-           "diratime", "lazytime", "nolazytime", "sync", "loud", "silent", "remount", "bind"}
+           "_netdev", "rw", "async", "nodiratime", "diratime", "lazytime", "nolazytime", "sync",
+           "loud", "silent", "remount", "bind"}
+# when reads update a file's atime (gravfs.fuse.operations: on the release of a handle
+# that read); "atime" is mount(8)'s name for relatime
+ATIME_MODES = {"noatime": "noatime", "relatime": "relatime", "atime": "relatime",
+               "strictatime": "strictatime"}
 IGNORED_PREFIXES = ("x-", "comment=", "context=", "fscontext=", "defcontext=", "rootcontext=")
 # passed through to libfuse (fuse_session_new / fuse_session_mount)
 FUSE_FLAGS = {"allow_other", "allow_root", "default_permissions", "nosuid", "suid", "nodev",
@@ -53,6 +57,9 @@ class MountOptions:
     debug: bool = False
     log_file: Optional[str] = None
     mountpoint: str = ""  # absolute; set by gravfs mount, not an -o option
+    # reads leave atime alone by default: an atime change is a staged change of the
+    # entry (status, diff, the next commit), which reading should not make
+    atime: str = "noatime"
 
 
 def parse(opts: list[str]) -> MountOptions:
@@ -66,7 +73,9 @@ def parse(opts: list[str]) -> MountOptions:
             name, eq, value = item.partition("=")
             if name in IGNORED or item.startswith(IGNORED_PREFIXES):
                 continue
-            if name == "ro":
+            if name in ATIME_MODES and not eq:
+                out.atime = ATIME_MODES[name]
+            elif name == "ro":
                 out.read_only = True
                 out.fuse.add("ro")
             elif name == "debug":

@@ -418,12 +418,12 @@ class Committer:
                         if _under(k, key):
                             doomed.append(k)
                     for k in doomed:
-                        txn.delete(bytes.fromhex(t) + k, db=self.area.entries_db)
+                        self.area.delete_entry(txn, bytes.fromhex(t), k)
                     n += len(doomed)
                 tok = bytes.fromhex(st.staging)
                 for k, ident, data, _ in restore:
-                    txn.put(tok + k, TOMBSTONE if ident is None else PUT + encode_value(ident, data),
-                            db=self.area.entries_db)
+                    self.area.put_entry(txn, tok, k, TOMBSTONE if ident is None
+                                        else PUT + encode_value(ident, data))
                 return n + len(restore)
 
             return self.area.write(run)

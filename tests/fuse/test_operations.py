@@ -311,9 +311,14 @@ def test_errnos(gravfs_mount):
     assert _errno(os.mkdir, m.branch_path(long)) == errno.ENAMETOOLONG
     assert _errno(os.stat, m.branch_path(long)) == errno.ENAMETOOLONG
     _write(m.branch_path("n" * 255), b"ok")  # 255 bytes is fine
-    assert _errno(os.link, m.branch_path("file"), m.branch_path("hard")) == errno.EPERM
+    assert _errno(os.link, m.branch_path("dir"), m.branch_path("hard")) == errno.EPERM
+    assert _errno(os.link, m.branch_path("file"), m.branch_path("dir")) == errno.EEXIST
     m.cli("branch", "create", "other")
     assert _errno(os.rename, m.branch_path("file"), m.branch_path("file", branch="other")) == errno.EXDEV
+    assert _errno(os.link, m.branch_path("file"), m.branch_path("hard", branch="other")) == errno.EXDEV
+    cid = m.commit()
+    assert _errno(os.link, m.branch_path("file"), m.path("commits", cid, "hard")) == errno.EROFS
+    assert _errno(os.link, m.path("commits", cid, "file"), m.branch_path("hard")) == errno.EXDEV
     m.assert_clean_log()
 
 

@@ -12,7 +12,8 @@ Equivalent .proto (package gravfs.committed, proto3)::
                         uint64 estimated_size = 3; int64 count = 4; }
     message Entry {
       enum AddressType { BY_PREFIX_DEPRECATED = 0; RELATIVE = 1; FULL = 2; }
-      enum Kind { FILE = 0; DIRECTORY = 1; SYMLINK = 2; }
+      enum Kind { FILE = 0; DIRECTORY = 1; SYMLINK = 2;
+                  FIFO = 3; SOCKET = 4; CHAR_DEVICE = 5; BLOCK_DEVICE = 6; }
       string address = 1; google.protobuf.Timestamp last_modified = 2;
       int64 size = 3; string e_tag = 4; map<string, string> metadata = 5;
       AddressType address_type = 6; string content_type = 7;
@@ -20,6 +21,10 @@ Equivalent .proto (package gravfs.committed, proto3)::
       Kind kind = 21; string symlink_target = 22;
       map<string, bytes> xattrs = 23;
       uint32 uid = 24; uint32 gid = 25;
+      uint64 rdev = 26;            // device number of CHAR_DEVICE/BLOCK_DEVICE
+      google.protobuf.Timestamp atime = 27; google.protobuf.Timestamp ctime = 28;
+      string link_group = 29;      // hard links: the names of one inode share it
+      repeated bytes links = 30;   // every key of the group (sorted), this one included
     }
 """
 
@@ -70,7 +75,8 @@ def _build_pool() -> descriptor_pool.DescriptorPool:
     for i, n in enumerate(("BY_PREFIX_DEPRECATED", "RELATIVE", "FULL")):
         at.value.add(name=n, number=i)
     kd = en.enum_type.add(name="Kind")
-    for i, n in enumerate(("FILE", "DIRECTORY", "SYMLINK")):
+    for i, n in enumerate(("FILE", "DIRECTORY", "SYMLINK", "FIFO", "SOCKET", "CHAR_DEVICE",
+                           "BLOCK_DEVICE")):
         kd.value.add(name=n, number=i)
     _field(en, "address", 1, _F.TYPE_STRING)
     _field(en, "last_modified", 2, _F.TYPE_MESSAGE, type_name=".google.protobuf.Timestamp")
@@ -85,6 +91,11 @@ def _build_pool() -> descriptor_pool.DescriptorPool:
     _map_field(en, "xattrs", 23, "XattrsEntry", _F.TYPE_BYTES)
     _field(en, "uid", 24, _F.TYPE_UINT32)
     _field(en, "gid", 25, _F.TYPE_UINT32)
+    _field(en, "rdev", 26, _F.TYPE_UINT64)
+    _field(en, "atime", 27, _F.TYPE_MESSAGE, type_name=".google.protobuf.Timestamp")
+    _field(en, "ctime", 28, _F.TYPE_MESSAGE, type_name=".google.protobuf.Timestamp")
+    _field(en, "link_group", 29, _F.TYPE_STRING)
+    _field(en, "links", 30, _F.TYPE_BYTES, _REP)
 
     pool.Add(fd)
     return pool

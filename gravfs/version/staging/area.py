@@ -15,11 +15,20 @@ Layout (one LMDB environment per repository and workspace):
 Tokens are never reused, so dropping a sealed token is a prefix delete and a
 token's entries never change once sealed: a commit can read them while new
 writes go to the fresh staging token.
+
+Long paths: LMDB's compiled key limit is 511 bytes. A path of up to
+MAX_PLAIN_PATH bytes is its own key; a longer one (up to MAX_PATH_BYTES) is
+stored under ``token || its first LONG_HEAD bytes || 0x00 || BLAKE2b-128 of the
+path`` (511 bytes), and db ``long_paths`` maps that key to the path. The 0x00
+sorts those keys after the plain key equal to the head and before every plain
+key extending it, so the keys sharing a LONG_HEAD-byte head are adjacent:
+iteration reads such a run whole and sorts it by path.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
 import os
@@ -40,8 +49,12 @@ TOKEN_LEN = 8
 TOMBSTONE = b"\x00"
 PUT = b"\x01"
 PROVISIONAL = b"\x02"
-# LMDB's compiled key limit is 511 bytes; the token takes 8.
-MAX_PATH_BYTES = 500
+# LMDB's compiled key limit is 511 bytes; the token takes 8 (see the module doc).
+MAX_PLAIN_PATH = 500
+LONG_HEAD = 486  # 8 + 486 + 1 + 16 = 511
+# Linux has no limit on a whole path inside a filesystem (PATH_MAX, 4096, bounds one
+# system call's argument, relative to any directory): four times that.
+MAX_PATH_BYTES = 16384
 _INITIAL_MAP = 1 << 30
 _MAX_MAP = 1 << 40
 
@@ -91,6 +104,13 @@ def check_path(path: bytes) -> None:
         raise BadNameError(f"path is {len(path)} bytes; staging accepts at most {MAX_PATH_BYTES}")
 
 
+def entry_key(tok: bytes, path: bytes) -> bytes:
+    """The LMDB key of path in token tok (see the module doc for long paths)."""
+    if len(path) <= MAX_PLAIN_PATH:
+        return tok + path
+    return tok + path[:LONG_HEAD] + b"\x00" + hashlib.blake2b(path, digest_size=16).digest()
+
+
 class StagingArea:
     """The per-workspace LMDB environment; safe to share between threads and processes.
 
@@ -125,6 +145,7 @@ class StagingArea:
         self.branches_db = self.env.open_db(b"branches")
         self.entries_db = self.env.open_db(b"entries")
         self.imports_db = self.env.open_db(b"imports")
+        self.long_db = self.env.open_db(b"long_paths")
 
     def close(self) -> None:
         if not self.synchronous:
@@ -243,17 +264,20 @@ class StagingArea:
             cur = txn.cursor(db=self.entries_db)
             puts = tombs = 0
             for path, value in items:
-                if st.provisional and cur.set_key(tok + path) and cur.value()[:1] == PROVISIONAL:
+                key = entry_key(tok, path)
+                if len(key) > len(tok) + MAX_PLAIN_PATH:
+                    txn.put(key, path, db=self.long_db)
+                if st.provisional and cur.set_key(key) and cur.value()[:1] == PROVISIONAL:
                     st.provisional -= 1  # replaced (a created file's first close)
                 if value is None:
-                    cur.put(tok + path, TOMBSTONE)
+                    cur.put(key, TOMBSTONE)
                     tombs += 1
                 elif path in provisional:
-                    cur.put(tok + path, PROVISIONAL + value)
+                    cur.put(key, PROVISIONAL + value)
                     st.provisional += 1
                     puts += 1
                 else:
-                    cur.put(tok + path, PUT + value)
+                    cur.put(key, PUT + value)
                     puts += 1
             st.puts += puts
             st.tombstones += tombs
@@ -272,22 +296,70 @@ class StagingArea:
     def lookup(self, txn, tokens: list[str], path: bytes) -> Optional[bytes]:
         """First hit of path in tokens (newest first): raw stored value or None."""
         for t in tokens:
-            v = txn.get(bytes.fromhex(t) + path, db=self.entries_db)
+            v = self.get_entry(txn, bytes.fromhex(t), path)
             if v is not None:
                 return v
         return None
 
+    def get_entry(self, txn, tok: bytes, path: bytes) -> Optional[bytes]:
+        """The raw stored value of path in token tok (bytes), or None."""
+        key = entry_key(tok, path)
+        v = txn.get(key, db=self.entries_db)
+        if v is not None and len(key) > len(tok) + MAX_PLAIN_PATH:
+            if txn.get(key, db=self.long_db) != path:
+                return None  # another path with the same head and hash: not stored
+        return v
+
+    def put_entry(self, txn, tok: bytes, path: bytes, raw: bytes) -> None:
+        """Store a raw value (PUT/PROVISIONAL + value, or TOMBSTONE) inside a write txn."""
+        key = entry_key(tok, path)
+        if len(key) > len(tok) + MAX_PLAIN_PATH:
+            txn.put(key, path, db=self.long_db)
+        txn.put(key, raw, db=self.entries_db)
+
+    def delete_entry(self, txn, tok: bytes, path: bytes) -> bool:
+        """Remove path's value from token tok inside a write txn; whether it was there."""
+        key = entry_key(tok, path)
+        if len(key) > len(tok) + MAX_PLAIN_PATH:
+            txn.delete(key, db=self.long_db)
+        return txn.delete(key, db=self.entries_db)
+
     def iter_token(self, txn, token: str, start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         """(path, raw stored value) of one token in path order from start."""
         tok = bytes.fromhex(token)
-        cur = txn.cursor(db=self.entries_db)
-        if not cur.set_range(tok + start):
-            return
         n = len(tok)
-        for k, v in cur:
+        cur = txn.cursor(db=self.entries_db)
+        if not cur.set_range(tok + start[:LONG_HEAD]):
+            return
+        more = True
+        while more:
+            k = cur.key()
             if not k.startswith(tok):
                 return
-            yield k[n:], v
+            if len(k) - n <= LONG_HEAD:
+                if k[n:] >= start:
+                    yield k[n:], cur.value()
+                more = cur.next()
+                continue
+            # the run of keys sharing this head (long ones and plain ones extending it)
+            head = k[:n + LONG_HEAD]
+            run = []
+            while more and k.startswith(head):
+                if len(k) - n > MAX_PLAIN_PATH:
+                    path = txn.get(k, db=self.long_db)
+                    if path is None:
+                        log.warning("staged entry %s: its long path is missing; skipped",
+                                    k[:n + 40].hex())
+                    else:
+                        run.append((bytes(path), cur.value()))
+                else:
+                    run.append((k[n:], cur.value()))
+                more = cur.next()
+                k = cur.key() if more else b""
+            run.sort()
+            for path, v in run:
+                if path >= start:
+                    yield path, v
 
     def token_is_empty(self, txn, token: str) -> bool:
         for _ in self.iter_token(txn, token):
@@ -309,8 +381,8 @@ class StagingArea:
                 if path in seen:
                     continue
                 seen.add(path)
-                if raw[:1] == PROVISIONAL and txn.get(dest + path, db=self.entries_db) is None:
-                    txn.put(dest + path, raw, db=self.entries_db)
+                if raw[:1] == PROVISIONAL and self.get_entry(txn, dest, path) is None:
+                    self.put_entry(txn, dest, path, raw)
                     carried += 1
         # what the staging token holds now (written since the seal, or carried)
         st.provisional = sum(1 for _, raw in self.iter_token(txn, st.staging)
@@ -326,9 +398,8 @@ class StagingArea:
 
         def run(txn):
             tok = bytes.fromhex(token)
-            cur = txn.cursor(db=self.entries_db)
             for path, value in items:
-                cur.put(tok + path, TOMBSTONE if value is None else PUT + value)
+                self.put_entry(txn, tok, path, TOMBSTONE if value is None else PUT + value)
             return len(items)
 
         return self.write(run)
@@ -336,7 +407,7 @@ class StagingArea:
     def delete_from_token(self, txn, token: str, paths) -> int:
         """Remove entries of one token (inside the caller's write txn)."""
         tok = bytes.fromhex(token)
-        return sum(1 for p in paths if txn.delete(tok + p, db=self.entries_db))
+        return sum(1 for p in paths if self.delete_entry(txn, tok, p))
 
     # -- imports ------------------------------------------------------------------
 
@@ -378,7 +449,7 @@ class StagingArea:
                                 doomed.append(path)
                 tok = bytes.fromhex(st.staging)
                 for path in doomed:
-                    txn.put(tok + path, TOMBSTONE, db=self.entries_db)
+                    self.put_entry(txn, tok, path, TOMBSTONE)
                 st.provisional = 0
                 st.tombstones += len(doomed)
                 self.save_state(txn, name, st)
@@ -395,12 +466,16 @@ class StagingArea:
             tok = bytes.fromhex(t)
             txn.delete(tok, db=self.imports_db)
             cur = txn.cursor(db=self.entries_db)
-            if not cur.set_range(tok):
-                continue
-            while cur.key().startswith(tok):
-                if not cur.delete():
-                    break
-                dropped += 1
+            if cur.set_range(tok):
+                while cur.key().startswith(tok):
+                    if not cur.delete():
+                        break
+                    dropped += 1
+            cur = txn.cursor(db=self.long_db)
+            if cur.set_range(tok):
+                while cur.key().startswith(tok):
+                    if not cur.delete():
+                        break
         return dropped
 
     def drop_branch(self, txn, branch: str) -> None:

@@ -1,0 +1,40 @@
+"""Entry records: the kinds and fields added for POSIX (special files, times, hard
+links) round-trip, and every record written before keeps its bytes and identity."""
+
+import stat
+
+from gravfs.fs.entry import (KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_FIFO, KIND_FILE,
+                             KIND_SOCKET, EntryInfo, decode_entry, encode_entry,
+                             entry_identity, kind_of_mode)
+
+# written by gravfs before the POSIX fields existed (commit 7b187b6's entry.py)
+OLD_BYTES = bytes.fromhex("0a0e646174612f61622f616263646566120b0880a0f8fa0510959aef3a180b3001"
+                          "a001a08302ba010b0a06757365722e61120131c00105c80106")
+OLD_IDENTITY = "face2645c42a1d925762264f09b57acb980b2672ee80b1ff25ed8ba304685402"
+
+
+def _old() -> EntryInfo:
+    return EntryInfo(address="data/ab/abcdef", size=11, mtime_ns=1_600_000_000_123_456_789,
+                     mode=0o100640, uid=5, gid=6, xattrs={"user.a": b"1"})
+
+
+def test_records_written_before_keep_bytes_and_identity():
+    assert encode_entry(_old()) == OLD_BYTES
+    assert entry_identity(_old()).hex() == OLD_IDENTITY
+    e = decode_entry(OLD_BYTES)
+    assert e == _old() and (e.atime_ns, e.ctime_ns, e.rdev, e.link_group, e.nlink) == (0, 0, 0, "", 1)
+
+
+def test_special_kinds_times_and_links_round_trip_and_count_in_the_identity():
+    e = EntryInfo(mode=stat.S_IFCHR | 0o600, rdev=0x0103, mtime_ns=7, atime_ns=5, ctime_ns=9,
+                  link_group="g1", links=(b"a/x", b"b"), uid=1, gid=2)
+    assert e.kind == KIND_CHAR_DEVICE and e.nlink == 2
+    back = decode_entry(encode_entry(e))
+    assert back == e and entry_identity(back) == entry_identity(e)
+    for field, value in (("atime_ns", 6), ("ctime_ns", 8), ("rdev", 0x0104),
+                         ("link_group", "g2"), ("links", (b"a/x",))):
+        other = EntryInfo(**{**e.__dict__, field: value})
+        assert entry_identity(other) != entry_identity(e), field
+    assert [kind_of_mode(m) for m in (stat.S_IFIFO, stat.S_IFSOCK, stat.S_IFBLK, stat.S_IFREG)] == [
+        KIND_FIFO, KIND_SOCKET, KIND_BLOCK_DEVICE, KIND_FILE]
+    assert EntryInfo(kind=KIND_FIFO).mode == stat.S_IFIFO | 0o644
