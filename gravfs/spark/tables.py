@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
+from itertools import islice
 from typing import Iterator, Optional
 
 from gravfs.errors import GravfsError
 from gravfs.fs.entry import (ADDRESS_BY_PREFIX_DEPRECATED, ADDRESS_FULL, ADDRESS_RELATIVE,
                              KIND_DIRECTORY, KIND_SYMLINK, decode_entry)
-from gravfs.fs.paths import show
+from gravfs.fs.paths import MAX_NAME_BYTES, show
 from gravfs.fs.repository import Repository
 from gravfs.spark.taskstore import task_store
 from gravfs.version.committed.reader import MetaRange, RangeStore
@@ -39,6 +41,7 @@ ENTRY_COLUMNS = [("path", "string"), ("key", "binary"), ("kind", "string"),
                  ("range_id", "string")]
 ROW_COLUMNS = [c for c in ENTRY_COLUMNS if c[0] != "mtime"]
 MTIME = "timestamp_micros(div({}, 1000))"  # SQL: a timestamp of a column of nanoseconds
+BATCH_ROWS = 8192
 
 _ranges: dict[str, RangeStore] = {}
 
@@ -51,12 +54,28 @@ def task_ranges(store_url: str) -> RangeStore:
     return rs
 
 
+# a key of printable ASCII names (no '"', '\\', '/' inside a name) is shown as it is
+# unless a name is '.' or '..' or too long: shown_path's fast path
+_PLAIN = re.compile(rb"[ !#-.0-\[\]-~]+(?:/[ !#-.0-\[\]-~]+)*")
+
+
+def shown_path(key: bytes, directory: bool) -> str:
+    """``show(key, directory)`` (the path as gravfs ls shows it), without its per-character
+    work for the common key."""
+    body = key[:-1] if directory and key.endswith(b"/") else key
+    if (_PLAIN.fullmatch(body) and b"." not in body[:1] and b"/." not in body
+            and (len(body) <= MAX_NAME_BYTES or
+                 max(len(n) for n in body.split(b"/")) <= MAX_NAME_BYTES)):
+        return key.decode("ascii")
+    return show(key, directory=directory)
+
+
 def entry_row(key: bytes, value: bytes, range_id: Optional[str]) -> tuple:
     """The row of one record (ROW_COLUMNS, in order)."""
     identity, data = decode_value(value)
     e = decode_entry(data)
     kind = KINDS.get(e.kind, "file")
-    return (show(key, directory=kind == "dir"), key, kind, e.address or None,
+    return (shown_path(key, kind == "dir"), key, kind, e.address or None,
             ADDRESS_KINDS.get(e.address_type, str(e.address_type)), e.size, e.mtime_ns,
             e.mode, e.symlink_target if kind == "symlink" else None, e.e_tag or None,
             identity.hex(), range_id)
@@ -113,15 +132,43 @@ def entries(spark, store, ref: str, state_dir: Optional[str] = None):
 
 
 def ranges_frame(spark, store_url: str, range_ids: list[str]):
-    """The entries of the given ranges as a DataFrame, one task per range."""
-    from pyspark.sql import functions as F
-    names = [n for n, _ in ENTRY_COLUMNS]
+    """The entries of the given ranges as a DataFrame, one task per range (each task's
+    rows go to Spark as Arrow batches: no per-row conversion)."""
+    schema = spark_schema(ENTRY_COLUMNS)
     if not range_ids:
-        return spark.createDataFrame([], spark_schema(ENTRY_COLUMNS))
-    rdd = spark.sparkContext.parallelize(range_ids, len(range_ids)) \
-        .flatMap(lambda rid: range_rows(store_url, rid))
-    df = spark.createDataFrame(rdd, spark_schema(ROW_COLUMNS), verifySchema=False)
-    return df.withColumn("mtime", F.expr(MTIME.format("mtime_ns"))).select(*names)
+        return spark.createDataFrame([], schema)
+    arrow = arrow_schema(schema)
+    ids = spark.createDataFrame(
+        spark.sparkContext.parallelize([(r,) for r in range_ids], len(range_ids)),
+        spark_schema([("range_id", "string")]))
+
+    def read(batches):
+        for b in batches:
+            for rid in b.column(0).to_pylist():
+                yield from arrow_batches(range_rows(store_url, rid), arrow)
+
+    return ids.mapInArrow(read, schema)
+
+
+def arrow_schema(schema):
+    """The pyarrow schema Spark expects from mapInArrow for a Spark schema."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def arrow_batches(rows: Iterator[tuple], schema, size: int = BATCH_ROWS) -> Iterator:
+    """Rows (ROW_COLUMNS) -> RecordBatches of ``schema`` (ENTRY_COLUMNS: mtime from
+    mtime_ns), at most ``size`` rows each."""
+    import pyarrow as pa
+    at = [n for n, _ in ROW_COLUMNS].index("mtime_ns")
+    while True:
+        chunk = list(islice(rows, size))
+        if not chunk:
+            return
+        cols = list(zip(*chunk))
+        cols.insert(at, [ns // 1000 for ns in cols[at]])  # mtime: microseconds
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema)
 
 
 def write_entries(spark, repo, ref: str, out: str, mode: str = "errorifexists") -> dict:

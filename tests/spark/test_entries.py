@@ -127,3 +127,20 @@ def test_cli_entries_missing_ref(tmp_path):
                           store=store, state=state, check=False)
     assert rc != 0 and err.strip().count("\n") == 0 and "nosuch" in err
     assert "Traceback" not in err
+
+
+def test_shown_path_equals_show():
+    """The fast path of the path column prints every key exactly as show() does."""
+    import random as _r
+    from gravfs.fs.paths import show
+    from gravfs.spark.tables import shown_path
+    rnd = _r.Random(11)
+    alphabet = [b"a", b"Z", b"0", b" ", b".", b"..", b"/", b"//", b"\"", b"\\", b"%", b"~",
+                b"\x00", b"\x7f", b"\xff", "é".encode(), b"\n", b"-", b"_"]
+    keys = [b"plain/key.txt", b"dir/", b"a" * 256, b"d/" + b"b" * 255, b".hidden", b"x/..",
+            b"x/./y", b"/lead", b"trail/", b"a//b", b"..", b"."]
+    for _ in range(20000):
+        keys.append(b"".join(rnd.choice(alphabet) for _ in range(rnd.randrange(1, 12))))
+    for k in keys:
+        for directory in (False, True):
+            assert shown_path(k, directory) == show(k, directory=directory), (k, directory)
