@@ -193,11 +193,26 @@ class GravfsOperations(pyfuse3.Operations):
             opstats.record("stage.inline" if st is not None else "stage.no-inline", 0.0)
         if st is None:
             return False
+        self._file_own_dirs(tree, items)
         policy = self.repo.compaction
         if policy is not None and policy.due(st):
             from gravfs.version.compaction import maybe_compact
             await self._write(tree, None, maybe_compact, self.repo, tree.name, policy)
         return True
+
+    def _file_own_dirs(self, tree: Tree, items: list) -> None:
+        """Directory markers just staged on this thread (a create's parent, with its new
+        times) go into the stat cache at that transaction's version, when it is the
+        newest and ours: the next create in the directory then stays on this thread."""
+        cache = self.statcache
+        v = cache.version(tree.name, blocking=False)
+        mine = self.own.log.get(v[1]) if v is not None else None
+        if mine is None or mine[0] != tree.name or mine[1] is None:
+            return
+        staged = {k for k, _ in mine[1]}
+        for k, e in items:
+            if k.endswith(b"/") and k in staged and e is not None and e.kind == KIND_DIRECTORY:
+                cache.put(tree.name, v, k[:-1], Node(k, "dir", e))
 
     def _known_missing(self, tree: Tree, key: bytes) -> bool:
         """The stat cache knows (without a worker thread) that nothing is at key."""

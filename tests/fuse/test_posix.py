@@ -281,3 +281,34 @@ def test_atime_mount_options(gravfs_mount):
     _read(f)
     wait_for(lambda: os.stat(f).st_atime_ns > first)
     m.assert_clean_log()
+
+
+def test_merge_and_reset_keep_link_groups_whole(gravfs_mount):
+    """A group changed on one side comes whole from that side; a reset of the branch
+    gives back the head's groups (README: POSIX semantics)."""
+    m = gravfs_mount
+    _write(m.branch_path("a"), b"base")
+    os.link(m.branch_path("a"), m.branch_path("b"))
+    base = m.commit()
+    m.cli("branch", "create", "dev", "--from", base)
+    _write(m.branch_path("b", branch="dev"), b"changed on dev")
+    os.link(m.branch_path("a", branch="dev"), m.branch_path("c", branch="dev"))
+    m.commit("dev")
+    _write(m.branch_path("other"), b"main moves on")
+    m.commit()
+    m.cli("merge", "dev", "main", "-m", "merge dev")
+    merged = m.head()
+
+    def whole(root):
+        st = [os.stat(os.path.join(root, n)) for n in ("a", "b", "c")]
+        return ({s.st_ino for s in st} == {st[0].st_ino} and st[0].st_nlink == 3
+                and _read(os.path.join(root, "a")) == b"changed on dev")
+
+    assert whole(m.path("commits", merged))
+    wait_for(lambda: whole(m.branch_path()))  # (the mount sees the merge within a poll)
+    # a link staged and reset away: the head's group is back
+    os.link(m.branch_path("a"), m.branch_path("d"))
+    m.cli("reset", "main")
+    wait_for(lambda: not os.path.exists(m.branch_path("d")))
+    wait_for(lambda: os.stat(m.branch_path("a")).st_nlink == 3)
+    m.assert_clean_log()
