@@ -271,3 +271,57 @@ def test_import_replaces_the_prefix(env, tmp_path):
     rc, out, err = run_cli("import", "-q", str(tmp_path / "empty"), "main", store=store,
                            state=state, check=False)
     assert rc == 1 and "is empty" in err
+
+
+def test_import_syncs_each_directory_once_per_batch_before_staging(env, tmp_path, monkeypatch):
+    """On a local store an object's bytes are fsynced before its rename (never torn),
+    but the directory fsync of every write is batched: the directories a batch
+    wrote are synced once, before the batch is staged."""
+    import gravfs.fs.importer as importer
+    import gravfs.store.local as local
+
+    store, state = env
+    src = str(tmp_path / "src")
+    want = _tree(src, 1500)
+    monkeypatch.setattr(importer, "BATCH", 750)  # two batches
+    monkeypatch.setattr(importer, "BATCH_SECONDS", 1e9)
+    monkeypatch.setattr(local, "_syncfs", lambda root: False)  # the per-directory fallback
+    events = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.startswith(os.path.join(store, "data")):
+            events.append(("dir" if os.path.isdir(path) else "file", path))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    r = Repository.open(store, state)
+    real_put = r.staging.put_token
+
+    def put_token(token, items):
+        events.append(("stage", [k for k, _ in items]))
+        return real_put(token, items)
+
+    monkeypatch.setattr(r.staging, "put_token", put_token)
+    try:
+        importer.import_tree(r, src, "main", "raw", progress=False)
+        entries = {k.decode()[len("raw/"):]: r.stat("main", k.decode()).entry
+                   for k in (f"raw/{p}".encode() for p in want)}
+    finally:
+        r.close()
+    files = [p for kind, p in events if kind == "file"]
+    dirs = [p for kind, p in events if kind == "dir"]
+    assert len(files) == len({e.address for e in entries.values()})  # one fsync an object
+    stages = sum(1 for kind, _ in events if kind == "stage")
+    assert stages == 2  # two batches
+    assert len(dirs) <= 2 * (256 + 1)  # data/ and its subdirectories once a batch, not per write
+    synced = set()
+    for kind, what in events:
+        if kind == "dir":
+            synced.add(what)
+        elif kind == "stage":
+            for k in what:
+                if k.startswith(b"raw/") and not k.endswith(b"/"):
+                    obj = os.path.join(store, entries[k.decode()[4:]].address)
+                    assert os.path.dirname(obj) in synced, k  # durable before it is staged
