@@ -13,6 +13,7 @@ import random
 import pytest
 
 from gravfs.errors import GravfsError, NotFoundError
+from gravfs.fs.entry import ADDRESS_FULL
 from gravfs.fs.importer import import_tree as local_import
 from gravfs.fs.repository import Repository
 from gravfs.spark import import_tree
@@ -84,11 +85,14 @@ def test_same_metarange_as_single_process_import(spark, repo, tree, partitions):
 
 
 def test_into_prefix_over_existing_content(spark, repo, tree):
-    """Files already on the branch, under the prefix and elsewhere, stay (as with gravfs import)."""
-    src, _ = tree
+    """The import replaces BRANCH:PREFIX, as gravfs import does: files under the prefix
+    that the source lacks are removed, paths elsewhere stay."""
+    src, n = tree
     other = os.path.join(os.path.dirname(src), "other")
     os.makedirs(other, exist_ok=True)
     make_tree(other, seed=2, dirs=3, files=30)
+    with open(os.path.join(other, "only-in-other"), "w") as fh:
+        fh.write("gone after the import\n")
     local_import(repo, other, "main", "data/x", progress=False)
     local_import(repo, other, "main", "zz", progress=False)
     repo.create_branch("single", "main")
@@ -96,6 +100,31 @@ def test_into_prefix_over_existing_content(spark, repo, tree):
     local_import(repo, src, "single", "data/x", progress=False)
     import_tree(spark, repo, src, "spark", "data/x", partitions=3)
     assert _mr(repo, "spark") == _mr(repo, "single")
+    mr = _mr(repo, "spark")
+    under = [r.key for r in repo.committed.iter(mr, b"data/x/") if r.key.startswith(b"data/x/")]
+    assert len(under) == n
+    assert repo.committed.get(mr, b"data/x/only-in-other") is None
+    assert repo.committed.get(mr, b"zz/only-in-other") is not None
+
+
+def test_by_reference_tree(spark, repo, tree):
+    """Entries carry file:// URLs with size, mtime and the mtime-size version tag;
+    nothing is copied into the store."""
+    src, n = tree
+    res = import_tree(spark, repo, src, "main", "ref", partitions=2, by_reference=True)
+    assert res.files == n
+    assert not list(repo.store.list("data/"))
+    for rel in ("README", "part=004/h1/part-00003.bin", "part=000/h0/part-00011.bin"):
+        path = os.path.join(os.path.abspath(src), rel)
+        st = os.stat(path)
+        e = repo.stat("main", f"ref/{rel}").entry
+        assert e.address_type == ADDRESS_FULL
+        assert e.address == "file://" + path
+        assert (e.size, e.mtime_ns, e.mode) == (st.st_size, st.st_mtime_ns, st.st_mode)
+        assert e.e_tag == f"{st.st_mtime_ns:x}-{st.st_size:x}"
+    link = repo.stat("main", "ref/part=002/h2/latest").entry
+    assert link.symlink_target == "part-00000.bin"
+    assert res.commit.metadata["import_by_reference"] == "true"
 
 
 def test_bad_input_commits_nothing(spark, repo, tmp_path, tree):
@@ -138,6 +167,10 @@ def test_head_moved_during_import(spark, repo, tree, monkeypatch):
     with pytest.raises(ConflictError, match="part=001/h1/part-00002.bin"):
         import_tree(spark, repo, src, "main", "", partitions=2)
     assert repo.commits.get(repo.head("main", fresh=True)).message == "concurrent"
+    # a path the import removes (the source lacks it), changed meanwhile: a conflict too
+    path["p"] = "elsewhere.txt"
+    with pytest.raises(ConflictError, match="elsewhere.txt"):
+        import_tree(spark, repo, src, "main", "", partitions=2)
 
 
 def test_names_that_are_not_utf8(spark, repo, tmp_path):
