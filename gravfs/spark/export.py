@@ -111,7 +111,7 @@ def check_export(repo, ref: str, dest_url: str, since: Optional[str] = None) -> 
             raise GravfsError(f"{ref} holds a top-level {name!r}, a name the export uses for "
                               "its own files")
     dest = open_dest(dest_url)
-    dest.prepare()
+    dest.check()
     job = ExportJob(ref, commit, dest_url, since_id)
     success = _read_json(dest, SUCCESS)
     state = _read_json(dest, STATE)
@@ -339,6 +339,7 @@ def _finish(dest, job: ExportJob, res: dict) -> dict:
 def run_export(spark, repo, job: ExportJob) -> dict:
     """Run a checked export (see the module doc); returns the summary written to _SUCCESS."""
     dest = open_dest(job.dest)
+    dest.prepare()
     _begin(dest, job)
     if job.since is None:
         res = _full(spark, repo, job)

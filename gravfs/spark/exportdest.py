@@ -125,8 +125,17 @@ class DirDest:
         except FileNotFoundError:
             return True
 
+    def check(self) -> None:
+        """DEST is a directory or can be made one (GravfsError otherwise); nothing is
+        written into an existing one."""
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError as exc:
+            raise GravfsError(f"cannot write to {self.root}: "
+                              f"{exc.strerror or exc}") from None
+
     def prepare(self) -> None:
-        """Create DEST and the export's state directory; drop a killed run's temp files.
+        """Create the export's state directory; drop a killed run's temp files.
         Raises GravfsError when DEST cannot be written."""
         try:
             os.makedirs(self.tmp_dir(), exist_ok=True)
@@ -137,10 +146,13 @@ class DirDest:
                               f"{exc.strerror or exc}") from None
 
     def cleanup(self) -> None:
+        """At the end of a run: what is left in the temp directory is a killed task's."""
         try:
+            for name in os.listdir(self.tmp_dir()):
+                os.unlink(os.path.join(self.tmp_dir(), name))
             os.rmdir(self.tmp_dir())
-        except OSError:
-            pass
+        except OSError as exc:
+            log.warning("could not remove %s: %s", os.fsdecode(self.tmp_dir()), exc)
 
     # entries
     def present(self, rel: bytes, kind: str, size: int, sha256: Optional[str],
@@ -293,8 +305,11 @@ class S3Dest(S3Store):
                           Prefix=self.prefix, MaxKeys=1)
         return not resp.get("Contents")
 
-    def prepare(self) -> None:
+    def check(self) -> None:
         self.is_empty()  # a missing bucket or bad credentials fail here, before any work
+
+    def prepare(self) -> None:
+        pass  # nothing to set up: the export's first write is its state object
 
     def cleanup(self) -> None:
         pass

@@ -122,6 +122,12 @@ def _change(repo, branch: str = "main", seed: int = 5) -> None:
 
 def test_full_export_to_directory(spark, env, tmp_path):
     repo, store, state = env
+    # keys another writer made: exported under the names gravfs ls shows
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
+    addr, n = repo.data.put_bytes(b"foreign")
+    e = EntryInfo(address=addr, size=n, mtime_ns=5, mode=0o100644, kind=KIND_FILE)
+    repo.stage("main", [(b"odd//name", e), (b"x/../y", e), (b"nonutf8-\xff", e)])
+    repo.commit("main", "foreign names")
     dest = str(tmp_path / "out")
     res = run_export(spark, repo, check_export(repo, "main", dest))
     assert tree_of_dir(dest) == tree_of_ref(repo, "main")
@@ -228,6 +234,7 @@ def test_cli_bad_input(env, tmp_path):
     (other / "data.csv").write_bytes(b"1,2\n")
     assert "not empty" in fails("main", str(other))
     assert "no finished export" in fails("main", str(other), "--since", "main")
+    assert sorted(os.listdir(other)) == ["data.csv"]  # refused: nothing written there
 
 
 def _count_files(root: str) -> int:
@@ -305,3 +312,58 @@ def test_by_reference_entries_are_read_from_their_source(spark, tmp_path):
         assert "s3.bin" in msg and "changed" in msg and "\n" not in msg
         assert not os.path.exists(os.path.join(dest2, "_SUCCESS"))
         assert not os.path.exists(os.path.join(dest2, "ref", "s3.bin"))
+
+
+def _writers_of(directory: str) -> set[int]:
+    """PIDs of processes holding a file under ``directory`` open."""
+    pids = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(directory + "/"):
+                    pids.add(int(pid))
+        except OSError:
+            continue
+    return pids
+
+
+def test_killed_executor_is_retried(env, tmp_path):
+    """An executor's Python worker killed while it writes a copy: Spark runs the task
+    again (local[2,4] allows retries) and the export finishes in the same run, with the
+    killed worker's temp file gone and every file verified."""
+    repo, store, state = env
+    rnd = random.Random(9)
+    for i in range(4):
+        repo.write_file("main", f"big/b{i}.bin", rnd.randbytes(24 << 20))
+    repo.commit("main", "big files")
+    dest = str(tmp_path / "out")
+    tmp = os.path.join(dest, "_gravfs_export", "tmp")
+    e = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=str(tmp_path / "cli-state"))
+    proc = subprocess.Popen([sys.executable, "-m", "gravfs.cli", "spark", "export", "main", dest,
+                             "--master", "local[2,4]", "--json", *SPARK_CONF], env=e,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    killed = None
+    try:
+        deadline = time.monotonic() + 240
+        while killed is None:
+            assert proc.poll() is None, "the export ended before a worker could be killed"
+            assert time.monotonic() < deadline, "no worker was seen writing a copy"
+            for pid in _writers_of(tmp) - {proc.pid}:
+                os.kill(pid, signal.SIGKILL)
+                killed = pid
+                break
+            time.sleep(0.05)
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    res = json.loads(out)
+    # what the killed attempt finished before it died is found present by the retry
+    assert res["copied"] + res["present"] == res["entries"]
+    assert tree_of_dir(dest) == tree_of_ref(repo, "main")
+    assert not os.path.exists(tmp)
