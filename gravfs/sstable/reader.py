@@ -488,6 +488,32 @@ class SSTReader:
                         yield k, v
             prev = keys[-1]
 
+    def items_lists(self, *, fill_cache: bool = True) -> tuple[list[bytes], list[bytes]]:
+        """Every (key, value) of the table as two lists: what iterating gives, built
+        a block at a time (a whole-table scan without a generator step per entry)."""
+        self._check_open()
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        prev = None
+        for off, size in self._handles_from(b""):
+            blk = self._block(off, size, fill_cache)
+            bk = blk.keys
+            if not bk:
+                continue
+            if blk.clean and bk[0] != prev:
+                keys += bk
+                values += blk.values
+            else:
+                for k, v in zip(bk, blk.values):
+                    if k == prev:
+                        continue
+                    prev = k
+                    if v is not None:
+                        keys.append(k)
+                        values.append(v)
+            prev = bk[-1]
+        return keys, values
+
     def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
         return self.seek(b"")
 

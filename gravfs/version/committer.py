@@ -167,6 +167,8 @@ class Committer:
             return []
         with self.area.read_txn() as txn:
             layers = [view.RawTokenLayer(self.area, txn, t) for t in tokens]
+            if len(layers) == 1:
+                return layers[0].changes()
             return list(view.merged(layers))
 
     def staged_changes(self, st: BranchState, head: Commit) -> tuple[list[Change], str]:

@@ -11,6 +11,7 @@ if the two sides realign before it.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Iterator
 
 from gravfs.version.committed.reader import MetaRange, RangeStore
@@ -43,15 +44,19 @@ class _Side:
             return self.mr.min_keys[self.i]
         return None
 
-    def load(self) -> None:
+    def load(self, start: bytes | None = None) -> None:
+        """Read range i, positioned after ``start`` (a range wholly <= start is passed)."""
         self.stats.ranges_read += 1
-        pairs = list(self.rs.range_items(self.mr.ids[self.i], fill_cache=False))
-        if not pairs:  # empty range (never written by gravfs): skip it
+        keys, values = self.rs.range_lists(self.mr.ids[self.i])
+        pos = 0
+        if keys and start is not None and keys[0] <= start:
+            pos = bisect_right(keys, start)
+        if pos >= len(keys):  # empty range (never written by gravfs), or all <= start
             self.i += 1
             return
-        self.keys = [kv[0] for kv in pairs]
-        self.values = [kv[1] for kv in pairs]
-        self.pos = 0
+        self.keys = keys
+        self.values = values
+        self.pos = pos
 
     def take(self) -> tuple[bytes, bytes]:
         """Return the current record and move past it (range must be loaded)."""
@@ -106,10 +111,15 @@ def _equal_run(L: _Side, R: _Side) -> int:
     return lo
 
 
-def diff_trees(rs: RangeStore, left: MetaRange, right: MetaRange, stats: Stats) -> Iterator[Diff]:
-    """Differences from ``left`` to ``right`` in key order (see module docstring)."""
+def diff_trees(rs: RangeStore, left: MetaRange, right: MetaRange, stats: Stats,
+               start: bytes | None = None, end: bytes | None = None) -> Iterator[Diff]:
+    """Differences from ``left`` to ``right`` in key order (see module docstring),
+    only for keys > ``start`` and <= ``end`` when given (a slice for parallel.py)."""
     L = _Side(left, rs, stats)
     R = _Side(right, rs, stats)
+    if start is not None:
+        L.i = bisect_right(left.max_keys, start)
+        R.i = bisect_right(right.max_keys, start)
     lids, rids = left.ids, right.ids
     while True:
         if L.at_start and R.at_start and lids[L.i] == rids[R.i]:
@@ -118,25 +128,30 @@ def diff_trees(rs: RangeStore, left: MetaRange, right: MetaRange, stats: Stats) 
             continue
         lk = L.peek_key()
         rk = R.peek_key()
+        if end is not None:
+            if lk is not None and lk > end:
+                lk = None
+            if rk is not None and rk > end:
+                rk = None
         if lk is None and rk is None:
             return
         if rk is None or (lk is not None and lk < rk):
             if L.keys is None:
-                L.load()
+                L.load(start)
                 continue
             yield Diff(lk, REMOVED, decode_record(*L.take()), None)
         elif lk is None or rk < lk:
             if R.keys is None:
-                R.load()
+                R.load(start)
                 continue
             yield Diff(rk, ADDED, None, decode_record(*R.take()))
         else:
             if L.keys is None or R.keys is None:
                 # Load, then compare again with the real first keys.
                 if L.keys is None:
-                    L.load()
+                    L.load(start)
                 if R.keys is None:
-                    R.load()
+                    R.load(start)
                 continue
             n = _equal_run(L, R)
             if n:

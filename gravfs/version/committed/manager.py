@@ -15,8 +15,11 @@ import tempfile
 import weakref
 from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
+from operator import lt as _lt
 from typing import Callable, Iterable, Iterator
 
+from gravfs.version.committed import parallel, recordids
 from gravfs.version.committed.breaks import BreakPolicy
 from gravfs.version.committed.diff import diff_trees
 from gravfs.version.committed.merge import DEST_BIT, SOURCE_BIT, STRATEGIES, join_changes
@@ -71,7 +74,9 @@ class CommittedManager:
                  block_size: int = 4096, tmp_dir: str | None = None, upload_threads: int = 2,
                  max_open_ranges: int | None = None, max_carry: int | None = 8,
                  block_cache_bytes: int | None = None,
-                 show_key: Callable[[bytes], str] = quote):
+                 show_key: Callable[[bytes], str] = quote,
+                 workers: int | None = None, parallel_min_ranges: int = 64,
+                 record_ids_bytes: int = recordids.DEFAULT_BYTES):
         self.store = store
         self.show_key = show_key
         self.tier = tier
@@ -93,8 +98,83 @@ class CommittedManager:
             if upload_threads > 0 else None
         self._ctx = WriteContext(store, self._tmp_dir, self._executor, compression, block_size,
                                  max_inflight=max(2, 2 * upload_threads))
+        tier_dir = getattr(tier, "cache_dir", None)
+        self.record_ids = None
+        if record_ids_bytes > 0 and isinstance(tier_dir, str):
+            # beside the tier's directory (a workspace's cache): kept as long as it is
+            self.record_ids = recordids.RecordIDs(
+                os.path.join(os.path.dirname(tier_dir), "record-ids"), record_ids_bytes)
+        self.ranges.record_ids = self.record_ids
+        self._ctx.record_ids = self.record_ids
+        self.workers = parallel.default_workers() if workers is None else workers
+        self.parallel_min_ranges = parallel_min_ranges
+        self.slices: int | None = None  # key slices per parallel operation (None: 2 per worker)
+        self._spec = self._worker_spec(compression, block_size)
+        self._pool = None
+
+    def _worker_spec(self, compression: str, block_size: int) -> parallel.WorkerSpec | None:
+        """How worker processes open this manager's store and tier (None: they cannot:
+        a store without a URL, or a tier without a directory)."""
+        url = getattr(self.store, "url", None)
+        tier_dir = getattr(self.tier, "cache_dir", None)
+        budget = getattr(self.tier, "budget_bytes", None)
+        if not isinstance(url, str) or not tier_dir or not budget:
+            return None
+        rids = self.record_ids
+        return parallel.WorkerSpec(url, tier_dir, budget, self._tmp_dir,
+                                   tuple(sorted(self.policy.to_dict().items())),
+                                   compression, block_size, self.max_carry,
+                                   rids.root if rids else None, rids.max_bytes if rids else 0)
+
+    def _parallel(self, weights: list[int]) -> bool:
+        """Worth spreading over worker processes: enough ranges to rewrite, and cores."""
+        return (self.workers > 1 and self._spec is not None
+                and parallel.touched(weights) >= self.parallel_min_ranges)
+
+    def worker_cpu_seconds(self) -> float:
+        """CPU time this manager's worker processes have used so far (for benchmarks)."""
+        return self._pool.cpu_seconds() if self._pool is not None else 0.0
+
+    def _slice_count(self) -> int:
+        return self.slices or self.workers * parallel.SLICES_PER_WORKER
+
+    def _workers(self):
+        if self._pool is None:
+            self._pool = parallel.make_pool(self.workers)
+        return self._pool
+
+    def _run_slices(self, fn, calls: list[tuple]) -> list:
+        """fn(spec, *args) for every args in calls on the worker processes, in order."""
+        return self._workers().run([(fn, (self._spec, *args)) for args in calls])
+
+    def _stitch_slices(self, view_ids: list[tuple[int, str]], overrides: list[tuple],
+                       weights: list[int], first: MetaRange, known: set[str],
+                       stats: Stats) -> list[RangeInfo]:
+        """The ranges of the target, stitched slice by slice on the workers (parallel.py)."""
+        slices = parallel.cut(first, weights, self._slice_count())
+        runs = self._run_slices(parallel.stitch_task, [
+            (view_ids, parallel.after(overrides, lo), lo, hi) for lo, hi in slices])
+
+        resumed: list[parallel.SliceRun] = []
+
+        def resume(state, stop):
+            run = parallel.run_slice(self.ranges, self._ctx, self.policy, self.max_carry, view_ids,
+                                     parallel.after(overrides, state[0]), state, stop)
+            resumed.append(run)  # for the stats
+            return run
+
+        out = parallel.join_runs(runs, resume)
+        for run in runs + resumed:
+            parallel.add_stats(stats, run.stats)
+        stats.ranges_reused = sum(1 for r in out if r.id in known)
+        log.debug("stitched %d ranges in %d slices (%d resumed in this process)", len(out),
+                  len(slices), len(resumed))
+        return out
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
@@ -219,13 +299,22 @@ class CommittedManager:
         """
         stats = Stats()
         base = self.ranges.metarange(base_metarange_id)
+        overrides = _change_overrides(changes)
         w = self._writer(stats, set(base.ids))
-        view = _View(1, base, self.ranges, stats)
-        try:
-            stitch(w, [view], _change_overrides(changes), self.max_carry)
-        except BaseException:
-            w.abort()
-            raise
+        if self.workers > 1 and self._spec is not None and len(base.ranges) >= self.parallel_min_ranges:
+            overrides = list(overrides)
+            weights = parallel.range_weights(base, [e[0] for e in overrides])
+            if self._parallel(weights):
+                w.adopt_ranges(self._stitch_slices([(1, base.id)], overrides, weights, base,
+                                                   w.known, stats))
+                overrides = None
+        if overrides is not None:
+            view = _View(1, base, self.ranges, stats)
+            try:
+                stitch(w, [view], overrides, self.max_carry)
+            except BaseException:
+                w.abort()
+                raise
         mr = w.finish(base)
         if mr.id != EMPTY_ID:
             self.ranges.remember_metarange(mr)
@@ -262,6 +351,10 @@ class CommittedManager:
         dest = self.ranges.metarange(dest_id)
         conflicts: list[bytes] = []
         w = self._writer(stats, set(dest.ids) | set(source.ids))
+        if self.workers > 1 and self._spec is not None:
+            weights = _changed_weights(base, source, dest)
+            if self._parallel(weights):
+                return self._merge_parallel(base, source, dest, strategy, weights, w, stats)
 
         def stop_writing() -> None:
             raise _Abort
@@ -282,14 +375,62 @@ class CommittedManager:
             w.abort()
             raise
         if conflicts and strategy == "fail":
-            shown = ", ".join(self.show_key(k) for k in conflicts[:10])  # quoted: one line
-            more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
-            raise ConflictError(f"merge conflict on {len(conflicts)} path(s): {shown}{more}",
-                                conflicts)
+            raise self._conflict_error(conflicts)
         mr = w.finish(dest)
         if mr.id != EMPTY_ID:
             self.ranges.remember_metarange(mr)
         return MergeResult(mr.id, stats, conflicts=conflicts, changes=overrides.count)
+
+
+    def _merge_parallel(self, base: MetaRange, source: MetaRange, dest: MetaRange,
+                        strategy: str, weights: list[int], w: TreeWriter,
+                        stats: Stats) -> MergeResult:
+        """merge() with the joins and the stitching done slice by slice on the workers."""
+        slices = parallel.cut(dest, weights, self._slice_count())
+        joined = self._run_slices(parallel.join_task, [
+            (base.id, source.id, dest.id, strategy, lo, hi) for lo, hi in slices])
+        overrides: list[tuple] = []
+        conflicts: list[bytes] = []
+        for ovr, conf, st in joined:
+            overrides += ovr
+            conflicts += conf
+            parallel.add_stats(stats, st)
+        if conflicts and strategy == "fail":
+            raise self._conflict_error(conflicts)
+        views = [_View(DEST_BIT, dest, self.ranges, stats),
+                 _View(SOURCE_BIT, source, self.ranges, stats)]
+        weights = parallel.range_weights(dest, [e[0] for e in overrides])
+        if self._parallel(weights):
+            w.adopt_ranges(self._stitch_slices([(DEST_BIT, dest.id), (SOURCE_BIT, source.id)],
+                                               overrides, weights, dest, w.known, stats))
+        else:
+            try:
+                stitch(w, views, iter(overrides), self.max_carry)
+            except BaseException:
+                w.abort()
+                raise
+        mr = w.finish(dest)
+        if mr.id != EMPTY_ID:
+            self.ranges.remember_metarange(mr)
+        return MergeResult(mr.id, stats, conflicts=conflicts, changes=len(overrides))
+
+    def _conflict_error(self, conflicts: list[bytes]) -> ConflictError:
+        shown = ", ".join(self.show_key(k) for k in conflicts[:10])  # quoted: one line
+        more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
+        return ConflictError(f"merge conflict on {len(conflicts)} path(s): {shown}{more}",
+                             conflicts)
+
+
+def _changed_weights(base: MetaRange, source: MetaRange, dest: MetaRange) -> list[int]:
+    """Per range of dest: records in ranges of dest or source that base does not have
+    (where a merge must read and compare), placed by their last key."""
+    in_base = set(base.ids)
+    w = [0] * (len(dest.ranges) + 1)
+    for tree in (dest, source):
+        for r in tree.ranges:
+            if r.id not in in_base:
+                w[bisect_left(dest.max_keys, r.max_key)] += r.count
+    return w
 
 
 class _Abort(Exception):
@@ -318,6 +459,18 @@ def _change_overrides(changes: Iterable) -> Iterator[tuple]:
     A put may carry its already-encoded value (Change.value, staging keeps values
     encoded), which saves a decode/encode round trip per record.
     """
+    if isinstance(changes, list):  # the committer's: checked and converted in bulk
+        keys = [ch[0] for ch in changes]
+        if not all(map(_lt, keys, islice(keys, 1, None))):
+            bad = next(k for p, k in zip(keys, islice(keys, 1, None)) if k <= p)
+            raise ValueError(f"changes not in strictly ascending key order at {bad!r}")
+        return iter([(ch[0], None, None, 1) if ch[1] is None
+                     else (ch[0], ch[1], ch[3], 1) if len(ch) > 3 and ch[3] is not None
+                     else (ch[0], ch[1], encode_value(ch[1], ch[2]), 1) for ch in changes])
+    return _change_stream(changes)
+
+
+def _change_stream(changes: Iterable) -> Iterator[tuple]:
     last = None
     for ch in changes:
         key, identity = ch[0], ch[1]

@@ -39,15 +39,18 @@ def _outcome(d: Diff):
 
 def join_changes(rs: RangeStore, base: MetaRange, source: MetaRange, dest: MetaRange,
                  strategy: str, stats: Stats, conflicts: list[bytes],
-                 on_conflict=None) -> Iterator[tuple]:
+                 on_conflict=None, start: bytes | None = None,
+                 end: bytes | None = None) -> Iterator[tuple]:
     """Override entries (key, identity, value, mask) for the stitcher, in key order.
 
     ``mask`` flags the views the target differs from at that key.  Conflicting
     keys are appended to ``conflicts``; with strategy "fail" they yield
-    nothing and ``on_conflict`` is called once, at the first one.
+    nothing and ``on_conflict`` is called once, at the first one.  ``start`` /
+    ``end``: only keys in (start, end] (a slice, see parallel.py).
     """
-    sdiff = diff_trees(rs, base, source, stats)
-    ddiff = diff_trees(rs, base, dest, stats)
+    shared = _RecentRanges(rs)  # both diffs read base's differing ranges: decode them once
+    sdiff = diff_trees(shared, base, source, stats, start, end)
+    ddiff = diff_trees(shared, base, dest, stats, start, end)
     s = next(sdiff, None)
     d = next(ddiff, None)
     while s is not None or d is not None:
@@ -75,3 +78,26 @@ def join_changes(rs: RangeStore, base: MetaRange, source: MetaRange, dest: MetaR
                     on_conflict()
             s = next(sdiff, None)
             d = next(ddiff, None)
+
+
+class _RecentRanges:
+    """range_lists of a RangeStore, keeping the last few ranges decoded.
+
+    The two diffs of a merge walk the base side by side, so a base range both
+    must read is asked for twice within a few ranges.
+    """
+
+    SIZE = 6
+
+    def __init__(self, rs: RangeStore):
+        self._rs = rs
+        self._recent: dict[str, tuple[list[bytes], list[bytes]]] = {}
+
+    def range_lists(self, range_id: str) -> tuple[list[bytes], list[bytes]]:
+        got = self._recent.get(range_id)
+        if got is None:
+            got = self._rs.range_lists(range_id)
+            if len(self._recent) >= self.SIZE:
+                del self._recent[next(iter(self._recent))]
+            self._recent[range_id] = got
+        return got

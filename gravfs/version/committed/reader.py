@@ -200,6 +200,7 @@ class RangeStore:
         self._verified: dict[str, _sstable.TableState] = {}  # parsed while verifying
         self._lock = threading.Lock()
         self._metaranges: dict[str, MetaRange] = {EMPTY_ID: EMPTY_METARANGE}
+        self.record_ids = None  # a recordids.RecordIDs the stitcher may take record IDs from
 
     # --- opening -----------------------------------------------------------
 
@@ -317,6 +318,11 @@ class RangeStore:
         self._metaranges[mr.id] = mr
 
     # --- reading records ---------------------------------------------------
+
+    def range_lists(self, range_id: str) -> tuple[list[bytes], list[bytes]]:
+        """(keys, encoded values) of a whole range, for one-off scans (rewrites,
+        diffs): read a block at a time, not kept in the block cache."""
+        return self.open_range(range_id).reader.items_lists(fill_cache=False)
 
     def range_items(self, range_id: str, start: bytes = b"",
                     fill_cache: bool = True) -> Iterator[tuple[bytes, bytes]]:

@@ -27,13 +27,18 @@ happen when nearly every range ends at max_size (a misconfigured policy).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from itertools import islice
+from operator import itemgetter
 from typing import Iterator
 
 from gravfs.version.committed.reader import MetaRange, RangeStore
+from gravfs.version.committed.recordids import split as split_ids
 from gravfs.version.committed.results import Stats
 from gravfs.version.committed.writer import TreeWriter
 
 _RUN = 4096  # overrides merged per step
+_PULL = 1024  # overrides taken from the source at a time
+_key = itemgetter(0)
 
 # Override entries: (key, identity or None for "absent", encoded value or None, mask)
 # where bit i of mask means "differs from view i".
@@ -43,15 +48,17 @@ class _Overrides:
     """Sorted override stream with a lookahead buffer shared by all views."""
 
     def __init__(self, source: Iterator[tuple]):
-        self._src = source
+        self._src = iter(source)
         self.buf: list[tuple] = []
         self.bi = 0
 
     def _pull(self) -> bool:
-        for e in self._src:
-            self.buf.append(e)
-            return True
-        return False
+        """Append the next entries of the source to the buffer; False at its end."""
+        chunk = list(islice(self._src, _PULL))
+        if not chunk:
+            return False
+        self.buf += chunk
+        return True
 
     def drop_upto(self, last: bytes) -> None:
         buf, bi = self.buf, self.bi
@@ -85,20 +92,27 @@ class _Overrides:
             j += 1
 
     def run_for(self, bit: int, last: bytes | None, upto: bytes | None, limit: int) -> list:
-        """Up to ``limit`` entries flagged for ``bit`` with last < key <= upto (not consumed)."""
-        out = []
+        """Up to ``limit`` entries flagged for ``bit`` with last < key <= upto (not consumed).
+
+        The buffer is sorted by key, so the span is found by bisection and
+        filtered a slice at a time.
+        """
+        out: list = []
         j = self.bi
         buf = self.buf
         while len(out) < limit:
-            if j == len(buf):
-                if not self._pull():
-                    break
-            e = buf[j]
-            if upto is not None and e[0] > upto:
+            if j == len(buf) and not self._pull():
                 break
-            if e[3] & bit and (last is None or e[0] > last):
-                out.append(e)
-            j += 1
+            if last is not None and buf[j][0] <= last:
+                j = bisect_right(buf, last, j, key=_key)
+                continue
+            hi = min(len(buf), j + limit - len(out))
+            if upto is not None and buf[hi - 1][0] > upto:
+                hi = bisect_right(buf, upto, j, hi, key=_key)
+            out += [e for e in buf[j:hi] if e[3] & bit]
+            if hi < len(buf) and (upto is not None and buf[hi][0] > upto):
+                break
+            j = hi
         return out
 
     def any_put_after(self, bit: int, after: bytes) -> bool:
@@ -122,7 +136,7 @@ class _View:
     so the writer can take whole slices of it at once.
     """
 
-    __slots__ = ("bit", "mr", "rs", "stats", "idx", "loaded", "keys", "values", "pos")
+    __slots__ = ("bit", "mr", "rs", "stats", "idx", "loaded", "keys", "values", "pos", "rids")
 
     def __init__(self, bit: int, mr: MetaRange, rs: RangeStore, stats: Stats):
         self.bit = bit
@@ -133,6 +147,7 @@ class _View:
         self.loaded = -1    # index of the range held in keys/values
         self.keys: list[bytes] = []
         self.values: list[bytes] = []
+        self.rids: list[bytes] | None = None  # their record IDs, when the cache has them
         self.pos = 0        # next record in keys/values
 
     def sync(self, last: bytes | None) -> int:
@@ -160,9 +175,11 @@ class _View:
     def _load(self, i: int) -> None:
         if self.loaded != i:
             self.stats.ranges_read += 1
-            pairs = list(self.rs.range_items(self.mr.ids[i], fill_cache=False))
-            self.keys = [kv[0] for kv in pairs]
-            self.values = [kv[1] for kv in pairs]
+            rid = self.mr.ids[i]
+            self.keys, self.values = self.rs.range_lists(rid)
+            cache = self.rs.record_ids
+            blob = cache.get(rid, len(self.keys)) if cache is not None else None
+            self.rids = None if blob is None else split_ids(blob)
             self.loaded = i
         self.pos = 0
 
@@ -174,7 +191,7 @@ class _View:
             i = self.sync(last)
             if i >= len(self.mr.ranges):
                 self.loaded = -1
-                self.keys, self.values, self.pos = [], [], 0
+                self.keys, self.values, self.pos, self.rids = [], [], 0, None
                 return
             self._load(i)
             if last is not None:
@@ -189,19 +206,55 @@ class _View:
         if pos >= len(self.keys):
             self.idx = self.loaded + 1
             self.loaded = -1
-            self.keys, self.values, self.pos = [], [], 0
+            self.keys, self.values, self.pos, self.rids = [], [], 0, None
 
     @property
     def exhausted(self) -> bool:
         return self.loaded < 0 and self.idx >= len(self.mr.ranges)
 
 
+BreakState = tuple  # (last decided key or None, bits of the views reading a range there)
+
+
+def break_state(views: list[_View], last: bytes | None) -> BreakState:
+    """Everything the stitcher's future depends on at a break (the writer empty).
+
+    Views, override stream and writer are otherwise functions of ``last``;
+    which views hold a range continuing past ``last`` decides which one is
+    streamed next, and so where untouched ranges are counted (``max_carry``).
+    Two runs over the same input in the same state produce the same ranges
+    from there on: parallel.py resumes and joins runs at such states.
+    """
+    return (last, tuple(v.bit for v in views if v.current(last)))
+
+
 def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
-           max_carry: int | None = 8) -> None:
-    """Feed the whole target into ``writer`` (see module docstring)."""
+           max_carry: int | None = 8, *, start: BreakState | None = None,
+           at_break=None) -> BreakState | None:
+    """Feed the target into ``writer`` (see module docstring).
+
+    Without the keywords: the whole target, returning None.  ``start``
+    resumes at a break state (break_state) of a run over the same input;
+    ``overrides`` may then begin anywhere before it.  ``at_break(state,
+    ranges_out)`` is called at every break the stitcher reaches (at ``start``,
+    after a run of copied ranges, after a break in streamed records) with
+    the writer empty; when it returns True, the
+    stitcher stops there and returns that state (the writer stays empty).
+    """
     ovr = _Overrides(overrides)
     last: bytes | None = None
+    if start is not None:
+        last = start[0]
+        if last is not None:
+            ovr.drop_upto(last)
+        for v in views:
+            if v.bit in start[1]:
+                v.position(last)
     while True:
+        if at_break is not None:
+            state = break_state(views, last)
+            if at_break(state, len(writer.out)):
+                return state
         # 1. At a break: append whole ranges by ID while some view offers one.
         if writer.empty:
             progress = True
@@ -229,6 +282,10 @@ def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
                         v.idx = j
                         ovr.drop_upto(last)
                         progress = True
+                        if at_break is not None:  # a break state too
+                            state = break_state(views, last)
+                            if at_break(state, len(writer.out)):
+                                return state
         # 2. Stream records from one view (one already reading here if any)
         #    until the writer breaks.
         v = views[0]
@@ -249,7 +306,7 @@ def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
                 run = ovr.run_for(bit, last, None, _RUN)
                 if not run:
                     writer.flush()
-                    return
+                    return None
                 puts = [x for x in run if x[1] is not None]
                 broke = False
                 last = run[-1][0]
@@ -263,7 +320,7 @@ def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
                 run = ovr.run_for(bit, last, seg_end, _RUN)
                 if not run:
                     # Untouched records: take them straight from the range.
-                    pos, broke = writer.take(keys, v.values, pos, len(keys))
+                    pos, broke = writer.take(keys, v.values, pos, len(keys), None, v.rids)
                     last = keys[pos - 1]
                     if pos >= len(keys):  # the range ended
                         carry += 1
@@ -277,28 +334,36 @@ def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
                     if len(run) == _RUN:
                         seg_end = run[-1][0]
                     values = v.values
+                    rids = v.rids
                     end = bisect_right(keys, seg_end, pos)
                     mk: list[bytes] = []
                     mv: list[bytes] = []
+                    md: list[bytes | None] | None = None if rids is None else []
                     i = pos
                     for k, ident, val, _ in run:
                         j = bisect_left(keys, k, i, end)
                         if j > i:
                             mk += keys[i:j]
                             mv += values[i:j]
+                            if md is not None:
+                                md += rids[i:j]
                         if j < end and keys[j] == k:
                             j += 1
                         if ident is not None:
                             mk.append(k)
                             mv.append(val)
+                            if md is not None:
+                                md.append(None)
                         i = j
                     if end > i:
                         mk += keys[i:end]
                         mv += values[i:end]
+                        if md is not None:
+                            md += rids[i:end]
                     broke = False
                     last = seg_end
                     if mk:
-                        n, broke = writer.take(mk, mv, 0, len(mk))
+                        n, broke = writer.take(mk, mv, 0, len(mk), None, md)
                         if broke:
                             last = mk[n - 1]
                     v.advanced(bisect_right(keys, last, pos))

@@ -20,7 +20,7 @@ import time
 from bisect import bisect_left
 from collections import deque
 from itertools import accumulate, islice
-from operator import add as _add, lt as _lt
+from operator import add as _add, itemgetter, lt as _lt
 from concurrent.futures import Executor, Future
 from typing import Iterable
 
@@ -29,16 +29,14 @@ from gravfs.version.committed.breaks import BreakPolicy
 from gravfs.version.committed.metarecords import meta_record
 from gravfs.version.committed.reader import MetaRange, RangeInfo, metarange_key, range_key
 from gravfs.version.committed.record import (EMPTY_ID, _LEN, _LEN_TABLE_SIZE, decode_identity,
-                                     encode_value)
+                                     encode_value, sha256_for_short_inputs)
 from gravfs.version.committed.results import Stats
 from gravfs.faults import crash_point
 
 log = logging.getLogger(__name__)
 
-try:  # CPython's built-in SHA-256 has less per-call overhead than OpenSSL's for short inputs
-    from _sha256 import sha256 as _sha
-except ImportError:  # pragma: no cover
-    _sha = hashlib.sha256
+_sha = sha256_for_short_inputs()
+_first = itemgetter(0)
 _SLICE = 4096
 _tmp_counter = itertools.count()
 _own_start: dict[int, str] = {}  # pid -> its start time (recomputed after a fork)
@@ -130,6 +128,7 @@ class WriteContext:
         self.compression = compression
         self.block_size = block_size
         self.max_inflight = max_inflight
+        self.record_ids = None  # a RecordIDs to file the record IDs of written ranges in
 
     def write_sst(self, store_key: str, keys: list[bytes], values: list[bytes],
                   properties: dict[str, bytes]) -> tuple[int, bool]:
@@ -176,6 +175,7 @@ class TreeWriter:
         self.keys: list[bytes] = []
         self.values: list[bytes] = []
         self._h = _sha()
+        self._blobs: list[bytes] = []  # the record IDs hashed into _h, for the record-ID cache
         self.size = 0
 
     @property
@@ -195,12 +195,15 @@ class TreeWriter:
     # the first break.
 
     def take(self, keys: list[bytes], values: list[bytes], start: int, end: int,
-             idents: list[bytes] | None = None) -> tuple[int, bool]:
+             idents: list[bytes] | None = None,
+             record_ids: list[bytes | None] | None = None) -> tuple[int, bool]:
         """Append keys[start:j] / values[start:j] (encoded) up to the first break.
 
         Returns (j, broke): j == end when no break happened before ``end``;
         otherwise the range closed after record j-1.  ``idents`` (same
-        indexing) saves decoding identities when the caller has them.
+        indexing) saves decoding identities when the caller has them;
+        ``record_ids`` (same indexing, None where unknown) the hashing of
+        records whose valueRecordIDs are known (recordids.py).
         """
         policy = self.policy
         mn, mx = policy.min_size, policy.max_size
@@ -221,11 +224,28 @@ class TreeWriter:
             n = m if brk >= m else brk + 1
             if n < m:
                 ks, vs = ks[:n], vs[:n]
-            ids = idents[start:start + n] if idents is not None else [
-                v[1:1 + (v[0] >> 1)] if v[0] < 0x80 and not v[0] & 1 else decode_identity(v)
-                for v in vs]
-            self._h.update(b"".join([_sha(_sha(k).digest() + _sha(i).digest()).digest()
-                                     for k, i in zip(ks, ids)]))
+            if record_ids is not None:
+                digests = record_ids[start:start + n]
+                if None in digests:
+                    digests = [d if d is not None else _sha(_sha(k).digest() + _sha(
+                        v[1:33] if v[0] == 64 else decode_identity(v)).digest()).digest()
+                        for d, k, v in zip(digests, ks, vs)]
+            elif idents is not None:
+                ids = idents[start:start + n]
+                digests = [_sha(_sha(k).digest() + _sha(i).digest()).digest()
+                           for k, i in zip(ks, ids)]
+            elif bytes(map(_first, vs)).count(64) == len(vs):
+                # every identity is 32 bytes (gravfs's and lakeFS's): slice it in place
+                digests = [_sha(_sha(k).digest() + _sha(v[1:33]).digest()).digest()
+                           for k, v in zip(ks, vs)]
+            else:
+                ids = [v[1:1 + (v[0] >> 1)] if v[0] < 0x80 and not v[0] & 1
+                       else decode_identity(v) for v in vs]
+                digests = [_sha(_sha(k).digest() + _sha(i).digest()).digest()
+                           for k, i in zip(ks, ids)]
+            blob = b"".join(digests)
+            self._h.update(blob)
+            self._blobs.append(blob)
             self.keys += ks
             self.values += vs
             self.size = cum[n]
@@ -274,6 +294,11 @@ class TreeWriter:
         self.out += infos
         self.stats.ranges_reused += len(infos)
 
+    def adopt_ranges(self, infos: list[RangeInfo]) -> None:
+        """Append ranges another writer wrote (already counted in its stats); at a break."""
+        assert not self.keys, "adopt_ranges needs the writer at a range break"
+        self.out += infos
+
     # --- closing -----------------------------------------------------------
 
     def flush(self) -> None:
@@ -297,6 +322,8 @@ class TreeWriter:
                      "count": str(len(keys)).encode(),
                      "estimated_size_bytes": str(self.size).encode()}
             self._submit(idx, range_key(rid), keys, self.values, props)
+            if self.ctx.record_ids is not None:
+                self.ctx.record_ids.put(rid, b"".join(self._blobs))
         self._reset()
 
     def _submit(self, idx: int, store_key: str, keys, values, props) -> None:
@@ -319,6 +346,16 @@ class TreeWriter:
             if created:
                 self.stats.bytes_written += size
         self._done.clear()
+
+    def close_ranges(self) -> list[RangeInfo]:
+        """Close the last range and wait for the uploads; the ranges, no metarange."""
+        try:
+            self.flush()
+            self._drain()
+        except BaseException:
+            self.abort()
+            raise
+        return self.out
 
     def abort(self) -> None:
         """Wait for background uploads (errors ignored) after a failure."""
