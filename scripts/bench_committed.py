@@ -19,6 +19,9 @@ dir (removed afterwards unless --keep) and prints one table per section:
            tier fetches, ranges/metaranges written, bytes written.  "cold" runs
            on an empty tier, "warm" with the touched ranges already local.
   diff     trees differing in k = 1, 100, 10,000 entries: time, ranges read.
+  scattered  N/1000 changes spread uniformly (10k on 10M: a privacy deletion), applied
+           cold with 1, 2, 4, ... worker processes (parallel.py): time, CPU of the
+           driver and the workers, and a check that every count gives the same tree.
   policy   break-policy study on a 1M tree: hourly partition appends, 1% random
            rewrites, a merge of two branches adding 90%-overlapping files,
            single-file changes (also in 10x/100x bigger simulated trees); range
@@ -619,6 +622,67 @@ def bench_diff(env: Env, ds: Dataset, base_id: str, trees: dict, repeat: int,
 
 
 # --------------------------------------------------------------------------
+# 3b. Scattered changes: apply on 1..W worker processes (issue 15)
+# --------------------------------------------------------------------------
+
+
+def worker_counts(cpus: int) -> list[int]:
+    """1 (the single-process path), 2, 4, ... up to the cores there are."""
+    out, w = [1], 2
+    while w <= max(2, cpus):
+        out.append(w)
+        w *= 2
+    return out
+
+
+def bench_scattered(env: Env, ds: Dataset, base_id: str, k: int, repeat: int,
+                    rng: random.Random, workers: list[int]) -> list[dict]:
+    """k uniform rewrites (a privacy deletion's spread) applied cold on each worker count.
+
+    The same change sets are used for every worker count, and every count must
+    give the single-process metarange ID.  CPU = this process + its workers.
+    """
+    sets = [uniform_changes(ds, k, rng, 900 + r) for r in range(repeat)]
+    want: dict[int, str] = {}
+    rows = []
+    for w in workers:
+        runs = []
+        for r, changes in enumerate(sets):
+            tier = env.tier()
+            try:
+                m = env.manager(tier, workers=w)
+            except TypeError:          # a gravfs before issue 15: one process only
+                if w > 1:
+                    break
+                m = env.manager(tier)
+            m.metarange(base_id)
+            wc0 = getattr(m, "worker_cpu_seconds", lambda: 0.0)()
+            gc.collect()
+            with Clock() as c:
+                res = m.apply(base_id, changes)
+            wcpu = getattr(m, "worker_cpu_seconds", lambda: 0.0)() - wc0
+            m.close()
+            env.drop_tier(tier)
+            if want.setdefault(r, res.metarange_id) != res.metarange_id:
+                raise SystemExit(f"scattered apply on {w} workers gave {res.metarange_id}, "
+                                 f"one process gave {want[r]}")
+            runs.append({"seconds": c.wall, "cpu_seconds": c.cpu + wcpu, "driver_cpu_seconds": c.cpu,
+                         "worker_cpu_seconds": wcpu, **res.stats.as_dict()})
+        if not runs:
+            continue
+        row = {"entries": ds.n, "changes": k, "workers": w,
+               **summarize(runs, ("seconds", "cpu_seconds", "driver_cpu_seconds", "worker_cpu_seconds",
+                                  "ranges_read", "ranges_written", "ranges_reused", "bytes_written")),
+               "runs_seconds": [x["seconds"] for x in runs],
+               "runs_cpu_seconds": [x["cpu_seconds"] for x in runs],
+               "metarange_ids": [want[r] for r in range(len(runs))]}
+        rows.append(row)
+        log(f"scattered N={fmt_n(ds.n)} k={k:,} workers={w}: {fmt_ms(row['seconds'])} "
+            f"(CPU {fmt_ms(row['cpu_seconds'])}) read={row['ranges_read']} written={row['ranges_written']}")
+    return rows
+
+
+# --------------------------------------------------------------------------
 # 4. Break-policy study
 # --------------------------------------------------------------------------
 
@@ -899,6 +963,21 @@ def report(res: dict) -> str:
                          ["entries", "changes", "k", "tier", "time", "CPU", "ratio", "ranges read",
                           "fetches", "ranges written", "metaranges", "bytes written", "reused",
                           "runs"], rows))
+    rows = []
+    for r in res.get("scattered", []):
+        one = next((x for x in res["scattered"] if x["entries"] == r["entries"]
+                    and x["changes"] == r["changes"] and x["workers"] == 1), None)
+        speed = f"{one['seconds'] / r['seconds']:.2f}x" if one else ""
+        rows.append([fmt_n(r["entries"]), f"{r['changes']:,}", r["workers"], fmt_ms(r["seconds"]), speed,
+                     fmt_ms(r["cpu_seconds"]), fmt_ms(r["driver_cpu_seconds"]), fmt_ms(r["worker_cpu_seconds"]),
+                     fmt_count(r["ranges_read"]), fmt_count(r["ranges_written"]),
+                     fmt_count(r["ranges_reused"]), fmt_bytes(r["bytes_written"]), r["runs"]])
+    if rows:
+        out.append(table("Scattered changes applied cold, by worker processes (medians; CPU = driver + "
+                         "workers; same metarange ID on every worker count; goal 10k on 10M < 20 s)",
+                         ["entries", "changes", "workers", "time", "speed-up", "CPU", "driver CPU",
+                          "worker CPU", "ranges read", "ranges written", "reused", "bytes written",
+                          "runs"], rows))
     dbase = {(r["kind"], r["changes"], r["entries"]): r for r in res.get("diff", [])}
     rows = []
     for r in res.get("diff", []):
@@ -976,8 +1055,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--sizes", help="tree sizes, e.g. 1M,10M (default 1M,10M; quick 50k,200k)")
     ap.add_argument("--policy-entries", help="base tree of the policy study (default 1M; quick 50k)")
     ap.add_argument("--lookups", type=int, help="keys per lookup pass (default 200k; quick 30k)")
-    ap.add_argument("--only", default="lookups,apply,diff,policy",
+    ap.add_argument("--only", default="lookups,apply,diff,scattered,policy",
                     help="comma-separated sections to run")
+    ap.add_argument("--workers", help="worker counts of the scattered section, e.g. 1,2 "
+                    "(default 1, 2, 4, ... up to the cores)")
+    ap.add_argument("--scattered-changes", type=int,
+                    help="changes in the scattered section (default N/1000: 10k on 10M)")
     ap.add_argument("--tmp", help="directory for the temp stores (default: system temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
     ap.add_argument("--no-json", action="store_true", help="do not write bench/results/*.json")
@@ -988,7 +1071,7 @@ def main(argv: list[str] | None = None) -> dict:
     policy_n = parse_n(args.policy_entries or ("50k" if quick else "1M"))
     n_lookups = args.lookups or (30_000 if quick else 200_000)
     sections = set(args.only.split(","))
-    unknown = sections - {"lookups", "apply", "diff", "policy"}
+    unknown = sections - {"lookups", "apply", "diff", "scattered", "policy"}
     if unknown:
         ap.error(f"unknown sections {sorted(unknown)}")
     heavy_repeat = 1 if quick else 2     # for change sets that rewrite nearly every range
@@ -1004,7 +1087,7 @@ def main(argv: list[str] | None = None) -> dict:
                  "tree_policy_dict": policy.to_dict(),
                  "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                              "platform": platform.platform(), "loadavg_start": os.getloadavg()},
-                 "build": [], "lookups": [], "apply": [], "diff": []}
+                 "build": [], "lookups": [], "apply": [], "diff": [], "scattered": []}
     root = tempfile.mkdtemp(prefix="gravfs-bench-committed-", dir=args.tmp)
     log(f"temp dir {root}")
     main_for_policy = None
@@ -1013,7 +1096,7 @@ def main(argv: list[str] | None = None) -> dict:
             rng = random.Random(n)
             ds = Dataset(n)
             env = Env(os.path.join(root, f"n{n}"), policy)
-            if sections & {"lookups", "apply", "diff"} or n == policy_n:
+            if sections & {"lookups", "apply", "diff", "scattered"} or n == policy_n:
                 log(f"writing the {fmt_n(n)}-entry tree")
                 tree, build = build_tree(env, ds)
                 res["build"].append(build)
@@ -1030,6 +1113,11 @@ def main(argv: list[str] | None = None) -> dict:
                 res["apply"] += rows
             if "diff" in sections:
                 res["diff"] += bench_diff(env, ds, tree, trees, repeat, heavy_repeat)
+            if "scattered" in sections:
+                counts = [int(x) for x in args.workers.split(",")] if args.workers else \
+                    worker_counts(os.cpu_count() or 1)
+                res["scattered"] += bench_scattered(env, ds, tree, args.scattered_changes or max(100, n // 1000),
+                                                    repeat, random.Random(n + 15), counts)
             if n == policy_n and "policy" in sections:
                 main_for_policy = ("main", policy, env, tree, build)
             else:

@@ -56,6 +56,15 @@ def timed(fn):
     return time.perf_counter() - t, out
 
 
+def timed_cpu(fn, repo=None):
+    """(wall, CPU of this process and of the repository's worker processes, result)."""
+    workers = (lambda: repo.committed.worker_cpu_seconds()) if repo is not None and hasattr(
+        repo.committed, "worker_cpu_seconds") else (lambda: 0.0)
+    t, c, w = time.perf_counter(), time.process_time(), workers()
+    out = fn()
+    return time.perf_counter() - t, time.process_time() - c + workers() - w, out
+
+
 def fresh_repo(root: str, url: str | None = None) -> Repository:
     store = url or os.path.join(root, "store")
     return Repository.init(store, os.path.join(root, "state"))
@@ -79,19 +88,22 @@ def build_branch(repo: Repository, n: int, addr: str) -> str:
 
 def bench_commit_bulk(n: int, repeat: int, tmp: str) -> dict:
     keys = sorted(key(i) for i in range(n))
-    times = []
+    times, cpus = [], []
     for r in range(repeat):
         root = tempfile.mkdtemp(dir=tmp)
         repo = fresh_repo(root)
         addr, _ = repo.data.put_bytes(b"x")
         values = [value_for(i, addr) for i in range(n)]
         stage_raw(repo, "main", keys, values)
-        dt, _ = timed(lambda: repo.commit("main", "bulk"))
+        dt, cpu, _ = timed_cpu(lambda: repo.commit("main", "bulk"), repo)
         times.append(dt)
+        cpus.append(cpu)
         repo.close()
         shutil.rmtree(root, ignore_errors=True)
     med = statistics.median(times)
-    return {"entries": n, "seconds": med, "entries_per_s": n / med, "runs": times}
+    cpu = statistics.median(cpus)
+    return {"entries": n, "seconds": med, "entries_per_s": n / med, "runs": times,
+            "cpu_seconds": cpu, "entries_per_cpu_s": n / cpu, "runs_cpu": cpus}
 
 
 def bench_rocksdb_ingest(n: int, tmp: str) -> dict:
@@ -100,16 +112,17 @@ def bench_rocksdb_ingest(n: int, tmp: str) -> dict:
     db = Rdict(path, Options(raw_mode=True))
     keys = [key(i) for i in range(n)]
     value = value_for(0, "data/00/" + "0" * 64)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     wb = WriteBatch(raw_mode=True)
     for k in keys:
         wb.put(k, value)
     db.write(wb)
     db.flush()
-    dt = time.perf_counter() - t
+    dt, cpu = time.perf_counter() - t, time.process_time() - c
     db.close()
     Rdict.destroy(path)
-    return {"entries": n, "seconds": dt, "entries_per_s": n / dt}
+    return {"entries": n, "seconds": dt, "entries_per_s": n / dt, "cpu_seconds": cpu,
+            "entries_per_cpu_s": n / cpu}
 
 
 def bench_one_change(n: int, repeat: int, tmp: str, url: str | None, label: str) -> dict:
@@ -140,7 +153,9 @@ def bench_one_change(n: int, repeat: int, tmp: str, url: str | None, label: str)
 
 
 def bench_merge(n: int, changes: int, repeat: int, tmp: str) -> dict:
-    times = []
+    """Merge b into main (a merged already); also into main-1p, the same head, by one
+    process (workers=1): same tree, and the single-process figure beside it."""
+    times, cpus, single, single_cpus = [], [], [], []
     for r in range(repeat):
         root = tempfile.mkdtemp(dir=tmp)
         repo = fresh_repo(root)
@@ -156,12 +171,29 @@ def bench_merge(n: int, changes: int, repeat: int, tmp: str) -> dict:
         repo.commit("a", "a")
         repo.commit("b", "b")
         repo.merge("a", "main")
-        dt, _ = timed(lambda: repo.merge("b", "main"))
+        repo.create_branch("main-1p", "main")
+        dt, cpu, c = timed_cpu(lambda: repo.merge("b", "main"), repo)
         times.append(dt)
+        cpus.append(cpu)
+        parallel_workers = getattr(repo.committed, "workers", 1)
+        if parallel_workers > 1:
+            repo.committed.workers = 1
+            dt1, cpu1, c1 = timed_cpu(lambda: repo.merge("b", "main-1p"), repo)
+            repo.committed.workers = parallel_workers
+            if repo.commits.get(c1.id).metarange != repo.commits.get(c.id).metarange:
+                raise SystemExit("merge on worker processes and in one process gave different trees")
+            single.append(dt1)
+            single_cpus.append(cpu1)
         repo.close()
         shutil.rmtree(root, ignore_errors=True)
-    return {"base_entries": n, "changes_per_branch": changes, "seconds": statistics.median(times),
-            "runs": times}
+    out = {"base_entries": n, "changes_per_branch": changes, "seconds": statistics.median(times),
+           "runs": times, "cpu_seconds": statistics.median(cpus), "runs_cpu": cpus,
+           "workers": parallel_workers}
+    if single:
+        out.update(single_process_seconds=statistics.median(single),
+                   single_process_cpu_seconds=statistics.median(single_cpus),
+                   single_process_runs=single)
+    return out
 
 
 def bench_tombstones(n_deleted: int, repeat: int, tmp: str) -> dict:
@@ -194,18 +226,25 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--s3", action="store_true", help="also run the one-change commit on SeaweedFS")
     ap.add_argument("--tmp", default=None)
+    ap.add_argument("--only", default="commit_bulk,one_change,merge,tombstones",
+                    help="comma-separated sections to run")
+    ap.add_argument("--merge-repeat", type=int, help="runs of the merge (default --repeat)")
     args = ap.parse_args()
+    only = set(args.only.split(","))
     tmp = args.tmp or tempfile.mkdtemp(prefix="gravfs-bench-")
     big = [100_000, 1_000_000] if not args.quick else [10_000, 50_000]
     trees = [1_000_000, 10_000_000] if not args.quick else [50_000, 200_000]
     res: dict = {"machine": {"cpus": os.cpu_count()}, "quick": args.quick}
 
-    res["commit_bulk"] = [bench_commit_bulk(n, args.repeat if n <= 100_000 else 1, tmp) for n in big]
-    print("commit_bulk", res["commit_bulk"], flush=True)
-    res["rocksdb_ingest"] = [bench_rocksdb_ingest(n, tmp) for n in big]
-    res["one_change"] = [bench_one_change(n, args.repeat, tmp, None, "local") for n in trees]
-    print("one_change", res["one_change"], flush=True)
-    if args.s3:
+    res["commit_bulk"], res["rocksdb_ingest"], res["one_change"] = [], [], []
+    if "commit_bulk" in only:
+        res["commit_bulk"] = [bench_commit_bulk(n, args.repeat, tmp) for n in big]
+        print("commit_bulk", res["commit_bulk"], flush=True)
+        res["rocksdb_ingest"] = [bench_rocksdb_ingest(n, tmp) for n in big]
+    if "one_change" in only:
+        res["one_change"] = [bench_one_change(n, args.repeat, tmp, None, "local") for n in trees]
+        print("one_change", res["one_change"], flush=True)
+    if args.s3 and "one_change" in only:
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         from tests.s3server import SeaweedServer, find_weed
         srv = SeaweedServer(os.path.join(tmp, "weed"), find_weed())
@@ -217,22 +256,32 @@ def main() -> int:
                                                    f"s3://{srv.bucket}/bench-{time.time_ns()}", "seaweedfs")]
         finally:
             srv.stop()
-    res["merge"] = bench_merge(trees[0], 1000 if not args.quick else 100, 1 if not args.quick else args.repeat, tmp)
-    res["tombstones"] = bench_tombstones(100_000 if not args.quick else 10_000, args.repeat, tmp)
+    if "merge" in only:
+        res["merge"] = bench_merge(trees[0], 1000 if not args.quick else 100,
+                                   args.merge_repeat or args.repeat, tmp)
+    if "tombstones" in only:
+        res["tombstones"] = bench_tombstones(100_000 if not args.quick else 10_000, args.repeat, tmp)
 
     print(f"\n{'benchmark':<44}{'figure':>16}{'baseline / goal':>30}")
     for b, r in zip(res["commit_bulk"], res["rocksdb_ingest"]):
         print(f"{'commit ' + format(b['entries'], ',') + ' staged entries':<44}"
-              f"{b['entries_per_s']:>12,.0f} e/s{'RocksDB ingest ' + format(r['entries_per_s'], ',.0f') + ' e/s':>30}")
+              f"{b['entries_per_s']:>12,.0f} e/s{'RocksDB ingest ' + format(r['entries_per_s'], ',.0f') + ' e/s':>30}"
+              f"   ratio {b['entries_per_s'] / r['entries_per_s']:.2f}; per CPU second "
+              f"{b['entries_per_cpu_s']:,.0f} vs {r['entries_per_cpu_s']:,.0f} e/s")
     for o in res["one_change"]:
         print(f"{'commit 1 change in ' + format(o['entries'], ',') + ' (' + o['store'] + ')':<44}"
               f"{o['seconds'] * 1000:>13.1f} ms{'ranges r/w ' + str(o['io'][0]['ranges_read']) + '/' + str(o['io'][0]['ranges_written']) + ', metaranges w ' + str(o['io'][0]['metaranges_written']):>30}")
-    m = res["merge"]
-    print(f"{'merge ' + str(m['changes_per_branch']) + '+' + str(m['changes_per_branch']) + ' changes on ' + format(m['base_entries'], ','):<44}"
-          f"{m['seconds'] * 1000:>13.1f} ms{'':>30}")
-    t = res["tombstones"]
-    print(f"{'list 100 after ' + format(t['tombstones'], ',') + ' tombstones':<44}"
-          f"{t['list_before_s'] * 1000:>13.1f} ms{'after compaction ' + format(t['list_after_s'] * 1000, '.2f') + ' ms':>30}")
+    m = res.get("merge")
+    if m:
+        single = (f"1 process {m['single_process_seconds'] * 1000:,.0f} ms "
+                  f"(CPU {m['single_process_cpu_seconds'] * 1000:,.0f})") if "single_process_seconds" in m else ""
+        print(f"{'merge ' + str(m['changes_per_branch']) + '+' + str(m['changes_per_branch']) + ' changes on ' + format(m['base_entries'], ','):<44}"
+              f"{m['seconds'] * 1000:>13.1f} ms{single:>30}   CPU {m['cpu_seconds'] * 1000:,.0f} ms, "
+              f"{m['workers']} workers")
+    t = res.get("tombstones")
+    if t:
+        print(f"{'list 100 after ' + format(t['tombstones'], ',') + ' tombstones':<44}"
+              f"{t['list_before_s'] * 1000:>13.1f} ms{'after compaction ' + format(t['list_after_s'] * 1000, '.2f') + ' ms':>30}")
     os.makedirs(RESULTS, exist_ok=True)
     out = os.path.join(RESULTS, f"repo-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(out, "w") as f:
