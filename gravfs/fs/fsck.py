@@ -12,6 +12,10 @@ gravfs.data.external): it is no data object, so it is never looked for under
 HEAD or a stat, not a read) and a changed or vanished one is reported as its own
 kind of finding, ``source ...`` (exit 1: the entry cannot be read).
 
+Commits the last garbage collection expired (gravfs.version.retention.last_sweep:
+not kept by its mark, and older than the mark) may have lost their trees: they are
+counted, their trees are not checked.
+
 Keys gravfs could not have written (another writer's: a leading '/', ``a//b``,
 ``.``/``..``, NUL, a name over 255 bytes, a file at ``name/``) are warnings,
 not damage: the store is sound and they are readable under escaped names.

@@ -194,13 +194,25 @@ def _is_spark_error(exc: BaseException) -> bool:
 
 def _mark_and_report(spark, repo, run: _Run, res: GcResult, rules, cutoff: float) -> set[str]:
     """Select, mark, list and write the report; returns the kept commits (trees whole)."""
+    par = spark.sparkContext.defaultParallelism
+    clock = time.monotonic()
+    shuffle = spark.conf.get("spark.sql.shuffle.partitions")
+    # a few shuffle partitions a core: the live set and listings are streams of names
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(8, 4 * par)))
+    try:
+        return _mark_and_report_in(spark, repo, run, res, rules, cutoff, clock)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", shuffle)
+
+
+def _mark_and_report_in(spark, repo, run: _Run, res: GcResult, rules, cutoff: float,
+                        clock: float) -> set[str]:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     sc = spark.sparkContext
     url = repo.store.url
     par = sc.defaultParallelism
-    clock = time.monotonic()
 
     sel = select_commits(repo.store, rules, res.mark_started_ns)
     res.kept_commits, res.commits_read = len(sel.kept), sel.commits_read
@@ -266,13 +278,17 @@ def _mark_and_report(spark, repo, run: _Run, res: GcResult, rules, cutoff: float
     if cache_listing:
         listed = listed.unionByName(spark.createDataFrame(
             cache_listing, "address: string, size: long, mtime: double, kind: string"))
-    listed = listed.persist(StorageLevel.MEMORY_AND_DISK)
-    live_listed = listed.join(live, "address", "left_semi").agg(F.count("*"), F.sum("size")) \
-        .collect()[0]
-    res.live_objects, res.live_bytes = int(live_listed[0]), int(live_listed[1] or 0)
-    dead = listed.join(live, "address", "left_anti")
-    young = dead.where(F.col("mtime") >= cutoff).agg(F.count("*"), F.sum("size")).collect()[0]
-    res.young_objects, res.young_bytes = int(young[0]), int(young[1] or 0)
+    # one join, kept for the counts and the report
+    listed = (listed.join(live.withColumn("live", F.lit(True)), "address", "left")
+              .persist(StorageLevel.MEMORY_AND_DISK))
+    is_live = F.col("live").isNotNull()
+    young_c = ~is_live & (F.col("mtime") >= cutoff)
+    counts = listed.agg(F.sum(is_live.cast("long")), F.sum(F.when(is_live, F.col("size"))),
+                        F.sum(young_c.cast("long")), F.sum(F.when(young_c, F.col("size")))
+                        ).collect()[0]
+    res.live_objects, res.live_bytes = int(counts[0] or 0), int(counts[1] or 0)
+    res.young_objects, res.young_bytes = int(counts[2] or 0), int(counts[3] or 0)
+    dead = listed.where(~is_live)
     # report parts hold whole listing prefixes: a sweep task lists each prefix once
     addr = F.col("address")
     slice_ = (F.when(addr.startswith("data/"), F.substring(addr, 1, 8))

@@ -18,6 +18,7 @@ import io
 import logging
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Iterator, Optional
 
 from gravfs.data import sparse
@@ -25,6 +26,7 @@ from gravfs.errors import NotFoundError
 from gravfs.fs.entry import ADDRESS_FULL, KIND_FILE, decode_entry
 from gravfs.spark.taskstore import task_store
 from gravfs.store.base import sweep_lease
+from gravfs.version.committed.messages import Entry
 from gravfs.version.committed.reader import METARANGES_PREFIX, RANGES_PREFIX, RangeStore
 from gravfs.version.committed.record import decode_value
 from gravfs.version.retention import GC_PREFIX, run_prefix
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 
 CACHE_PREFIX = GC_PREFIX + "cache/"
 DELETE_BATCH = 1000
+SWEEP_THREADS = 8  # prefixes swept at once by one task
 
 #: Where the sweep lists, split so that each listing task takes a slice.
 LIST_PREFIXES = ([f"data/{i:02x}/" for i in range(256)]
@@ -118,8 +121,13 @@ def range_rows(store_url: str, range_id: str) -> Optional[list[tuple[str, str]]]
     rows = [(range_id, "")]
     for _key, value in items:
         _ident, raw = decode_value(value)
-        e = decode_entry(raw)
-        for a in live_addresses(e, store_url, data):
+        e = Entry.FromString(raw)  # the fields needed, without building an EntryInfo
+        if not e.address:
+            continue
+        if e.address_type != ADDRESS_FULL and not sparse.is_sparse(e.address):
+            rows.append((range_id, e.address))  # the common case
+            continue
+        for a in live_addresses(decode_entry(raw), store_url, data):
             rows.append((range_id, a))
     task_store(store_url).tier.discard(RANGES_PREFIX + range_id)  # read once: keep no copy
     return rows
@@ -277,30 +285,47 @@ def sweep_report(store_url: str, keys: Iterable[str], cutoff_s: float,
         if address not in protect:
             by_prefix[listing_prefix(address)][address] = size
     lease = sweep_lease()
-    deleted = nbytes = refreshed = 0
-    # data first, trees after: a tree never outlives nothing it names for long
-    order = sorted(by_prefix, key=lambda p: (p.startswith(GC_PREFIX), p.startswith(METARANGES_PREFIX),
+    # data first, trees after (within a task), a few prefixes at a time: each is a
+    # listing and a delete request or a few, mostly waiting on the store
+    order = sorted(by_prefix, key=lambda p: (p.startswith(GC_PREFIX),
+                                             p.startswith(METARANGES_PREFIX),
                                              p.startswith(RANGES_PREFIX), p))
-    for prefix in order:
-        wanted = by_prefix[prefix]
-        todo = sorted(wanted)
-        while todo:
-            listed_at = time.monotonic()
-            fresh = {i.key: i.mtime for i in store.list_info(prefix) if i.key in wanted}
-            victims = [k for k in todo if k in fresh and fresh[k] < cutoff_s]
-            refreshed += sum(1 for k in todo if k in fresh and fresh[k] >= cutoff_s)
-            todo = []
-            for i in range(0, len(victims), DELETE_BATCH):
-                if time.monotonic() - listed_at > 0.8 * lease:
-                    todo = victims[i:]  # listing too old to act on: list again
-                    break
-                batch = victims[i:i + DELETE_BATCH]
-                store.delete_many(batch)
-                deleted += len(batch)
-                nbytes += sum(wanted[k] for k in batch)
-    if deleted:
-        log.info("swept %d object(s), %d bytes", deleted, nbytes)
-    yield deleted, nbytes, refreshed
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    for p in order:
+        groups[(p.startswith(GC_PREFIX), p.startswith(METARANGES_PREFIX),
+                p.startswith(RANGES_PREFIX))].append(p)
+    totals = [0, 0, 0]
+    with ThreadPoolExecutor(SWEEP_THREADS) as pool:
+        for _kind, prefixes in sorted(groups.items()):
+            for got in pool.map(lambda p: _sweep_prefix(store, p, by_prefix[p], cutoff_s, lease),
+                                prefixes):
+                totals = [a + b for a, b in zip(totals, got)]
+    if totals[0]:
+        log.info("swept %d object(s), %d bytes", totals[0], totals[1])
+    yield tuple(totals)
+
+
+def _sweep_prefix(store, prefix: str, wanted: dict[str, int], cutoff_s: float,
+                  lease: float) -> tuple[int, int, int]:
+    """Delete the wanted keys under one prefix that a fresh listing shows older than
+    the cutoff; (deleted, bytes, kept because refreshed)."""
+    deleted = nbytes = refreshed = 0
+    todo = sorted(wanted)
+    while todo:
+        listed_at = time.monotonic()
+        fresh = {i.key: i.mtime for i in store.list_info(prefix) if i.key in wanted}
+        victims = [k for k in todo if k in fresh and fresh[k] < cutoff_s]
+        refreshed += sum(1 for k in todo if k in fresh and fresh[k] >= cutoff_s)
+        todo = []
+        for i in range(0, len(victims), DELETE_BATCH):
+            if time.monotonic() - listed_at > 0.8 * lease:
+                todo = victims[i:]  # listing too old to act on: list again
+                break
+            batch = victims[i:i + DELETE_BATCH]
+            store.delete_many(batch)
+            deleted += len(batch)
+            nbytes += sum(wanted[k] for k in batch)
+    return deleted, nbytes, refreshed
 
 
 def check_no_protected(store_url: str, keys: Iterable[str], protect: frozenset

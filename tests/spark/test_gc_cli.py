@@ -1,0 +1,125 @@
+"""``gravfs spark gc`` through the command line: on SeaweedFS (executors open s3://
+from the environment), a sweep killed midway (kill -9 of the driver's process
+group) and its re-run, and bad input before Spark starts."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gravfs.fs.fsck import fsck
+from gravfs.fs.repository import Repository
+from gravfs.version.retention import read_status
+from tests.fuse_util import s3_env
+from tests.spark.test_gc import KEPT, _all_objects, _read_everything, _referenced, build_history
+from tests.spark.test_kill import _wait_for
+from tests.spark.test_runtime import SPARK_CONF, _one_line, run_cli
+
+pytestmark = pytest.mark.spark
+
+
+def _report(repo, run_id: str) -> set[str]:
+    import pyarrow.parquet as pq
+    out = set()
+    for key in repo.store.list(f"_gravfs/gc/{run_id}/report/"):
+        out.update(pq.read_table(io.BytesIO(repo.store.get(key))).column("address").to_pylist())
+    return out
+
+
+def test_gc_on_seaweedfs(tmp_path, s3_server, monkeypatch):
+    if s3_server.proc is None or s3_server.proc.poll() is not None:
+        s3_server.start()
+    for k, v in s3_env(s3_server).items():
+        monkeypatch.setenv(k, v)
+    store = f"s3://{s3_server.bucket}/gc-{tmp_path.name}"
+    state = str(tmp_path / "state")
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    ids = build_history(store, state, str(ext), monkeypatch)
+    with Repository.open(store, state) as repo:
+        before = _all_objects(repo)
+        dead = set(before) - _referenced(repo, [ids[n] for n in KEPT])
+    rc, out, err = run_cli("spark", "gc", "--min-age", "0", "--master", "local[2]", "--json",
+                           *SPARK_CONF, store=store, state=state)
+    res = json.loads(out)
+    assert res["state"] == "done" and res["deleted_objects"] == len(dead), err
+    with Repository.open(store, state) as repo:
+        assert _report(repo, res["run_id"]) == dead
+        assert set(_all_objects(repo)) == set(before) - dead
+        assert _read_everything(repo, [ids[n] for n in KEPT]) > 100
+        assert fsck(repo, check_data=True, progress=False).exit_code == 0
+    rc, out, err = run_cli("spark", "gc", "--min-age", "0", "--master", "local[2]", "--json",
+                           *SPARK_CONF, store=store, state=state)
+    again = json.loads(out)
+    assert again["ranges_read"] == 0 and again["deleted_objects"] == 0
+
+
+def test_killed_sweep_and_its_rerun(tmp_path, monkeypatch):
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    ids = build_history(store, state, str(ext), monkeypatch)
+    with Repository.open(store, state) as repo:
+        before = _all_objects(repo)
+        dead = set(before) - _referenced(repo, [ids[n] for n in KEPT])
+    # each executor process lets one batch delete through, then hangs
+    env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state,
+               GRAVFS_STORE_FAULT="op=delete_many,key=*,after=1,mode=hang,secs=300")
+    proc = subprocess.Popen([sys.executable, "-m", "gravfs.cli", "spark", "gc", "--min-age",
+                             "0", "--master", "local[2]", *SPARK_CONF], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    repo = Repository.open(store, state)
+    try:
+        def swept_some() -> bool:
+            runs = [k.split("/")[2] for k in repo.store.list("_gravfs/gc/20")
+                    if k.endswith("/status.json")]
+            st = read_status(repo.store, runs[0]) if runs else None
+            return bool(st and st["state"] == "sweeping"
+                        and any(not repo.store.exists(k) for k in dead))
+        try:
+            _wait_for(swept_some, "a sweep that deleted something", proc)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            proc.stderr.close()
+        assert any(repo.store.exists(k) for k in dead)  # killed midway
+        assert repo.store.exists("_gravfs/gc/sweeping")  # the fence a killed sweep leaves
+        rc, out, err = run_cli("spark", "gc", "--min-age", "0", "--master", "local[2]",
+                               "--json", *SPARK_CONF, store=store, state=state)
+        res = json.loads(out)
+        assert res["state"] == "done"
+        assert not any(repo.store.exists(k) for k in dead)
+        assert set(_all_objects(repo)) == set(before) - dead
+        assert not repo.store.exists("_gravfs/gc/sweeping")
+        assert _read_everything(repo, [ids[n] for n in KEPT]) > 100
+        rc, out, err = run_cli("fsck", "--data", "-q", store=store, state=state, check=False)
+        assert rc == 0, out + err
+    finally:
+        repo.close()
+
+
+def test_bad_input_is_one_line_before_spark(tmp_path):
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    Repository.init(store, state).close()
+    for args, msg in ((["spark", "gc"], "no retention rules"),
+                      (["spark", "gc", "--min-age", "soon"], "not a duration"),
+                      (["spark", "gc", "--min-age=-1h"], "negative"),
+                      (["spark", "gc", "--sweep-only", "nope"], "not a run id"),
+                      (["spark", "gc", "--sweep-only", "20250101T000000Z-abcdef"],
+                       "no garbage collection run")):
+        if msg != "no retention rules":
+            run_cli("gc", "rules", "set", "--default-days", "1", store=store, state=state)
+        t = time.monotonic()
+        rc, out, err = run_cli(*args, "--master", "local[1]", *SPARK_CONF, store=store,
+                               state=state, check=False)
+        assert rc != 0 and msg in _one_line(err), err
+        assert "Spark" not in err, err
+        assert time.monotonic() - t < 60
