@@ -636,12 +636,15 @@ def worker_counts(cpus: int) -> list[int]:
 
 
 def bench_scattered(env: Env, ds: Dataset, base_id: str, k: int, repeat: int,
-                    rng: random.Random, workers: list[int]) -> list[dict]:
+                    rng: random.Random, workers: list[int], record_ids: bool = True) -> list[dict]:
     """k uniform rewrites (a privacy deletion's spread) applied cold on each worker count.
 
     The same change sets are used for every worker count, and every count must
     give the single-process metarange ID.  CPU = this process + its workers.
+    ``record_ids``: the base tree's record IDs are in the local cache (it was
+    written here); False runs without the cache (a tree written elsewhere).
     """
+    kw = {} if record_ids else {"record_ids_bytes": 0}
     sets = [uniform_changes(ds, k, rng, 900 + r) for r in range(repeat)]
     want: dict[int, str] = {}
     rows = []
@@ -650,7 +653,7 @@ def bench_scattered(env: Env, ds: Dataset, base_id: str, k: int, repeat: int,
         for r, changes in enumerate(sets):
             tier = env.tier()
             try:
-                m = env.manager(tier, workers=w)
+                m = env.manager(tier, workers=w, **kw)
             except TypeError:          # a gravfs before issue 15: one process only
                 if w > 1:
                     break
@@ -670,7 +673,7 @@ def bench_scattered(env: Env, ds: Dataset, base_id: str, k: int, repeat: int,
                          "worker_cpu_seconds": wcpu, **res.stats.as_dict()})
         if not runs:
             continue
-        row = {"entries": ds.n, "changes": k, "workers": w,
+        row = {"entries": ds.n, "changes": k, "workers": w, "record_id_cache": record_ids,
                **summarize(runs, ("seconds", "cpu_seconds", "driver_cpu_seconds", "worker_cpu_seconds",
                                   "ranges_read", "ranges_written", "ranges_reused", "bytes_written")),
                "runs_seconds": [x["seconds"] for x in runs],
@@ -966,16 +969,19 @@ def report(res: dict) -> str:
     rows = []
     for r in res.get("scattered", []):
         one = next((x for x in res["scattered"] if x["entries"] == r["entries"]
-                    and x["changes"] == r["changes"] and x["workers"] == 1), None)
+                    and x["changes"] == r["changes"] and x["workers"] == 1
+                    and x.get("record_id_cache", True) == r.get("record_id_cache", True)), None)
         speed = f"{one['seconds'] / r['seconds']:.2f}x" if one else ""
-        rows.append([fmt_n(r["entries"]), f"{r['changes']:,}", r["workers"], fmt_ms(r["seconds"]), speed,
+        rows.append([fmt_n(r["entries"]), f"{r['changes']:,}", r["workers"],
+                     "yes" if r.get("record_id_cache", True) else "no", fmt_ms(r["seconds"]), speed,
                      fmt_ms(r["cpu_seconds"]), fmt_ms(r["driver_cpu_seconds"]), fmt_ms(r["worker_cpu_seconds"]),
                      fmt_count(r["ranges_read"]), fmt_count(r["ranges_written"]),
                      fmt_count(r["ranges_reused"]), fmt_bytes(r["bytes_written"]), r["runs"]])
     if rows:
         out.append(table("Scattered changes applied cold, by worker processes (medians; CPU = driver + "
                          "workers; same metarange ID on every worker count; goal 10k on 10M < 20 s)",
-                         ["entries", "changes", "workers", "time", "speed-up", "CPU", "driver CPU",
+                         ["entries", "changes", "workers", "record IDs cached", "time", "speed-up", "CPU",
+                          "driver CPU",
                           "worker CPU", "ranges read", "ranges written", "reused", "bytes written",
                           "runs"], rows))
     dbase = {(r["kind"], r["changes"], r["entries"]): r for r in res.get("diff", [])}
@@ -1059,6 +1065,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="comma-separated sections to run")
     ap.add_argument("--workers", help="worker counts of the scattered section, e.g. 1,2 "
                     "(default 1, 2, 4, ... up to the cores)")
+    ap.add_argument("--no-record-ids", action="store_true",
+                    help="scattered section without the record-ID cache (a tree written elsewhere)")
     ap.add_argument("--scattered-changes", type=int,
                     help="changes in the scattered section (default N/1000: 10k on 10M)")
     ap.add_argument("--tmp", help="directory for the temp stores (default: system temp dir)")
@@ -1117,7 +1125,8 @@ def main(argv: list[str] | None = None) -> dict:
                 counts = [int(x) for x in args.workers.split(",")] if args.workers else \
                     worker_counts(os.cpu_count() or 1)
                 res["scattered"] += bench_scattered(env, ds, tree, args.scattered_changes or max(100, n // 1000),
-                                                    repeat, random.Random(n + 15), counts)
+                                                    repeat, random.Random(n + 15), counts,
+                                                    record_ids=not args.no_record_ids)
             if n == policy_n and "policy" in sections:
                 main_for_policy = ("main", policy, env, tree, build)
             else:

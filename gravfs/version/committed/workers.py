@@ -134,8 +134,15 @@ class WorkerPool:
                        for w in self._workers[:len(calls)]]
             for t in threads:
                 t.start()
-            for t in threads:
-                t.join()
+            try:
+                for t in threads:
+                    t.join()
+            except BaseException:  # interrupted: replies may still come; start afresh next time
+                for w in self._workers:
+                    w.proc.kill()
+                    w.close()
+                self._workers = []
+                raise
             for w in dead:
                 self._workers.remove(w)
                 w.close()
