@@ -420,11 +420,13 @@ class Repository(VersionRepository):
         return self.stage(branch, [(k, None) for k in doomed])
 
     def rename(self, branch: str, src: str | bytes, dst: str | bytes,
-               provisional: frozenset = frozenset(), ctime_ns: int = 0) -> int:
+               provisional: frozenset = frozenset(), ctime_ns: int = 0,
+               also: Iterable[tuple[bytes, Optional[EntryInfo]]] = ()) -> int:
         """Move a file or a whole directory in one staging transaction. ``provisional``:
         keys (at or under src) staged provisional, which stay so where they move.
         ``ctime_ns``: the moved entry's new ctime (the mount's rename: Linux's), 0 keeps
-        it. Hard links keep their group whole (every name's list follows)."""
+        it. Hard links keep their group whole (every name's list follows). ``also``:
+        more items staged in the same transaction (the directories' new times)."""
         node = self.stat(branch, src)
         dkey = to_key(dst)
         if not dkey:
@@ -434,13 +436,13 @@ class Repository(VersionRepository):
             moved = replace(node.entry, ctime_ns=ctime_ns or node.entry.ctime_ns)
             puts = (group_items(moved, {node.key: dkey}) if moved.link_group
                     else [(dkey, moved)])
-            return self.stage(branch, [(node.key, None)] + victims + puts,
+            return self.stage(branch, list(also) + [(node.key, None)] + victims + puts,
                               provisional=frozenset([dkey]) if node.key in provisional
                               else frozenset())
         sp, dp = dir_prefix(node.key), dir_prefix(dkey)
         if dp.startswith(sp):
             raise BadNameError(f"cannot move {node.shown} into itself")
-        moves: list[tuple[bytes, Optional[EntryInfo]]] = list(victims)
+        moves: list[tuple[bytes, Optional[EntryInfo]]] = list(also) + list(victims)
         groups: dict[str, EntryInfo] = {}
         for n in self.walk_key(branch, sp):
             moves.append((n.key, None))

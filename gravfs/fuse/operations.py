@@ -1347,9 +1347,8 @@ class GravfsOperations(pyfuse3.Operations):
         touched = self._parent_items(tree, src_parent, now)
         if dst_parent != src_parent and not dst_parent.startswith(src + b"/"):
             touched += self._parent_items(tree, dst_parent, now)
-        if touched:
-            self.repo.stage(tree.name, touched)
-        self.repo.rename(tree.name, src, dst, provisional=provisional, ctime_ns=now)
+        self.repo.rename(tree.name, src, dst, provisional=provisional, ctime_ns=now,
+                         also=touched)
         return d
 
     @guarded
