@@ -472,10 +472,12 @@ class Repository(VersionRepository):
             return []
         return group_items(e, {d.key: None}, time.time_ns())
 
-    def link(self, branch: str, src: str | bytes, dst: str | bytes) -> EntryInfo:
+    def link(self, branch: str, src: str | bytes, dst: str | bytes, ctime_ns: int = 0,
+             also: Iterable[tuple[bytes, Optional[EntryInfo]]] = ()) -> EntryInfo:
         """A hard link: dst becomes one more name of src's inode (a link group; see
-        gravfs.fs.entry.EntryInfo). Every name is restaged with the new list in one
-        staging transaction; returns the entry every name now has."""
+        gravfs.fs.entry.EntryInfo). Every name is restaged with the new list (and
+        ctime) in one staging transaction, with ``also``; returns the entry every name
+        now has."""
         node = self.stat(branch, src)
         if node.kind == "dir":
             raise PathTypeError(f"{node.shown}: is a directory", errno.EPERM)
@@ -490,9 +492,9 @@ class Repository(VersionRepository):
         e = node.entry
         if not e.link_group:
             e = replace(e, link_group=os.urandom(16).hex(), links=(node.key,))
-        e = replace(e, links=tuple(sorted(set(e.links) | {dkey})), ctime_ns=time.time_ns())
-        items = [(k, e) for k in e.links]
-        self.stage(branch, items)
+        e = replace(e, links=tuple(sorted(set(e.links) | {dkey})),
+                    ctime_ns=ctime_ns or time.time_ns())
+        self.stage(branch, list(also) + [(k, e) for k in e.links])
         return e
 
     def reset(self, branch: str, path: Optional[str | bytes] = None) -> int:

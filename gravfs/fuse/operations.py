@@ -1420,11 +1420,9 @@ class GravfsOperations(pyfuse3.Operations):
             raise fail(errno.EEXIST)
         if self._stat_or_none(tree, src) is None:
             raise fail(errno.ENOENT)
-        entry = self.repo.link(tree.name, src, dst)
-        touched = self._parent_items(tree, parent_key, entry.ctime_ns)
-        if touched:
-            self.repo.stage(tree.name, touched)
-        return entry
+        now = time.time_ns()
+        return self.repo.link(tree.name, src, dst, now,
+                              also=self._parent_items(tree, parent_key, now))
 
     @guarded
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
