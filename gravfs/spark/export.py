@@ -202,10 +202,10 @@ def copy_entry(ts, dest, key: bytes, e: EntryInfo) -> Copy:
             return Copy(SKIPPED, reason=f"{'a symlink' if kind == 'symlink' else 'a directory'}: "
                         "S3 has none")
         rel = escape_key(key, directory=False)
-        if dest.present(rel, kind, e.size, e.address, e.e_tag):
+        meta = dest.metadata(e.address, e.e_tag, e.mode, e.mtime_ns)
+        if dest.present(rel, e.size, meta):
             return Copy(PRESENT, _known_sha(e))
-        return dest.write_file(rel, _chunks(ts, e), e.size, e.address, e.e_tag, e.mode,
-                               e.mtime_ns)
+        return dest.write_file(rel, _chunks(ts, e), e.size, meta)
     rel = escape_key(key, directory=kind == "dir")
     sha = _known_sha(e) if kind == "file" else None
     if dest.present(rel, kind, e.size, sha, e.symlink_target, e.mode, e.mtime_ns):
@@ -340,6 +340,8 @@ def run_export(spark, repo, job: ExportJob) -> dict:
     """Run a checked export (see the module doc); returns the summary written to _SUCCESS."""
     dest = open_dest(job.dest)
     dest.prepare()
+    if job.resume:
+        log.info("resuming the unfinished export of %s in %s", job.commit[:12], job.dest)
     _begin(dest, job)
     if job.since is None:
         res = _full(spark, repo, job)

@@ -12,9 +12,10 @@ only once the copy is verified: size and checksum.
 - S3: a content up to PART bytes is one PUT, a larger one a multipart upload
   of PART-sized parts, each with Content-MD5 (the server refuses a body that
   does not match); the object's ETag (MD5, or the MD5 of the parts' MD5s) and
-  size are compared with what was sent. The object carries the entry's address
-  in its metadata (``gravfs-address``), set atomically with its content, so a
-  resumed export recognizes a finished copy by a HEAD. S3 has no symlinks or
+  size are compared with what was sent. The object carries the entry's address,
+  source version, mode and mtime in its metadata (``gravfs-address``...), set
+  atomically with its content, so a resumed export recognizes a finished copy of
+  the same entry by a HEAD. S3 has no symlinks or
   directories: those entries are skipped (the report says so).
 """
 
@@ -165,9 +166,17 @@ class DirDest:
         except (FileNotFoundError, NotADirectoryError):
             return False
         if kind == "symlink":
-            return statmod.S_ISLNK(st.st_mode) and os.readlink(path) == os.fsencode(target)
+            if not statmod.S_ISLNK(st.st_mode) or os.readlink(path) != os.fsencode(target):
+                return False
+            if st.st_mtime_ns != mtime_ns:
+                os.utime(path, ns=(mtime_ns, mtime_ns), follow_symlinks=False)
+            return True
         if kind == "dir":
-            return statmod.S_ISDIR(st.st_mode)
+            if not statmod.S_ISDIR(st.st_mode):
+                return False
+            if statmod.S_IMODE(st.st_mode) != mode & 0o7777:
+                os.chmod(path, mode & 0o7777)
+            return True
         if not statmod.S_ISREG(st.st_mode) or st.st_size != size or sha256 is None:
             return False
         if _hash_file(path) != sha256:
@@ -321,22 +330,24 @@ class S3Dest(S3Store):
         except NotFoundError:
             return None
 
-    def present(self, rel: bytes, kind: str, size: int, address: str, e_tag: str) -> bool:
-        """Is the object an earlier run wrote for this very content there? (Its metadata
+    def present(self, rel: bytes, size: int, meta: dict) -> bool:
+        """Is the object an earlier run wrote for this very entry there? (Its metadata
         came with its verified content in one PUT: see the module doc.)"""
         h = self.head(rel)
-        if h is None or int(h["ContentLength"]) != size:
-            return False
-        meta = h.get("Metadata", {})
-        return meta.get("gravfs-address") == address and meta.get("gravfs-etag", "") == e_tag
+        return (h is not None and int(h["ContentLength"]) == size
+                and h.get("Metadata", {}) == meta)
 
-    def write_file(self, rel: bytes, chunks: Iterable[bytes], size: int, address: str,
-                   e_tag: str, mode: int, mtime_ns: int) -> Copy:
-        key = self._key(rel)
+    @staticmethod
+    def metadata(address: str, e_tag: str, mode: int, mtime_ns: int) -> dict:
+        """The metadata of an entry's object: its address, source version, mode, mtime."""
         meta = {"gravfs-address": address, "gravfs-mode": oct(mode & 0o7777),
                 "gravfs-mtime-ns": str(mtime_ns)}
         if e_tag:  # a by-reference entry's source version
             meta["gravfs-etag"] = e_tag
+        return meta
+
+    def write_file(self, rel: bytes, chunks: Iterable[bytes], size: int, meta: dict) -> Copy:
+        key = self._key(rel)
         parts = _parts(chunks, PART)
         first = next(parts, b"")
         second = next(parts, None)

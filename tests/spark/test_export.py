@@ -3,7 +3,6 @@ resumable, and incremental (--since) reading only the ranges that differ."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
@@ -106,15 +105,20 @@ def env(tmp_path):
 def _change(repo, branch: str = "main", seed: int = 5) -> None:
     rnd = random.Random(seed)
     files = [n for n in repo.walk(branch) if n.kind == "file" and b"/" in n.key]
-    for n in rnd.sample(files, 6):
+    changed, removed = rnd.sample(files, 6), rnd.sample(files, 5)
+    for n in changed:
         repo.write_file(branch, n.key, rnd.randbytes(77), mode=0o640)
-    for n in rnd.sample(files, 5):
+    for n in removed:
         try:
             repo.remove(branch, n.key)
         except Exception:
             pass
     repo.remove(branch, "part=004", recursive=True)  # a whole directory goes
     repo.remove(branch, "empty-top")                  # an empty directory goes
+    # only its mode and mtime change: the copy there is fixed, not copied again
+    same = next(n for n in files if n not in changed + removed
+                and not n.key.startswith(b"part=004"))
+    repo.write_file(branch, same.key, repo.read(same), mode=0o604, mtime_ns=123)
     repo.write_file(branch, "added/deep/x.bin", b"new")
     repo.symlink(branch, "added/link", "deep/x.bin")
     repo.commit(branch, "changes")
@@ -160,7 +164,8 @@ def test_incremental_export(spark, env, tmp_path):
     assert res["ranges_read"] == p.ranges_read < p.ranges_left + p.ranges_right
     kinds = [d.kind for d in repo.diff(first, "main")]
     assert res["deleted"] == kinds.count("removed") > 24
-    assert res["copied"] == len(kinds) - kinds.count("removed") >= 3
+    assert res["copied"] + res["present"] == len(kinds) - kinds.count("removed")
+    assert res["present"] == 1 and res["copied"] >= 3  # a mode change is no copy
     assert json.loads(open(os.path.join(dest, "_SUCCESS")).read())["since"] == first
 
 
