@@ -218,7 +218,7 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
         key = key_of(item)
         mode = st.st_mode
         if kind == "file":
-            address, size = _put_file(data, os.path.join(src, rel), st)
+            address, size = put_file(data, os.path.join(src, rel), st)
             return key, EntryInfo(address=address, size=size, mtime_ns=st.st_mtime_ns, mode=mode,
                                   kind=KIND_FILE)
         if kind == "symlink":
@@ -321,7 +321,7 @@ def _resume(repo, job: ImportJob, items: list, key_of) -> tuple[list, int, int]:
     return todo, reused, reused_bytes
 
 
-def _put_file(data, path: str, st: os.stat_result) -> tuple[str, int]:
+def put_file(data, path: str, st: os.stat_result) -> tuple[str, int]:
     """Store a file's content: a small one is read once (hashed and written from memory,
     the address put_path would give), a bigger one streamed by put_path."""
     if st.st_size <= SMALL_FILE:

@@ -32,7 +32,7 @@ from typing import Iterator, Optional
 from gravfs.errors import GravfsError
 from gravfs.fs.entry import (ADDRESS_FULL, KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo,
                              encode_entry, entry_identity)
-from gravfs.fs.importer import scan
+from gravfs.fs.importer import put_file, scan
 from gravfs.fs.paths import to_key
 from gravfs.fs.repository import Repository
 from gravfs.spark.progress import counter
@@ -135,7 +135,7 @@ def entry_of(data, src: str, rel: str, kind: str, st: os.stat_result) -> EntryIn
                          kind=KIND_FILE, e_tag=f"{st.st_mtime_ns:x}-{st.st_size:x}",
                          address_type=ADDRESS_FULL)
     if kind == "file":
-        address, size = data.put_path(os.path.join(src, rel))
+        address, size = put_file(data, os.path.join(src, rel), st)
         return EntryInfo(address=address, size=size, mtime_ns=st.st_mtime_ns, mode=st.st_mode,
                          kind=KIND_FILE)
     if kind == "symlink":
@@ -150,7 +150,10 @@ def import_unit(store_url: str, src: str, base: bytes, unit: tuple[str, bool],
                 by_reference: bool = False) -> Iterator[tuple[bytes, bytes]]:
     """(key, encoded value) records of one unit, contents uploaded unless
     ``by_reference`` (runs on an executor)."""
-    data = None if by_reference else task_store(store_url).data
+    bulk = None
+    data = None
+    if not by_reference:
+        data, bulk = task_store(store_url).bulk_data()
     items = list(list_unit(src, *unit))
 
     def record(item) -> tuple[bytes, bytes]:
@@ -164,6 +167,8 @@ def import_unit(store_url: str, src: str, base: bytes, unit: tuple[str, bool],
         return
     with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
         yield from pool.map(record, items)
+    if bulk is not None:
+        bulk.publish()  # the unit's objects are durable before its task can succeed
 
 
 class TreeSource:

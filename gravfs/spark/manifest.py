@@ -301,7 +301,7 @@ class ManifestSource:
 
         def part_records(it):
             ts = task_store(store_url)
-            data = None if by_reference else ts.data
+            data, bulk = (None, None) if by_reference else ts.bulk_data()
             for unit in it:
                 n = 0
                 for rec in manifest_records(unit, names, base, key_prefix, by_reference, data,
@@ -309,5 +309,7 @@ class ManifestSource:
                     n += 1
                     yield rec
                 rows.add(n)
+            if bulk is not None:
+                bulk.publish()  # the copies are durable before the task can succeed
 
         return sc.parallelize(units, len(units)).mapPartitions(part_records)

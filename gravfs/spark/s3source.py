@@ -198,10 +198,10 @@ class S3PrefixSource:
         units += [[tuple(o) for o in loose[i:i + chunk]] for i in range(0, len(loose), chunk)]
 
         def part_records(it):
-            data = tmp = None
+            data = tmp = bulk = None
             if not by_reference:
                 ts = task_store(store_url)
-                data, tmp = ts.data, ts.data.tmp_dir
+                (data, bulk), tmp = ts.bulk_data(), ts.data.tmp_dir
             for unit in it:
                 n = 0
                 for rec in object_records(bucket, strip, base, unit_objects(bucket, unit),
@@ -209,5 +209,7 @@ class S3PrefixSource:
                     n += 1
                     yield rec
                 rows.add(n)
+            if bulk is not None:
+                bulk.publish()  # the copies are durable before the task can succeed
 
         return sc.parallelize(units, max(1, min(len(units), target))).mapPartitions(part_records)

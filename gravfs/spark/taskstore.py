@@ -13,9 +13,11 @@ import atexit
 import os
 import shutil
 import tempfile
+from typing import Optional
 
 from gravfs.data.objects import DataObjects
 from gravfs.store import open_store
+from gravfs.store.local import BatchedLocalStore, LocalStore
 from gravfs.store.tier import LocalTier
 from gravfs.version.committed.results import Stats
 from gravfs.version.committed.writer import TreeWriter, WriteContext
@@ -39,7 +41,19 @@ class TaskStore:
         tmp = os.path.join(self.scratch, "tmp")
         os.makedirs(tmp)
         self.data = DataObjects(self.store, self.tier, tmp)
+        self._bulk: Optional[tuple[DataObjects, Optional[BatchedLocalStore]]] = None
         self._ctx = WriteContext(self.store, tmp, None, compression=self.settings.compression)
+
+    def bulk_data(self) -> tuple[DataObjects, Optional[BatchedLocalStore]]:
+        """Data objects for bulk uploads and their batched store (None but on a plain
+        local store): a task publishes it before it ends (see BatchedLocalStore)."""
+        if self._bulk is None:
+            if type(self.store) is LocalStore:
+                b = BatchedLocalStore(self.store.root)
+                self._bulk = DataObjects(b, self.tier, self.data.tmp_dir), b
+            else:
+                self._bulk = self.data, None
+        return self._bulk
 
     def tree_writer(self, stats: Stats) -> TreeWriter:
         """A writer with the repository's break policy and SST settings (uploads inline)."""
