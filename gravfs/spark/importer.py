@@ -36,6 +36,7 @@ from gravfs.fs.importer import put_file, scan
 from gravfs.fs.paths import to_key
 from gravfs.fs.repository import Repository
 from gravfs.spark.progress import counter
+from gravfs.spark.runtime import job_failed
 from gravfs.spark.taskstore import task_store
 from gravfs.spark.treejob import land_tree, write_tree
 from gravfs.version.committed.record import encode_value
@@ -251,11 +252,19 @@ def import_source(spark, repo, source, branch: str, prefix: str = "",
     t0 = time.monotonic()
     from pyspark import StorageLevel
     rows = counter(sc, "listed")
-    records = (source.records(sc, repo.store.url, base, by_reference, rows)
-               .persist(StorageLevel.MEMORY_AND_DISK))
+    what = f"importing {source.name}"
+    sample = getattr(source, "sample_bounds", None)
+    bounds = None
+    if sample is not None:  # a cheap sample of the keys: records computed once, not kept
+        try:
+            bounds = sample(sc, base, nparts)
+        except Exception as exc:  # a task failed after its retries
+            raise job_failed(exc, what) from exc
+    records = source.records(sc, repo.store.url, base, by_reference, rows)
+    if bounds is None:
+        records = records.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        tree, files, used, rewritten = write_tree(repo, records, nparts,
-                                                  f"importing {source.name}")
+        tree, files, used, rewritten = write_tree(repo, records, nparts, what, bounds)
     finally:
         try:
             records.unpersist()

@@ -47,6 +47,7 @@ NEEDED = ("bucket", "key", "size", "lastmodifieddate", "etag")
 DEFAULT_COLUMNS = "bucket,key,size,last_modified_date,e_tag"
 _SUFFIXES = (".csv", ".csv.gz", ".parquet")
 BATCH_ROWS = 65536
+SAMPLE_EVERY = 1000  # rows per sampled key when choosing the sorted partitions' bounds
 
 
 def _norm(name: str) -> str:
@@ -213,6 +214,37 @@ def manifest_records(unit, names, base: bytes, key_prefix: str, by_reference: bo
         yield from pool.map(copied, list(wanted()))
 
 
+def sample_keys(unit, names, key_prefix: str) -> Iterator[bytes]:
+    """Every SAMPLE_EVERY-th key of a unit, as a path (reads the key column only)."""
+    import pyarrow.parquet as pq
+    from pyarrow import csv
+
+    url, fmt, group = unit
+    path, temp = _local_copy(url, None)
+    try:
+        if fmt == "parquet":
+            f = pq.ParquetFile(path)
+            col = _Columns(f.schema_arrow.names, url).pick["key"]
+            groups = range(f.num_row_groups) if group is None else [group]
+            keys = f.read_row_groups(list(groups), columns=[col]).column(0)
+        else:
+            col = _Columns(names, url).pick["key"]
+            keys = csv.read_csv(path, read_options=csv.ReadOptions(column_names=names),
+                                convert_options=csv.ConvertOptions(include_columns=[col])
+                                ).column(0)
+        strip = len(key_prefix)
+        for k in keys.take(list(range(0, len(keys), SAMPLE_EVERY))).to_pylist():
+            if fmt == "csv":
+                k = unquote_plus(k)
+            if k.startswith(key_prefix):
+                yield k[strip:].encode("utf-8")
+    except Exception as exc:  # pyarrow's errors, OSError
+        raise GravfsError(f"cannot read manifest file {url}: {exc}") from None
+    finally:
+        if temp:
+            os.unlink(path)
+
+
 # --- the source (driver) -----------------------------------------------------------------
 
 class ManifestSource:
@@ -292,6 +324,25 @@ class ManifestSource:
             else:
                 out.append((url, fmt, None))
         return out
+
+    def sample_bounds(self, sc, base: bytes, partitions: int) -> list[bytes]:
+        """``partitions - 1`` keys splitting the rows evenly, from every SAMPLE_EVERY-th
+        key of each unit (its key column only); see treejob.write_tree."""
+        if partitions <= 1:
+            return []
+        units = self.units()
+        names, kp = self._names, self.key_prefix
+
+        def keys(it):
+            for unit in it:
+                yield from sample_keys(unit, names, kp)
+
+        sample = sorted(base + k for k in sc.parallelize(units, len(units))
+                        .mapPartitions(keys).collect())
+        if not sample:
+            return []
+        step = len(sample) / partitions
+        return sorted({sample[min(len(sample) - 1, int(step * i))] for i in range(1, partitions)})
 
     def records(self, sc, store_url: str, base: bytes, by_reference: bool, rows):
         from gravfs.spark.taskstore import task_store

@@ -13,6 +13,7 @@ visible: a killed job leaves only unreferenced objects.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from typing import Iterator, Optional
@@ -45,10 +46,14 @@ def write_ranges(store_url: str, index: int, items, rows=None) -> Iterator[Parti
     yield part
 
 
-def write_tree(repo, records, partitions: int, what: str
+def write_tree(repo, records, partitions: int, what: str, bounds: Optional[list] = None
                ) -> tuple[Optional[MetaRange], int, int, int]:
     """Write the records (an RDD of unique keys) as one tree in the repository's store.
 
+    ``bounds``: sorted keys splitting the key space into len(bounds)+1 partitions
+    (from a cheap sample of the source); then the records are computed once and
+    shuffled straight into sorted partitions. Without them Spark's sortByKey
+    samples the records first (persist them: they are computed twice).
     Returns (tree or None when there are no records, records, partitions,
     ranges the driver rewrote at the seams). A failed job is a SparkJobError
     naming ``what``.
@@ -57,7 +62,13 @@ def write_tree(repo, records, partitions: int, what: str
     rows = counter(records.context, "written")
     t0 = time.monotonic()
     try:
-        parts = (records.sortByKey(numPartitions=partitions)
+        if bounds is None:
+            ordered = records.sortByKey(numPartitions=partitions)
+        else:
+            split = list(bounds)
+            ordered = records.repartitionAndSortWithinPartitions(
+                len(split) + 1, partitionFunc=lambda k: bisect.bisect_right(split, k))
+        parts = (ordered
                  .mapPartitionsWithIndex(lambda i, it: write_ranges(store_url, i, it, rows))
                  .collect())
     except Exception as exc:  # a task failed after its retries (py4j/pyspark errors)
