@@ -17,6 +17,7 @@ indexed commits, and reported: results then cover the indexed commits only.
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
 from dataclasses import dataclass, field
@@ -55,7 +56,15 @@ class IndexedCommits:
                                       cols["message"][i], cols["author"][i],
                                       cols["time_ns"][i], cols["generation"][i],
                                       json.loads(cols["metadata"][i] or "{}"), h)
-        self.uncovered: set[str] = set()
+
+    @classmethod
+    def of(cls, reader: IndexReader, store_commits) -> "IndexedCommits":
+        """The reader's commits, read once per reader (the table of an index run never
+        changes; a new run means a new reader)."""
+        got = reader.memo.get("commits")
+        if got is None or got.store_commits is not store_commits:
+            got = reader.memo["commits"] = cls(reader, store_commits)
+        return got
 
     def covers(self, cid: str) -> bool:
         return cid in self._commits
@@ -65,10 +74,7 @@ class IndexedCommits:
 
     def get(self, cid: str) -> Commit:
         c = self._commits.get(cid)
-        if c is None:
-            c = self.store_commits.get(cid)
-            self.uncovered.add(cid)
-        return c
+        return c if c is not None else self.store_commits.get(cid)
 
 
 @dataclass(frozen=True)
@@ -86,25 +92,36 @@ def list_refs(heads) -> list[RefHead]:
 
 def containing_refs(commits: IndexedCommits, refs: list[RefHead],
                     targets: set[str]) -> dict[str, list[RefHead]]:
-    """For each target commit, the refs whose history includes it."""
+    """For each target commit, the refs whose history includes it.
+
+    One walk from all heads at once, newest generation first, carrying a bit set of
+    the refs that reach each commit down to its parents (a commit is taken after all
+    its children, which have higher generations), and stopping below the oldest
+    target: the cost is the commits since then, whatever the number of refs."""
     out: dict[str, list[RefHead]] = {t: [] for t in targets}
-    if not targets:
+    if not targets or not refs:
         return out
     floor = min(commits.get(t).generation for t in targets)
-    for ref in refs:
-        seen = {ref.commit}
-        stack = [ref.commit]
-        while stack:
-            cid = stack.pop()
-            if cid in out:
-                out[cid].append(ref)
-            c = commits.get(cid)
-            if c.generation <= floor:
-                continue  # every parent is older than the oldest target
-            for p in c.parents:
-                if p not in seen:
-                    seen.add(p)
-                    stack.append(p)
+    reach: dict[str, int] = {}
+    heap: list[tuple[int, str]] = []
+    for i, ref in enumerate(refs):
+        if ref.commit not in reach:
+            heapq.heappush(heap, (-commits.get(ref.commit).generation, ref.commit))
+        reach[ref.commit] = reach.get(ref.commit, 0) | (1 << i)
+    while heap:
+        neg_gen, cid = heapq.heappop(heap)
+        if -neg_gen <= floor:
+            continue  # its parents are older than every target
+        bits = reach[cid]
+        for p in commits.get(cid).parents:
+            old = reach.get(p)
+            if old is None:
+                heapq.heappush(heap, (-commits.get(p).generation, p))
+                old = 0
+            reach[p] = old | bits
+    for t in targets:
+        bits = reach.get(t, 0)
+        out[t] = [r for i, r in enumerate(refs) if bits >> i & 1]
     return out
 
 
@@ -184,7 +201,7 @@ def provenance(reader: IndexReader, store_commits, heads, address: str) -> Prove
     in_commits = _commits_of_ranges(reader, by_range)
     pairs = {(c, p) for r, paths in by_range.items() for c in in_commits.get(r, ())
              for p in paths}
-    commits = IndexedCommits(reader, store_commits)
+    commits = IndexedCommits.of(reader, store_commits)
     refs = list_refs(heads)
     cov = coverage(commits, refs)
     refs_of = containing_refs(commits, refs, {c for c, _ in pairs})
@@ -245,7 +262,7 @@ def path_history(reader: IndexReader, store_commits, heads, start: str, key: byt
                  limit: Optional[int] = None) -> PathHistory:
     """Commits of ``start``'s history (newest first, as ``gravfs log``) that changed ``key``."""
     at = path_identities(reader, key)
-    commits = IndexedCommits(reader, store_commits)
+    commits = IndexedCommits.of(reader, store_commits)
     cov = coverage(commits, list_refs(heads))
     out: list[PathChange] = []
     skipped = 0

@@ -91,6 +91,7 @@ class IndexReader:
         self._files = {t: sorted(manifest.files(t), key=lambda f: f.min) for t in SCHEMAS}
         self._fences: dict[str, Fences] = {}
         self._parquet: dict[str, pq.ParquetFile] = {}
+        self.memo: dict = {}  # what queries derive from the tables (gravfs.provenance.queries)
         self.files_opened = 0
         self.groups_read = 0
 
@@ -109,7 +110,9 @@ class IndexReader:
         for attempt in (0, 1):
             try:
                 return fn()
-            except (pa.ArrowException, OSError, CorruptDataError) as exc:
+            except IndexDamagedError:  # from a nested read of the same file: said already
+                raise
+            except (pa.ArrowException, OSError, CorruptDataError, NotFoundError) as exc:
                 if isinstance(exc, NotFoundError):
                     raise IndexDamagedError(f"provenance index file {key} is missing: "
                                             f"{REBUILD_HINT}") from None

@@ -89,8 +89,9 @@ def range_rows(store_url: str):
     def run(batches):
         import pyarrow as pa
 
-        from gravfs.fs.entry import decode_entry
+        from gravfs.version.committed.messages import Entry
         from gravfs.version.committed.record import decode_value
+        parse = Entry.FromString  # only the address: 6x cheaper than fs.entry.decode_entry
         rs = _ranges(store_url)
         for b in batches:
             for rid in b.column("range_id").to_pylist():
@@ -99,7 +100,11 @@ def range_rows(store_url: str):
                     ident, data = decode_value(value)
                     paths.append(key)
                     idents.append(ident)
-                    addr = decode_entry(data).address
+                    try:
+                        addr = parse(data).address
+                    except Exception as exc:  # protobuf's DecodeError
+                        raise CorruptDataError(f"range {rid.hex()}: entry {key!r} does not "
+                                               f"parse: {exc}") from None
                     addrs.append(addr.encode("utf-8", "surrogateescape") if addr else None)
                 n = len(paths)
                 yield pa.RecordBatch.from_arrays(
@@ -156,7 +161,9 @@ def _write_table(spark, df, table: str, run_id: str, store_url: str, rows: int,
     par = spark.sparkContext.defaultParallelism
     parts = max(math.ceil(rows / FILE_ROWS), min(par, math.ceil(rows / MIN_PARTITION_ROWS)), 1)
     key = key_column(table)
-    out = (df.repartitionByRange(parts, key).sortWithinPartitions(*SORT[table])
+    # one partition needs no sampled range bounds (a job of its own)
+    df = df.coalesce(1) if parts == 1 else df.repartitionByRange(parts, key)
+    out = (df.sortWithinPartitions(*SORT[table])
            .mapInArrow(write_partition_files(store_url, table, run_id), _FILE_DDL))
     try:
         got = out.collect()
@@ -278,8 +285,7 @@ def build_index(spark, repo, full: bool = False, plan: Optional[IndexPlan] = Non
             entries = (range_df.repartition(min(len(new_ranges), par * 4))
                        .mapInArrow(range_rows(store_url), _ENTRY_DDL).persist())
             try:
-                entry_rows = entries.count()
-                content_rows = entries.where("address is not null").count()
+                entry_rows, content_rows = entries.selectExpr("count(*)", "count(address)").first()
             except Exception as exc:
                 raise job_failed(exc, "reading the new ranges") from exc
             contents = entries.where("address is not null").select("address", "range_id", "path")

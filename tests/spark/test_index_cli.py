@@ -150,7 +150,7 @@ def built(spark, tmp_path_factory):
     return store
 
 
-@pytest.mark.parametrize("what", ["middle", "truncated", "sidecar", "manifest"])
+@pytest.mark.parametrize("what", ["middle", "truncated", "sidecar", "manifest", "missing"])
 def test_damaged_index_file_is_one_clear_line(spark, built, tmp_path, what):
     store = str(tmp_path / "store")
     shutil.copytree(built, store)
@@ -163,21 +163,25 @@ def test_damaged_index_file_is_one_clear_line(spark, built, tmp_path, what):
         key = m.files(CONTENTS)[0].key
     path = os.path.join(store, key)
     data = bytearray(open(path, "rb").read())
-    if what == "middle":  # the first pages' bytes, size kept
+    if what == "missing":
+        os.unlink(path)
+    elif what == "middle":  # the first pages' bytes, size kept
         for i in range(4, min(len(data) - 8, 400)):
             data[i] ^= 0x5A
     else:
         data = data[: len(data) // 2]
-    os.chmod(path, 0o644)
-    with open(path, "wb") as out:
-        out.write(data)
+    if what != "missing":
+        os.chmod(path, 0o644)
+        with open(path, "wb") as out:
+            out.write(data)
     state = str(tmp_path / "state")  # nothing cached yet
     args = ("log", "main", "--", "b/copy") if what == "sidecar" else ("provenance", "main:a/two")
     rc, out, err = run_cli(*args, store=store, state=state, check=False)
     assert rc == 7 and out == ""
     kind = "manifest" if what == "manifest" else "file"
-    assert _one_line(err) .startswith(f"gravfs: provenance index {kind} {key} is damaged ("), err
-    assert err.rstrip().endswith("): rebuild it with 'gravfs spark index --full'"), err
+    state_of = "is missing: " if what == "missing" else "is damaged ("
+    assert _one_line(err).startswith(f"gravfs: provenance index {kind} {key} {state_of}"), err
+    assert err.rstrip().endswith("rebuild it with 'gravfs spark index --full'"), err
     if what == "manifest":  # --full rebuilds over a manifest that does not parse
         with Repository.open(store, state) as repo:
             assert build_index(spark, repo, full=True).commits == 4
