@@ -214,8 +214,11 @@ def manifest_records(unit, names, base: bytes, key_prefix: str, by_reference: bo
         yield from pool.map(copied, list(wanted()))
 
 
-def sample_keys(unit, names, key_prefix: str) -> Iterator[bytes]:
-    """Every SAMPLE_EVERY-th key of a unit, as a path (reads the key column only)."""
+def unit_keys(unit, names, key_prefix: str) -> dict:
+    """What choosing the sorted partitions needs of a unit, from its key column only:
+    every SAMPLE_EVERY-th path, the first and last, and whether its rows are sorted
+    (CSV keys that need URL-decoding count as unsorted: their order may change)."""
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
     from pyarrow import csv
 
@@ -232,12 +235,25 @@ def sample_keys(unit, names, key_prefix: str) -> Iterator[bytes]:
             keys = csv.read_csv(path, read_options=csv.ReadOptions(column_names=names),
                                 convert_options=csv.ConvertOptions(include_columns=[col])
                                 ).column(0)
+        if key_prefix:
+            keys = keys.filter(pc.starts_with(keys, key_prefix))
+        n = len(keys)
+        ordered = n < 2 or pc.all(pc.less(keys.slice(0, n - 1), keys.slice(1))).as_py()
+        if fmt == "csv" and n and (pc.any(pc.match_substring(keys, "%")).as_py()
+                                   or pc.any(pc.match_substring(keys, "+")).as_py()):
+            ordered = False
+        picks = keys.take(list(range(0, n, SAMPLE_EVERY))).to_pylist() if n else []
+        if fmt == "csv":
+            picks = [unquote_plus(k) for k in picks]
         strip = len(key_prefix)
-        for k in keys.take(list(range(0, len(keys), SAMPLE_EVERY))).to_pylist():
-            if fmt == "csv":
-                k = unquote_plus(k)
-            if k.startswith(key_prefix):
-                yield k[strip:].encode("utf-8")
+        out = {"sample": [k[strip:].encode("utf-8") for k in picks], "sorted": bool(ordered),
+               "first": None, "last": None}
+        if n:
+            out["first"], out["last"] = (keys[0].as_py()[strip:].encode("utf-8"),
+                                         keys[n - 1].as_py()[strip:].encode("utf-8"))
+        return out
+    except GravfsError:
+        raise
     except Exception as exc:  # pyarrow's errors, OSError
         raise GravfsError(f"cannot read manifest file {url}: {exc}") from None
     finally:
@@ -260,6 +276,7 @@ class ManifestSource:
         self.key_prefix = key_prefix or ""
         self._files: Optional[list[tuple[str, str]]] = None
         self._names: Optional[list[str]] = None
+        self._order: Optional[list] = None  # units in key order, when they are presorted
 
     def _resolve(self) -> None:
         """Find the data files and the CSV columns (reads manifest.json, lists a directory)."""
@@ -325,21 +342,26 @@ class ManifestSource:
                 out.append((url, fmt, None))
         return out
 
-    def sample_bounds(self, sc, base: bytes, partitions: int) -> list[bytes]:
-        """``partitions - 1`` keys splitting the rows evenly, from every SAMPLE_EVERY-th
-        key of each unit (its key column only); see treejob.write_tree."""
-        if partitions <= 1:
-            return []
+    def sample_bounds(self, sc, base: bytes, partitions: int):
+        """How the records reach sorted partitions (see treejob.write_tree), from a pass
+        over the units' key columns: PRESORTED when every unit's rows are sorted and
+        the units' key ranges do not overlap (as S3 Inventory writes them: each unit
+        is then a partition, in key order, and nothing is shuffled); else
+        ``partitions - 1`` keys splitting the rows evenly."""
+        from gravfs.spark.treejob import PRESORTED
+
         units = self.units()
         names, kp = self._names, self.key_prefix
-
-        def keys(it):
-            for unit in it:
-                yield from sample_keys(unit, names, kp)
-
-        sample = sorted(base + k for k in sc.parallelize(units, len(units))
-                        .mapPartitions(keys).collect())
-        if not sample:
+        got = (sc.parallelize(list(enumerate(units)), len(units))
+               .map(lambda iu: (iu[0], unit_keys(iu[1], names, kp))).collect())
+        full = sorted(((i, u) for i, u in got if u["first"] is not None),
+                      key=lambda iu: iu[1]["first"])
+        if full and all(u["sorted"] for _, u in full) and all(
+                a["last"] < b["first"] for (_, a), (_, b) in zip(full, full[1:])):
+            self._order = [units[i] for i, _ in full]
+            return PRESORTED
+        sample = sorted(base + k for _, u in got for k in u["sample"])
+        if partitions <= 1 or not sample:
             return []
         step = len(sample) / partitions
         return sorted({sample[min(len(sample) - 1, int(step * i))] for i in range(1, partitions)})
@@ -347,7 +369,7 @@ class ManifestSource:
     def records(self, sc, store_url: str, base: bytes, by_reference: bool, rows):
         from gravfs.spark.taskstore import task_store
 
-        units = self.units()
+        units = self._order if self._order is not None else self.units()
         names, key_prefix = self._names, self.key_prefix
 
         def part_records(it):

@@ -36,6 +36,8 @@ from gravfs.version.repository import default_author
 
 log = logging.getLogger(__name__)
 
+PRESORTED = "presorted"  # write_tree's bounds for records partitioned and sorted already
+
 
 def write_ranges(store_url: str, index: int, items, rows=None) -> Iterator[PartitionRanges]:
     """Write one sorted partition's ranges (runs on an executor); ``rows`` counts them."""
@@ -52,7 +54,8 @@ def write_tree(repo, records, partitions: int, what: str, bounds: Optional[list]
 
     ``bounds``: sorted keys splitting the key space into len(bounds)+1 partitions
     (from a cheap sample of the source); then the records are computed once and
-    shuffled straight into sorted partitions. Without them Spark's sortByKey
+    shuffled straight into sorted partitions. PRESORTED: the records' partitions
+    are sorted and in key order already (nothing is shuffled). Without them Spark's sortByKey
     samples the records first (persist them: they are computed twice).
     Returns (tree or None when there are no records, records, partitions,
     ranges the driver rewrote at the seams). A failed job is a SparkJobError
@@ -64,6 +67,8 @@ def write_tree(repo, records, partitions: int, what: str, bounds: Optional[list]
     try:
         if bounds is None:
             ordered = records.sortByKey(numPartitions=partitions)
+        elif bounds == PRESORTED:
+            ordered = records
         else:
             split = list(bounds)
             ordered = records.repartitionAndSortWithinPartitions(
