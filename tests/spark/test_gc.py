@@ -206,7 +206,7 @@ def test_gc_deletes_exactly_what_no_kept_commit_references(spark, local_history,
         assert repo.read("main", "byref.bin") == b"outside the store"
         report = fsck(repo, check_data=True, progress=False)
         assert report.exit_code == 0, report.problems
-        assert report.expired == 4  # m30, m20, m12, d9's commit objects stay, unchecked
+        assert report.expired == 4  # m30, m20, m12 and the root: objects stay, trees unchecked
 
         again = gc(spark, repo, min_age=0)
         assert again.ranges_read == 0 and again.expired_objects == 0
