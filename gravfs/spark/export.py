@@ -300,7 +300,7 @@ def delete_items(dest_url: str, part: str, items: list[tuple[bytes, bytes]]) -> 
         if kind == "dir":
             parents.add(own)  # removed once empty, unless REF still has it
         elif dest.kind == "dir" or kind == "file":
-            dest.delete(escape_key(key, directory=False))
+            dest.delete_entry(escape_key(key, directory=False))
         parents.add(split_last(own)[0])
         rows.append(_row(key, e, Copy(DELETED)))
     if dest.get_bytes(part) is None:

@@ -243,7 +243,7 @@ class DirDest:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         os.replace(tmp, path)
 
-    def delete(self, rel: bytes) -> None:
+    def delete_entry(self, rel: bytes) -> None:
         """Remove a file or symlink (absent: nothing to do)."""
         try:
             os.unlink(self._path(rel))
@@ -307,7 +307,7 @@ class S3Dest(S3Store):
             return None
 
     def remove(self, rel: str) -> None:
-        super().delete(rel)
+        self.delete(rel)
 
     def is_empty(self) -> bool:
         resp = self._call("list", self.prefix or "/", self._client.list_objects_v2,
@@ -399,7 +399,8 @@ class S3Dest(S3Store):
             raise CorruptDataError(f"s3://{self.bucket}/{key}: the copy has ETag {got} and "
                                    f"{h['ContentLength']} bytes, expected {want} and {size}")
 
-    def delete(self, rel: bytes) -> None:
+    def delete_entry(self, rel: bytes) -> None:
+        """Remove an entry's object (absent: nothing to do)."""
         key = self._key(rel)
         self._call("delete", key, self._client.delete_object, Key=key)
 
