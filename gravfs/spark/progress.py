@@ -4,8 +4,9 @@ Polls the SparkContext's status tracker from a thread while a job runs: the
 line of the running stage is redrawn in place and left on screen, final, when
 the stage ends. Stages Spark skipped (their output was already there) are not
 shown. Jobs count rows with ``counter(sc, name)`` (a Spark accumulator their
-tasks add to); a stage's line shows how many each counter grew while the stage
-ran (accumulators reach the driver as tasks finish).
+tasks add to); a stage's line shows how many each counter grew since the stage
+before it ended (accumulators reach the driver as tasks finish, so an ended
+stage's line is left final a poll later).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ class StageProgress:
         self._done: set[int] = set()
         self._open: Optional[int] = None  # stage whose line is drawn, not ended
         self._drawn = ""
-        self._at_start: dict[int, dict[str, int]] = {}  # counters when a stage was first seen
+        self._at_start: dict[int, dict[str, int]] = {}  # counters a stage's rows count from
+        self._base = counts(sc)  # counters when the last stage ended (or at the start)
+        self._ending: set[int] = set()  # stages seen ended, their lines not yet final
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gravfs-spark-progress",
                                         daemon=True)
@@ -49,8 +52,11 @@ class StageProgress:
             except Exception:  # the context stopping under us: the last poll tells
                 return
 
-    def poll(self) -> None:
+    def poll(self, final: bool = False) -> None:
+        """Draw what changed; an ended stage's line is left final one poll later (its
+        tasks' row counts reach the driver after the tasks end), or at ``final``."""
         st = self.sc.statusTracker()
+        seen = []
         for jid in sorted(set(st.getJobIdsForGroup()) - self._before):
             job = st.getJobInfo(jid)
             for sid in sorted(job.stageIds) if job is not None else ():
@@ -59,28 +65,36 @@ class StageProgress:
                 info = st.getStageInfo(sid)
                 if info is None or info.numCompletedTasks + info.numActiveTasks == 0:
                     continue
-                name = info.name.split(" at ", 1)[0]
-                ended = info.numActiveTasks == 0 and \
+                done = info.numActiveTasks == 0 and \
                     info.numCompletedTasks + info.numFailedTasks >= info.numTasks
-                failed = f", {info.numFailedTasks} failed" if info.numFailedTasks else ""
-                now = counts(self.sc)
-                start = self._at_start.setdefault(sid, now)
-                rows = "".join(f", {now[k] - start.get(k, 0):,} rows {k}" for k in sorted(now)
-                               if now[k] - start.get(k, 0))
-                line = (f"stage {sid} ({name}): {info.numCompletedTasks}/{info.numTasks} "
-                        f"tasks{failed}{rows}")
-                if line == self._drawn and not ended:
-                    continue
-                if self._open is not None and self._open != sid:
-                    self.stream.write("\n")
-                self.stream.write(f"\r{line}\x1b[K")
-                self._drawn = line
-                self._open = sid
-                if ended:
-                    self.stream.write("\n")
-                    self._open = None
-                    self._done.add(sid)
-                self.stream.flush()
+                seen.append((sid, info, done))
+        running = any(not done for _, _, done in seen)
+        for sid, info, done in seen:
+            name = info.name.split(" at ", 1)[0]
+            # final once the next stage runs, a poll after it ended, or at the end
+            ended = done and (final or running or sid in self._ending)
+            if done:
+                self._ending.add(sid)
+            failed = f", {info.numFailedTasks} failed" if info.numFailedTasks else ""
+            now = counts(self.sc)
+            start = self._at_start.setdefault(sid, self._base)
+            rows = "".join(f", {now[k] - start.get(k, 0):,} rows {k}" for k in sorted(now)
+                           if now[k] - start.get(k, 0))
+            line = (f"stage {sid} ({name}): {info.numCompletedTasks}/{info.numTasks} "
+                    f"tasks{failed}{rows}")
+            if line == self._drawn and not ended:
+                continue
+            if self._open is not None and self._open != sid:
+                self.stream.write("\n")
+            self.stream.write(f"\r{line}\x1b[K")
+            self._drawn = line
+            self._open = sid
+            if ended:
+                self.stream.write("\n")
+                self._open = None
+                self._done.add(sid)
+                self._base = now  # the next stage's rows count from here
+            self.stream.flush()
 
     def start(self) -> None:
         self._thread.start()
@@ -89,7 +103,7 @@ class StageProgress:
         self._stop.set()
         self._thread.join()
         try:
-            self.poll()
+            self.poll(final=True)
         except Exception:
             pass
         if self._open is not None:

@@ -1,4 +1,4 @@
-"""Stage progress lines (tasks done/total), as the CLI draws them on a terminal."""
+"""Stage progress lines (tasks done/total, rows), as the CLI draws them on a terminal."""
 
 from __future__ import annotations
 
@@ -29,3 +29,25 @@ def test_silent_when_stderr_is_not_a_terminal(spark, capsys):
     with stage_progress(sc):
         sc.parallelize(range(10), 2).count()
     assert capsys.readouterr().err == ""
+
+
+def test_rows_counted_per_stage(spark):
+    """A job's counter shows on its stage's line; the final line has every task's rows."""
+    from gravfs.spark.progress import counter
+
+    sc = spark.sparkContext
+    items = counter(sc, "items")
+
+    def count(it):
+        n = 0
+        for x in it:
+            n += 1
+            yield x
+        items.add(n)
+
+    out = io.StringIO()
+    with stage_progress(sc, stream=out, interval=30):  # only the final poll draws
+        sc.parallelize(range(1000), 4).mapPartitions(count).count()
+    lines = [ln.rsplit("\r", 1)[-1].replace("\x1b[K", "") for ln in out.getvalue().split("\n")
+             if ln]
+    assert len(lines) == 1 and lines[0].endswith("(count): 4/4 tasks, 1,000 rows items"), lines
