@@ -225,13 +225,14 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="smaller sizes (CI smoke run)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--s3", action="store_true", help="also run the one-change commit on SeaweedFS")
-    ap.add_argument("--tmp", default=None)
+    ap.add_argument("--tmp", default=None, help="directory to work in (a temporary directory "
+                    "is made inside it and removed at the end; DIR itself is left alone)")
     ap.add_argument("--only", default="commit_bulk,one_change,merge,tombstones",
                     help="comma-separated sections to run")
     ap.add_argument("--merge-repeat", type=int, help="runs of the merge (default --repeat)")
     args = ap.parse_args()
     only = set(args.only.split(","))
-    tmp = args.tmp or tempfile.mkdtemp(prefix="gravfs-bench-")
+    tmp = tempfile.mkdtemp(prefix="gravfs-bench-", dir=args.tmp)
     big = [100_000, 1_000_000] if not args.quick else [10_000, 50_000]
     trees = [1_000_000, 10_000_000] if not args.quick else [50_000, 200_000]
     res: dict = {"machine": {"cpus": os.cpu_count()}, "quick": args.quick}
