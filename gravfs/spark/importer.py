@@ -151,10 +151,7 @@ def import_unit(store_url: str, src: str, base: bytes, unit: tuple[str, bool],
                 by_reference: bool = False) -> Iterator[tuple[bytes, bytes]]:
     """(key, encoded value) records of one unit, contents uploaded unless
     ``by_reference`` (runs on an executor)."""
-    bulk = None
-    data = None
-    if not by_reference:
-        data, bulk = task_store(store_url).bulk_data()
+    data = None if by_reference else task_store(store_url).bulk_data()[0]
     items = list(list_unit(src, *unit))
 
     def record(item) -> tuple[bytes, bytes]:
@@ -168,8 +165,6 @@ def import_unit(store_url: str, src: str, base: bytes, unit: tuple[str, bool],
         return
     with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
         yield from pool.map(record, items)
-    if bulk is not None:
-        bulk.publish()  # the unit's objects are durable before its task can succeed
 
 
 class TreeSource:
@@ -190,16 +185,20 @@ class TreeSource:
         slices = UNITS_PER_CORE * sc.defaultParallelism
         units = split_units(source, slices)
 
-        def unit_records(u):
-            n = 0
-            for rec in import_unit(store_url, source, base, u, by_reference):
-                n += 1
-                yield rec
-            rows.add(n)
+        def part_records(units):
+            for u in units:
+                n = 0
+                for rec in import_unit(store_url, source, base, u, by_reference):
+                    n += 1
+                    yield rec
+                rows.add(n)
+            bulk = None if by_reference else task_store(store_url).bulk_data()[1]
+            if bulk is not None:
+                bulk.publish()  # the task's objects are durable before it can succeed
 
         # a few tasks per core, each listing several units: every stage over these
         # partitions (sortByKey counts and samples them) costs a few tasks, not one a unit
-        return sc.parallelize(units, min(len(units), slices)).flatMap(unit_records)
+        return sc.parallelize(units, min(len(units), slices)).mapPartitions(part_records)
 
 
 def open_source(src: str, manifest: bool = False, **manifest_opts):

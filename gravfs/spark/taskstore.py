@@ -17,7 +17,7 @@ from typing import Optional
 
 from gravfs.data.objects import DataObjects
 from gravfs.store import open_store
-from gravfs.store.local import BatchedLocalStore, LocalStore
+from gravfs.store.local import BatchedLocalStore, DeferredLocalStore, LocalStore
 from gravfs.store.tier import LocalTier
 from gravfs.version.committed.results import Stats
 from gravfs.version.committed.writer import TreeWriter, WriteContext
@@ -45,11 +45,11 @@ class TaskStore:
         self._ctx = WriteContext(self.store, tmp, None, compression=self.settings.compression)
 
     def bulk_data(self) -> tuple[DataObjects, Optional[BatchedLocalStore]]:
-        """Data objects for bulk uploads and their batched store (None but on a plain
-        local store): a task publishes it before it ends (see BatchedLocalStore)."""
+        """Data objects for bulk uploads and their store to publish (None but on a plain
+        local store): a task publishes it before it ends (see DeferredLocalStore)."""
         if self._bulk is None:
             if type(self.store) is LocalStore:
-                b = BatchedLocalStore(self.store.root)
+                b = DeferredLocalStore(self.store.root)
                 self._bulk = DataObjects(b, self.tier, self.data.tmp_dir), b
             else:
                 self._bulk = self.data, None

@@ -465,3 +465,58 @@ def _sync_paths(root: str, paths) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+class DeferredLocalStore(BatchedLocalStore):
+    """A batched store whose objects wait for ``publish()`` altogether (a Spark task's
+    uploads): ``put``/``upload`` write an unsynced temp file beside the object and
+    return; ``publish()`` makes every pending one durable in one pass (syncfs, else
+    an fsync each), renames them into place and syncs the renames. An object is
+    visible only once its bytes are durable; one never published leaves a temp file
+    (fsck removes it). For a writer that publishes when it is done, not one that
+    keeps uploading meanwhile (the renames are its own work).
+    """
+
+    def __init__(self, root: str):
+        super().__init__(root)
+        self._fsync = False  # the bytes are synced by publish(), in one pass
+        self._pending: dict[str, str] = {}  # object path -> its temp file
+
+    def _stage(self, path: str, tmp: str) -> None:
+        with self._dlock:
+            old = self._pending.pop(path, None)
+            self._pending[path] = tmp
+        if old is not None:
+            _unlink_quiet(old)
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        self._stage(path, self._write_temp(path, data)[0])
+
+    def upload(self, key: str, src_path: str) -> None:
+        path = self._path(key)
+        self._stage(path, self._write_temp(path, src_path=src_path)[0])
+
+    def claim_existing(self, key: str) -> bool:
+        with self._dlock:
+            if self._path(key) in self._pending:
+                return True
+        return super().claim_existing(key)
+
+    def publish(self) -> int:
+        """Make the pending objects durable and visible; returns how many."""
+        with self._dlock:
+            batch, self._pending = self._pending, {}
+        try:
+            if batch:
+                _sync_paths(self.root, batch.values())
+            for path, tmp in batch.items():
+                os.replace(tmp, path)
+                self._sync_dir(path)
+        except BaseException:
+            for tmp in batch.values():
+                if os.path.exists(tmp):
+                    _unlink_quiet(tmp)
+            raise
+        super().publish()
+        return len(batch)

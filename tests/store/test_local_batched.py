@@ -1,0 +1,39 @@
+"""The opt-in bulk-writing local stores (gravfs import, Spark tasks): what is visible
+and durable when."""
+
+from __future__ import annotations
+
+import os
+
+from gravfs.store.local import DeferredLocalStore, LocalStore
+
+
+def _temps(root: str) -> list[str]:
+    return [n for _, _, files in os.walk(root) for n in files if n.startswith(".gravfs-tmp")]
+
+
+def test_deferred_objects_are_visible_only_once_published(tmp_path, monkeypatch):
+    import gravfs.store.local as local
+
+    root = str(tmp_path / "store")
+    LocalStore(root).put("x", b"x")
+    synced = []
+    monkeypatch.setattr(local, "_syncfs", lambda r: synced.append(r) or True)
+    fsyncs = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: fsyncs.append(fd) or real(fd))
+    s = DeferredLocalStore(root)
+    src = tmp_path / "f"
+    src.write_bytes(b"uploaded")
+    s.put("data/ab/one", b"one")
+    s.upload("data/cd/two", str(src))
+    assert fsyncs == []  # nothing synced object by object
+    assert s.size("data/ab/one") is None and LocalStore(root).size("data/cd/two") is None
+    assert s.claim_existing("data/ab/one")  # dedup within the writer sees it
+    assert len(_temps(root)) == 2
+    assert synced == []
+    assert s.publish() == 2
+    assert len(synced) == 2  # the bytes, then the names
+    assert LocalStore(root).get("data/ab/one") == b"one"
+    assert LocalStore(root).get("data/cd/two") == b"uploaded"
+    assert _temps(root) == [] and s.publish() == 0
