@@ -517,6 +517,100 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+
+# -- scale: a branch of N entries -----------------------------------------------------------
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def find_files(top: str) -> tuple[float, int]:
+    """(seconds, files) of ``find TOP -type f``."""
+    t = time.perf_counter()
+    res = subprocess.run(["find", top, "-type", "f"], capture_output=True, check=True)
+    return time.perf_counter() - t, res.stdout.count(b"\n")
+
+
+def forget_dentries() -> bool:
+    """Make the kernel drop unused dentries and inodes (FORGET to every FUSE daemon)."""
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2")
+        return True
+    except OSError:
+        return False
+
+
+def bench_scale(a, base: str, n: int) -> dict:
+    """A branch of n entries (bench_repo.build_branch: 20k files per day directory) on a
+    local store: ``find`` against the floor on the same shape, and the daemon's memory
+    per inode the kernel knows, before and after the kernel forgets them."""
+    from bench_repo import build_branch
+    from gravfs.fs.repository import Repository
+    out: dict = {"entries": n}
+    root = os.path.join(base, f"scale{n}")
+    g = Gravfs("gravfs-local", os.path.join(root, "store"), root, {})
+    repo = Repository.init(g.store, g.state)
+    try:
+        t = time.perf_counter()
+        addr, _ = repo.data.put_bytes(b"x")
+        build_branch(repo, n, addr)
+        out["build_s"] = time.perf_counter() - t
+    finally:
+        repo.close()
+    t = time.perf_counter()
+    g.mount()
+    out["mount_s"] = time.perf_counter() - t
+    try:
+        pid = int(os.getxattr(g.mnt, "user.gravfs.pid"))
+        counts = lambda: json.loads(os.getxattr(g.mnt, "user.gravfs.inodes"))  # noqa: E731
+        top = os.path.join(g.mnt, "branches", "main")
+        out["rss_start"] = rss_bytes(pid)
+        out["find_s"], files = find_files(top)
+        out["find_files"] = files
+        out["find_rate"] = files / out["find_s"]
+        out["known_inodes"] = counts()["inodes"]
+        out["rss_after_find"] = rss_bytes(pid)
+        out["rss_per_inode"] = (out["rss_after_find"] - out["rss_start"]) / max(1, out["known_inodes"])
+        out["find2_s"] = find_files(top)[0]  # the kernel's dentries, as far as they stayed
+        if forget_dentries():
+            deadline = time.monotonic() + 60
+            while counts()["inodes"] > 100 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            out["known_after_drop"] = counts()["inodes"]
+            out["rss_after_drop"] = rss_bytes(pid)
+        out["daemon_cpu_s"] = g.daemon_cpu()
+    finally:
+        g.umount()
+    shutil.rmtree(root, ignore_errors=True)
+    fl = Floor(os.path.join(base, f"floor-scale{n}"), argparse.Namespace(stats=0, list_entries=0, big_mb=1))
+    fl.args += ["--lake", str(n)]
+    fl.mount()
+    try:
+        out["floor_find_s"], ffiles = find_files(os.path.join(fl.mnt, "tables"))
+        out["floor_find_rate"] = ffiles / out["floor_find_s"]
+    finally:
+        fl.umount()
+    out["find_vs_floor"] = out["find_rate"] / out["floor_find_rate"]
+    return out
+
+
+def scale_table(rows: list[dict]) -> str:
+    lines = ["entries    find/s  floor/s  ratio  known inodes  RSS start  after find  B/inode  "
+             "after drop (known)"]
+    for r in rows:
+        lines.append(
+            f"{r['entries']:>9,} {r['find_rate']:>8,.0f} {r['floor_find_rate']:>8,.0f} "
+            f"{r['find_vs_floor']:>5.2f}x {r['known_inodes']:>12,} {r['rss_start'] / MiB:>7.0f} MB "
+            f"{r['rss_after_find'] / MiB:>8.0f} MB {r['rss_per_inode']:>8.0f} "
+            f"{r.get('rss_after_drop', 0) / MiB:>8.0f} MB ({r.get('known_after_drop', '-')})")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes, one run, no Spark (< 3 min)")
@@ -532,6 +626,9 @@ def main() -> int:
                     help="comma-separated groups to measure: read,stat,create,ls,spark (default all)")
     ap.add_argument("--slow-once", action="store_true",
                     help="creates and ls -l only in the first run (minutes each through a mount)")
+    ap.add_argument("--scale", default="",
+                    help="scale section: comma-separated branch sizes (e.g. 1000000,10000000): find "
+                         "against the floor, daemon memory per known inode; alone with --only scale")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     a = ap.parse_args()
     q = a.quick
@@ -557,9 +654,19 @@ def main() -> int:
     spark = server = None
     mounts = []
     try:
-        make_big(data["big"], a.big_mb)
-        make_small_tree(data["small"], a.stats)
-        make_small_tree(data["many"], a.list_entries)
+        if a.scale:
+            sys.path.insert(0, os.path.join(ROOT, "scripts"))
+            rows = results["scale"] = []
+            for n in (int(x) for x in a.scale.split(",")):
+                print(f"scale {n:,} ...", flush=True)
+                rows.append(bench_scale(a, base, n))
+                print(scale_table(rows[-1:]), flush=True)
+            if a.only == ["scale"]:
+                targets, use_spark = [], False
+        if targets:
+            make_big(data["big"], a.big_mb)
+            make_small_tree(data["small"], a.stats)
+            make_small_tree(data["many"], a.list_entries)
         if use_spark:
             spark = Spark()
             spark.make_dataset(data["parquet"], a.spark_rows)
@@ -629,6 +736,8 @@ def main() -> int:
           f"{a.list_entries}-entry directory, {a.runs} run(s), medians; page cache dropped: "
           f"{results['drop_caches']}")
     print(table(results))
+    if results.get("scale"):
+        print(scale_table(results["scale"]))
     print(f"results: {path}")
     return 0
 

@@ -43,7 +43,7 @@ class _Node:
 class FloorFS(pyfuse3.Operations):
     enable_writeback_cache = False
 
-    def __init__(self, small: int, many: int, big_mb: int):
+    def __init__(self, small: int, many: int, big_mb: int, lake: int = 0):
         super().__init__()
         self.nodes: dict[int, _Node] = {}
         self.last_ino = pyfuse3.ROOT_INODE
@@ -54,6 +54,14 @@ class FloorFS(pyfuse3.Operations):
                 f = self._add(d, b"f%06d" % i, stat.S_IFREG | 0o644, size=100)
                 f.data = b"x" * 100
         self._add(self.root, b"big", stat.S_IFREG | 0o644, size=big_mb * MiB)
+        if lake:  # bench_repo.build_branch's shape: tables/events/day=D/part-I.parquet, 20k a day
+            t = self._add(self._add(self.root, b"tables", stat.S_IFDIR | 0o755), b"events",
+                          stat.S_IFDIR | 0o755)
+            day = None
+            for i in range(lake):
+                if i % 20000 == 0:
+                    day = self._add(t, b"day=%05d" % (i // 20000), stat.S_IFDIR | 0o755)
+                self._add(day, b"part-%08d.parquet" % i, stat.S_IFREG | 0o644, size=1000 + i % 977)
         self.block = os.urandom(MiB)
         self.fhs: dict[int, _Node] = {}
         self.listings: dict[int, list] = {}
@@ -162,10 +170,12 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=10000)
     ap.add_argument("--many", type=int, default=100000)
     ap.add_argument("--big-mb", type=int, default=1024)
+    ap.add_argument("--lake", type=int, default=0,
+                    help="also tables/events/day=*/part-*.parquet: N files as bench_repo.build_branch")
     a = ap.parse_args()
     if not os.path.isdir(a.mountpoint):
         ap.error(f"{a.mountpoint}: not a directory")
-    fs = FloorFS(a.small, a.many, a.big_mb)
+    fs = FloorFS(a.small, a.many, a.big_mb, a.lake)
     try:
         pyfuse3.init(fs, a.mountpoint, {"fsname=fusefloor", "subtype=fusefloor"})
     except RuntimeError as exc:

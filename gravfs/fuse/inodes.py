@@ -10,12 +10,18 @@ a new file at that name gets a fresh inode.
 Hard links: the names of one link group (gravfs.fs.entry.EntryInfo.link_group)
 share one inode, found by (tree, group); ``key`` is one of its names (the one
 staging and stat use), ``names`` the others, each mapped to the inode too.
+
+Memory: a traversal makes the kernel know millions of inodes, so an inode is
+small (slots; its name is the tail of its key unless it differs; no per-inode
+dict or set unless used) and the path index is one dict per (tree, kind) keyed
+by the inode's own key bytes. The entries last seen for inodes (attributes) are
+not kept on the inode but in a bounded cache (oldest evicted first; open inodes
+are kept). FORGET down to zero lookups drops every trace of an inode.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 import pyfuse3
@@ -26,24 +32,120 @@ log = logging.getLogger(__name__)
 
 ROOT = pyfuse3.ROOT_INODE
 FIRST_DYNAMIC = 16
+MAX_ENTRIES = 4096  # remembered entries (attributes last seen), over all inodes
+LINKED, PINNED, FOREIGN = 1, 2, 4  # Inode._flags
 
 
-@dataclass(eq=False)
 class Inode:
-    ino: int
-    tree: Optional[Tree]  # None for virtual directories
-    key: bytes  # path inside the tree, no trailing '/'; b"" for the tree root
-    kind: str  # "dir" | "file" | "symlink"
-    parent: int
-    name: bytes  # name inside the parent directory
-    virtual: Optional[str] = None  # "root" | "branches" | "commits" | "tags"
-    lookups: int = 0
-    opens: int = 0
-    linked: bool = True
-    pinned: bool = False  # never dropped (the root, virtual directories)
-    extra: dict = field(default_factory=dict)
-    group: str = ""  # hard links: the link group id
-    names: set = field(default_factory=set)  # hard links: its other keys
+    __slots__ = ("ino", "tree", "key", "kind", "parent", "_name", "lookups", "opens",
+                 "_flags", "_extra")
+
+    def __init__(self, ino: int, tree: Optional[Tree], key: bytes, kind: str, parent: int,
+                 name: bytes, virtual: Optional[str] = None, lookups: int = 0,
+                 pinned: bool = False, group: str = ""):
+        self.ino = ino
+        self.tree = tree  # None for virtual directories
+        self.key = key  # path inside the tree, no trailing '/'; b"" for the tree root
+        self.kind = kind  # "dir" | "file" | "symlink"
+        self.parent = parent
+        self._name = None
+        self.name = name  # name inside the parent directory
+        self.lookups = lookups
+        self.opens = 0
+        self._flags = LINKED | (PINNED if pinned else 0)
+        self._extra: Optional[dict] = None  # rare notes: virtual, group, names, lookahead
+        if group:
+            self.group = group
+        if virtual is not None:
+            self.extra["virtual"] = virtual
+
+    @property
+    def group(self) -> str:
+        """Hard links: the link group id ("" when not hard-linked)."""
+        return self._extra.get("group", "") if self._extra else ""
+
+    @group.setter
+    def group(self, group: str) -> None:
+        if group:
+            self.extra["group"] = group
+        elif self._extra:
+            self._extra.pop("group", None)
+
+    @property
+    def _names(self) -> Optional[set]:
+        return self._extra.get("names") if self._extra else None
+
+    def _flag(self, bit: int, on: bool) -> None:
+        self._flags = self._flags | bit if on else self._flags & ~bit
+
+    @property
+    def virtual(self) -> Optional[str]:
+        """"root" | "branches" | "commits" | "tags" for virtual directories, else None."""
+        return self._extra.get("virtual") if self._extra else None
+
+    @property
+    def linked(self) -> bool:
+        return bool(self._flags & LINKED)
+
+    @linked.setter
+    def linked(self, on: bool) -> None:
+        self._flag(LINKED, on)
+
+    @property
+    def pinned(self) -> bool:
+        """Never dropped (the root, virtual directories)."""
+        return bool(self._flags & PINNED)
+
+    @pinned.setter
+    def pinned(self, on: bool) -> None:
+        self._flag(PINNED, on)
+
+    @property
+    def foreign(self) -> bool:
+        """At or under a name another writer made (read-only)."""
+        return bool(self._flags & FOREIGN)
+
+    @foreign.setter
+    def foreign(self, on: bool) -> None:
+        self._flag(FOREIGN, on)
+
+    @property
+    def name(self) -> bytes:
+        if self._name is not None:
+            return self._name
+        key = self.key
+        return key[key.rfind(b"/") + 1:]
+
+    @name.setter
+    def name(self, name: bytes) -> None:
+        key = self.key
+        self._name = None if key and key.endswith(name) and (
+            len(key) == len(name) or key[-len(name) - 1] == 47) else name  # 47: b"/"
+
+    @property
+    def names(self) -> set:
+        """The other keys of a hard-linked inode (an empty set is not kept)."""
+        names = self._names
+        if names is None:
+            names = self.extra["names"] = set()
+        return names
+
+    @names.setter
+    def names(self, value: Optional[set]) -> None:
+        if value:
+            self.extra["names"] = value
+        elif self._extra:
+            self._extra.pop("names", None)
+
+    def other_names(self) -> tuple:
+        return tuple(self._names) if self._names else ()
+
+    @property
+    def extra(self) -> dict:
+        """Rarely used per-inode notes (directory lookahead, page-cache address)."""
+        if self._extra is None:
+            self._extra = {}
+        return self._extra
 
     @property
     def is_dir(self) -> bool:
@@ -52,20 +154,46 @@ class Inode:
     def child_key(self, name: bytes) -> bytes:
         return name if not self.key else self.key + b"/" + name
 
+    def __repr__(self) -> str:
+        return f"Inode({self.ino}, {self.tree!r}, {self.key!r}, {self.kind})"
+
 
 class InodeTable:
-    def __init__(self):
+    def __init__(self, max_entries: int = MAX_ENTRIES):
         self._by_ino: dict[int, Inode] = {}
-        self._by_path: dict[tuple, int] = {}
-        self._by_tree: dict[tuple, set[int]] = {}
+        self._paths: dict[tuple, dict[bytes, int]] = {}  # (tree ident, kind) -> key -> ino
         self._by_group: dict[tuple, int] = {}
+        self._entries: dict[int, tuple] = {}  # ino -> (entry, seen or None); bounded
+        self.max_entries = max_entries
+        self._peak = 0  # most inodes known since the indexes were last compacted
         self._next = FIRST_DYNAMIC
 
     def __len__(self) -> int:
         return len(self._by_ino)
 
+    def counts(self) -> dict:
+        """How many records each index holds (tests check FORGET leaves none behind)."""
+        return {"inodes": len(self._by_ino), "paths": sum(map(len, self._paths.values())),
+                "path_dicts": len(self._paths), "groups": len(self._by_group),
+                "entries": len(self._entries)}
+
     def get(self, ino: int) -> Optional[Inode]:
         return self._by_ino.get(ino)
+
+    def _index(self, tree: Tree, kind: str) -> dict[bytes, int]:
+        k = (tree.ident, kind)
+        d = self._paths.get(k)
+        if d is None:
+            d = self._paths[k] = {}
+        return d
+
+    def _unindex(self, tree: Tree, key: bytes, kind: str, ino: int) -> None:
+        k = (tree.ident, kind)
+        d = self._paths.get(k)
+        if d is not None and d.get(key) == ino:
+            del d[key]
+            if not d:
+                del self._paths[k]
 
     def add_virtual(self, ino: int, name: bytes, virtual: str, parent: int,
                     tree: Optional[Tree] = None) -> Inode:
@@ -73,12 +201,12 @@ class InodeTable:
                      virtual=virtual if tree is None else None, lookups=1, pinned=True)
         self._by_ino[ino] = node
         if tree is not None:
-            self._by_path[(tree.ident, b"", "dir")] = ino
-            self._by_tree.setdefault(tree.ident, set()).add(ino)
+            self._index(tree, "dir")[b""] = ino
         return node
 
     def find(self, tree: Tree, key: bytes, kind: str) -> Optional[Inode]:
-        ino = self._by_path.get((tree.ident, key, kind))
+        d = self._paths.get((tree.ident, kind))
+        ino = d.get(key) if d is not None else None
         return None if ino is None else self._by_ino[ino]
 
     def ensure(self, tree: Tree, key: bytes, kind: str, parent: int, name: bytes,
@@ -97,7 +225,7 @@ class InodeTable:
                     node.names.add(key)
                 else:  # its names were all gone: this one is its name again
                     node.key, node.linked = key, True
-                self._by_path[(tree.ident, key, kind)] = node.ino
+                self._index(tree, kind)[key] = node.ino
             else:
                 node = None
         if node is not None:
@@ -107,8 +235,9 @@ class InodeTable:
         self._next += 1
         node = Inode(ino, tree, key, kind, parent, name, group=group)
         self._by_ino[ino] = node
-        self._by_path[(tree.ident, key, kind)] = ino
-        self._by_tree.setdefault(tree.ident, set()).add(ino)
+        if len(self._by_ino) > self._peak:
+            self._peak = len(self._by_ino)
+        self._index(tree, kind)[key] = ino
         if group:
             self._by_group[(tree.ident, group)] = ino
         return node
@@ -119,20 +248,23 @@ class InodeTable:
             node.group = group
             self._by_group[(node.tree.ident, group)] = node.ino
         node.names.add(key)
-        self._by_path[(node.tree.ident, key, node.kind)] = node.ino
+        self._index(node.tree, node.kind)[key] = node.ino
 
     def unlink_name(self, node: Inode, key: bytes) -> None:
         """One name of node is gone; the inode is unlinked when it was its last."""
-        node.names.discard(key)
-        k = (node.tree.ident, key, node.kind)
-        if self._by_path.get(k) == node.ino:
-            del self._by_path[k]
+        if node._names:
+            node._names.discard(key)
+        self._unindex(node.tree, key, node.kind, node.ino)
         if key == node.key:
-            if node.names:
-                node.key = min(node.names)
-                node.names.discard(node.key)
+            if node._names:
+                node.key = min(node._names)
+                node._names.discard(node.key)
+                node.names = node._names
             else:
+                node.names = None
                 self.unlink(node)
+        elif not node._names:
+            node.names = None
 
     def forget(self, ino: int, n: int) -> None:
         node = self._by_ino.get(ino)
@@ -140,29 +272,35 @@ class InodeTable:
             return
         node.lookups = max(0, node.lookups - n)
         self.maybe_drop(node)
+        if node.ino not in self._by_ino:
+            self._shrink()
+
+    def _shrink(self) -> None:
+        """Give back the memory of forgotten inodes: a dict keeps its size when emptied,
+        so one at a quarter of its peak is copied (amortized: a copy per 3/4 removed)."""
+        n = len(self._by_ino)
+        if n * 4 < self._peak and self._peak > 4096:
+            self._by_ino = dict(self._by_ino)
+            self._paths = {k: dict(d) for k, d in self._paths.items()}
+            self._peak = n
 
     def maybe_drop(self, node: Inode) -> None:
         if node.lookups > 0 or node.opens > 0 or node.pinned:
             return
         self._by_ino.pop(node.ino, None)
+        self._entries.pop(node.ino, None)
         self._detach(node)
         if node.group and node.tree is not None:
-            self._by_group.pop((node.tree.ident, node.group), None)
-        if node.tree is not None:
-            s = self._by_tree.get(node.tree.ident)
-            if s is not None:
-                s.discard(node.ino)
-                if not s:
-                    del self._by_tree[node.tree.ident]
+            k = (node.tree.ident, node.group)
+            if self._by_group.get(k) == node.ino:
+                del self._by_group[k]
 
     def _detach(self, node: Inode) -> None:
         if node.tree is None:
             return
-        for key in (node.key, *node.names):
-            k = (node.tree.ident, key, node.kind)
-            if self._by_path.get(k) == node.ino:
-                del self._by_path[k]
-        node.names.clear()
+        for key in (node.key, *node.other_names()):
+            self._unindex(node.tree, key, node.kind, node.ino)
+        node.names = None
         if node.group and self._by_group.get((node.tree.ident, node.group)) == node.ino:
             if node.ino not in self._by_ino:  # dropped (an unlinked one stays findable)
                 del self._by_group[(node.tree.ident, node.group)]
@@ -173,6 +311,37 @@ class InodeTable:
         node.linked = False
         self.maybe_drop(node)
 
+    # -- entries last seen ----------------------------------------------------------------
+
+    def remember(self, node: Inode, entry, seen: Optional[float]) -> None:
+        """Keep the entry last seen for an inode (``seen``: when; None: not current)."""
+        entries = self._entries
+        entries.pop(node.ino, None)  # the newest last
+        entries[node.ino] = (entry, seen)
+        if len(entries) > self.max_entries:
+            self._evict()
+
+    def _evict(self) -> None:
+        entries = self._entries
+        for _ in range(len(entries) - self.max_entries + 64):
+            ino = next(iter(entries))
+            kept = entries.pop(ino)
+            node = self._by_ino.get(ino)
+            if node is not None and node.opens > 0:
+                entries[ino] = kept  # an open inode keeps what it was (see operations)
+            if len(entries) <= self.max_entries:
+                return
+
+    def remembered(self, node: Inode) -> Optional[tuple]:
+        """(entry, seen) last remembered for the inode, or None."""
+        return self._entries.get(node.ino)
+
+    def outdate(self, node: Inode) -> None:
+        """The remembered entry of the inode is no longer current (kept for open files)."""
+        hit = self._entries.get(node.ino)
+        if hit is not None:
+            self._entries[node.ino] = (hit[0], None)
+
     def rekey(self, tree: Tree, old: bytes, new: bytes, parent: int, name: bytes) -> None:
         """A rename of old -> new inside tree: move that inode and everything below it."""
         below = old + b"/"
@@ -181,33 +350,42 @@ class InodeTable:
             return k == old or k.startswith(below)
 
         moved = []
-        for ino in list(self._by_tree.get(tree.ident, ())):
-            node = self._by_ino[ino]
-            if node.linked and (hit(node.key) or any(hit(k) for k in node.names)):
+        for node in self.tree_inodes(tree.ident):
+            if node.linked and (hit(node.key) or any(hit(k) for k in node.other_names())):
                 moved.append(node)
         for node in moved:
-            for k in (node.key, *node.names):
-                if hit(k) and self._by_path.get((tree.ident, k, node.kind)) == node.ino:
-                    del self._by_path[(tree.ident, k, node.kind)]
+            for k in (node.key, *node.other_names()):
+                if hit(k):
+                    self._unindex(tree, k, node.kind, node.ino)
         for node in moved:
-            keys = [new + k[len(old):] if hit(k) else k for k in (node.key, *node.names)]
-            if hit(node.key) and node.key == old:
-                node.parent, node.name = parent, name
+            keys = [new + k[len(old):] if hit(k) else k for k in (node.key, *node.other_names())]
+            at_old = hit(node.key) and node.key == old
             node.key, node.names = keys[0], set(keys[1:])
+            if at_old:
+                node.parent, node.name = parent, name
             for key in keys:
-                k = (tree.ident, key, node.kind)
-                prev = self._by_path.get(k)
+                index = self._index(tree, node.kind)
+                prev = index.get(key)
                 if prev is not None and prev != node.ino:
                     other = self._by_ino.get(prev)
                     if other is not None:
                         self.unlink_name(other, key)
-                self._by_path[k] = node.ino
+                    index = self._index(tree, node.kind)
+                index[key] = node.ino
 
     def tree_inodes(self, ident: tuple) -> list[Inode]:
-        return [self._by_ino[i] for i in self._by_tree.get(ident, ()) if i in self._by_ino]
+        """The linked inodes of a tree (each once)."""
+        out: dict[int, Inode] = {}
+        for (t, _kind), d in list(self._paths.items()):
+            if t == ident:
+                for ino in d.values():
+                    node = self._by_ino.get(ino)
+                    if node is not None:
+                        out[ino] = node
+        return list(out.values())
 
     def trees(self) -> Iterator[tuple]:
-        return iter(list(self._by_tree))
+        return iter(list(dict.fromkeys(t for t, _kind in self._paths)))
 
     def all(self) -> list[Inode]:
         return list(self._by_ino.values())

@@ -56,6 +56,7 @@ BLKSIZE = 128 * 1024
 PID_XATTR = b"user.gravfs.pid"
 EXIT_REPORT_XATTR = b"user.gravfs.exit_report"  # where the daemon lists files it could not stage
 COMMIT_XATTR = b"user.gravfs.commit"
+INODES_XATTR = b"user.gravfs.inodes"  # the inode table's record counts (JSON), on the root
 XATTR_NAMESPACES = (b"user.", b"trusted.", b"security.")
 MAX_FOREIGN_LOGGED = 10_000  # keys other writers made, each logged once
 
@@ -264,7 +265,7 @@ class GravfsOperations(pyfuse3.Operations):
         tree = node.tree
         if tree is None or not tree.writable:
             raise fail(errno.EROFS)
-        if node.extra.get("foreign"):  # see _remember
+        if node.foreign:  # see _remember
             raise fail(errno.EPERM)
         return tree
 
@@ -393,12 +394,13 @@ class GravfsOperations(pyfuse3.Operations):
         """Current entry of a tree inode (None: implied directory or tree root)."""
         if node.tree is None or node.key == b"":
             return None
-        if node.tree.immutable and "entry" in node.extra:
-            return node.extra["entry"]
+        seen = self.inodes.remembered(node)
+        if node.tree.immutable and seen is not None:
+            return seen[0]
         n = await self._stat(node.tree, node.key)
         if n is None or n.kind != node.kind:
-            if node.opens and "entry" in node.extra:
-                return node.extra["entry"]  # still open: what it was
+            if node.opens and seen is not None:
+                return seen[0]  # still open: what it was
             raise fail(errno.ENOENT)
         self._remember(node, n)
         return n.entry
@@ -408,23 +410,22 @@ class GravfsOperations(pyfuse3.Operations):
         # at or under a name another writer made: shown escaped, and read-only (a write
         # would stage the escaped name as a new key beside it)
         own = n.key[:-1] if n.kind == "dir" and n.key.endswith(b"/") else n.key
-        node.extra["foreign"] = own != node.key
+        node.foreign = own != node.key
 
-    @staticmethod
-    def _remember_entry(node: Inode, entry: Optional[EntryInfo]) -> None:
-        """Keep the entry last seen for an inode (and when: branch entries age)."""
-        node.extra["entry"] = entry
-        node.extra["seen"] = time.monotonic()
+    def _remember_entry(self, node: Inode, entry: Optional[EntryInfo]) -> None:
+        """Keep the entry last seen for an inode (and when: branch entries age), in the
+        inode table's bounded cache."""
+        self.inodes.remember(node, entry, time.monotonic())
 
     def _recent_entry(self, node: Inode) -> tuple[bool, Optional[EntryInfo]]:
         """(known, entry) when the entry was seen within the branch attribute timeout."""
-        seen = node.extra.get("seen")
-        if seen is None or "entry" not in node.extra:
+        hit = self.inodes.remembered(node)
+        if hit is None or hit[1] is None:
             return False, None
         if node.tree is not None and node.tree.immutable:
-            return True, node.extra["entry"]
-        if time.monotonic() - seen < self.settings.attr_timeout:
-            return True, node.extra["entry"]
+            return True, hit[0]
+        if time.monotonic() - hit[1] < self.settings.attr_timeout:
+            return True, hit[0]
         return False, None
 
     # -- lookup / forget / getattr --------------------------------------------------------
@@ -880,7 +881,7 @@ class GravfsOperations(pyfuse3.Operations):
         writing = acc in (os.O_WRONLY, os.O_RDWR)
         if writing and not node.tree.writable:
             raise fail(errno.EROFS)
-        if writing and node.extra.get("foreign"):  # see _remember
+        if writing and node.foreign:  # see _remember
             raise fail(errno.EPERM)
         of = self.open_files.get(node.ino)
         entry = of.entry if of is not None else None
@@ -1471,6 +1472,8 @@ class GravfsOperations(pyfuse3.Operations):
             return str(os.getpid()).encode()
         if name == EXIT_REPORT_XATTR and inode == ROOT and self.exit_report:
             return os.fsencode(self.exit_report)
+        if name == INODES_XATTR and inode == ROOT:
+            return json.dumps(self.inodes.counts(), sort_keys=True).encode()
         if name == COMMIT_XATTR and node.tree is not None and node.key == b"":
             if node.tree.kind == "branch":
                 return (await self.run(self.repo.head, node.tree.name, True)).encode()

@@ -33,7 +33,7 @@ import time
 from typing import Iterable, Optional
 
 MISSING = object()  # "not cached" (None is a cached "no such path")
-MAX_ENTRIES = 500_000
+MAX_ENTRIES = 32_768  # stat results per branch (oldest quarter evicted when full): bounded memory
 MAX_LOG = 20_000  # own transactions remembered
 MAX_REPLAY = 4096  # a cached version further behind than this is dropped, not replayed
 
@@ -129,6 +129,7 @@ class BranchStatCache:
         self._versions: dict[str, tuple] = {}
         self._nodes: dict[str, dict[bytes, object]] = {}
         self._complete: dict[str, dict[bytes, set]] = {}  # branch -> dir key -> child names
+        self._listed: dict[str, int] = {}  # names filed in _complete (about)
         self.hits = self.misses = self.advances = 0
 
     def version(self, branch: str, blocking: bool) -> Optional[tuple]:
@@ -228,15 +229,21 @@ class BranchStatCache:
         if not self._at(branch, version):
             return
         nodes = self._nodes[branch]
-        if len(nodes) >= self.max_entries:
-            nodes.clear()
-            self._complete[branch] = {}
+        if len(nodes) >= self.max_entries:  # evict the oldest quarter, give the memory back
+            keep = list(nodes.items())[self.max_entries // 4:]
+            nodes = self._nodes[branch] = dict(keep)
         nodes[key] = node
 
     def put_listing(self, branch: str, version: tuple, key: bytes, names: set) -> None:
         """Every name in directory ``key`` (listed whole at version)."""
         if self._at(branch, version):
-            self._complete[branch][key] = set(names)
+            complete = self._complete[branch]
+            complete[key] = set(names)
+            listed = self._listed[branch] = self._listed.get(branch, 0) + len(names)
+            if listed > self.max_entries:  # about: forget the oldest half of the directories
+                for k in list(complete)[:max(1, len(complete) // 2)]:
+                    del complete[k]
+                self._listed[branch] = sum(map(len, complete.values()))
 
     def drop(self, branch: Optional[str] = None) -> None:
         if branch is None:

@@ -112,7 +112,7 @@ class Watcher:
     async def invalidate_tree(self, tree) -> None:
         nodes = self.ops.inodes.tree_inodes(tree.ident)
         for n in nodes:
-            n.extra.pop("seen", None)  # remembered entries are no longer current
+            self.ops.inodes.outdate(n)  # remembered entries are no longer current
         targets = [(n.ino, n.parent, n.name, n.key) for n in nodes]
         await trio.to_thread.run_sync(_invalidate, targets, limiter=self.limiter)
 

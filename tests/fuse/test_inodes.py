@@ -1,0 +1,95 @@
+"""The inode table forgets what the kernel forgets (issue 15: daemon memory per inode).
+
+Counts the table's records, never timing: after FORGET brings an inode's lookup
+count to zero, nothing of it may stay (inode, path index, link group,
+remembered entry), including hard-linked and renamed inodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from gravfs.fuse.inodes import FIRST_DYNAMIC, InodeTable
+from gravfs.fuse.trees import Tree
+from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
+from tests.fuse_util import wait_for
+
+EMPTY = {"inodes": 0, "paths": 0, "path_dicts": 0, "groups": 0, "entries": 0}
+
+
+def _forget_all(table: InodeTable) -> None:
+    for node in table.all():
+        if node.ino >= FIRST_DYNAMIC:
+            table.forget(node.ino, node.lookups)
+
+
+def test_forget_drops_every_record():
+    table = InodeTable(max_entries=50)
+    tree = Tree("branch", "main", writable=True)
+    d = table.ensure(tree, b"d", "dir", 1, b"d")
+    d.lookups += 1
+    for i in range(200):
+        n = table.ensure(tree, b"d/f%03d" % i, "file", d.ino, b"f%03d" % i)
+        n.lookups += 2  # the kernel may forget in several FORGETs
+        table.remember(n, None, 1.0)
+    a = table.ensure(tree, b"d/a", "file", d.ino, b"a", group="g1")
+    a.lookups += 1
+    b = table.ensure(tree, b"e", "file", 1, b"e", group="g1")  # a second name: same inode
+    assert b is a and a.names == {b"e"}
+    b.lookups += 1
+    table.rekey(tree, b"d", b"x", 1, b"x")  # moves the directory and what is below it
+    assert table.find(tree, b"x/f007", "file").name == b"f007"
+    assert table.counts()["entries"] <= 50  # remembered entries are bounded
+    for node in table.all():
+        if node.kind == "file" and node.ino != a.ino:
+            table.forget(node.ino, 1)
+    assert table.counts()["inodes"] == 202  # one lookup left on each
+    _forget_all(table)
+    assert table.counts() == EMPTY
+
+
+def test_open_inode_outlives_forget_then_goes():
+    table = InodeTable()
+    tree = Tree("branch", "main", writable=True)
+    n = table.ensure(tree, b"f", "file", 1, b"f")
+    n.lookups, n.opens = 1, 1
+    table.remember(n, None, 1.0)
+    table.forget(n.ino, 1)
+    assert table.get(n.ino) is n and table.remembered(n) is not None
+    n.opens = 0
+    table.maybe_drop(n)
+    assert table.counts() == EMPTY
+
+
+def _counts(m) -> dict:
+    return json.loads(os.getxattr(m.mnt, "user.gravfs.inodes"))
+
+
+def test_mount_forgets_inodes_the_kernel_drops(gravfs_mount):
+    m = gravfs_mount
+    top = os.path.join(m.mnt, "branches", "main")
+    for d in range(4):
+        os.mkdir(os.path.join(top, "p%d" % d))
+        for i in range(50):
+            with open(os.path.join(top, "p%d" % d, "f%02d" % i), "wb") as f:
+                f.write(b"x")
+    os.link(os.path.join(top, "p0", "f00"), os.path.join(top, "p1", "hard"))
+    m.umount()
+    m.remount()  # the kernel starts from nothing
+    base = _counts(m)
+    assert base["inodes"] < 10
+    seen = 0
+    for root, dirs, files in os.walk(top):
+        for name in dirs + files:
+            os.lstat(os.path.join(root, name))
+            seen += 1
+    assert seen == 205
+    assert _counts(m)["inodes"] >= 204
+    with open("/proc/sys/vm/drop_caches", "w") as f:  # the kernel forgets unused inodes
+        f.write("2")
+    # the tree root stays known (the kernel keeps branches/main); everything below goes
+    assert wait_for(lambda: _counts(m)["inodes"] <= base["inodes"] + 2, timeout=30), _counts(m)
+    c = _counts(m)
+    assert c["paths"] <= c["inodes"] and c["groups"] == 0, c
+    assert c["entries"] <= c["inodes"], c
