@@ -238,46 +238,44 @@ def _mark_and_report_in(spark, repo, run: _Run, res: GcResult, rules, cutoff: fl
 
     # the mark cache: parts of earlier runs, then the ranges none covers, read once
     old_parts = [i.key for i in repo.store.list_info(gctasks.CACHE_PREFIX)]
-    cached = _cache_rdd(sc, url, old_parts, kept_b).persist(StorageLevel.MEMORY_AND_DISK)
-    facts = cached.filter(lambda x: x[0] != "address").collect()
+    facts = (sc.parallelize(old_parts, max(1, min(len(old_parts), 4 * par)))
+             .mapPartitions(lambda it: gctasks.cache_facts(url, it, kept_b.value))
+             .collect()) if old_parts else []
     covered = {x for kind, x in facts if kind == "covered"}
     live_parts = {x for kind, x in facts if kind == "part"}
+    del facts
     to_read = sorted(kept_ranges - covered)
     res.ranges_read = len(to_read)
-    addresses = cached.filter(lambda x: x[0] == "address").map(lambda x: (x[1],))
     if to_read:
         nparts = max(1, min(4 * par, (len(to_read) + 7) // 8))
         run_id = run.id
         out = (sc.parallelize(to_read, nparts)
                .mapPartitionsWithIndex(lambda i, it: gctasks.read_ranges(url, run_id, i, it))
                .collect())
-        new_parts = [k for k, _n, _rows, _missing in out if k]
-        live_parts.update(new_parts)
-        fresh = _cache_rdd(sc, url, new_parts, kept_b)
-        addresses = addresses.union(fresh.filter(lambda x: x[0] == "address")
-                                    .map(lambda x: (x[1],)))
+        live_parts.update(k for k, _n, _rows, _missing in out if k)
     res.seconds["mark"] = round(time.monotonic() - clock, 3)
 
-    # the live set, as (address) rows
+    # the live set, as address rows: Arrow batches from the cache parts (never Python rows)
     clock = time.monotonic()
-    extra = ([(a,) for a in staged]
-             + [(METARANGES_PREFIX + m,) for m in metaranges if m not in missing_mr]
-             + [(RANGES_PREFIX + r,) for r in kept_ranges])
-    live = addresses.toDF("address: string")
+    parts = sorted(live_parts)
+    addresses = (_names_df(spark, parts, "key")
+                 .mapInArrow(lambda it: gctasks.cache_address_batches(url, it, kept_b.value),
+                             "address: string"))
+    extra = (list(staged) + [METARANGES_PREFIX + m for m in metaranges if m not in missing_mr]
+             + [RANGES_PREFIX + r for r in kept_ranges])
+    live = addresses
     if extra:
-        live = live.unionByName(spark.createDataFrame(extra, "address: string"))
+        live = live.unionByName(_names_df(spark, extra, "address", 1))
     live = live.distinct()
 
     prefixes = gctasks.LIST_PREFIXES
-    listed = (sc.parallelize(prefixes, min(len(prefixes), 4 * par))
-              .mapPartitions(lambda it: gctasks.list_objects(url, it))
-              .toDF("address: string, size: long, mtime: double, kind: string"))
+    listed = (_names_df(spark, prefixes, "prefix", min(len(prefixes), 4 * par))
+              .mapInArrow(lambda it: gctasks.list_batches(url, it), gctasks.LISTING_DDL))
     cache_listing = [(i.key, i.size, i.mtime, "mark-cache")
                      for i in repo.store.list_info(gctasks.CACHE_PREFIX)
                      if i.key not in live_parts]
     if cache_listing:
-        listed = listed.unionByName(spark.createDataFrame(
-            cache_listing, "address: string, size: long, mtime: double, kind: string"))
+        listed = listed.unionByName(spark.createDataFrame(cache_listing, gctasks.LISTING_DDL))
     # one join, kept for the counts and the report
     listed = (listed.join(live.withColumn("live", F.lit(True)), "address", "left")
               .persist(StorageLevel.MEMORY_AND_DISK))
@@ -300,12 +298,13 @@ def _mark_and_report_in(spark, repo, run: _Run, res: GcResult, rules, cutoff: fl
     expired = dead.where(F.col("mtime") < cutoff).withColumn("slice", slice_)
     nreport = max(1, min(64, 2 * par))
     run_id = run.id
-    written = (expired.repartition(nreport, "slice").select("address", "size", "kind").rdd
-               .mapPartitionsWithIndex(lambda i, it: gctasks.write_report(url, run_id, i, it))
+    written = (expired.repartition(nreport, "slice").select("address", "size", "kind")
+               .mapInArrow(lambda it: gctasks.write_report_batches(url, run_id, it),
+                           "key: string, stats: string")
                .collect())
-    for key, stats in written:
+    for key, stats_json in written:
         res.report_parts.append(key)
-        for kind, (n, b) in stats.items():
+        for kind, (n, b) in json.loads(stats_json).items():
             k = res.expired_by_kind.setdefault(kind, [0, 0])
             k[0] += n
             k[1] += b
@@ -313,7 +312,6 @@ def _mark_and_report_in(spark, repo, run: _Run, res: GcResult, rules, cutoff: fl
             res.expired_bytes += b
     res.report_parts.sort()
     listed.unpersist()
-    cached.unpersist()
     kept_b.unpersist()
     res.seconds["report"] = round(time.monotonic() - clock, 3)
     kept = {c for c, m in sel.kept.items() if m not in missing_mr}
@@ -325,12 +323,13 @@ def _mark_and_report_in(spark, repo, run: _Run, res: GcResult, rules, cutoff: fl
     return kept
 
 
-def _cache_rdd(sc, url: str, keys: list[str], kept_b):
-    """What the mark-cache parts ``keys`` say about the kept ranges (gctasks.cache_rows)."""
-    if not keys:
-        return sc.parallelize([], 1)
-    return (sc.parallelize(keys, max(1, min(len(keys), 4 * sc.defaultParallelism)))
-            .mapPartitions(lambda it: gctasks.cache_rows(url, it, kept_b.value)))
+def _names_df(spark, names: list[str], column: str, partitions: int = 0):
+    """A one-column string DataFrame of ``names`` built from an Arrow table (no
+    Python rows), in ``partitions`` partitions (default: a few a core)."""
+    import pyarrow as pa
+    n = partitions or max(1, min(len(names), 4 * spark.sparkContext.defaultParallelism))
+    df = spark.createDataFrame(pa.table({column: pa.array(names, pa.string())}))
+    return df.repartition(max(1, n)) if len(names) > 1 else df
 
 
 def _staging_known(repo) -> tuple[set[str], set[str]]:

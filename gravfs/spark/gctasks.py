@@ -141,9 +141,9 @@ def _parquet_bytes(columns: dict[str, list], schema) -> bytes:
     return buf.getvalue()
 
 
-def _read_parquet(store, key: str):
+def _read_parquet(store, key: str, columns: Optional[list[str]] = None):
     import pyarrow.parquet as pq
-    return pq.read_table(io.BytesIO(store.get(key)))
+    return pq.read_table(io.BytesIO(store.get(key)), columns=columns)
 
 
 def cache_schema():
@@ -173,50 +173,89 @@ def read_ranges(store_url: str, run_id: str, index: int, range_ids: Iterable[str
     yield key, n, len(ranges), missing
 
 
-def cache_rows(store_url: str, keys: Iterable[str], kept) -> Iterator[tuple[str, str]]:
+def cache_facts(store_url: str, keys: Iterable[str], kept) -> Iterator[tuple[str, str]]:
     """What mark-cache parts say about the kept ranges (``kept``: a set of range ids):
-    ("address", a) for each object they hold, ("covered", range id) for each kept
-    range a part holds, and ("part", key) for each part holding a kept range. A part
-    gone meanwhile says nothing."""
+    ("covered", range id) for each kept range a part holds and ("part", key) for each
+    part holding one. Reads only the range column. A part gone meanwhile says nothing."""
     import pyarrow.compute as pc
     store = task_store(store_url).store
     for key in keys:
         try:
-            t = _read_parquet(store, key)
+            ranges = _read_parquet(store, key, ["range"]).column("range")
         except NotFoundError:
             continue
-        ranges = t.column("range")
-        mask = pc.is_in(ranges, value_set=_kept_array(kept))
-        t = t.filter(mask)
-        if not t.num_rows:
+        ranges = ranges.filter(pc.is_in(ranges, value_set=_kept_array(kept)))
+        if not len(ranges):
             continue
         yield "part", key
-        for r in set(t.column("range").to_pylist()):
+        for r in pc.unique(ranges).to_pylist():
             yield "covered", r
-        for a in t.column("address").to_pylist():
-            if a:
-                yield "address", a
 
 
-_kept_cache: dict[int, object] = {}
+def cache_address_batches(store_url: str, batches, kept):
+    """mapInArrow: batches of mark-cache part keys -> batches of the addresses (one
+    column) the parts hold for kept ranges, as Arrow all the way to the JVM (a live
+    set of millions is never a Python row)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    store = task_store(store_url).store
+    value_set = None
+    for batch in batches:
+        for key in batch.column(0).to_pylist():
+            try:
+                t = _read_parquet(store, key)
+            except NotFoundError:
+                continue
+            if value_set is None:
+                value_set = _kept_array(kept)
+            mask = pc.and_(pc.is_in(t.column("range"), value_set=value_set),
+                           pc.not_equal(t.column("address"), ""))
+            col = t.column("address").filter(mask)
+            for chunk in col.chunks:
+                if len(chunk):
+                    yield pa.RecordBatch.from_arrays([chunk], ["address"])
+
+
+_kept_cache: list = [None, None]  # [the kept set, its Arrow array]
 
 
 def _kept_array(kept):
-    """The kept range ids as an Arrow array (built once per broadcast set per process)."""
+    """The kept range ids as an Arrow array, built once per broadcast set per process.
+    The set itself is held (compared by identity): an id() alone could be reused by
+    the next run's set once this one is freed."""
     import pyarrow as pa
-    arr = _kept_cache.get(id(kept))
-    if arr is None:
-        _kept_cache.clear()
-        arr = _kept_cache[id(kept)] = pa.array(sorted(kept), pa.string())
-    return arr
+    if _kept_cache[0] is not kept:
+        _kept_cache[:] = [kept, pa.array(sorted(kept), pa.string())]
+    return _kept_cache[1]
 
 
-def list_objects(store_url: str, prefixes: Iterable[str]) -> Iterator[tuple[str, int, float, str]]:
-    """(key, size, last-modified, kind) of everything under the prefixes."""
+def listing_schema():
+    import pyarrow as pa
+    return pa.schema([("address", pa.string()), ("size", pa.int64()), ("mtime", pa.float64()),
+                      ("kind", pa.string())])
+
+
+LISTING_DDL = "address: string, size: long, mtime: double, kind: string"
+
+
+def list_batches(store_url: str, batches):
+    """mapInArrow: batches of prefixes -> batches of (address, size, mtime, kind) of
+    everything under them, one batch a prefix."""
+    import pyarrow as pa
     store = task_store(store_url).store
-    for prefix in prefixes:
-        for info in store.list_info(prefix):
-            yield info.key, info.size, info.mtime, kind_of(info.key)
+    schema = listing_schema()
+    for batch in batches:
+        for prefix in batch.column(0).to_pylist():
+            keys, sizes, mtimes = [], [], []
+            for info in store.list_info(prefix):
+                keys.append(info.key)
+                sizes.append(info.size)
+                mtimes.append(info.mtime)
+            if keys:
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(keys, pa.string()), pa.array(sizes, pa.int64()),
+                     pa.array(mtimes, pa.float64()),
+                     pa.array([kind_of(k) for k in keys], pa.string())], schema=schema)
 
 
 # --- report and sweep --------------------------------------------------------------------
@@ -232,23 +271,30 @@ def report_key(run_id: str, index: int) -> str:
     return f"{run_prefix(run_id)}report/part-{index:05d}.parquet"
 
 
-def write_report(store_url: str, run_id: str, index: int, rows: Iterable[tuple]
-                 ) -> Iterator[tuple[str, dict[str, list[int]]]]:
-    """Write one report part of (address, size, kind) rows; yields (key, {kind: [n, bytes]})."""
-    cols: dict[str, list] = {"address": [], "size": [], "kind": [], "why": []}
-    stats: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for address, size, kind in rows:
-        cols["address"].append(address)
-        cols["size"].append(size)
-        cols["kind"].append(kind)
-        cols["why"].append(WHY.get(kind, "unreferenced"))
-        stats[kind][0] += 1
-        stats[kind][1] += size
-    if not cols["address"]:
+def write_report_batches(store_url: str, run_id: str, batches):
+    """mapInArrow: one partition's (address, size, kind) batches -> one report part
+    (named by the partition) and one row (key, stats as JSON {kind: [n, bytes]})."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark import TaskContext
+    tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
+    if not tables:
         return
-    key = report_key(run_id, index)
-    task_store(store_url).store.put(key, _parquet_bytes(cols, report_schema()))
-    yield key, dict(stats)
+    t = pa.concat_tables(tables)
+    why = pa.array([WHY.get(k, "unreferenced") for k in t.column("kind").to_pylist()],
+                   pa.string())
+    t = pa.table({"address": t.column("address"), "size": t.column("size"),
+                  "kind": t.column("kind"), "why": why}, schema=report_schema())
+    stats = {}
+    for row in t.group_by("kind").aggregate([("size", "count"), ("size", "sum")]).to_pylist():
+        stats[row["kind"]] = [int(row["size_count"]), int(row["size_sum"] or 0)]
+    key = report_key(run_id, TaskContext.get().partitionId())
+    buf = io.BytesIO()
+    pq.write_table(t, buf, compression="zstd")
+    task_store(store_url).store.put(key, buf.getvalue())
+    yield pa.RecordBatch.from_pydict({"key": [key], "stats": [json.dumps(stats)]})
 
 
 def report_addresses(store_url: str, keys: Iterable[str]) -> Iterator[tuple[str, int, str]]:
@@ -285,8 +331,8 @@ def sweep_report(store_url: str, keys: Iterable[str], cutoff_s: float,
         if address not in protect:
             by_prefix[listing_prefix(address)][address] = size
     lease = sweep_lease()
-    # data first, trees after (within a task), a few prefixes at a time: each is a
-    # listing and a delete request or a few, mostly waiting on the store
+    # data first, trees after (within a task); listings and full delete requests on
+    # threads (they mostly wait on the store)
     order = sorted(by_prefix, key=lambda p: (p.startswith(GC_PREFIX),
                                              p.startswith(METARANGES_PREFIX),
                                              p.startswith(RANGES_PREFIX), p))
@@ -295,37 +341,79 @@ def sweep_report(store_url: str, keys: Iterable[str], cutoff_s: float,
         groups[(p.startswith(GC_PREFIX), p.startswith(METARANGES_PREFIX),
                 p.startswith(RANGES_PREFIX))].append(p)
     totals = [0, 0, 0]
-    with ThreadPoolExecutor(SWEEP_THREADS) as pool:
-        for _kind, prefixes in sorted(groups.items()):
-            for got in pool.map(lambda p: _sweep_prefix(store, p, by_prefix[p], cutoff_s, lease),
-                                prefixes):
-                totals = [a + b for a, b in zip(totals, got)]
+    for _kind, prefixes in sorted(groups.items()):
+        got = _sweep_prefixes(store, prefixes, by_prefix, cutoff_s, lease)
+        totals = [a + b for a, b in zip(totals, got)]
     if totals[0]:
         log.info("swept %d object(s), %d bytes", totals[0], totals[1])
     yield tuple(totals)
 
 
-def _sweep_prefix(store, prefix: str, wanted: dict[str, int], cutoff_s: float,
-                  lease: float) -> tuple[int, int, int]:
-    """Delete the wanted keys under one prefix that a fresh listing shows older than
-    the cutoff; (deleted, bytes, kept because refreshed)."""
+def _sweep_prefixes(store, prefixes: list[str], by_prefix: dict[str, dict[str, int]],
+                    cutoff_s: float, lease: float) -> tuple[int, int, int]:
+    """Delete the wanted keys under ``prefixes`` that a fresh listing shows older than
+    the cutoff; (deleted, bytes, kept because refreshed).
+
+    The prefixes are listed SWEEP_THREADS at a time; their victims, across prefixes,
+    go out in full batches of DELETE_BATCH on other threads meanwhile (a batch is
+    also sent short once its oldest listing is 0.4 of the lease old). A batch is
+    sent only while its oldest listing is younger than 0.8 of the lease; one too
+    late goes back to be listed again."""
     deleted = nbytes = refreshed = 0
-    todo = sorted(wanted)
-    while todo:
-        listed_at = time.monotonic()
-        fresh = {i.key: i.mtime for i in store.list_info(prefix) if i.key in wanted}
-        victims = [k for k in todo if k in fresh and fresh[k] < cutoff_s]
-        refreshed += sum(1 for k in todo if k in fresh and fresh[k] >= cutoff_s)
-        todo = []
-        for i in range(0, len(victims), DELETE_BATCH):
-            if time.monotonic() - listed_at > 0.8 * lease:
-                todo = victims[i:]  # listing too old to act on: list again
-                break
-            batch = victims[i:i + DELETE_BATCH]
-            store.delete_many(batch)
-            deleted += len(batch)
-            nbytes += sum(wanted[k] for k in batch)
+    todo = {p: by_prefix[p] for p in prefixes if by_prefix[p]}
+    with ThreadPoolExecutor(SWEEP_THREADS) as listers, \
+            ThreadPoolExecutor(SWEEP_THREADS) as deleters:
+        while todo:
+            buf: list[tuple[str, str, float]] = []  # (prefix, key, listed at)
+            sends = []
+
+            def flush() -> None:
+                batch = buf[:DELETE_BATCH]
+                del buf[:DELETE_BATCH]
+                oldest = min(t for _p, _k, t in batch)
+                sends.append((batch, deleters.submit(
+                    _delete_within, store, [k for _p, k, _t in batch], oldest, lease)))
+
+            for p, listed_at, fresh in listers.map(
+                    lambda p: _fresh_mtimes(store, p, todo[p]), list(todo)):
+                for k in sorted(todo[p]):
+                    if k not in fresh:
+                        continue  # gone already
+                    if fresh[k] < cutoff_s:
+                        buf.append((p, k, listed_at))
+                    else:
+                        refreshed += 1
+                while len(buf) >= DELETE_BATCH or (
+                        buf and time.monotonic() - buf[0][2] > 0.4 * lease):
+                    flush()
+            while buf:
+                flush()
+            late: dict[str, dict[str, int]] = defaultdict(dict)
+            for batch, fut in sends:
+                ok = fut.result()
+                for p, k, _t in batch:
+                    if ok:
+                        deleted += 1
+                        nbytes += todo[p][k]
+                    else:  # listing too old to act on: list that prefix again
+                        late[p][k] = todo[p][k]
+            todo = late
     return deleted, nbytes, refreshed
+
+
+def _fresh_mtimes(store, prefix: str, wanted: dict[str, int]
+                  ) -> tuple[str, float, dict[str, float]]:
+    """(prefix, when the listing started, {wanted key: last-modified} as listed)."""
+    started = time.monotonic()
+    return prefix, started, {i.key: i.mtime for i in store.list_info(prefix) if i.key in wanted}
+
+
+def _delete_within(store, keys: list[str], listed_at: float, lease: float) -> bool:
+    """Delete ``keys`` if the listing they come from is still within the lease."""
+    if time.monotonic() - listed_at > 0.8 * lease:
+        return False
+    store.delete_many(keys)
+    return True
 
 
 def check_no_protected(store_url: str, keys: Iterable[str], protect: frozenset
