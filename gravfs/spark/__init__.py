@@ -1,7 +1,8 @@
 """gravfs's Spark pipelines (PySpark): the runtime and the jobs, also a Python API.
 
 ``import_tree(spark, repo_or_store_url, src, branch, prefix, message)`` imports
-a local or shared directory tree; ``entries(spark, store, ref)`` and
+a local or shared directory tree (``import_s3``: an S3 prefix, ``import_manifest``:
+an inventory manifest; ``by_reference=True``: zero-copy); ``entries(spark, store, ref)`` and
 ``diff(spark, store, a, b)`` are a commit's entries and two refs' difference as
 DataFrames; ``check_export``/``run_export`` copy a commit's files out;
 ``start_session`` starts the SparkSession the
@@ -15,6 +16,8 @@ import importlib
 
 _NAMES = {
     "import_tree": "gravfs.spark.importer",
+    "import_s3": "gravfs.spark.importer",
+    "import_manifest": "gravfs.spark.importer",
     "SparkImportResult": "gravfs.spark.importer",
     "start_session": "gravfs.spark.runtime",
     "gc": "gravfs.spark.gc",
