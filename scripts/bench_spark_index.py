@@ -94,7 +94,6 @@ def make_repo(base: str, entries: int, commits: int, change: int, seed: int = 1)
         _record(_key(i), i.to_bytes(8, "big")) for i in range(entries))
     t_initial = time.monotonic() - t0
     clock = root.time_ns
-    gen = root.generation
 
     def commit(mr, parents, msg):
         nonlocal clock

@@ -19,13 +19,19 @@ a query never opens more than MAX_RUNS files per table.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
+import shutil
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Optional
+
+import pyarrow as pa
 
 from gravfs.errors import CorruptDataError, GravfsError, PreconditionFailedError
 from gravfs.provenance import manifest as manifests
@@ -69,7 +75,6 @@ def _ranges(store_url: str) -> RangeStore:
 def metarange_rows(store_url: str):
     """mapInArrow: (commit_id, metarange) -> ranges_in_commits rows (range_id, commit_id)."""
     def run(batches):
-        import pyarrow as pa
         rs = _ranges(store_url)
         for b in batches:
             rids, cids = [], []
@@ -87,8 +92,6 @@ def range_rows(store_url: str):
     """mapInArrow: range_id -> one row per record (path, range_id, identity, address or
     null when the entry has no content: directories, symlinks)."""
     def run(batches):
-        import pyarrow as pa
-
         from gravfs.version.committed.messages import Entry
         from gravfs.version.committed.record import decode_value
         parse = Entry.FromString  # only the address: 6x cheaper than fs.entry.decode_entry
@@ -117,10 +120,6 @@ def range_rows(store_url: str):
 def write_partition_files(store_url: str, table: str, run_id: str):
     """mapInArrow: a sorted partition -> its Parquet files in the store; one row per file."""
     def run(batches):
-        import os
-        import tempfile
-
-        import pyarrow as pa
         from pyspark import TaskContext
         ts = task_store(store_url)
         ctx = TaskContext.get()
@@ -135,8 +134,7 @@ def write_partition_files(store_url: str, table: str, run_id: str):
     return run
 
 
-def _file_schema():
-    import pyarrow as pa
+def _file_schema() -> pa.Schema:
     return pa.schema([("key", pa.string()), ("sidecar", pa.string()), ("rows", pa.int64()),
                       ("bytes", pa.int64()), ("min", pa.string()), ("max", pa.string())])
 
@@ -176,9 +174,6 @@ def _write_table(spark, df, table: str, run_id: str, store_url: str, rows: int,
 
 def _write_local(repo, table: str, data, run_id: str) -> list[FileInfo]:
     """Write a small table from the driver."""
-    import os
-    import shutil
-    import tempfile
     tmp = tempfile.mkdtemp(prefix="index-", dir=repo.workspace.tmp)
     try:
         return [upload_file(repo.store, table, run_id, w)
@@ -187,10 +182,7 @@ def _write_local(repo, table: str, data, run_id: str) -> list[FileInfo]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _commits_table(commits):
-    import json
-
-    import pyarrow as pa
+def _commits_table(commits) -> pa.Table:
     return pa.table({
         "id": pa.array([bytes.fromhex(c.id) for c in commits], pa.binary()),
         "parents": pa.array([[bytes.fromhex(p) for p in c.parents] for c in commits],
@@ -303,7 +295,6 @@ def build_index(spark, repo, full: bool = False, plan: Optional[IndexPlan] = Non
         ric.unpersist()
         if entries is not None:
             entries.unpersist()
-    import pyarrow as pa
     written[COMMITS] = _write_local(repo, COMMITS, _commits_table(commits), run_id)
     rows[COMMITS] = len(commits)
     if new_ranges:
