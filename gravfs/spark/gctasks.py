@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Iterator, Optional
 
 from gravfs.data import sparse
-from gravfs.errors import NotFoundError
+from gravfs.errors import GravfsError, NotFoundError
 from gravfs.fs.entry import ADDRESS_FULL, KIND_FILE, decode_entry
 from gravfs.spark.taskstore import task_store
 from gravfs.store.base import sweep_lease
@@ -204,8 +204,9 @@ def cache_address_batches(store_url: str, batches, kept):
         for key in batch.column(0).to_pylist():
             try:
                 t = _read_parquet(store, key)
-            except NotFoundError:
-                continue
+            except NotFoundError:  # counted as covering kept ranges: the mark cannot go on
+                raise GravfsError(f"mark-cache part {key} was deleted during the mark "
+                                  "(by another gc run?); run gravfs spark gc again") from None
             if value_set is None:
                 value_set = _kept_array(kept)
             mask = pc.and_(pc.is_in(t.column("range"), value_set=value_set),

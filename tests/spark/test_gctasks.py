@@ -48,3 +48,17 @@ def test_sweep_fills_delete_requests_across_prefixes(store):
     assert got == (2500, 2500, 0)
     assert sorted(rec.deletes) == [500, 1000, 1000]  # was one request per prefix (~10 keys)
     assert {i.key for i in store.list_info("data/")} == set(live)
+
+
+def test_a_cache_part_gone_between_the_mark_passes_fails_the_mark(tmp_path):
+    """The first pass counted the part as covering kept ranges; skipping it in the
+    address pass would leave its objects out of the live set (reported dead)."""
+    import pyarrow as pa
+
+    from gravfs.errors import GravfsError
+    from gravfs.fs.repository import Repository
+    url = str(tmp_path / "store")
+    Repository.init(url, str(tmp_path / "state")).close()
+    keys = pa.RecordBatch.from_pydict({"key": [gctasks.CACHE_PREFIX + "gone.parquet"]})
+    with pytest.raises(GravfsError, match="deleted during the mark"):
+        list(gctasks.cache_address_batches(url, iter([keys]), {"r1"}))
