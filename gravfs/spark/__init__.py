@@ -5,6 +5,7 @@ a local or shared directory tree (``import_s3``: an S3 prefix, ``import_manifest
 an inventory manifest; ``by_reference=True``: zero-copy); ``entries(spark, store, ref)`` and
 ``diff(spark, store, a, b)`` are a commit's entries and two refs' difference as
 DataFrames; ``check_export``/``run_export`` copy a commit's files out;
+``build_index(spark, repo, full=False)`` builds or extends the provenance index;
 ``start_session`` starts the SparkSession the
 CLI uses (a session of your own on a cluster needs ``runtime.ship_package``). Names are loaded on first use, so the CLI's parser (which registers
 ``gravfs spark``) loads nothing of the jobs, and pyspark only when a job runs.
@@ -28,6 +29,8 @@ _NAMES = {
     "diff": "gravfs.spark.treediff",
     "check_export": "gravfs.spark.export",
     "run_export": "gravfs.spark.export",
+    "build_index": "gravfs.spark.index",
+    "IndexResult": "gravfs.spark.index",
 }
 
 __all__ = sorted(_NAMES)
