@@ -384,6 +384,10 @@ class InodeTable:
                         out[ino] = node
         return list(out.values())
 
+    def knows_tree(self, ident: tuple) -> bool:
+        """Has the tree any linked inode (without listing them)?"""
+        return any(t == ident for t, _kind in self._paths)
+
     def trees(self) -> Iterator[tuple]:
         return iter(list(dict.fromkeys(t for t, _kind in self._paths)))
 

@@ -78,7 +78,7 @@ class Watcher:
         ops = self.ops
         self.rounds += 1
         branches = [t for t in list(ops.trees.values())
-                    if t.kind == "branch" and ops.inodes.tree_inodes(t.ident)]
+                    if t.kind == "branch" and ops.inodes.knows_tree(t.ident)]
         names = [t.name for t in branches]
 
         def look():
