@@ -47,7 +47,7 @@ def _wait_for(pred, what: str, proc, timeout: float = 180.0) -> None:
 
 @pytest.mark.parametrize("stage,fault,reached", [
     # executors are uploading contents (each process lets 10 uploads through, then hangs)
-    ("uploading", f"op=upload,key=data/*,after=10,{HANG}",
+    ("uploading", f"op=upload|put,key=data/*,after=10,{HANG}",
      lambda store, before: _count(store, "data") >= 10),
     # tasks are writing ranges; the driver's metarange write will hang
     ("writing ranges", f"op=put_file_if_absent,key=_gravfs/metaranges/*,{HANG}",

@@ -118,7 +118,7 @@ def test_task_failing_after_retries(env):
     head = _head(store, state)
     rc, out, err = run_cli("spark", "import", src, "main", "--master", "local[2]", *SPARK_CONF,
                            store=store, state=state, check=False,
-                           GRAVFS_STORE_FAULT="op=upload,key=data/*,mode=fail")
+                           GRAVFS_STORE_FAULT="op=upload|put,key=data/*,mode=fail")
     assert rc != 0
     line = _one_line(err)
     assert line.startswith(f"gravfs: importing {src} failed: "), line
