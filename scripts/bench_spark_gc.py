@@ -141,6 +141,9 @@ def sweep_run(spark, server, dead: int, threads: int) -> dict:
         list(pool.map(put, range(dead), chunksize=256))
     put_s = time.monotonic() - t
     repo.close()
+    # the store's last-modified has whole seconds: objects put in the second the run
+    # starts would count as young (kept); let that second pass
+    time.sleep(1.5)
     t = time.monotonic()
     r = gc(spark, url, state_dir=state, min_age=0)
     total = time.monotonic() - t
@@ -148,6 +151,7 @@ def sweep_run(spark, server, dead: int, threads: int) -> dict:
     shutil.rmtree(state, ignore_errors=True)
     return {"dead_objects": dead, "put_seconds": round(put_s, 1),
             "deleted": r.deleted_objects, "sweep_seconds": sweep_s,
+            "expired": r.expired_objects, "young": r.young_objects,
             "deleted_per_s": round(r.deleted_objects / sweep_s) if sweep_s else None,
             "run_seconds": round(total, 1), "phases": r.seconds}
 
