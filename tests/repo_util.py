@@ -19,6 +19,11 @@ def small_settings() -> RepoSettings:
     return RepoSettings.new(**SMALL_RANGES)
 
 
+def head_metarange(repo: Repository, branch: str) -> str:
+    """The metarange of the branch's head as the store has it now (not a cached head)."""
+    return repo.commits.get(repo.head(branch, fresh=True)).metarange
+
+
 @pytest.fixture(params=["local", "s3"])
 def store_target(request, tmp_path):
     """A fresh, empty store: a local directory, or a unique prefix on SeaweedFS."""

@@ -9,11 +9,9 @@ import random
 import pytest
 
 from gravfs.fs.importer import import_tree as local_import
-from gravfs.fs.repository import Repository
 from gravfs.spark import diff
 from gravfs.spark.treediff import plan, plan_segments
 from gravfs.version.committed.reader import MetaRange, RangeInfo
-from tests.repo_util import small_settings
 from tests.spark.test_import import make_tree
 from tests.spark.test_runtime import run_cli
 
@@ -53,14 +51,6 @@ def _change_tree(repo, rnd: random.Random, branch: str) -> None:
     repo.symlink(branch, "new/link", "f0")
     repo.mkdir(branch, "new/empty")
     repo.commit(branch, "changes")
-
-
-@pytest.fixture
-def repo(tmp_path):
-    r = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"),
-                        settings=small_settings())
-    yield r
-    r.close()
 
 
 def test_diff_equals_gravfs_diff(spark, repo, tmp_path):

@@ -46,14 +46,6 @@ def rows_of(df) -> dict[str, tuple]:
             for r in df.collect()}
 
 
-@pytest.fixture
-def repo(tmp_path):
-    r = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"),
-                        settings=small_settings())
-    yield r
-    r.close()
-
-
 def test_entries_equal_ls_one_task_per_range(spark, repo, tmp_path):
     src = str(tmp_path / "src")
     os.makedirs(src)

@@ -15,9 +15,8 @@ import pytest
 from gravfs.errors import GravfsError, NotFoundError
 from gravfs.fs.entry import ADDRESS_FULL
 from gravfs.fs.importer import import_tree as local_import
-from gravfs.fs.repository import Repository
 from gravfs.spark import import_tree
-from tests.repo_util import small_settings
+from tests.repo_util import head_metarange
 
 pytestmark = pytest.mark.spark
 
@@ -55,17 +54,6 @@ def tree(tmp_path_factory):
     return root, make_tree(root)
 
 
-@pytest.fixture
-def repo(tmp_path):
-    r = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"), settings=small_settings())
-    yield r
-    r.close()
-
-
-def _mr(repo, branch: str) -> str:
-    return repo.commits.get(repo.head(branch, fresh=True)).metarange
-
-
 @pytest.mark.parametrize("partitions", [2, 3, 7])
 def test_same_metarange_as_single_process_import(spark, repo, tree, partitions):
     src, n = tree
@@ -75,8 +63,8 @@ def test_same_metarange_as_single_process_import(spark, repo, tree, partitions):
     res = import_tree(spark, repo, src, "spark", partitions=partitions)
     assert res.files == n
     assert res.ranges > 40  # many ranges, so many seams
-    assert _mr(repo, "spark") == _mr(repo, "single")
-    assert list(repo.committed.diff(_mr(repo, "single"), _mr(repo, "spark"))) == []
+    assert head_metarange(repo, "spark") == head_metarange(repo, "single")
+    assert list(repo.committed.diff(head_metarange(repo, "single"), head_metarange(repo, "spark"))) == []
     assert res.commit.metadata["import_source"] == os.path.abspath(src)
     # the contents were uploaded: read one back through the data plane
     e = repo.stat("spark", "part=004/h1/part-00003.bin").entry
@@ -99,8 +87,8 @@ def test_into_prefix_over_existing_content(spark, repo, tree):
     repo.create_branch("spark", "main")
     local_import(repo, src, "single", "data/x", progress=False)
     import_tree(spark, repo, src, "spark", "data/x", partitions=3)
-    assert _mr(repo, "spark") == _mr(repo, "single")
-    mr = _mr(repo, "spark")
+    assert head_metarange(repo, "spark") == head_metarange(repo, "single")
+    mr = head_metarange(repo, "spark")
     under = [r.key for r in repo.committed.iter(mr, b"data/x/") if r.key.startswith(b"data/x/")]
     assert len(under) == n
     assert repo.committed.get(mr, b"data/x/only-in-other") is None
@@ -187,5 +175,5 @@ def test_names_that_are_not_utf8(spark, repo, tmp_path):
     local_import(repo, str(src), "single", progress=False)
     res = import_tree(spark, repo, str(src), "main", partitions=2)
     assert res.files == 4
-    assert _mr(repo, "main") == _mr(repo, "single")
-    assert repo.committed.get(_mr(repo, "main"), b"caf\xe9/r\xe9sum\xe9.txt") is not None
+    assert head_metarange(repo, "main") == head_metarange(repo, "single")
+    assert repo.committed.get(head_metarange(repo, "main"), b"caf\xe9/r\xe9sum\xe9.txt") is not None

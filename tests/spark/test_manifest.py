@@ -24,7 +24,7 @@ from gravfs.fs.repository import Repository
 from gravfs.spark.importer import import_manifest, import_s3
 from gravfs.spark.runtime import SparkJobError
 from tests.fuse_util import s3_env
-from tests.repo_util import small_settings
+from tests.repo_util import head_metarange, small_settings
 from tests.spark.test_runtime import SPARK_CONF, run_cli
 from tests.spark.test_s3source import put_objects, s3spark  # noqa: F401 (fixture)
 
@@ -79,18 +79,6 @@ def lake(s3spark, s3_server, tmp_path_factory):
     return prefix, want, rows, d
 
 
-@pytest.fixture
-def repo(tmp_path):
-    r = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"),
-                        settings=small_settings())
-    yield r
-    r.close()
-
-
-def _mr(repo, branch: str) -> str:
-    return repo.commits.get(repo.head(branch, fresh=True)).metarange
-
-
 def test_csv_and_parquet_by_reference_equal_the_prefix_import(s3spark, s3_server, lake, repo):
     prefix, want, rows, d = lake
     half = len(rows) // 2
@@ -111,7 +99,7 @@ def test_csv_and_parquet_by_reference_equal_the_prefix_import(s3spark, s3_server
         res = import_manifest(s3spark, repo, src, branch, "x", columns=cols, key_prefix=prefix,
                               partitions=3)
         assert res.files == len(want), branch
-        assert _mr(repo, branch) == _mr(repo, "prefix"), branch
+        assert head_metarange(repo, branch) == head_metarange(repo, "prefix"), branch
     e = repo.stat("csv", "x/caf\u00e9 r\u00e9sum\u00e9+plus.txt").entry  # decoded from the CSV
     assert e.address == f"s3://{s3_server.bucket}/{prefix}caf\u00e9 r\u00e9sum\u00e9+plus.txt"
 
@@ -137,7 +125,7 @@ def test_manifest_json_copy_mode_equals_prefix_copy(s3spark, s3_server, lake, re
     res = import_manifest(s3spark, repo, f"s3://{s3_server.bucket}/{inv}manifest.json", "main",
                           key_prefix=prefix, by_reference=False, partitions=2)
     assert res.files == len(want)
-    assert _mr(repo, "main") == _mr(repo, "prefix")
+    assert head_metarange(repo, "main") == head_metarange(repo, "prefix")
     e = repo.stat("main", "top.txt").entry
     assert repo.data.read(e.address) == want["top.txt"]
 
@@ -226,6 +214,6 @@ def test_killed_by_reference_import_commits_nothing_and_reruns(s3_server, lake, 
         run_cli("spark", "import", src, branch, "--by-reference", "--master", "local[2]",
                 *SPARK_CONF, store=store, state=state, **s3)
     with Repository.open(store, state) as repo:
-        assert _mr(repo, "main") == _mr(repo, "whole")
+        assert head_metarange(repo, "main") == head_metarange(repo, "whole")
     rc, out, err = run_cli("fsck", "-q", store=store, state=state, check=False, **s3)
     assert rc == 0, out + err

@@ -17,11 +17,10 @@ import pytest
 from gravfs.errors import GravfsError
 from gravfs.fs.entry import ADDRESS_FULL, ADDRESS_RELATIVE
 from gravfs.fs.importer import import_tree as local_import
-from gravfs.fs.repository import Repository
 from gravfs.spark.importer import import_s3
 from gravfs.spark.s3source import _ns
 from tests.fuse_util import s3_env
-from tests.repo_util import small_settings
+from tests.repo_util import head_metarange
 from tests.spark.test_runtime import SPARK_CONF, run_cli
 
 pytestmark = pytest.mark.spark
@@ -90,18 +89,6 @@ def objects(s3spark, s3_server):
     return prefix, put_objects(s3_server, prefix)
 
 
-@pytest.fixture
-def repo(tmp_path):
-    r = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"),
-                        settings=small_settings())
-    yield r
-    r.close()
-
-
-def _mr(repo, branch: str) -> str:
-    return repo.commits.get(repo.head(branch, fresh=True)).metarange
-
-
 def test_copy_import_equals_gravfs_import_of_the_downloaded_prefix(s3spark, s3_server, objects,
                                                                     repo, tmp_path):
     prefix, want = objects
@@ -113,7 +100,7 @@ def test_copy_import_equals_gravfs_import_of_the_downloaded_prefix(s3spark, s3_s
     res = import_s3(s3spark, repo, url, "main", "in", partitions=3)
     assert res.files == len(want)
     assert res.ranges > 10
-    assert _mr(repo, "main") == _mr(repo, "single")
+    assert head_metarange(repo, "main") == head_metarange(repo, "single")
     for rel in ("top.txt", "caf\u00e9 r\u00e9sum\u00e9+plus.txt", "date=2026-01-03/h1/part-00004.json"):
         e = repo.stat("main", f"in/{rel}").entry
         assert e.address_type == ADDRESS_RELATIVE
@@ -139,7 +126,7 @@ def test_by_reference_entries_carry_the_objects(s3spark, s3_server, objects, rep
         assert e.e_tag == head["ETag"].strip('"') and '"' not in e.e_tag
         assert e.mtime_ns == _ns(head["LastModified"])
     # folder objects are skipped
-    assert repo.committed.get(_mr(repo, "main"), b"date=2026-01-01/folder/") is None
+    assert repo.committed.get(head_metarange(repo, "main"), b"date=2026-01-01/folder/") is None
 
 
 def test_s3_prefix_bad_input_commits_nothing(s3spark, s3_server, repo, objects):
