@@ -45,10 +45,16 @@ SWEEP_FENCE = "_gravfs/gc/sweeping"
 REFRESH_AGE = 3600.0
 
 
+#: The shortest lease: a sweep sends a batch only within 0.8 of the lease after its
+#: listing, so a lease near 0 would have it list again forever and never delete.
+MIN_LEASE = 1.0
+
+
 def sweep_lease() -> float:
-    """Seconds a sweep may act on a listing (``GRAVFS_GC_LEASE``, default 30)."""
+    """Seconds a sweep may act on a listing (``GRAVFS_GC_LEASE``, default 30, at least
+    MIN_LEASE)."""
     try:
-        return max(0.0, float(os.environ.get("GRAVFS_GC_LEASE", "") or 30.0))
+        return max(MIN_LEASE, float(os.environ.get("GRAVFS_GC_LEASE", "") or 30.0))
     except ValueError:
         return 30.0
 

@@ -99,3 +99,11 @@ def test_claim_during_a_sweep_waits_the_lease_and_sees_the_delete(tmp_path, monk
     _age(s, "data/aa/obj", 2 * DAY)
     assert s.put_if_absent("data/aa/obj", b"content") is True  # written again
     assert s.get("data/aa/obj") == b"content"
+
+
+def test_a_lease_below_the_minimum_is_raised_to_it(monkeypatch):
+    """A lease of 0 made the sweep list its prefixes again forever, never deleting."""
+    monkeypatch.setenv("GRAVFS_GC_LEASE", "0")
+    assert base.sweep_lease() == base.MIN_LEASE
+    monkeypatch.setenv("GRAVFS_GC_LEASE", "45")
+    assert base.sweep_lease() == 45.0
