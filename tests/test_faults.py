@@ -343,7 +343,7 @@ STORE_CASES = [
     # put: the data object, the head, the tree read for placement checks
     ("put", PUT, "op=upload,key=data/*"),
     ("put", PUT, "op=upload,key=data/*,when=after"),
-    ("put", PUT, "op=size,key=data/*"),
+    ("put", PUT, "op=stat,key=data/*"),  # the dedup check (store.claim_existing)
     ("put", PUT, "op=read_versioned,key=_gravfs/refs/*"),
     ("put", PUT, "op=download,key=_gravfs/metaranges/*"),
     ("put", PUT, "op=upload,key=data/*,mode=hang,secs=1"),
@@ -407,7 +407,8 @@ def test_bad_store_fault_setting_is_one_clear_line(tmp_path):
     assert p.returncode == 1
     assert p.stderr == ("gravfs: bad GRAVFS_STORE_FAULT 'op=frobnicate': unknown op 'frobnicate' "
                         "(one of get, get_range, download, size, read_versioned, list, put, upload, "
-                        "put_if_absent, put_file_if_absent, cas, delete, read, write, *)\n")
+                        "put_if_absent, put_file_if_absent, cas, delete, stat, touch, delete_many, "
+                        "read, write, *)\n")
 
 
 def test_faulty_store_rules(tmp_path, monkeypatch):
@@ -466,6 +467,9 @@ def test_every_store_call_can_fail(tmp_path):
         "put_file_if_absent": lambda s: s.put_file_if_absent("k/d", str(src)),
         "cas": lambda s: s.compare_and_swap("k/a", inner.read_versioned("k/a")[1], b"a2"),
         "delete": lambda s: s.delete("k/a"),
+        "stat": lambda s: s.stat("k/a"),
+        "touch": lambda s: s.touch("k/a"),
+        "delete_many": lambda s: s.delete_many(["k/gone"]),
     }
     assert set(calls) == set(faulty.STORE_OPS)
     for op, call in calls.items():
@@ -473,7 +477,7 @@ def test_every_store_call_can_fail(tmp_path):
         with pytest.raises(StoreUnavailableError, match=f"{op} k/"):
             call(store)
         for other in set(calls) - {op}:  # the rule touches no other call
-            if other not in ("delete", "cas"):
+            if other not in ("delete", "cas", "delete_many"):
                 calls[other](store)
     assert inner.get("k/a") == b"a"  # no failed write went through
 
