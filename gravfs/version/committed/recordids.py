@@ -23,6 +23,8 @@ import logging
 import os
 import threading
 
+from gravfs.store.modes import PRIVATE_FILE, make_dir
+
 log = logging.getLogger(__name__)
 
 DEFAULT_BYTES = 1 << 30
@@ -63,8 +65,8 @@ class RecordIDs:
         path = self._path(range_id)
         tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(tmp, "wb") as f:
+            make_dir(os.path.dirname(path))  # private, as all of the state dir
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE), "wb") as f:
                 f.write(data)
             os.replace(tmp, path)
         except OSError as e:
