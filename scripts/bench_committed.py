@@ -55,7 +55,6 @@ import struct
 import sys
 import tempfile
 import time
-from bisect import bisect_left
 from multiprocessing import get_context
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

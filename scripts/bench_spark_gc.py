@@ -108,7 +108,7 @@ def mark_runs(spark, store: str, state: str, commits: int) -> list[dict]:
     from gravfs.store import open_store
     s = open_store(store)
     out = []
-    for label, days, cold in ((f"mark, 100 commits (cold)", 100, True),
+    for label, days, cold in (("mark, 100 commits (cold)", 100, True),
                               (f"mark, {commits} commits (cold)", commits, True),
                               (f"mark, {commits} commits, unchanged (warm)", commits, False)):
         save_rules(s, RetentionRules(days))

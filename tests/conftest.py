@@ -1,7 +1,6 @@
 """Shared fixtures. Heavy real components (SeaweedFS, FUSE, Spark) live in their own plugin modules."""
 
 import os
-import sys
 
 import pytest
 

@@ -231,7 +231,6 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
         return code
 
     import pyfuse3
-    import trio
 
     from gravfs.fuse.operations import GravfsOperations
     from gravfs.fs.repository import Repository

@@ -11,7 +11,6 @@ without being read (``copy_range``).
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import logging
 import os
