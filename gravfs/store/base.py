@@ -166,9 +166,9 @@ class ObjectStore(abc.ABC):
 
     # --- metadata, batch delete and reuse (garbage collection) -------------------
 
+    @abc.abstractmethod
     def stat(self, key: str) -> ObjectInfo | None:
         """Size and last-modified of ``key``; None when missing."""
-        raise NotImplementedError(f"{type(self).__name__} has no stat")
 
     def list_info(self, prefix: str = "") -> Iterator[ObjectInfo]:
         """Every object whose key starts with ``prefix``, with its size and
@@ -178,9 +178,9 @@ class ObjectStore(abc.ABC):
             if info is not None:
                 yield info
 
+    @abc.abstractmethod
     def touch(self, key: str) -> bool:
         """Set the object's last-modified to now; False when it is missing."""
-        raise NotImplementedError(f"{type(self).__name__} has no touch")
 
     def delete_many(self, keys: list[str]) -> int:
         """Delete ``keys`` (missing ones are not errors) in as few requests as the
