@@ -1,6 +1,7 @@
 """The inode table: (tree, key, kind) <-> inode number, with kernel lookup counts.
 
-Inode numbers are never reused within a mount, so generation numbers stay 0.
+Inode numbers are never reused within a mount for another file, so generation
+numbers stay 0.
 A file and a directory at the same key get different inodes (the kernel must
 never see an inode change type). An inode lives while the kernel holds a
 lookup on it or a handle is open; renames re-key it (and everything below a
@@ -10,6 +11,13 @@ a new file at that name gets a fresh inode.
 Hard links: the names of one link group (gravfs.fs.entry.EntryInfo.link_group)
 share one inode, found by (tree, group); ``key`` is one of its names (the one
 staging and stat use), ``names`` the others, each mapped to the inode too.
+A group's inode number is stable while the daemon runs, even after the kernel
+forgets it: tools that find hard links by st_ino (tar, rsync -H, du) may see
+one name before a FORGET and the other after it. A group first looked up gets a
+number derived from (tree, group) in a range counters never reach; a group made
+by a link through the mount keeps its first name's number, noted for the
+newest LINKED_HERE groups (bounded memory; an older one gets its derived number
+after a FORGET).
 
 Memory: a traversal makes the kernel know millions of inodes, so an inode is
 small (slots; its name is the tail of its key unless it differs; no per-inode
@@ -25,6 +33,7 @@ import logging
 from typing import Iterator, Optional
 
 import pyfuse3
+import xxhash
 
 from gravfs.fuse.trees import Tree
 
@@ -32,6 +41,8 @@ log = logging.getLogger(__name__)
 
 ROOT = pyfuse3.ROOT_INODE
 FIRST_DYNAMIC = 16
+GROUP_INOS = 1 << 62  # link groups' derived numbers: [2**62, 2**63)
+LINKED_HERE = 1 << 16  # link groups made through the mount whose numbers are noted
 MAX_ENTRIES = 4096  # remembered entries (attributes last seen), over all inodes
 LINKED, PINNED, FOREIGN = 1, 2, 4  # Inode._flags
 
@@ -163,6 +174,7 @@ class InodeTable:
         self._by_ino: dict[int, Inode] = {}
         self._paths: dict[tuple, dict[bytes, int]] = {}  # (tree ident, kind) -> key -> ino
         self._by_group: dict[tuple, int] = {}
+        self._linked_here: dict[tuple, int] = {}  # (tree, group) -> number, links made here
         self._entries: dict[int, tuple] = {}  # ino -> (entry, seen or None); bounded
         self.max_entries = max_entries
         self._peak = 0  # most inodes known since the indexes were last compacted
@@ -175,6 +187,7 @@ class InodeTable:
         """How many records each index holds (tests check FORGET leaves none behind)."""
         return {"inodes": len(self._by_ino), "paths": sum(map(len, self._paths.values())),
                 "path_dicts": len(self._paths), "groups": len(self._by_group),
+                "linked_here": len(self._linked_here),
                 "entries": len(self._entries)}
 
     def get(self, ino: int) -> Optional[Inode]:
@@ -231,8 +244,10 @@ class InodeTable:
         if node is not None:
             node.parent, node.name = parent, name
             return node
-        ino = self._next
-        self._next += 1
+        ino = self._group_ino(tree, group) if group else None
+        if ino is None:
+            ino = self._next
+            self._next += 1
         node = Inode(ino, tree, key, kind, parent, name, group=group)
         self._by_ino[ino] = node
         if len(self._by_ino) > self._peak:
@@ -242,11 +257,23 @@ class InodeTable:
             self._by_group[(tree.ident, group)] = ino
         return node
 
+    def _group_ino(self, tree: Tree, group: str) -> Optional[int]:
+        """The stable number of a link group's inode; None when another inode has it
+        (a hash collision: the group then gets a fresh number)."""
+        k = (tree.ident, group)
+        ino = self._linked_here.get(k) or _derived_ino(k)
+        return None if ino in self._by_ino else ino
+
     def add_name(self, node: Inode, key: bytes, group: str) -> None:
         """A hard link made through the mount: key is one more name of node."""
         if not node.group:
+            k = (node.tree.ident, group)
             node.group = group
-            self._by_group[(node.tree.ident, group)] = node.ino
+            self._by_group[k] = node.ino
+            if node.ino != _derived_ino(k):
+                self._linked_here[k] = node.ino
+                if len(self._linked_here) > LINKED_HERE:
+                    del self._linked_here[next(iter(self._linked_here))]
         node.names.add(key)
         self._index(node.tree, node.kind)[key] = node.ino
 
@@ -393,3 +420,7 @@ class InodeTable:
 
     def all(self) -> list[Inode]:
         return list(self._by_ino.values())
+
+
+def _derived_ino(k: tuple) -> int:
+    return GROUP_INOS | xxhash.xxh3_64_intdigest(repr(k).encode()) & (GROUP_INOS - 1)

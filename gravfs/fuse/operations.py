@@ -405,12 +405,13 @@ class GravfsOperations(pyfuse3.Operations):
         self._remember(node, n)
         return n.entry
 
-    def _remember(self, node: Inode, n: Node) -> None:
+    def _remember(self, node: Inode, n: Node, key: Optional[bytes] = None) -> None:
+        """``key``: the name n was found at (a hard-linked inode has several)."""
         self._remember_entry(node, n.entry)
         # at or under a name another writer made: shown escaped, and read-only (a write
         # would stage the escaped name as a new key beside it)
         own = n.key[:-1] if n.kind == "dir" and n.key.endswith(b"/") else n.key
-        node.foreign = own != node.key
+        node.foreign = own != (node.key if key is None else key)
 
     def _remember_entry(self, node: Inode, entry: Optional[EntryInfo]) -> None:
         """Keep the entry last seen for an inode (and when: branch entries age), in the
@@ -462,7 +463,7 @@ class GravfsOperations(pyfuse3.Operations):
         if n is None:
             raise fail(errno.ENOENT)
         node = self.inodes.ensure(tree, key, n.kind, parent.ino, name, _group(n))
-        self._remember(node, n)
+        self._remember(node, n, key)
         return node, n.entry
 
     async def _lookup_virtual(self, parent: Inode, name: bytes) -> tuple[Inode, None]:
@@ -582,9 +583,9 @@ class GravfsOperations(pyfuse3.Operations):
                 if n.foreign is not None and self._note_foreign(tree, n):
                     start_after = cont
                     continue
-                child = self.inodes.ensure(tree, node.child_key(name), n.kind, node.ino, name,
-                                           _group(n))
-                self._remember(child, n)
+                key = node.child_key(name)
+                child = self.inodes.ensure(tree, key, n.kind, node.ino, name, _group(n))
+                self._remember(child, n, key)
                 if not self._reply(h, token, name, child, n.entry, cont):
                     h.pending = (start_after, batch[i:], more)
                     return

@@ -15,7 +15,7 @@ from gravfs.fuse.trees import Tree
 from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
 from tests.fuse_util import wait_for
 
-EMPTY = {"inodes": 0, "paths": 0, "path_dicts": 0, "groups": 0, "entries": 0}
+EMPTY = {"inodes": 0, "paths": 0, "path_dicts": 0, "groups": 0, "linked_here": 0, "entries": 0}
 
 
 def _forget_all(table: InodeTable) -> None:
@@ -62,6 +62,31 @@ def test_open_inode_outlives_forget_then_goes():
     assert table.counts() == EMPTY
 
 
+def test_link_group_keeps_its_number_after_forget():
+    """A walk may stat one name of a group before a FORGET and another after it: the
+    numbers must match (tar, rsync -H and du find hard links by st_ino)."""
+    table = InodeTable()
+    tree = Tree("branch", "main", writable=True)
+    a = table.ensure(tree, b"a", "file", 1, b"a", group="g1")  # looked up: derived number
+    a.lookups += 1
+    first = a.ino
+    table.forget(first, 1)
+    assert table.get(first) is None
+    again = table.ensure(tree, b"b", "file", 1, b"b", group="g1")
+    assert again.ino == first
+    again.lookups += 1
+    table.forget(again.ino, 1)
+    f = table.ensure(tree, b"f", "file", 1, b"f")  # created, then linked through the mount
+    f.lookups += 1
+    table.add_name(f, b"g", "g2")
+    number = f.ino
+    table.forget(number, 1)
+    assert table.counts()["inodes"] == 0 and table.counts()["linked_here"] == 1
+    assert table.ensure(tree, b"g", "file", 1, b"g", group="g2").ino == number
+    other = Tree("commit", "c", commit=type("C", (), {"id": "c1"})())
+    assert table.ensure(other, b"a", "file", 1, b"a", group="g1").ino != first  # per tree
+
+
 def _counts(m) -> dict:
     return json.loads(os.getxattr(m.mnt, "user.gravfs.inodes"))
 
@@ -93,3 +118,32 @@ def test_mount_forgets_inodes_the_kernel_drops(gravfs_mount):
     c = _counts(m)
     assert c["paths"] <= c["inodes"] and c["groups"] == 0, c
     assert c["entries"] <= c["inodes"], c
+
+
+def test_mount_link_group_number_survives_forget(gravfs_mount):
+    """Each name of a hard-linked file is stat'ed after the kernel forgot the inode:
+    one number throughout, for a link made through this daemon and after a remount."""
+    m = gravfs_mount
+    top = os.path.join(m.mnt, "branches", "main")
+    os.mkdir(os.path.join(top, "d"))
+    with open(os.path.join(top, "f"), "wb") as f:
+        f.write(b"x")
+    os.link(os.path.join(top, "f"), os.path.join(top, "d", "g"))
+
+    def numbers() -> set:
+        seen = set()
+        for name in ("f", "d/g", "f"):
+            base = _counts(m)["inodes"]
+            seen.add(os.lstat(os.path.join(top, name)).st_ino)
+            with open("/proc/sys/vm/drop_caches", "w") as f:  # the kernel forgets it
+                f.write("2")
+            assert wait_for(lambda: _counts(m)["inodes"] <= base, timeout=30), _counts(m)
+        return seen
+
+    linked_here = numbers()
+    assert len(linked_here) == 1, linked_here
+    m.umount()
+    m.remount()
+    looked_up = numbers()
+    assert len(looked_up) == 1, looked_up
+    assert os.lstat(os.path.join(top, "d", "g")).st_nlink == 2

@@ -96,13 +96,16 @@ class MountModel(RuleBasedStateMachine):
         os.makedirs(self.model)
         self.last_commit = None
         self.committed = None
+        self.steps: list[str] = []  # this example's steps, for a failure that does not replay
 
     def both(self, fn, path, *args, path2=None, **kw):
         a = (os.path.join(self.model, path),) + ((os.path.join(self.model, path2),) if path2 else ())
         b = (os.path.join(self.root, path),) + ((os.path.join(self.root, path2),) if path2 else ())
         want = outcome(lambda *x: fn(*x, **kw), *a, *args)
         got = outcome(lambda *x: fn(*x, **kw), *b, *args)
-        assert got == want, f"{fn.__name__}{(path, path2) + args}{kw}: mount {got}, local {want}"
+        step = f"{fn.__name__}{(path, path2) + args}{kw}"
+        self.steps.append(f"{step} -> {got}")
+        assert got == want, f"{step}: mount {got}, local {want}\nsteps:\n" + "\n".join(self.steps)
         return got
 
     def special(self, p) -> bool:
@@ -215,6 +218,7 @@ class MountModel(RuleBasedStateMachine):
             c = self.repo.commit(self.branch, "model step")
         except NothingToCommitError:
             return
+        self.steps.append(f"commit -> {c.id}")
         self.last_commit = c.id
         self.committed = snapshot(self.model)
 
@@ -229,7 +233,7 @@ class MountModel(RuleBasedStateMachine):
     def same_tree(self):
         if getattr(self, "root", None) is None:
             return
-        assert snapshot(self.root) == snapshot(self.model)
+        assert snapshot(self.root) == snapshot(self.model), "steps:\n" + "\n".join(self.steps)
 
     def teardown(self):
         if getattr(self, "model", None):

@@ -236,6 +236,21 @@ def test_without_allow_other_the_mount_serves_only_its_owner(owner_mount):
     assert "PermissionError" in r.stderr
 
 
+def test_hard_link_writable_through_every_name_after_a_listing(gravfs_mount):
+    """A listing meets the inode under its second name; that name is the inode's own,
+    not one another writer made, so writes through either name stay allowed."""
+    top = os.path.join(gravfs_mount.mnt, "branches", "main")
+    open(os.path.join(top, "x"), "wb").close()
+    os.link(os.path.join(top, "x"), os.path.join(top, "y"))
+    for name in os.listdir(top):  # readdirplus: each name with its attributes
+        os.lstat(os.path.join(top, name))
+    with open(os.path.join(top, "x"), "ab") as f:
+        f.write(b"1")
+    with open(os.path.join(top, "y"), "ab") as f:
+        f.write(b"2")
+    assert _read(os.path.join(top, "x")) == b"12"
+
+
 def test_kill9_keeps_links_special_files_and_metadata(gravfs_mount):
     m = gravfs_mount
     os.mkdir(m.branch_path("d"))
