@@ -397,7 +397,7 @@ def _unlink_quiet(path: str) -> None:
 
 
 class BatchedLocalStore(LocalStore):
-    """A local store for bulk writers that opt in (``gravfs import``): each object's
+    """A local store for bulk writers that opt in: each object's
     bytes are fsynced before it is renamed into place, as always, but the fsync of
     its directory (the second fsync of every write) is left to ``publish()``, which
     syncs every directory written since in one pass (``syncfs`` of the store's file
@@ -473,8 +473,9 @@ class DeferredLocalStore(BatchedLocalStore):
     return; ``publish()`` makes every pending one durable in one pass (syncfs, else
     an fsync each), renames them into place and syncs the renames. An object is
     visible only once its bytes are durable; one never published leaves a temp file
-    (fsck removes it). For a writer that publishes when it is done, not one that
-    keeps uploading meanwhile (the renames are its own work).
+    (fsck removes it). Used by Spark tasks and ``gravfs import``; uploads may go on
+    during a publish (they wait for the next one), so a writer publishes before it
+    records the addresses whose puts have returned.
     """
 
     def __init__(self, root: str):
