@@ -134,39 +134,37 @@ def child(spec: dict) -> None:
 
 # --- jobs run in a child ---------------------------------------------------------------
 
-def job_import_tree(spark, store, state, src, partitions=None):
+def _timed_import(store, state, run) -> dict:
+    """Time one Spark import into ``main`` (run(repo) -> its result) and describe it."""
     from gravfs.fs.repository import Repository
-    from gravfs.spark import import_tree
 
     with Repository.open(store, state) as repo:
         t0 = time.monotonic()
-        res = import_tree(spark, repo, src, "main", partitions=partitions)
+        res = run(repo)
         secs = time.monotonic() - t0
     return {"entries": res.files, "seconds": secs, "metarange": res.commit.metarange,
             "ranges": res.ranges, "partitions": res.partitions}
+
+
+def job_import_tree(spark, store, state, src, partitions=None):
+    from gravfs.spark import import_tree
+
+    return _timed_import(store, state,
+                         lambda repo: import_tree(spark, repo, src, "main", partitions=partitions))
 
 
 def job_import_manifest(spark, store, state, src, partitions=None):
-    from gravfs.fs.repository import Repository
     from gravfs.spark.importer import import_manifest
 
-    with Repository.open(store, state) as repo:
-        t0 = time.monotonic()
-        res = import_manifest(spark, repo, src, "main", partitions=partitions)
-        secs = time.monotonic() - t0
-    return {"entries": res.files, "seconds": secs, "metarange": res.commit.metarange,
-            "ranges": res.ranges, "partitions": res.partitions}
+    return _timed_import(store, state, lambda repo: import_manifest(
+        spark, repo, src, "main", partitions=partitions))
 
 
 def job_import_s3(spark, store, state, url, by_reference):
-    from gravfs.fs.repository import Repository
     from gravfs.spark.importer import import_s3
 
-    with Repository.open(store, state) as repo:
-        t0 = time.monotonic()
-        res = import_s3(spark, repo, url, "main", by_reference=by_reference)
-        secs = time.monotonic() - t0
-    return {"entries": res.files, "seconds": secs, "metarange": res.commit.metarange}
+    return _timed_import(store, state, lambda repo: import_s3(
+        spark, repo, url, "main", by_reference=by_reference))
 
 
 def job_read_manifest(spark, src):

@@ -47,6 +47,9 @@ from gravfs.provenance import manifest as manifests  # noqa: E402
 from gravfs.provenance.reader import IndexReader  # noqa: E402
 from gravfs.version.refs.commits import Commit  # noqa: E402
 
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from bench_mount import drop_caches  # noqa: E402
+
 _PH = "data/00/" + "0" * 64
 _TMPL = encode_entry(EntryInfo(address=_PH, size=4096, mtime_ns=1_700_000_000 * 10**9))
 _PRE, _SUF = _TMPL.split(_PH.encode())
@@ -61,16 +64,6 @@ def _record(key: bytes, seed: bytes):
 
 def _key(i: int) -> bytes:
     return f"dir{i // FILES_PER_DIR:05d}/file{i:08d}".encode()
-
-
-def drop_caches() -> bool:
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def pct(xs: list[float], p: float) -> float:

@@ -198,6 +198,12 @@ class SeaweedServer:
         self.stop()
         raise RuntimeError(f"SeaweedFS S3 did not answer within {START_TIMEOUT}s: {last}\n{self._log_tail()}")
 
+    def ensure_running(self) -> "SeaweedServer":
+        """Start it again if a test stopped it (that must not break the next test)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        return self
+
     def stop(self) -> None:
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
@@ -237,10 +243,18 @@ def s3_server(tmp_path_factory):
 
 @pytest.fixture
 def s3_store(s3_server):
-    # A test that stopped the server must not break the next one.
-    if s3_server.proc is None or s3_server.proc.poll() is not None:
-        s3_server.start()
-    return s3_server.make_store()
+    return s3_server.ensure_running().make_store()
+
+
+@pytest.fixture
+def s3_environ(s3_server, monkeypatch):
+    """The running server, its endpoint and keys in this process's environment (for
+    code that makes its own S3 clients: the CLI, Spark's driver and workers)."""
+    from tests.fuse_util import s3_env
+
+    for k, v in s3_env(s3_server.ensure_running()).items():
+        monkeypatch.setenv(k, v)
+    return s3_server
 
 
 def pytest_collection_modifyitems(items):

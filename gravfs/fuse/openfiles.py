@@ -35,6 +35,7 @@ from gravfs.data.external import is_external, reader_for, source_of
 from gravfs.data.objects import DataObjects, hash_file
 from gravfs.data.reader import ReadState, data_missing
 from gravfs.data.sparse import SparseHandle, is_zero
+from gravfs.cleanup import unlink_quiet
 from gravfs.errors import NotFoundError
 from gravfs.fs.entry import KIND_FILE, EntryInfo
 from gravfs.fuse.inodes import Inode
@@ -125,7 +126,7 @@ class OpenFile:
                 log.debug("copied %d of %d bytes of %s for writing", copied, want, e.address)
         except BaseException:
             os.close(fd)
-            _unlink(self.path)
+            unlink_quiet(self.path)
             raise
         self.fd = fd
 
@@ -198,7 +199,7 @@ class OpenFile:
         if fd >= 0:
             self.fd = -1
             os.close(fd)
-        _unlink(self.path)
+        unlink_quiet(self.path)
 
 
 def _copy_source(data: DataObjects, entry: EntryInfo, fd: int, want: int) -> int:
@@ -225,13 +226,6 @@ def clear_suid(mode: int) -> int:
     if mode & statmod.S_IXGRP:
         mode &= ~statmod.S_ISGID
     return mode
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 class FileHandle:

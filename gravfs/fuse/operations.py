@@ -24,6 +24,7 @@ import pyfuse3
 import trio
 
 from gravfs import hashing
+from gravfs.cleanup import unlink_quiet
 from gravfs.fs.entry import (KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_DIRECTORY, KIND_FILE,
                              KIND_SYMLINK, SPECIAL_KINDS, EntryInfo, kind_of_mode)
 from gravfs.data.objects import address_of
@@ -173,7 +174,7 @@ class GravfsOperations(pyfuse3.Operations):
                 return of.path
             log.error("could not save %s to %s (%s); its content is the data object %s",
                       node.key, dest, exc, of.entry.address)
-            _unlink_quietly(dest)
+            unlink_quiet(dest)
             return f"data object {of.entry.address}"
         return dest
 
@@ -1550,13 +1551,6 @@ class GravfsOperations(pyfuse3.Operations):
         if mode & os.W_OK and (node.tree is None or not node.tree.writable):
             return node.virtual == "branches" and not self.settings.read_only
         return True
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def _group(n: Node) -> str:

@@ -32,6 +32,7 @@ from typing import Iterable, Iterator, Optional
 from urllib.parse import urlparse
 
 from gravfs.data.sparse import GRID, is_zero
+from gravfs.cleanup import unlink_quiet
 from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
 from gravfs.store.s3 import S3Store
 
@@ -214,10 +215,7 @@ class DirDest:
             os.utime(tmp, ns=(mtime_ns, mtime_ns))
             self._place(tmp, rel)
         except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+            unlink_quiet(tmp)
             raise
         return Copy(COPIED, want)
 

@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from gravfs.cleanup import unlink_quiet
 from gravfs.errors import GravfsError, NotFoundError, PreconditionFailedError
 from gravfs.faults import crash_point
 from gravfs.store import modes
@@ -180,7 +181,7 @@ class LocalStore(ObjectStore):
                     os.fsync(f.fileno())
                 st = os.fstat(f.fileno())
         except BaseException:
-            _unlink_quiet(tmp)
+            unlink_quiet(tmp)
             raise
         return tmp, st
 
@@ -197,10 +198,10 @@ class LocalStore(ObjectStore):
         try:
             os.replace(tmp, path)
         except IsADirectoryError:
-            _unlink_quiet(tmp)
+            unlink_quiet(tmp)
             raise GravfsError(f"cannot write object {path}: a directory of that name exists") from None
         except BaseException:
-            _unlink_quiet(tmp)
+            unlink_quiet(tmp)
             raise
         self._sync_dir(path)
 
@@ -228,7 +229,7 @@ class LocalStore(ObjectStore):
         except FileExistsError:
             return False
         finally:
-            _unlink_quiet(tmp)
+            unlink_quiet(tmp)
         self._sync_dir(path)
         return True
 
@@ -275,7 +276,7 @@ class LocalStore(ObjectStore):
                     f"{expected_version or '(absent)'}, found {current or '(absent)'}"
                 )
             if data is None:
-                _unlink_quiet(path)
+                unlink_quiet(path)
                 self._sync_dir(path)
                 return None
             tmp, st = self._write_temp(path, data)
@@ -388,14 +389,6 @@ def _version(data: bytes, st: os.stat_result) -> str:
     return f"{hashlib.sha256(data).hexdigest()[:32]}-{st.st_ino:x}-{st.st_mtime_ns:x}"
 
 
-def _unlink_quiet(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError as e:
-        if e.errno != errno.ENOENT:
-            log.warning("could not remove %s: %s", path, e)
-
-
 class BatchedLocalStore(LocalStore):
     """A local store for bulk writers that opt in: each object's
     bytes are fsynced before it is renamed into place, as always, but the fsync of
@@ -488,7 +481,7 @@ class DeferredLocalStore(BatchedLocalStore):
             old = self._pending.pop(path, None)
             self._pending[path] = tmp
         if old is not None:
-            _unlink_quiet(old)
+            unlink_quiet(old)
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
@@ -517,7 +510,7 @@ class DeferredLocalStore(BatchedLocalStore):
         except BaseException:
             for tmp in batch.values():
                 if os.path.exists(tmp):
-                    _unlink_quiet(tmp)
+                    unlink_quiet(tmp)
             raise
         super().publish()
         return len(batch)

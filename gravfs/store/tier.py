@@ -41,6 +41,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
+from gravfs.cleanup import unlink_quiet
 from gravfs.errors import CorruptDataError, GravfsError
 from gravfs.faults import crash_point
 from gravfs.lru import LRU
@@ -400,10 +401,7 @@ class LocalTier:
             crash_point("tier:fetched", key)
             os.rename(tmp, final)
         except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+            unlink_quiet(tmp)
             raise
         finally:
             os.close(fd)

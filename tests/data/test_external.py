@@ -80,13 +80,19 @@ def src_mtime(src: Source) -> int:
     return int(src.e_tag.split("-")[0], 16)
 
 
-def test_file_source_changed_during_a_stream_fails_at_the_next_chunk(store, tmp_path):
+def _streaming(store, tmp_path, size: int):
+    """(path, its source, a stream of it by MiB whose first chunk was read)."""
     path = str(tmp_path / "src.bin")
-    data = os.urandom(3 * MiB)
+    data = os.urandom(size)
     _write(path, data)
     src = file_source(path)
     chunks = iter_source(store, src, chunk=MiB)
     assert next(chunks) == data[:MiB]
+    return path, src, chunks
+
+
+def test_file_source_changed_during_a_stream_fails_at_the_next_chunk(store, tmp_path):
+    path, _, chunks = _streaming(store, tmp_path, 3 * MiB)
     with open(path, "r+b") as f:  # in place: the open descriptor sees the new bytes
         f.seek(MiB)
         f.write(b"\0" * MiB)
@@ -97,12 +103,7 @@ def test_file_source_changed_during_a_stream_fails_at_the_next_chunk(store, tmp_
 def test_file_renamed_over_during_a_stream_fails_at_the_next_chunk(store, tmp_path):
     """Another file at the path, even with the same size and mtime (the tag cannot tell
     them apart), is not the file being read: the rest is not read from the old one."""
-    path = str(tmp_path / "src.bin")
-    data = os.urandom(2 * MiB)
-    _write(path, data)
-    src = file_source(path)
-    chunks = iter_source(store, src, chunk=MiB)
-    assert next(chunks) == data[:MiB]
+    path, src, chunks = _streaming(store, tmp_path, 2 * MiB)
     other = str(tmp_path / "other")
     _write(other, bytes(2 * MiB))
     os.utime(other, ns=(0, src_mtime(src)))

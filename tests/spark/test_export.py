@@ -192,9 +192,7 @@ def _objects(server, url: str) -> dict[str, bytes]:
 
 @pytest.fixture
 def s3(s3_server):
-    if s3_server.proc is None or s3_server.proc.poll() is not None:
-        s3_server.start()
-    return s3_server
+    return s3_server.ensure_running()
 
 
 def export_cli(store: str, state: str, *args, **env) -> dict:

@@ -17,7 +17,6 @@ import pytest
 from gravfs.fs.fsck import fsck
 from gravfs.fs.repository import Repository
 from gravfs.version.retention import read_status
-from tests.fuse_util import s3_env
 from tests.spark.test_gc import KEPT, _all_objects, _read_everything, _referenced, build_history
 from tests.spark.test_kill import _wait_for
 from tests.spark.test_runtime import SPARK_CONF, _one_line, run_cli
@@ -33,19 +32,21 @@ def _report(repo, run_id: str) -> set[str]:
     return out
 
 
-def test_gc_on_seaweedfs(tmp_path, s3_server, monkeypatch):
-    if s3_server.proc is None or s3_server.proc.poll() is not None:
-        s3_server.start()
-    for k, v in s3_env(s3_server).items():
-        monkeypatch.setenv(k, v)
-    store = f"s3://{s3_server.bucket}/gc-{tmp_path.name}"
-    state = str(tmp_path / "state")
+def _history(store: str, state: str, tmp_path, monkeypatch) -> tuple[dict, dict, set]:
+    """build_history's commits, every object of the store, and those GC must delete."""
     ext = tmp_path / "ext"
     ext.mkdir()
     ids = build_history(store, state, str(ext), monkeypatch)
     with Repository.open(store, state) as repo:
         before = _all_objects(repo)
-        dead = set(before) - _referenced(repo, [ids[n] for n in KEPT])
+        return ids, before, set(before) - _referenced(repo, [ids[n] for n in KEPT])
+
+
+def test_gc_on_seaweedfs(tmp_path, s3_environ, monkeypatch):
+    s3_server = s3_environ
+    store = f"s3://{s3_server.bucket}/gc-{tmp_path.name}"
+    state = str(tmp_path / "state")
+    ids, before, dead = _history(store, state, tmp_path, monkeypatch)
     rc, out, err = run_cli("spark", "gc", "--min-age", "0", "--master", "local[2]", "--json",
                            *SPARK_CONF, store=store, state=state)
     res = json.loads(out)
@@ -63,12 +64,7 @@ def test_gc_on_seaweedfs(tmp_path, s3_server, monkeypatch):
 
 def test_killed_sweep_and_its_rerun(tmp_path, monkeypatch):
     store, state = str(tmp_path / "store"), str(tmp_path / "state")
-    ext = tmp_path / "ext"
-    ext.mkdir()
-    ids = build_history(store, state, str(ext), monkeypatch)
-    with Repository.open(store, state) as repo:
-        before = _all_objects(repo)
-        dead = set(before) - _referenced(repo, [ids[n] for n in KEPT])
+    ids, before, dead = _history(store, state, tmp_path, monkeypatch)
     # each executor process lets one batch delete through, then hangs
     env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state,
                GRAVFS_STORE_FAULT="op=delete_many,key=*,after=1,mode=hang,secs=300")

@@ -10,18 +10,14 @@ import pytest
 
 from gravfs.fs.repository import Repository
 from gravfs.provenance import bruteforce
-from tests.fuse_util import s3_env
 from tests.repo_util import small_settings
 from tests.spark.test_runtime import SPARK_CONF, run_cli
 
 pytestmark = pytest.mark.spark
 
 
-def test_index_on_s3_answers_as_brute_force(tmp_path, s3_server, monkeypatch):
-    if s3_server.proc is None or s3_server.proc.poll() is not None:
-        s3_server.start()
-    for k, v in s3_env(s3_server).items():
-        monkeypatch.setenv(k, v)
+def test_index_on_s3_answers_as_brute_force(tmp_path, s3_environ):
+    s3_server = s3_environ
     store = f"s3://{s3_server.bucket}/index-{tmp_path.name}"
     state = str(tmp_path / "state")
     with Repository.init(store, state, settings=small_settings()) as repo:

@@ -371,13 +371,7 @@ class TreeWriter:
         If the ranges are exactly ``base``'s, ``base`` is returned and nothing
         is written (a no-op change set).
         """
-        try:
-            self.flush()
-            self._drain()
-        except BaseException:
-            self.abort()
-            raise
-        ranges = self.out
+        ranges = self.close_ranges()
         if not ranges:
             return MetaRange(EMPTY_ID, [])
         if base is not None and len(base.ids) == len(ranges) and \
