@@ -9,7 +9,8 @@ Sections (all by default, or those ``--only`` names):
 
   import-tree  a DIRS x FILES tree of tiny files (an event table's part files):
                the single-process ``gravfs import`` against ``gravfs spark import``
-               (copy) on each master; the metarange IDs must agree.
+               (copy) on each master, and both against the floor of this machine,
+               ``cp -r`` of the tree and a sync; the metarange IDs must agree.
   manifest     an ENTRIES-row inventory manifest (Parquet, S3 Inventory's columns)
                imported by reference on each master, against the floor of this
                machine: ``write_metarange`` of the same sorted entries (encoded as
@@ -225,6 +226,10 @@ def section_import_tree(b: Bench) -> None:
     n = make_tree(src, a.dirs, a.files, a.size)
     b.note("tree", {"files": n, "dirs": a.dirs, "bytes_each": a.size,
                     "made_s": round(time.monotonic() - t0, 1)})
+    t0 = time.monotonic()  # the floor: the machine's own copy of the tree (cp -r)
+    subprocess.run(["cp", "-r", src, os.path.join(b.tmp, "tree-copy")], check=True)
+    subprocess.run(["sync"], check=True)
+    b.row("native copy (cp -r + sync)", n, time.monotonic() - t0)
     settings = RepoSettings.new()  # one break-policy seed: comparable tree IDs
     store, state = _repo(b, "single", settings)
     with Repository.open(store, state) as repo:
@@ -233,8 +238,10 @@ def section_import_tree(b: Bench) -> None:
         res = single_import(repo, src, "main", progress=False)
         secs = time.monotonic() - t0
     mrs = {res.commit.metarange}
-    b.row("gravfs import (one process)", res.files, secs,
-          process_peak_mib=round(max(rss0, _maxrss_mib()), 1))
+    single = b.row("gravfs import (one process)", res.files, secs,
+                   process_peak_mib=round(max(rss0, _maxrss_mib()), 1))
+    native = b.sections[b.section]["rows"][0]["per_s"]
+    b.note("single_vs_native", round(single["per_s"] / native, 2))
     for m in a.masters.split(","):
         store, state = _repo(b, f"tree-{m}", settings)
         r = b.spark_run("job_import_tree", m, store=store, state=state, src=src,

@@ -175,15 +175,32 @@ class TreeSource:
     def __init__(self, src: str):
         self.src = src
         self.name = os.path.abspath(src)
+        self._listed: Optional[list[tuple[str, bool]]] = None
 
     def check(self) -> None:
         if not os.path.isdir(self.src):
             raise GravfsError(f"{self.src}: not a directory")
 
+    def _units(self, sc) -> list[tuple[str, bool]]:
+        if self._listed is None:
+            self._listed = split_units(self.name, UNITS_PER_CORE * sc.defaultParallelism)
+        return self._listed
+
+    def sample_bounds(self, sc, base: bytes, partitions: int) -> list[bytes]:
+        """Split keys from the units the driver listed (no pass over the records: they
+        are computed once, uploads included, and shuffled straight into sorted
+        partitions). Units hold similar shares of a partitioned table's files; a
+        skewed tree gives uneven partitions, never a different tree."""
+        keys = sorted({base + to_key(rel) for rel, _ in self._units(sc) if rel})
+        if partitions <= 1 or len(keys) < 2:
+            return []
+        step = len(keys) / partitions
+        return sorted({keys[int(step * i)] for i in range(1, partitions)} - {keys[0]})
+
     def records(self, sc, store_url: str, base: bytes, by_reference: bool, rows):
         source = self.name
         slices = UNITS_PER_CORE * sc.defaultParallelism
-        units = split_units(source, slices)
+        units = self._units(sc)
 
         def part_records(units):
             for u in units:

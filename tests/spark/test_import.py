@@ -62,6 +62,7 @@ def test_same_metarange_as_single_process_import(spark, repo, tree, partitions):
     local_import(repo, src, "single", progress=False)
     res = import_tree(spark, repo, src, "spark", partitions=partitions)
     assert res.files == n
+    assert res.partitions == partitions  # split at the listed directories' keys
     assert res.ranges > 40  # many ranges, so many seams
     assert head_metarange(repo, "spark") == head_metarange(repo, "single")
     assert list(repo.committed.diff(head_metarange(repo, "single"), head_metarange(repo, "spark"))) == []
