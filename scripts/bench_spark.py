@@ -106,8 +106,7 @@ def _worker_peaks(sc) -> list[float]:
     """Peak RSS (MiB) of each Python worker process Spark has running."""
     def peak(_):
         import os as _os
-        import resource as _r
-        return _os.getpid(), _r.getrusage(_r.RUSAGE_SELF).ru_maxrss / 1024
+        return _os.getpid(), _vm_hwm_mib(_os.getpid())
 
     n = 8 * sc.defaultParallelism
     got = dict(sc.parallelize(range(n), n).map(peak).collect())
@@ -129,7 +128,8 @@ def child(spec: dict) -> None:
         out["jvm_peak_mib"] = round(_vm_hwm_mib(sc._gateway.proc.pid), 1)
     finally:
         spark.stop()
-    out["driver_peak_mib"] = round(_maxrss_mib(), 1)
+    # VmHWM, not ru_maxrss: Linux carries the parent's peak across fork and exec
+    out["driver_peak_mib"] = round(_vm_hwm_mib(os.getpid()), 1)
     print(json.dumps(out))
 
 
@@ -313,7 +313,7 @@ def floor_write(store: str, state: str, src: str) -> tuple[int, float, float]:
         t0 = time.monotonic()
         repo.committed.write_metarange(counted())
         secs = time.monotonic() - t0
-    return n, secs, _maxrss_mib()
+    return n, secs, _vm_hwm_mib(os.getpid())
 
 
 def section_manifest(b: Bench) -> None:
