@@ -15,7 +15,7 @@ of the run's status object) and the cutoff T0 minus the minimum age:
    cutoff are written as Parquet under ``_gravfs/gc/<run>/report/`` (address,
    size, kind, why) with ``summary.json``, before anything is deleted.
 4. Sweep (executors, not with dry_run): the fence ``_gravfs/gc/sweeping`` is
-   written, refs are checked again (a ref that now reaches an object the
+   taken (one sweep at a time, gravfs.spark.gcfence), refs are checked again (a ref that now reaches an object the
    report condemns stops the sweep), then each task lists its prefixes afresh
    and deletes, in batches of 1,000, the reported objects still older than
    the cutoff, within the lease of that listing (store.base: writers that
@@ -43,7 +43,7 @@ from gravfs.errors import GravfsError, NotFoundError
 from gravfs.fs.entry import decode_entry
 from gravfs.spark import gctasks
 from gravfs.spark.runtime import job_failed
-from gravfs.store.base import SWEEP_FENCE
+from gravfs.spark.gcfence import FenceHeldError, SweepFence
 from gravfs.version.committed.reader import METARANGES_PREFIX, RANGES_PREFIX
 from gravfs.version.committed.record import decode_value
 from gravfs.version.retention import (SWEPT_STATES, kept_key, load_rules, read_commit,
@@ -415,7 +415,12 @@ def _sweep(spark, repo, run: _Run, res: GcResult, cutoff: float, kept: set[str])
     sc = spark.sparkContext
     url = repo.store.url
     clock = time.monotonic()
-    repo.store.put(SWEEP_FENCE, json.dumps({"run": run.id, "started": time.time()}).encode())
+    fence = SweepFence(repo.store, run.id)
+    try:
+        fence.acquire()  # one sweep at a time (gcfence)
+    except FenceHeldError as exc:
+        raise GcRefusedError(f"{exc}; this run's mark is kept: 'gravfs spark gc "
+                             f"--sweep-only {run.id}' sweeps it later") from None
     run.save(state="sweeping", sweep_started_ns=time.time_ns())
     try:
         parts = res.report_parts
@@ -442,7 +447,7 @@ def _sweep(spark, repo, run: _Run, res: GcResult, cutoff: float, kept: set[str])
         run.save(state="done", summary=res.to_json())
         _write_summary(repo.store, run.id, res)
     finally:
-        repo.store.delete(SWEEP_FENCE)
+        fence.release()
     log.info("gc run %s: deleted %d object(s), %d bytes", run.id, res.deleted_objects,
              res.deleted_bytes)
 
