@@ -31,6 +31,7 @@ from gravfs.version.history import walk
 from gravfs.version.refs.commits import Commit, CommitStore
 from gravfs.version.refs.heads import Heads
 from gravfs.version.refs.names import check_ref_name
+from gravfs.version.retention import ExpiredCommitError, check_not_expired
 from gravfs.version.staging.area import StagingArea
 from gravfs.version.staging.branchview import BranchLayers, branch_layers, committed_layers
 
@@ -173,7 +174,13 @@ class VersionRepository:
     def create_branch(self, name: str, from_ref: Optional[str] = None) -> Commit:
         check_ref_name(name, "branch")
         source = self._resolve_fresh(from_ref or self.settings.default_branch).commit
+        check_not_expired(self.store, source)
         self.heads.create_branch(name, source.id)
+        try:
+            check_not_expired(self.store, source)  # a sweep that started meanwhile
+        except ExpiredCommitError:
+            self.heads.delete_branch(name)
+            raise
         self.staging.write(lambda txn: self.staging.drop_branch(txn, name))
         self.forget_head(name)
         return source
@@ -196,7 +203,13 @@ class VersionRepository:
 
     def create_tag(self, name: str, ref: str) -> Commit:
         c = self._resolve_fresh(ref).commit
+        check_not_expired(self.store, c)
         self.heads.create_tag(name, c.id)
+        try:
+            check_not_expired(self.store, c)  # a sweep that started meanwhile
+        except ExpiredCommitError:
+            self.heads.delete_tag(name)
+            raise
         return c
 
     def delete_tag(self, name: str) -> None:
@@ -313,8 +326,19 @@ class VersionRepository:
 
     def merge(self, source: str, dest: str, strategy: str = "fail",
               message: Optional[str] = None, author: Optional[str] = None) -> Commit:
+        taken = self._resolve_fresh(source).commit
+        check_not_expired(self.store, taken)
+        before = self.heads.branch(dest)[0]
         c = Committer(self).merge(source, dest, strategy, message, author or default_author())
         self.forget_head(dest)
+        try:
+            check_not_expired(self.store, taken)  # a sweep that started meanwhile
+        except ExpiredCommitError:
+            head, version = self.heads.branch(dest)
+            if head == c.id:  # undo the merge (unless the branch moved on since)
+                self.heads.move_branch(dest, version, before)
+                self.forget_head(dest)
+            raise
         return c
 
     def revert(self, branch: str, ref: str, author: Optional[str] = None) -> Commit:

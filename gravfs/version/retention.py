@@ -37,6 +37,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional
 
 from gravfs.errors import GravfsError, NotFoundError
+from gravfs.store.base import SWEEP_FENCE
+from gravfs.version.committed.manager import EMPTY_METARANGE_ID
+from gravfs.version.committed.reader import METARANGES_PREFIX
 from gravfs.version.refs.commits import COMMITS_PREFIX, Commit
 from gravfs.version.refs.heads import Heads
 
@@ -263,3 +266,37 @@ def last_sweep(store) -> Optional[LastSweep]:
     except NotFoundError:
         raise GravfsError(f"garbage collection run {run} has no {kept_key(run)}") from None
     return LastSweep(run, int(st["mark_started_ns"]), frozenset(kept))
+
+
+class ExpiredCommitError(GravfsError):
+    """A commit garbage collection expired, asked to become a ref or a merge source."""
+
+
+def check_not_expired(store, commit: Commit) -> None:
+    """Refuse ``commit`` as the base of a new branch or tag, or as what a merge takes,
+    when garbage collection expired it: its tree is gone, or the running sweep (the
+    holder of the sweep fence) is deleting it. Callers check before writing the ref
+    and again after: a sweep that took the fence in between either sees the new ref
+    when it reads the refs again, or is seen here."""
+    try:
+        holder = json.loads(store.get(SWEEP_FENCE))
+    except (NotFoundError, ValueError):
+        holder = None
+    run = holder.get("run") if isinstance(holder, dict) else None
+    if run:
+        started = (read_status(store, run) or {}).get("mark_started_ns")
+        if started and commit.time_ns < started:
+            try:
+                kept = json.loads(store.get(kept_key(run)))
+            except NotFoundError:
+                kept = []
+            if commit.id not in kept:
+                raise ExpiredCommitError(
+                    f"commit {commit.id[:12]} is expired by garbage collection run {run}, "
+                    "which is deleting its tree now; it cannot become a branch, a tag or "
+                    "a merge source")
+    if commit.metarange != EMPTY_METARANGE_ID and \
+            store.size(METARANGES_PREFIX + commit.metarange) is None:
+        raise ExpiredCommitError(
+            f"the tree of commit {commit.id[:12]} was deleted by garbage collection (the "
+            "retention rules expired it); it cannot become a branch, a tag or a merge source")

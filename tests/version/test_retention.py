@@ -158,3 +158,86 @@ def test_cli_rules_set_show_and_one_line_errors(tmp_path):
     assert rc == 0, err
     rc, out, _ = _cli("gc", "rules", "show", "--json", store=store, state=state)
     assert out.strip() == '{"branches": {"main": 30}, "default_days": 7}'
+
+
+def _sweeping(repo, run: str, kept_ids: list[str], mark_started_ns: int) -> None:
+    """The store as a sweep in progress leaves it: the fence, the run's status, its kept
+    commits."""
+    import json
+
+    from gravfs.store.base import SWEEP_FENCE
+    from gravfs.version.retention import kept_key, status_key
+
+    repo.store.put(status_key(run), json.dumps({"state": "sweeping",
+                                                "mark_started_ns": mark_started_ns}).encode())
+    repo.store.put(kept_key(run), json.dumps(kept_ids).encode())
+    repo.store.put(SWEEP_FENCE, json.dumps({"run": run}).encode())
+
+
+def test_commits_a_running_sweep_expires_cannot_become_refs(history):
+    from gravfs.version.retention import ExpiredCommitError
+
+    repo, ids, now = history
+    _sweeping(repo, "r1", [ids["m1"], ids["merge"], ids["m30"]], now)
+    for make in (lambda: repo.create_branch("b1", ids["m20"]),
+                 lambda: repo.create_tag("t1", ids["m20"])):
+        with pytest.raises(ExpiredCommitError, match="run r1"):
+            make()
+    assert "b1" not in dict(repo.list_branches()) and "t1" not in dict(repo.list_tags())
+    repo.create_branch("from-kept", ids["m1"])  # kept by the run: allowed
+    assert repo.head("from-kept") == ids["m1"]
+    with pytest.raises(ExpiredCommitError):
+        repo.merge(ids["m20"], "from-kept")
+    assert repo.head("from-kept") == ids["m1"]
+
+
+def test_a_sweep_that_starts_during_branch_creation_undoes_it(history, monkeypatch):
+    from gravfs.version.retention import ExpiredCommitError
+
+    repo, ids, now = history
+    create = repo.heads.create_branch
+
+    def create_then_sweep(name, cid):  # the fence is taken between the checks
+        create(name, cid)
+        _sweeping(repo, "r2", [ids["m1"]], now)
+
+    monkeypatch.setattr(repo.heads, "create_branch", create_then_sweep)
+    with pytest.raises(ExpiredCommitError, match="run r2"):
+        repo.create_branch("late", ids["m10"])
+    assert "late" not in dict(repo.list_branches())
+
+
+def test_a_sweep_that_starts_during_a_merge_undoes_it(history, monkeypatch):
+    from gravfs.version import repository as version_repository
+    from gravfs.version.retention import ExpiredCommitError
+
+    repo, ids, now = history
+    repo.create_branch("dest", ids["m1"])
+    merge = version_repository.Committer.merge
+
+    def merge_then_sweep(self, *args):
+        c = merge(self, *args)
+        _sweeping(repo, "r3", [ids["m1"]], now)
+        return c
+
+    monkeypatch.setattr(version_repository.Committer, "merge", merge_then_sweep)
+    with pytest.raises(ExpiredCommitError, match="run r3"):
+        repo.merge(ids["f15"], "dest")
+    assert repo.head("dest") == ids["m1"]
+
+
+def test_commits_whose_tree_was_collected_cannot_be_used(history):
+    from gravfs.version.committed.reader import METARANGES_PREFIX
+    from gravfs.version.retention import ExpiredCommitError
+
+    repo, ids, now = history
+    old = repo.commits.get(ids["m30"])
+    repo.store.delete(METARANGES_PREFIX + old.metarange)  # as a finished sweep leaves it
+    with pytest.raises(ExpiredCommitError, match="deleted by garbage collection"):
+        repo.create_branch("b", ids["m30"])
+    repo.create_branch("side", "main")
+    before = repo.head("side")
+    with pytest.raises(ExpiredCommitError):
+        repo.merge(ids["m30"], "side")
+    assert repo.head("side") == before
+    assert "b" not in dict(repo.list_branches())
