@@ -151,6 +151,33 @@ def test_repair_keeps_every_entry_a_damaged_page_did_not_hold(staged):
     r.close()
 
 
+def test_repair_keeps_long_paths(staged):
+    """Paths over LMDB's key limit are staged under a hashed key with the path in the
+    long_paths table: a repair copies those records with their entries."""
+    store, state, data_file, want = staged
+    r = Repository.open(store, state)
+    longs = {}
+    for i in range(5):
+        path = "deep/" + "/".join([f"level{i}-" + "x" * 90] * 7) + f"/f{i}"
+        addr, size = r.data.put_bytes(path.encode()[-40:])
+        r.stage("main", [(path.encode(), EntryInfo(address=addr, size=size, mtime_ns=1))])
+        longs[path] = path.encode()[-40:]
+    addr, size = r.data.put_bytes(b"last")  # the repair may go back one transaction
+    r.stage("main", [(b"zz-last", EntryInfo(address=addr, size=size, mtime_ns=1))])
+    r.close()
+    assert all(len(p.encode()) > 600 for p in longs)
+    leaves, n = _leaf_pages(data_file)
+    _, meta, _ = read_meta(data_file)
+    with open(data_file, "r+b") as f:  # zero the first leaf of entries: d00/...
+        f.seek(leaves[0] * meta.page_size)
+        f.write(bytes(meta.page_size))
+    _, out, _ = run_cli("fsck", "--repair-staging", store=store, state=state)
+    assert "1 page(s) cannot be read" in out.splitlines()[0]
+    files = _staged_files(store, state)
+    assert {p: files.get(p) for p in longs} == longs, out
+    assert "long paths" not in out  # none was dropped
+
+
 def test_repair_refuses_a_database_in_use(staged):
     store, state, data_file, _ = staged
     env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state)

@@ -32,12 +32,14 @@ from typing import Callable, Optional
 from gravfs.errors import GravfsError
 from gravfs.version.committed.record import decode_value, encode_value
 from gravfs.version.staging import lmdbcheck
-from gravfs.version.staging.area import TOMBSTONE, BranchState, StagingArea
+from gravfs.version.staging.area import (MAX_PLAIN_PATH, TOMBSTONE, BranchState, StagingArea,
+                                        entry_key)
 from gravfs.version.staging.lmdbread import SnapshotReader
 
 log = logging.getLogger(__name__)
 
 _DBS = ("branches", "imports", "entries")
+_OPTIONAL_DBS = ("long_paths",)  # absent from databases written before long paths
 _BATCH = 10_000
 
 # raises on data that does not decode (its result is ignored)
@@ -90,7 +92,7 @@ def read_snapshots(data: str) -> list[_Snapshot]:
         with SnapshotReader(data, meta) as reader:
             roots = reader.named_dbs()
             records = {db: [(k, v) for k, _f, v in reader.items(roots[db.encode()])]
-                       if db.encode() in roots else [] for db in _DBS}
+                       if db.encode() in roots else [] for db in _DBS + _OPTIONAL_DBS}
             missing = [db for db in _DBS if db.encode() not in roots]
             out.append(_Snapshot(meta.txnid, records, reader.lost, reader.problems, missing))
     return out
@@ -167,6 +169,8 @@ def _valid(db: str, key: bytes, value: bytes, check_data: DataCheck) -> bool:
             BranchState.load(value)
         elif db == "imports":
             return len(key) == 8 and "branch" in json.loads(value)
+        elif db == "long_paths":  # hashed entry key -> the path it stands for
+            return entry_key(key[:8], value) == key and len(value) > MAX_PLAIN_PATH
         elif value != TOMBSTONE:  # put (or another kind of put): marker byte, lakeFS value
             identity, data = decode_value(value[1:])
             check_data(data)
@@ -192,8 +196,8 @@ def _salvage(report: RepairReport, fresh: StagingArea, check_data: DataCheck) ->
         report.losses.append(f"{what}: the staged changes they held are lost "
                              f"({'; '.join(snap.problems) or 'no root'})")
     valid = {db: [(k, v) for k, v in snap.records[db] if _valid(db, k, v, check_data)]
-             for db in _DBS}
-    bad = {db: len(snap.records[db]) - len(valid[db]) for db in _DBS}
+             for db in _DBS + _OPTIONAL_DBS}
+    bad = {db: len(snap.records[db]) - len(valid[db]) for db in _DBS + _OPTIONAL_DBS}
     states = {k.decode(): BranchState.load(v) for k, v in valid["branches"]}
     imports = {k.hex(): json.loads(v) for k, v in valid["imports"]}
     owner: dict[bytes, str] = {}
@@ -204,9 +208,15 @@ def _salvage(report: RepairReport, fresh: StagingArea, check_data: DataCheck) ->
         owner.setdefault(bytes.fromhex(t), str(rec.get("branch")))
     entries = [(k, v) for k, v in valid["entries"] if k[:8] in owner]
     orphans = len(valid["entries"]) - len(entries)
-    dbs = {"branches": fresh.branches_db, "imports": fresh.imports_db, "entries": fresh.entries_db}
+    long_paths = dict(valid["long_paths"])  # an entry under a hashed key needs its path
+    named = [(k, v) for k, v in entries if len(k) - 8 <= MAX_PLAIN_PATH or k in long_paths]
+    unnamed = len(entries) - len(named)
+    entries = named
+    paths = [(k, long_paths[k]) for k, _ in entries if k in long_paths]
+    dbs = {"branches": fresh.branches_db, "imports": fresh.imports_db, "entries": fresh.entries_db,
+           "long_paths": fresh.long_db}
     for db, recs in (("branches", valid["branches"]), ("imports", valid["imports"]),
-                     ("entries", entries)):
+                     ("long_paths", paths), ("entries", entries)):
         for i in range(0, len(recs), _BATCH):
             chunk = recs[i:i + _BATCH]
 
@@ -220,6 +230,9 @@ def _salvage(report: RepairReport, fresh: StagingArea, check_data: DataCheck) ->
     if bad["branches"] or bad["imports"]:
         report.losses.append(f"{bad['branches']} branch state(s) and {bad['imports']} import "
                              "record(s) did not decode and were dropped")
+    if unnamed:
+        report.losses.append(f"{unnamed} staged entries with long paths whose path could not "
+                             "be read were dropped")
     if orphans:
         report.losses.append(f"{orphans} staged entries belong to no branch that could be read "
                              "and were dropped")
