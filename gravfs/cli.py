@@ -144,13 +144,14 @@ def cmd_import(args) -> int:
     repo = _repo(args)
     branch, prefix = _split_ref_path(args.dest, "BRANCH[:PREFIX]")
     res = import_tree(repo, args.src, branch, prefix, args.message, progress=not args.quiet,
-                      include_staged=args.include_staged)
+                      include_staged=args.include_staged, by_reference=args.by_reference)
     if res.dropped:
         print(f"Dropped {res.dropped} staged entries of an interrupted import of another "
               f"source into {branch}")
     if res.reused:
         print(f"Resumed an interrupted import: {res.reused} file(s) were uploaded already")
-    print(f"Imported {res.files} file(s) into {branch}:{_typed(prefix) or '/'} as commit "
+    how = " by reference" if args.by_reference else ""
+    print(f"Imported {res.files} file(s){how} into {branch}:{_typed(prefix) or '/'} as commit "
           f"{_short(res.commit.id)}")
     if res.staged:
         print(f"The commit also holds {res.staged} change(s) that were staged on {branch}")
@@ -500,6 +501,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--include-staged", action="store_true",
                     help="commit the branch's uncommitted changes with the import "
                          "(without it, a branch with uncommitted changes is refused)")
+    sp.add_argument("--by-reference", action="store_true",
+                    help="zero-copy: entries point at the source files (file:// addresses), "
+                         "which must stay in place and unchanged")
 
     sp = cmd("put", cmd_put, "stage a local file (or - for stdin) at BRANCH:PATH")
     sp.add_argument("local", metavar="LOCAL")

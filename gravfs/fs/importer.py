@@ -23,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from gravfs.fs.entry import KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo, decode_entry
+from gravfs.fs.entry import (ADDRESS_FULL, KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo,
+                             decode_entry)
 from gravfs.version.committed.record import decode_value
 from gravfs.version.committed.manager import EMPTY_METARANGE_ID
 from gravfs.version.committer import Committer, NothingToCommitError
@@ -186,10 +187,12 @@ def _same_file(raw: Optional[bytes], st: os.stat_result) -> Optional[EntryInfo]:
 
 
 def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional[str] = None,
-                progress: bool = True, workers: int = 8, include_staged: bool = False
-                ) -> ImportResult:
+                progress: bool = True, workers: int = 8, include_staged: bool = False,
+                by_reference: bool = False) -> ImportResult:
     """Stage every file under src at branch:prefix/... in the import's own token, then
-    commit it (see the module doc)."""
+    commit it (see the module doc). ``by_reference``: files are not copied; entries
+    carry their ``file://`` address, size, mtime and a tag (read from the source,
+    which must then stay in place and unchanged)."""
     if not os.path.isdir(src):
         raise GravfsError(f"{src}: not a directory")
     head = repo.head(branch, fresh=True)  # fails early on a missing branch
@@ -211,22 +214,11 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
         rel, kind, _ = item
         return base + to_key(rel) + (b"/" if kind == "dir" else b"")
 
-    data, bulk = _bulk_data(repo)
+    data, bulk = (None, None) if by_reference else _bulk_data(repo)
 
     def entry_for(item) -> tuple[bytes, EntryInfo]:
         rel, kind, st = item
-        key = key_of(item)
-        mode = st.st_mode
-        if kind == "file":
-            address, size = put_file(data, os.path.join(src, rel), st)
-            return key, EntryInfo(address=address, size=size, mtime_ns=st.st_mtime_ns, mode=mode,
-                                  kind=KIND_FILE)
-        if kind == "symlink":
-            target = os.readlink(os.path.join(src, rel))
-            return key, EntryInfo(address="", size=len(target.encode()), mtime_ns=st.st_mtime_ns,
-                                  mode=mode, kind=KIND_SYMLINK, symlink_target=target)
-        return key, EntryInfo(address="", size=0, mtime_ns=st.st_mtime_ns, mode=mode,
-                              kind=KIND_DIRECTORY)
+        return key_of(item), entry_of(data, source, rel, kind, st)
 
     job = ImportJob(repo, branch, source, pfx)
     try:
@@ -252,8 +244,11 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
                  "in %.1fs", len(items), total_bytes, reused, removed, time.monotonic() - t0)
         crash_point("import:staged")
         msg = message or f"Import {source}"
+        meta = {"import_source": source}
+        if by_reference:
+            meta["import_by_reference"] = "true"
         commit, staged = committer.commit_import(branch, job.token, job.base, msg, default_author(),
-                                                 {"import_source": source}, include_staged)
+                                                 meta, include_staged)
         repo.forget_head(branch)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
@@ -319,6 +314,31 @@ def _resume(repo, job: ImportJob, items: list, key_of) -> tuple[list, int, int]:
     log.info("resumed import: %d file(s) already uploaded, %d to do, %d gone from the source",
              reused, len(todo), len(stale))
     return todo, reused, reused_bytes
+
+
+def entry_of(data, src: str, rel: str, kind: str, st: os.stat_result) -> EntryInfo:
+    """The entry ``gravfs import`` stages for one listed item (uploading a file's content);
+    ``data`` None: a file is referenced by its ``file://`` URL instead (byref.md)."""
+    if kind == "file" and data is None:
+        path = os.path.join(src, rel)
+        try:
+            url = "file://" + path.encode("utf-8", "surrogateescape").decode("utf-8")
+        except UnicodeDecodeError:
+            raise GravfsError(f"cannot import {path!r} by reference: its name is not "
+                              "UTF-8") from None
+        return EntryInfo(address=url, size=st.st_size, mtime_ns=st.st_mtime_ns, mode=st.st_mode,
+                         kind=KIND_FILE, e_tag=f"{st.st_mtime_ns:x}-{st.st_size:x}",
+                         address_type=ADDRESS_FULL)
+    if kind == "file":
+        address, size = put_file(data, os.path.join(src, rel), st)
+        return EntryInfo(address=address, size=size, mtime_ns=st.st_mtime_ns, mode=st.st_mode,
+                         kind=KIND_FILE)
+    if kind == "symlink":
+        target = os.readlink(os.path.join(src, rel))
+        return EntryInfo(address="", size=len(target.encode()), mtime_ns=st.st_mtime_ns,
+                         mode=st.st_mode, kind=KIND_SYMLINK, symlink_target=target)
+    return EntryInfo(address="", size=0, mtime_ns=st.st_mtime_ns, mode=st.st_mode,
+                     kind=KIND_DIRECTORY)
 
 
 def put_file(data, path: str, st: os.stat_result) -> tuple[str, int]:

@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from gravfs.errors import GravfsError
-from gravfs.fs.entry import (ADDRESS_FULL, KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo,
-                             encode_entry, entry_identity)
-from gravfs.fs.importer import put_file, scan
+from gravfs.fs.entry import encode_entry, entry_identity
+from gravfs.fs.importer import entry_of, scan
 from gravfs.fs.paths import to_key
 from gravfs.fs.repository import Repository
 from gravfs.spark.progress import counter
@@ -120,31 +119,6 @@ def list_unit(src: str, rel: str, recursive: bool) -> Iterator[tuple[str, str, o
             yield r, "file", st
         elif not statmod.S_ISDIR(st.st_mode):
             log.warning("skipping %s: not a regular file, directory or symlink", r)
-
-
-def entry_of(data, src: str, rel: str, kind: str, st: os.stat_result) -> EntryInfo:
-    """The entry ``gravfs import`` stages for one listed item (uploading a file's content);
-    ``data`` None: a file is referenced by its ``file://`` URL instead (byref.md)."""
-    if kind == "file" and data is None:
-        path = os.path.join(src, rel)
-        try:
-            url = "file://" + path.encode("utf-8", "surrogateescape").decode("utf-8")
-        except UnicodeDecodeError:
-            raise GravfsError(f"cannot import {path!r} by reference: its name is not "
-                              "UTF-8") from None
-        return EntryInfo(address=url, size=st.st_size, mtime_ns=st.st_mtime_ns, mode=st.st_mode,
-                         kind=KIND_FILE, e_tag=f"{st.st_mtime_ns:x}-{st.st_size:x}",
-                         address_type=ADDRESS_FULL)
-    if kind == "file":
-        address, size = put_file(data, os.path.join(src, rel), st)
-        return EntryInfo(address=address, size=size, mtime_ns=st.st_mtime_ns, mode=st.st_mode,
-                         kind=KIND_FILE)
-    if kind == "symlink":
-        target = os.readlink(os.path.join(src, rel))
-        return EntryInfo(address="", size=len(target.encode()), mtime_ns=st.st_mtime_ns,
-                         mode=st.st_mode, kind=KIND_SYMLINK, symlink_target=target)
-    return EntryInfo(address="", size=0, mtime_ns=st.st_mtime_ns, mode=st.st_mode,
-                     kind=KIND_DIRECTORY)
 
 
 def import_unit(store_url: str, src: str, base: bytes, unit: tuple[str, bool],

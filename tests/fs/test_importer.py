@@ -325,3 +325,31 @@ def test_import_syncs_each_directory_once_per_batch_before_staging(env, tmp_path
                 if k.startswith(b"raw/") and not k.endswith(b"/"):
                     obj = os.path.join(store, entries[k.decode()[4:]].address)
                     assert os.path.dirname(obj) in synced, k  # durable before it is staged
+
+
+def test_import_by_reference_copies_nothing_and_reads_the_source(env, tmp_path):
+    """``gravfs import --by-reference``: file:// entries with size, mtime and tag, no data
+    object; reads come from the source, and a changed source is a clear error."""
+    from gravfs.fs.entry import ADDRESS_FULL
+
+    store, state = env
+    src = str(tmp_path / "src")
+    want = _tree(src, 40)
+    os.symlink("f00000", os.path.join(src, "d0", "latest"))
+    rc, out, err = run_cli("import", "-q", "--by-reference", src, "main:ref", store=store,
+                           state=state)
+    assert "by reference" in out
+    with Repository.open(store, state) as r:
+        assert not list(r.store.list("data/"))
+        assert _files(r, "main", "ref") == {f"ref/{p}": d for p, d in want.items()}
+        e = r.stat("main", "ref/d3/f00013").entry
+        path = os.path.join(src, "d3", "f00013")
+        st = os.stat(path)
+        assert e.address_type == ADDRESS_FULL and e.address == "file://" + path
+        assert e.e_tag == f"{st.st_mtime_ns:x}-{st.st_size:x}"
+        assert r.stat("main", "ref/d0/latest").entry.symlink_target == "f00000"
+        assert r.commits.get(r.head("main")).metadata["import_by_reference"] == "true"
+    with open(path, "ab") as f:
+        f.write(b"changed")
+    rc, out, err = run_cli("cat", "main:ref/d3/f00013", store=store, state=state, check=False)
+    assert rc != 0 and "changed" in err and "Traceback" not in err, (rc, err)

@@ -100,9 +100,12 @@ def test_by_reference_tree(spark, repo, tree):
     """Entries carry file:// URLs with size, mtime and the mtime-size version tag;
     nothing is copied into the store."""
     src, n = tree
+    repo.create_branch("single", "main")
     res = import_tree(spark, repo, src, "main", "ref", partitions=2, by_reference=True)
     assert res.files == n
     assert not list(repo.store.list("data/"))
+    local_import(repo, src, "single", "ref", progress=False, by_reference=True)
+    assert head_metarange(repo, "single") == head_metarange(repo, "main")  # one tree
     for rel in ("README", "part=004/h1/part-00003.bin", "part=000/h0/part-00011.bin"):
         path = os.path.join(os.path.abspath(src), rel)
         st = os.stat(path)
