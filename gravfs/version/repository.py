@@ -327,24 +327,34 @@ class VersionRepository:
     def merge(self, source: str, dest: str, strategy: str = "fail",
               message: Optional[str] = None, author: Optional[str] = None) -> Commit:
         taken = self._resolve_fresh(source).commit
-        check_not_expired(self.store, taken)
-        before = self.heads.branch(dest)[0]
-        c = Committer(self).merge(source, dest, strategy, message, author or default_author())
-        self.forget_head(dest)
-        try:
-            check_not_expired(self.store, taken)  # a sweep that started meanwhile
-        except ExpiredCommitError:
-            head, version = self.heads.branch(dest)
-            if head == c.id:  # undo the merge (unless the branch moved on since)
-                self.heads.move_branch(dest, version, before)
-                self.forget_head(dest)
-            raise
-        return c
+        return self._taking([taken], dest, lambda: Committer(self).merge(
+            source, dest, strategy, message, author or default_author()))
 
     def revert(self, branch: str, ref: str, author: Optional[str] = None) -> Commit:
-        c = Committer(self).revert(branch, ref, author or default_author())
+        target = self._resolve_fresh(ref).commit
+        taken = [target] + [self.commits.get(p) for p in target.parents[:1]]
+        return self._taking(taken, branch, lambda: Committer(self).revert(
+            branch, ref, author or default_author()))
+
+    def _taking(self, taken: list[Commit], branch: str, land: Callable[[], Commit]) -> Commit:
+        """Land a commit on ``branch`` built from the trees of ``taken`` commits, which
+        garbage collection must not have expired (see check_not_expired); a sweep that
+        began meanwhile has the new commit undone unless the branch moved on since."""
+        for c in taken:
+            check_not_expired(self.store, c)
+        before = self.heads.branch(branch)[0]
+        new = land()
         self.forget_head(branch)
-        return c
+        try:
+            for c in taken:
+                check_not_expired(self.store, c)
+        except ExpiredCommitError:
+            head, version = self.heads.branch(branch)
+            if head == new.id:
+                self.heads.move_branch(branch, version, before)
+                self.forget_head(branch)
+            raise
+        return new
 
 
 def default_author() -> str:

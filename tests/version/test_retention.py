@@ -239,5 +239,7 @@ def test_commits_whose_tree_was_collected_cannot_be_used(history):
     before = repo.head("side")
     with pytest.raises(ExpiredCommitError):
         repo.merge(ids["m30"], "side")
+    with pytest.raises(ExpiredCommitError):
+        repo.revert("side", ids["m30"])
     assert repo.head("side") == before
     assert "b" not in dict(repo.list_branches())
