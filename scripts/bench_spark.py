@@ -267,8 +267,10 @@ def write_manifest(dest: str, entries: int, files: int, bucket: str = "lake") ->
         w = None
         for c in range(lo, hi, 500_000):
             ids = range(c, min(hi, c + 500_000))
-            keys = [f"events/date=2026-{1 + (i // 5000) // 28 % 12:02d}-{1 + (i // 5000) % 28:02d}"
-                    f"/b{i // 5000:05d}/part-{i % 5000:05d}-c000.snappy.parquet" for i in ids]
+            # 5,000 parts a day, 28 days a month: sorted at any size (the year moves on)
+            keys = [f"events/date={2026 + (i // 5000) // 336}-{1 + (i // 5000) // 28 % 12:02d}"
+                    f"-{1 + (i // 5000) % 28:02d}/b{i // 5000:05d}/part-{i % 5000:05d}"
+                    "-c000.snappy.parquet" for i in ids]
             t = pa.table({"bucket": [bucket] * len(keys), "key": keys,
                           "size": pa.array([1000 + i % 100_000 for i in ids], pa.int64()),
                           "last_modified_date": pa.array([base_ms + i for i in ids],
