@@ -12,6 +12,7 @@ import os
 import time
 from typing import Callable, Optional
 
+from gravfs.fs.paths import display, show
 from gravfs.quoting import quote
 from gravfs.store.modes import private_dir
 from gravfs.version.config import default_state_dir
@@ -108,10 +109,17 @@ def cmd_spark_import(args, open_repo: Callable, split_ref_path: Callable) -> int
                           "source": source.name, "by_reference": args.by_reference,
                           "entries": res.files, "partitions": res.partitions,
                           "ranges": res.ranges, "ranges_rewritten": res.ranges_rewritten,
+                          "file_and_directory": res.file_dirs,
+                          "file_and_directory_keys": [display(k) for k in res.file_dirs_shown],
                           "seconds": round(secs, 3)}, sort_keys=True))
     else:
         rate = res.files / secs if secs > 0 else 0.0
         print(f"Imported {res.files:,} entr{'y' if res.files == 1 else 'ies'} ({how}) into "
               f"{where} as commit {res.commit.id[:12]} ({res.partitions} partitions, "
               f"{res.ranges} ranges, {secs:.1f}s, {rate:,.0f} entries/s)")
+        if res.file_dirs:
+            names = ", ".join(map(show, res.file_dirs_shown))
+            print(f"Note: {res.file_dirs:,} imported name{'s are' if res.file_dirs > 1 else ' is'} "
+                  f"both a file and a directory ({names}{', ...' if res.file_dirs > len(res.file_dirs_shown) else ''}): "
+                  "the mount shows the directory; gravfs cat reads the file")
     return 0

@@ -32,7 +32,7 @@ from typing import Iterator, Optional
 from gravfs.errors import GravfsError
 from gravfs.fs.entry import encode_entry, entry_identity
 from gravfs.fs.importer import entry_of, scan
-from gravfs.fs.paths import to_key
+from gravfs.fs.paths import show, to_key
 from gravfs.fs.repository import Repository
 from gravfs.spark.progress import counter
 from gravfs.spark.runtime import job_failed
@@ -56,6 +56,8 @@ class SparkImportResult:
     partitions: int
     ranges: int       # ranges of the imported tree
     ranges_rewritten: int  # by the driver at the seams
+    file_dirs: int = 0     # keys that are both a file and a directory (object stores)
+    file_dirs_shown: tuple = ()  # the first few of them
 
 
 # --- listing (driver) -------------------------------------------------------------
@@ -254,13 +256,21 @@ def import_source(spark, repo, source, branch: str, prefix: str = "",
     if bounds is None:
         records = records.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        tree, files, used, rewritten = write_tree(repo, records, nparts, what, bounds)
+        written = write_tree(repo, records, nparts, what, bounds)
     finally:
         try:
             records.unpersist()
         except Exception:  # the context may be gone with a failure
             pass
+    tree, files = written.tree, written.records
     log.info("imported %d entries in %.1fs", files, time.monotonic() - t0)
+    clash = written.file_dirs
+    if clash.count:
+        log.warning("%d key%s of %s %s both a file and a directory (%s%s): both are imported; "
+                    "the mount shows the directory, gravfs cat reads the file",
+                    clash.count, "" if clash.count == 1 else "s", source.name,
+                    "is" if clash.count == 1 else "are", ", ".join(map(show, clash.shown)),
+                    ", ..." if clash.count > len(clash.shown) else "")
     if tree is None:
         raise NothingToCommitError(f"nothing to commit on branch {branch!r}: {source.name} "
                                    "is empty")
@@ -268,7 +278,8 @@ def import_source(spark, repo, source, branch: str, prefix: str = "",
     if by_reference:
         meta["import_by_reference"] = "true"
     commit = land_tree(repo, branch, head, tree, message or f"Import {source.name}", meta, pfx)
-    return SparkImportResult(commit, files, used, len(tree.ranges), rewritten)
+    return SparkImportResult(commit, files, written.partitions, len(tree.ranges),
+                             written.rewritten, clash.count, tuple(clash.shown))
 
 
 def _with_repo(fn, spark, repo, state_dir, *args, **kw):

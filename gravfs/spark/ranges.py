@@ -22,7 +22,7 @@ records, whatever the partitioning: same ranges, same metarange ID.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Optional
 
 from gravfs.version.committed.reader import MetaRange, RangeInfo, RangeStore
 from gravfs.version.committed.writer import TreeWriter
@@ -42,6 +42,47 @@ class PartitionRanges:
     ranges: list[RangeInfo]
     tail_open: bool
     records: int
+    file_dirs: Optional["FileDirs"] = None
+
+
+MAX_SHOWN = 10  # keys named per kind of finding
+
+
+class FileDirs:
+    """Keys that are both a file and a directory (``a/b`` beside ``a/b/c``), which an
+    object store allows and a filesystem cannot show: found in one pass over sorted
+    keys with a stack of the files whose ``name/`` block may still come (each one a
+    prefix of the next, so it stays as short as a key). ``pending``: the stack at the
+    end, for the driver to look those up in the keys that follow."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.shown: list[bytes] = []
+        self.pending: list[bytes] = []
+
+    def feed(self, keys: list[bytes]) -> None:
+        stack = self.pending
+        for k in keys:
+            while stack:
+                s = stack[-1]
+                if k.startswith(s):
+                    c = k[len(s):len(s) + 1]
+                    if c < b"/":
+                        break  # s/... may still come
+                    if c == b"/":
+                        self.found(s)
+                stack.pop()
+            if not k.endswith(b"/"):
+                stack.append(k)
+
+    def found(self, key: bytes) -> None:
+        self.count += 1
+        if len(self.shown) < MAX_SHOWN:
+            self.shown.append(key)
+
+    def merge(self, other: "FileDirs") -> None:
+        self.count += other.count
+        self.shown = (self.shown + other.shown)[:MAX_SHOWN]
 
 
 def write_partition(writer: TreeWriter, index: int,
@@ -50,6 +91,7 @@ def write_partition(writer: TreeWriter, index: int,
     it = iter(items)
     count = 0
     last = None
+    file_dirs = FileDirs()
     while True:
         chunk = []
         for kv in it:
@@ -65,6 +107,7 @@ def write_partition(writer: TreeWriter, index: int,
                 raise ValueError(f"partition {index}: keys not in ascending order at {k!r}")
             last = k
         count += len(keys)
+        file_dirs.feed(keys)
         pos = 0
         while pos < len(keys):
             pos, _ = writer.take(keys, values, pos, len(keys))
@@ -73,44 +116,114 @@ def write_partition(writer: TreeWriter, index: int,
     # finish() with the writer's own ranges as "base" waits for the uploads (and puts
     # the SST sizes into writer.out) without writing a metarange no one would read
     writer.finish(MetaRange("", list(writer.out)))
-    return PartitionRanges(index, list(writer.out), tail_open, count)
+    return PartitionRanges(index, list(writer.out), tail_open, count, file_dirs)
 
 
 def stitch_partitions(writer: TreeWriter, ranges: RangeStore,
                       parts: Iterable[PartitionRanges]) -> MetaRange:
     """Join partitions (in key order) into one tree with the true break sequence."""
     for part in parts:
-        rs = part.ranges
-        if not rs:
-            continue
-        i = 0
-        if not writer.empty:
-            synced = False
-            while i < len(rs):
-                _feed(writer, ranges, rs[i])
-                i += 1
-                # a break at the end of a speculative range that itself ended at a break
-                if writer.empty and (i < len(rs) or not part.tail_open):
-                    synced = True
-                    break
-            if not synced:
-                continue
-        end = len(rs) - 1 if part.tail_open else len(rs)
-        if end > i:
-            writer.copy_ranges(rs[i:end])
-            i = end
-        if i < len(rs):  # the open tail: its records carry into the next partition
-            _feed(writer, ranges, rs[i])
+        _stitch_part(writer, ranges, part.ranges, part.tail_open)
     return writer.finish()
 
 
-def _feed(writer: TreeWriter, ranges: RangeStore, info: RangeInfo) -> None:
-    pairs = list(ranges.range_items(info.id, fill_cache=False))
+def _stitch_part(writer: TreeWriter, ranges: RangeStore, rs: list[RangeInfo],
+                 tail_open: bool) -> None:
+    """Append ranges that a break policy cut from an empty start (every one ends at a
+    break, but for the last when ``tail_open``): fed until the writer realigns, then
+    copied by ID."""
+    if not rs:
+        return
+    i = 0
+    if not writer.empty:
+        synced = False
+        while i < len(rs):
+            _feed(writer, ranges, rs[i])
+            i += 1
+            # a break at the end of a speculative range that itself ended at a break
+            if writer.empty and (i < len(rs) or not tail_open):
+                synced = True
+                break
+        if not synced:
+            return
+    end = len(rs) - 1 if tail_open else len(rs)
+    if end > i:
+        writer.copy_ranges(rs[i:end])
+        i = end
+    if i < len(rs):  # the open tail: its records carry into what follows
+        _feed(writer, ranges, rs[i])
+
+
+def splice_tree(writer: TreeWriter, ranges: RangeStore, head: MetaRange, tree: MetaRange,
+                prefix: bytes) -> MetaRange:
+    """``head`` with what it holds at ``prefix`` and under ``prefix/`` replaced by
+    ``tree`` (whose keys are all under ``prefix/``): the tree a single writer would
+    make of those records. Only the head's ranges holding a replaced key next to
+    kept ones are read, plus the few ranges after each seam that it takes for the
+    breaks to line up again; the rest of the head and of the tree is copied by ID
+    (an import into one table of a big branch costs its seams, not the branch)."""
+    lo, hi = prefix + b"/", prefix + b"0"  # keys under prefix/ are exactly [lo, hi)
+    last = len(head.ranges) - 1
+    before: list = []
+    after: list = []
+    for i, r in enumerate(head.ranges):
+        at_break = i < last  # a tree's last range ends where its records do
+        if r.min_key >= hi:
+            after.append((r, None, at_break))
+            continue
+        if r.max_key >= hi:
+            after.append((r, lambda k: k >= hi, at_break))
+        if r.min_key < lo:
+            holds_prefix = r.min_key <= prefix <= r.max_key
+            if holds_prefix or r.max_key >= lo:
+                before.append((r, lambda k: k < lo and k != prefix, False))
+            else:
+                before.append((r, None, at_break))
+    n = len(tree.ranges)
+    middle = [(r, None, j < n - 1) for j, r in enumerate(tree.ranges)]
+    for r, keep, at_break in before + middle + after:
+        if keep is None and writer.empty and at_break:
+            writer.copy_range(r)  # cut from a break, as the writer sits now
+        else:
+            _feed(writer, ranges, r, keep)
+    return writer.finish()
+
+
+def _feed(writer: TreeWriter, ranges: RangeStore, info: RangeInfo,
+          keep: Optional[Callable[[bytes], bool]] = None) -> None:
+    pairs = ranges.range_items(info.id, fill_cache=False)
+    if keep is not None:
+        pairs = (kv for kv in pairs if keep(kv[0]))
+    pairs = list(pairs)
     keys = [kv[0] for kv in pairs]
     values = [kv[1] for kv in pairs]
     pos = 0
     while pos < len(keys):
         pos, _ = writer.take(keys, values, pos, len(keys))
+
+
+def file_dirs_of(ranges: RangeStore, tree: MetaRange, parts: list[PartitionRanges]
+                 ) -> FileDirs:
+    """The keys of a stitched tree that are both a file and a directory: those each
+    task found, and those whose ``name/`` keys a later partition holds."""
+    out = FileDirs()
+    for p in parts:
+        if p.file_dirs is None:
+            continue
+        out.merge(p.file_dirs)
+        for s in p.file_dirs.pending:
+            if _holds_under(ranges, tree, s + b"/"):
+                out.found(s)
+    return out
+
+
+def _holds_under(ranges: RangeStore, tree: MetaRange, prefix: bytes) -> bool:
+    i = tree.locate(prefix)
+    if i == len(tree.ranges):
+        return False
+    for k, _ in ranges.range_items(tree.ranges[i].id, prefix, fill_cache=False):
+        return k.startswith(prefix)
+    return False
 
 
 def tree_records(ranges: RangeStore, mr: MetaRange) -> Iterator[tuple[bytes, bytes]]:

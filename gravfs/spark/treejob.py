@@ -16,13 +16,15 @@ from __future__ import annotations
 import bisect
 import logging
 import time
+from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from gravfs.errors import ConflictError, PreconditionFailedError
 from gravfs.fs.importer import replaced_keys
 from gravfs.fs.paths import show
 from gravfs.spark.progress import counter
-from gravfs.spark.ranges import PartitionRanges, stitch_partitions, tree_records, write_partition
+from gravfs.spark.ranges import (FileDirs, PartitionRanges, file_dirs_of, splice_tree,
+                                 stitch_partitions, tree_records, write_partition)
 from gravfs.spark.runtime import job_failed
 from gravfs.spark.taskstore import task_store
 from gravfs.version.committed.manager import EMPTY_METARANGE_ID
@@ -48,8 +50,17 @@ def write_ranges(store_url: str, index: int, items, rows=None) -> Iterator[Parti
     yield part
 
 
+@dataclass
+class WrittenTree:
+    tree: Optional[MetaRange]  # None when there were no records
+    records: int
+    partitions: int
+    rewritten: int             # ranges the driver rewrote at the seams
+    file_dirs: FileDirs        # keys that are both a file and a directory
+
+
 def write_tree(repo, records, partitions: int, what: str, bounds: Optional[list] = None
-               ) -> tuple[Optional[MetaRange], int, int, int]:
+               ) -> WrittenTree:
     """Write the records (an RDD of unique keys) as one tree in the repository's store.
 
     ``bounds``: sorted keys splitting the key space into len(bounds)+1 partitions
@@ -57,9 +68,7 @@ def write_tree(repo, records, partitions: int, what: str, bounds: Optional[list]
     shuffled straight into sorted partitions. PRESORTED: the records' partitions
     are sorted and in key order already (nothing is shuffled). Without them Spark's sortByKey
     samples the records first (persist them: they are computed twice).
-    Returns (tree or None when there are no records, records, partitions,
-    ranges the driver rewrote at the seams). A failed job is a SparkJobError
-    naming ``what``.
+    A failed job is a SparkJobError naming ``what``.
     """
     store_url = repo.store.url
     rows = counter(records.context, "written")
@@ -84,17 +93,17 @@ def write_tree(repo, records, partitions: int, what: str, bounds: Optional[list]
     log.info("executors wrote %d records as %d speculative ranges in %d partitions (%.1fs)",
              count, sum(len(p.ranges) for p in parts), len(parts), t1 - t0)
     if not count:
-        return None, 0, len(parts), 0
+        return WrittenTree(None, 0, len(parts), 0, FileDirs())
     stats = Stats()
-    ctx = WriteContext(repo.store, repo.workspace.sub("sst-tmp"), None,
-                       compression=repo.settings.compression)
+    ctx = _write_context(repo)
     # no "known" ranges: a seam range equal to a task's is written again (put-if-absent)
     # so its metarange record carries the SST size, as a single writer's does
     writer = TreeWriter(ctx, repo.settings.ranges.policy(), stats)
     tree = stitch_partitions(writer, repo.committed.ranges, parts)
     log.info("stitched %d ranges (%d rewritten at the seams) in %.1fs", len(tree.ranges),
              stats.ranges_written, time.monotonic() - t1)
-    return tree, count, len(parts), stats.ranges_written
+    return WrittenTree(tree, count, len(parts), stats.ranges_written,
+                       file_dirs_of(repo.committed.ranges, tree, parts))
 
 
 def land_tree(repo, branch: str, base: Commit, tree: MetaRange, message: str,
@@ -109,6 +118,8 @@ def land_tree(repo, branch: str, base: Commit, tree: MetaRange, message: str,
             _check_rebase(repo, base, head, tree, prefix)
         if head.id == base.id and (not prefix or head.metarange == EMPTY_METARANGE_ID):
             mr = tree.id  # the whole branch is replaced: no record needs reading
+        elif head.id == base.id:
+            mr = _spliced(repo, head.metarange, tree, prefix)
         else:
             changes = _replacing(repo, base.metarange, tree, prefix)
             mr = repo.committed.apply(head.metarange, changes).metarange_id
@@ -127,6 +138,29 @@ def land_tree(repo, branch: str, base: Commit, tree: MetaRange, message: str,
         return c
     raise PreconditionFailedError(f"branch {branch!r} kept moving; gave up after {CAS_RETRIES} "
                                   "attempts (nothing was committed)")
+
+
+def _spliced(repo, head_mr: str, tree: MetaRange, prefix: bytes) -> str:
+    """The head's tree with branch:prefix replaced by ``tree``, read at the seams only."""
+    t0 = time.monotonic()
+    stats = Stats()
+    writer = TreeWriter(_write_context(repo), repo.settings.ranges.policy(), stats)
+    head = repo.committed.ranges.metarange(head_mr)
+    try:
+        mr = splice_tree(writer, repo.committed.ranges, head, tree, prefix)
+    except BaseException:
+        writer.abort()
+        raise
+    if mr.id != EMPTY_METARANGE_ID:
+        repo.committed.ranges.remember_metarange(mr)
+    log.info("spliced the tree into %s of the head: %d ranges, %d rewritten (%.1fs)",
+             show(prefix), len(mr.ranges), stats.ranges_written, time.monotonic() - t0)
+    return mr.id
+
+
+def _write_context(repo) -> WriteContext:
+    return WriteContext(repo.store, repo.workspace.sub("sst-tmp"), None,
+                        compression=repo.settings.compression)
 
 
 def _check_rebase(repo, base: Commit, head: Commit, tree: MetaRange, prefix: bytes) -> None:

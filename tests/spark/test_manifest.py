@@ -217,3 +217,26 @@ def test_killed_by_reference_import_commits_nothing_and_reruns(s3_server, lake, 
         assert head_metarange(repo, "main") == head_metarange(repo, "whole")
     rc, out, err = run_cli("fsck", "-q", store=store, state=state, check=False, **s3)
     assert rc == 0, out + err
+
+
+def test_keys_both_file_and_directory_are_imported_and_reported(s3spark, s3_server, repo,
+                                                                tmp_path):
+    """An object store holds ``a`` beside ``a/b``; a filesystem cannot. Both keys are
+    imported (nothing of the lake is lost) and the import counts and names them, also
+    when the file and its ``name/`` keys fall into different partitions."""
+    when = datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)
+    keys = [f"t/d/k{i:04d}" for i in range(300)] + ["t/d/k0150/x"]
+    keys += ["t/m"] + [f"t/m-{i:04d}" for i in range(300)] + ["t/m/z", "t/m0"]
+    keys += ["t/n", "t/n.txt"]  # a file beside a longer name: no clash
+    rows = [{"bucket": s3_server.bucket, "key": k, "size": 10, "last_modified_date": when,
+             "e_tag": "0" * 32} for k in sorted(keys)]
+    write_parquet(str(tmp_path / "m.parquet"), rows, row_group_size=100)
+    res = import_manifest(s3spark, repo, str(tmp_path / "m.parquet"), "main", "x",
+                          key_prefix="t/", partitions=3)
+    assert res.files == len(keys)
+    assert res.partitions == 3
+    assert res.file_dirs == 2
+    assert sorted(res.file_dirs_shown) == [b"x/d/k0150", b"x/m"]
+    mr = head_metarange(repo, "main")
+    for k in (b"x/m", b"x/m/z", b"x/d/k0150", b"x/d/k0150/x"):
+        assert repo.committed.get(mr, k) is not None
