@@ -37,7 +37,7 @@ from gravfs.fs.repository import Repository
 from gravfs.spark.progress import counter
 from gravfs.spark.runtime import job_failed
 from gravfs.spark.taskstore import task_store
-from gravfs.spark.treejob import land_tree, write_tree
+from gravfs.spark.treejob import even_bounds, land_tree, write_tree
 from gravfs.version.committed.record import encode_value
 from gravfs.version.committer import Committer, NothingToCommitError
 from gravfs.version.refs.commits import Commit
@@ -162,16 +162,13 @@ class TreeSource:
             self._listed = split_units(self.name, UNITS_PER_CORE * sc.defaultParallelism)
         return self._listed
 
-    def sample_bounds(self, sc, base: bytes, partitions: int) -> list[bytes]:
+    def sample_bounds(self, sc, base: bytes, partitions: int) -> Optional[list[bytes]]:
         """Split keys from the units the driver listed (no pass over the records: they
         are computed once, uploads included, and shuffled straight into sorted
         partitions). Units hold similar shares of a partitioned table's files; a
         skewed tree gives uneven partitions, never a different tree."""
         keys = sorted({base + to_key(rel) for rel, _ in self._units(sc) if rel})
-        if partitions <= 1 or len(keys) < 2:
-            return []
-        step = len(keys) / partitions
-        return sorted({keys[int(step * i)] for i in range(1, partitions)} - {keys[0]})
+        return even_bounds(keys, partitions)
 
     def records(self, sc, store_url: str, base: bytes, by_reference: bool, rows):
         source = self.name

@@ -30,6 +30,8 @@ from urllib.parse import urlparse
 
 from gravfs.errors import GravfsError, NotFoundError
 from gravfs.fs.entry import ADDRESS_FULL, KIND_FILE, EntryInfo, encode_entry, entry_identity
+from gravfs.spark.taskstore import task_store
+from gravfs.spark.treejob import even_bounds
 from gravfs.version.committed.record import encode_value
 
 log = logging.getLogger(__name__)
@@ -183,16 +185,32 @@ class S3PrefixSource:
     def __init__(self, url: str):
         self.bucket, self.prefix = parse_s3_url(url)
         self.name = f"s3://{self.bucket}/{self.prefix}"
+        self._split: Optional[tuple[list[str], list[S3Object]]] = None
 
     def check(self) -> None:
         check_prefix(self.name)
 
+    def _units(self, sc) -> tuple[list[str], list[S3Object]]:
+        if self._split is None:
+            target = self.UNITS_PER_CORE * sc.defaultParallelism
+            self._split = split_prefix(self.bucket, self.prefix, target)
+        return self._split
+
+    def sample_bounds(self, sc, base: bytes, partitions: int) -> Optional[list[bytes]]:
+        """Split keys from the common prefixes the driver listed, so the records (the
+        copies, in copy mode) are made once and shuffled straight into sorted
+        partitions: no sampling pass over them, nothing persisted. A prefix with more
+        objects than its neighbours gives a bigger partition, never another tree."""
+        prefixes, _ = self._units(sc)
+        strip = len(self.prefix)
+        keys = sorted({base + p[strip:].encode("utf-8") for p in prefixes if p[strip:]})
+        return even_bounds(keys, partitions)
+
     def records(self, sc, store_url: str, base: bytes, by_reference: bool, rows):
-        from gravfs.spark.taskstore import task_store
 
         bucket, strip = self.bucket, len(self.prefix)
         target = self.UNITS_PER_CORE * sc.defaultParallelism
-        prefixes, loose = split_prefix(bucket, self.prefix, target)
+        prefixes, loose = self._units(sc)
         chunk = 1000  # objects the driver listed travel in units of this many
         units: list = list(prefixes)
         units += [[tuple(o) for o in loose[i:i + chunk]] for i in range(0, len(loose), chunk)]

@@ -41,6 +41,18 @@ log = logging.getLogger(__name__)
 PRESORTED = "presorted"  # write_tree's bounds for records partitioned and sorted already
 
 
+def even_bounds(keys: list[bytes], partitions: int) -> Optional[list[bytes]]:
+    """write_tree's bounds from sorted split keys a source listed (directories,
+    common prefixes): ``partitions`` runs of about as many of them each; None when
+    there are too few keys to split (write_tree then samples the records)."""
+    if partitions <= 1:
+        return []
+    if len(keys) < 2:
+        return None
+    step = len(keys) / partitions
+    return sorted({keys[int(step * i)] for i in range(1, partitions)} - {keys[0]})
+
+
 def write_ranges(store_url: str, index: int, items, rows=None) -> Iterator[PartitionRanges]:
     """Write one sorted partition's ranges (runs on an executor); ``rows`` counts them."""
     ts = task_store(store_url)

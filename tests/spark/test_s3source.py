@@ -98,6 +98,7 @@ def test_copy_import_equals_gravfs_import_of_the_downloaded_prefix(s3spark, s3_s
     local_import(repo, local, "single", "in", progress=False)
     url = f"s3://{s3_server.bucket}/{prefix}"
     res = import_s3(s3spark, repo, url, "main", "in", partitions=3)
+    assert res.partitions == 3  # split at the common prefixes the driver listed
     assert res.files == len(want)
     assert res.ranges > 10
     assert head_metarange(repo, "main") == head_metarange(repo, "single")
