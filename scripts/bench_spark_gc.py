@@ -124,6 +124,27 @@ def mark_runs(spark, store: str, state: str, commits: int) -> list[dict]:
     return out
 
 
+FLOOR_OBJECTS = 100_000
+
+
+def delete_floor(store, n: int, threads: int) -> dict:
+    """The server's own delete rate: ``n`` other objects put, then deleted with
+    DeleteObjects of 1,000 keys from 2 x SWEEP_THREADS threads (as two sweep tasks
+    send them), with no listing and no report: what a sweep cannot beat here."""
+    from gravfs.spark.gctasks import DELETE_BATCH, SWEEP_THREADS
+    keys = [address_of(hashlib.sha256(f"floor {i}".encode()).hexdigest()) for i in range(n)]
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda k: store.put(k, b"x"), keys, chunksize=256))
+    batches = [keys[i:i + DELETE_BATCH] for i in range(0, n, DELETE_BATCH)]
+    t = time.monotonic()
+    with ThreadPoolExecutor(2 * SWEEP_THREADS) as pool:
+        list(pool.map(store.delete_many, batches))
+    secs = time.monotonic() - t
+    left = sum(1 for _ in store.list("data/"))
+    return {"objects": n, "seconds": round(secs, 2), "deleted_per_s": round(n / secs),
+            "left": left}
+
+
 def sweep_run(spark, server, dead: int, threads: int) -> dict:
     from gravfs.spark.gc import gc
     from gravfs.version.repository import VersionRepository as VR
@@ -148,8 +169,9 @@ def sweep_run(spark, server, dead: int, threads: int) -> dict:
     r = gc(spark, url, state_dir=state, min_age=0)
     total = time.monotonic() - t
     sweep_s = r.seconds.get("sweep", total)
+    floor = delete_floor(store, min(dead, FLOOR_OBJECTS), threads)
     shutil.rmtree(state, ignore_errors=True)
-    return {"dead_objects": dead, "put_seconds": round(put_s, 1),
+    return {"floor": floor, "dead_objects": dead, "put_seconds": round(put_s, 1),
             "deleted": r.deleted_objects, "sweep_seconds": sweep_s,
             "expired": r.expired_objects, "young": r.young_objects,
             "deleted_per_s": round(r.deleted_objects / sweep_s) if sweep_s else None,
@@ -222,6 +244,9 @@ def table(r: dict) -> str:
                      f"{m['ranges_read']} |")
     s = r.get("sweep")
     if s:
+        f = s["floor"]
+        lines.append(f"| floor: DeleteObjects of {f['objects']} objects, no listing | "
+                     f"{f['seconds']} | | {f['deleted_per_s']}/s | |")
         lines.append(f"| sweep of {s['dead_objects']} dead objects (SeaweedFS) | "
                      f"{s['sweep_seconds']} | deleted {s['deleted']} | "
                      f"{s['deleted_per_s']}/s | |")
