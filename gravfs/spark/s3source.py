@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 MAX_SPLIT_DEPTH = 4   # common prefixes below this depth are listed by one task each
 COPY_THREADS = 16     # per task: small objects are bound by round trips, not CPU
+IN_MEMORY_MAX = 8 << 20  # objects up to this size are copied through memory
 
 _stores: dict[str, object] = {}
 
@@ -140,6 +141,9 @@ def entry_of_object(bucket: str, obj: S3Object, data=None, tmp_dir: Optional[str
         return EntryInfo(address=f"s3://{bucket}/{obj.key}", size=obj.size,
                          mtime_ns=obj.mtime_ns, kind=KIND_FILE, e_tag=obj.etag,
                          address_type=ADDRESS_FULL)
+    if obj.size <= IN_MEMORY_MAX:  # the common small object: no scratch file
+        address, size = data.put_bytes(source_store(bucket).get(obj.key))
+        return EntryInfo(address=address, size=size, mtime_ns=obj.mtime_ns, kind=KIND_FILE)
     fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix="s3copy-")
     os.close(fd)
     try:
