@@ -119,7 +119,9 @@ def cmd_spark_import(args, open_repo: Callable, split_ref_path: Callable) -> int
               f"{res.ranges} ranges, {secs:.1f}s, {rate:,.0f} entries/s)")
         if res.file_dirs:
             names = ", ".join(map(show, res.file_dirs_shown))
-            print(f"Note: {res.file_dirs:,} imported name{'s are' if res.file_dirs > 1 else ' is'} "
-                  f"both a file and a directory ({names}{', ...' if res.file_dirs > len(res.file_dirs_shown) else ''}): "
-                  "the mount shows the directory; gravfs cat reads the file")
+            if res.file_dirs > len(res.file_dirs_shown):
+                names += ", ..."
+            are = "s are" if res.file_dirs > 1 else " is"
+            print(f"Note: {res.file_dirs:,} imported name{are} both a file and a directory "
+                  f"({names}): the mount shows the directory; gravfs cat reads the file")
     return 0

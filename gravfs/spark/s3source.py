@@ -211,7 +211,6 @@ class S3PrefixSource:
         return even_bounds(keys, partitions)
 
     def records(self, sc, store_url: str, base: bytes, by_reference: bool, rows):
-
         bucket, strip = self.bucket, len(self.prefix)
         target = self.UNITS_PER_CORE * sc.defaultParallelism
         prefixes, loose = self._units(sc)
