@@ -277,8 +277,7 @@ def _mark_and_report_in(spark, repo, run: _Run, res: GcResult, rules, cutoff: fl
     if cache_listing:
         listed = listed.unionByName(spark.createDataFrame(cache_listing, gctasks.LISTING_DDL))
     # one join, kept for the counts and the report
-    listed = (listed.join(live.withColumn("live", F.lit(True)), "address", "left")
-              .persist(StorageLevel.MEMORY_AND_DISK))
+    listed = classify(listed, live).persist(StorageLevel.MEMORY_AND_DISK)
     is_live = F.col("live").isNotNull()
     young_c = ~is_live & (F.col("mtime") >= cutoff)
     counts = listed.agg(F.sum(is_live.cast("long")), F.sum(F.when(is_live, F.col("size"))),
@@ -321,6 +320,15 @@ def _mark_and_report_in(spark, repo, run: _Run, res: GcResult, rules, cutoff: fl
              res.ranges_read, res.live_objects, res.expired_objects, res.expired_bytes,
              res.young_objects)
     return kept
+
+
+def classify(listed, live):
+    """The listing with a ``live`` column (true, or null for a dead object). A
+    sort-merge join, which spills: Spark sizes a mapInArrow output by its input (a
+    few hundred part names), so left to itself it broadcasts a live set of tens of
+    millions of addresses and the driver runs out of memory (seen at 10M entries)."""
+    from pyspark.sql import functions as F
+    return listed.join(live.withColumn("live", F.lit(True)).hint("merge"), "address", "left")
 
 
 def _names_df(spark, names: list[str], column: str, partitions: int = 0):
