@@ -46,6 +46,7 @@ class IndexedCommits:
 
     def __init__(self, reader: IndexReader, store_commits):
         self.store_commits = store_commits
+        self.memo: dict = {}  # walks over these commits (RefReach)
         t = reader.read_all(COMMITS)
         self._commits: dict[str, Commit] = {}
         cols = {n: t.column(n).to_pylist() for n in t.column_names}
@@ -92,37 +93,58 @@ def list_refs(heads) -> list[RefHead]:
 
 def containing_refs(commits: IndexedCommits, refs: list[RefHead],
                     targets: set[str]) -> dict[str, list[RefHead]]:
-    """For each target commit, the refs whose history includes it.
-
-    One walk from all heads at once, newest generation first, carrying a bit set of
-    the refs that reach each commit down to its parents (a commit is taken after all
-    its children, which have higher generations), and stopping below the oldest
-    target: the cost is the commits since then, whatever the number of refs."""
+    """For each target commit, the refs whose history includes it (see RefReach)."""
     out: dict[str, list[RefHead]] = {t: [] for t in targets}
     if not targets or not refs:
         return out
-    floor = min(commits.get(t).generation for t in targets)
-    reach: dict[str, int] = {}
-    heap: list[tuple[int, str]] = []
-    for i, ref in enumerate(refs):
-        if ref.commit not in reach:
-            heapq.heappush(heap, (-commits.get(ref.commit).generation, ref.commit))
-        reach[ref.commit] = reach.get(ref.commit, 0) | (1 << i)
-    while heap:
-        neg_gen, cid = heapq.heappop(heap)
-        if -neg_gen <= floor:
-            continue  # its parents are older than every target
-        bits = reach[cid]
-        for p in commits.get(cid).parents:
-            old = reach.get(p)
-            if old is None:
-                heapq.heappush(heap, (-commits.get(p).generation, p))
-                old = 0
-            reach[p] = old | bits
+    reach = RefReach.of(commits, refs)
+    reach.down_to(min(commits.get(t).generation for t in targets))
     for t in targets:
-        bits = reach.get(t, 0)
+        bits = reach.bits.get(t, 0)
         out[t] = [r for i, r in enumerate(refs) if bits >> i & 1]
     return out
+
+
+class RefReach:
+    """Which refs reach each commit: one walk from all heads at once, newest generation
+    first, carrying a bit set of the refs down to the parents (a commit is taken after
+    all its children, which have higher generations). The walk stops at the oldest
+    generation asked for so far and resumes from there when a later query asks for an
+    older one, so a reader answering many queries walks the history once, and one
+    query costs the commits since its oldest target, whatever the number of refs."""
+
+    def __init__(self, commits: IndexedCommits, refs: list[RefHead]):
+        self.commits = commits
+        self.bits: dict[str, int] = {}
+        self.heap: list[tuple[int, str]] = []
+        for i, ref in enumerate(refs):
+            if ref.commit not in self.bits:
+                heapq.heappush(self.heap, (-commits.get(ref.commit).generation, ref.commit))
+            self.bits[ref.commit] = self.bits.get(ref.commit, 0) | (1 << i)
+
+    @classmethod
+    def of(cls, commits: IndexedCommits, refs: list[RefHead]) -> "RefReach":
+        """The walk for these refs, kept with the commits while the refs stay the same."""
+        key = tuple(refs)
+        got = commits.memo.get(("reach", key))
+        if got is None:
+            commits.memo.clear()  # the refs moved: the old walk answers nothing now
+            got = commits.memo[("reach", key)] = cls(commits, refs)
+        return got
+
+    def down_to(self, floor: int) -> None:
+        """Final bits for every commit of generation >= floor: all their children,
+        and so every commit above floor, have been taken."""
+        heap, bits, get = self.heap, self.bits, self.commits.get
+        while heap and -heap[0][0] > floor:
+            _, cid = heapq.heappop(heap)
+            b = bits[cid]
+            for p in get(cid).parents:
+                old = bits.get(p)
+                if old is None:
+                    heapq.heappush(heap, (-get(p).generation, p))
+                    old = 0
+                bits[p] = old | b
 
 
 @dataclass
