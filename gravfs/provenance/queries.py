@@ -93,16 +93,27 @@ def list_refs(heads) -> list[RefHead]:
 
 def containing_refs(commits: IndexedCommits, refs: list[RefHead],
                     targets: set[str]) -> dict[str, list[RefHead]]:
-    """For each target commit, the refs whose history includes it (see RefReach)."""
-    out: dict[str, list[RefHead]] = {t: [] for t in targets}
+    """For each target commit, the refs whose history includes it (see RefReach).
+    Targets reached by the same refs share one list."""
+    lists: dict[int, list[RefHead]] = {}
+    out = {}
+    for t, bits in ref_bits(commits, refs, targets).items():
+        got = lists.get(bits)
+        if got is None:
+            got = lists[bits] = [r for i, r in enumerate(refs) if bits >> i & 1]
+        out[t] = got
+    return out
+
+
+def ref_bits(commits: IndexedCommits, refs: list[RefHead], targets: set[str]
+             ) -> dict[str, int]:
+    """For each target commit, the set of refs (bit i: refs[i]) whose history holds it."""
     if not targets or not refs:
-        return out
+        return dict.fromkeys(targets, 0)
     reach = RefReach.of(commits, refs)
     reach.down_to(min(commits.get(t).generation for t in targets))
-    for t in targets:
-        bits = reach.bits.get(t, 0)
-        out[t] = [r for i, r in enumerate(refs) if bits >> i & 1]
-    return out
+    bits = reach.bits
+    return {t: bits.get(t, 0) for t in targets}
 
 
 class RefReach:
@@ -226,13 +237,17 @@ def provenance(reader: IndexReader, store_commits, heads, address: str) -> Prove
     commits = IndexedCommits.of(reader, store_commits)
     refs = list_refs(heads)
     cov = coverage(commits, refs)
-    refs_of = containing_refs(commits, refs, {c for c, _ in pairs})
+    bits_of = ref_bits(commits, refs, {c for c, _ in pairs})
+    names: dict[int, tuple] = {}  # (branches, tags) per set of refs: few distinct ones
     holders = []
     for cid, path in pairs:
-        rs = refs_of[cid]
-        holders.append(Holder(commits.get(cid), path,
-                              tuple(r.name for r in rs if r.kind == "branch"),
-                              tuple(r.name for r in rs if r.kind == "tag")))
+        bits = bits_of[cid]
+        bt = names.get(bits)
+        if bt is None:
+            rs = [r for i, r in enumerate(refs) if bits >> i & 1]
+            bt = names[bits] = (tuple(r.name for r in rs if r.kind == "branch"),
+                                tuple(r.name for r in rs if r.kind == "tag"))
+        holders.append(Holder(commits.get(cid), path, *bt))
     holders.sort(key=lambda h: (h.commit.time_ns, h.commit.id, h.path))
     return Provenance(address, holders, cov)
 

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gravfs.errors import CorruptDataError, NotFoundError
+from gravfs.lru import LRU
 from gravfs.provenance import manifest as manifests
 from gravfs.provenance.layout import SCHEMAS, Fences, FileInfo, key_column
 
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 
 BUILD_HINT = "build it with 'gravfs spark index'"
 REBUILD_HINT = "rebuild it with 'gravfs spark index --full'"
+GROUP_CACHE_BYTES = 64 << 20  # decoded row groups a reader keeps
 
 
 class IndexMissingError(NotFoundError):
@@ -92,6 +94,10 @@ class IndexReader:
         self._fences: dict[str, Fences] = {}
         self._parquet: dict[str, pq.ParquetFile] = {}
         self.memo: dict = {}  # what queries derive from the tables (gravfs.provenance.queries)
+        # decoded row groups: a reader answering many queries (a server, a notebook)
+        # decodes a hot group once; the files are immutable, so nothing goes stale
+        self._groups: LRU[tuple, pa.Table] = LRU(lambda t: t.nbytes)
+        self.max_group_bytes = GROUP_CACHE_BYTES
         self.files_opened = 0
         self.groups_read = 0
 
@@ -148,12 +154,20 @@ class IndexReader:
         return pf
 
     def _read_groups(self, f: FileInfo, groups: list[int], columns) -> pa.Table:
-        def read() -> pa.Table:
-            pf = self._open(f)
-            return pf.read_row_groups(groups, columns=columns)
-        t = self._retry(f.key, read)
-        self.groups_read += len(groups)
-        return t
+        cols = None if columns is None else tuple(columns)
+        cache = self._groups
+        got = {g: cache.get((f.key, g, cols)) for g in groups}
+        missing = [g for g in groups if got[g] is None]
+        if missing:
+            def read() -> list[pa.Table]:
+                pf = self._open(f)
+                return [pf.read_row_group(g, columns=columns) for g in missing]
+            for g, t in zip(missing, self._retry(f.key, read)):
+                got[g] = t
+                cache.put((f.key, g, cols), t)
+            self.groups_read += len(missing)
+            cache.evict(max_weight=self.max_group_bytes)
+        return pa.concat_tables([got[g] for g in groups])
 
     # -- lookups ------------------------------------------------------------------------
 

@@ -63,6 +63,30 @@ def test_point_lookups_read_one_row_group_of_one_file(tmp_path):
     assert len(reader.get(layout.CONTENTS, b"")) == 0
 
 
+def test_a_reader_decodes_a_row_group_once_within_its_budget(tmp_path):
+    """Repeated lookups through one reader (a server's, a notebook's) answer from the
+    decoded row groups it keeps, the same rows; the budget bounds what it keeps."""
+    rows = _rows(300)
+    store, tier = _index(tmp_path, [rows])
+    reader = IndexReader(store, tier)
+    addrs = sorted({a for a, _, _ in rows})[:50]
+    first = [reader.get(layout.CONTENTS, a).to_pylist() for a in addrs]
+    read = reader.groups_read
+    assert read > 0
+    assert [reader.get(layout.CONTENTS, a).to_pylist() for a in addrs] == first
+    assert reader.groups_read == read
+    many = reader.get_many(layout.CONTENTS, addrs)
+    assert reader.groups_read == read
+    assert sorted(many.to_pylist(), key=lambda r: (r["address"], r["path"])) == \
+        sorted((r for rs in first for r in rs), key=lambda r: (r["address"], r["path"]))
+    small = IndexReader(store, tier)
+    small.max_group_bytes = 1  # keeps none: every lookup decodes again
+    for a in addrs[:5]:
+        small.get(layout.CONTENTS, a)
+        small.get(layout.CONTENTS, a)
+    assert small.groups_read >= 10
+
+
 def test_get_many_and_scan_across_runs(tmp_path):
     a, b = _rows(100, seed=3), _rows(100, seed=4)
     store, tier = _index(tmp_path, [a, b])
