@@ -91,20 +91,6 @@ def list_refs(heads) -> list[RefHead]:
             + [RefHead(n, "tag", c) for n, c in sorted(heads.tags())])
 
 
-def containing_refs(commits: IndexedCommits, refs: list[RefHead],
-                    targets: set[str]) -> dict[str, list[RefHead]]:
-    """For each target commit, the refs whose history includes it (see RefReach).
-    Targets reached by the same refs share one list."""
-    lists: dict[int, list[RefHead]] = {}
-    out = {}
-    for t, bits in ref_bits(commits, refs, targets).items():
-        got = lists.get(bits)
-        if got is None:
-            got = lists[bits] = [r for i, r in enumerate(refs) if bits >> i & 1]
-        out[t] = got
-    return out
-
-
 def ref_bits(commits: IndexedCommits, refs: list[RefHead], targets: set[str]
              ) -> dict[str, int]:
     """For each target commit, the set of refs (bit i: refs[i]) whose history holds it."""

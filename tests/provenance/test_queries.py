@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gravfs.provenance.queries import RefHead, containing_refs
+from gravfs.provenance.queries import RefHead, ref_bits
 
 
 class Commits:
-    """What containing_refs reads of IndexedCommits: get() and a memo."""
+    """What ref_bits reads of IndexedCommits: get() and a memo."""
 
     def __init__(self, parents: dict[str, tuple[str, ...]]):
         self.memo: dict = {}
@@ -48,6 +48,8 @@ def histories(draw):
 
 
 @settings(max_examples=300, deadline=None)
+@example(({"c0": (), "c1": ("c0",), "c2": ("c1",)}, [RefHead("main", "branch", "c2")],
+          [{"c2"}, {"c0"}]))  # the second query resumes the walk below the first's floor
 @given(histories())
 def test_refs_containing_each_commit_across_queries_of_one_reader(history):
     """One walk serves every query of a reader, resumed further down when a later
@@ -55,10 +57,15 @@ def test_refs_containing_each_commit_across_queries_of_one_reader(history):
     parents, refs, asks = history
     commits = Commits(parents)
     reach = {r: _ancestors(parents, r.commit) for r in refs}
+
+    def containing(refs, targets):
+        bits = ref_bits(commits, refs, set(targets))
+        return {t: [r for i, r in enumerate(refs) if bits[t] >> i & 1] for t in targets}
+
     for targets in asks:
-        got = containing_refs(commits, refs, set(targets))
-        assert got == {t: [r for r in refs if t in reach[r]] for t in targets}
+        assert containing(refs, targets) == {t: [r for r in refs if t in reach[r]]
+                                             for t in targets}
     moved = refs[1:] + refs[:1]  # refs changed: the old walk must not answer
     for targets in asks:
-        got = containing_refs(commits, moved, set(targets))
-        assert got == {t: [r for r in moved if t in reach[r]] for t in targets}
+        assert containing(moved, targets) == {t: [r for r in moved if t in reach[r]]
+                                              for t in targets}
