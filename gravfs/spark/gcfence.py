@@ -22,7 +22,7 @@ import time
 from typing import Optional
 
 from gravfs.errors import GravfsError, NotFoundError, PreconditionFailedError
-from gravfs.store.base import SWEEP_FENCE
+from gravfs.store.base import SWEEP_FENCE, fence_holder
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class SweepFence:
         except NotFoundError:  # released meanwhile
             body, version = None, None
         if body is not None:
-            holder = _parse(body)
+            holder = fence_holder(body)
             info = self.store.stat(SWEEP_FENCE)
             age = time.time() - info.mtime if info is not None else 0.0
             if _alive(holder, age):
@@ -98,22 +98,14 @@ class SweepFence:
             body, version = self.store.read_versioned(SWEEP_FENCE)
         except NotFoundError:
             return
-        if _parse(body).get("run") != self.run_id:
+        if fence_holder(body).get("run") != self.run_id:
             log.warning("the sweep fence is run %s's now; left in place",
-                        _parse(body).get("run", "?"))
+                        fence_holder(body).get("run", "?"))
             return
         try:
             self.store.compare_and_swap(SWEEP_FENCE, version, None)
         except PreconditionFailedError:
             log.warning("the sweep fence changed while it was being removed; left in place")
-
-
-def _parse(body: bytes) -> dict:
-    try:
-        out = json.loads(body)
-    except ValueError:
-        return {}
-    return out if isinstance(out, dict) else {}
 
 
 def _alive(holder: dict, age: float) -> bool:

@@ -121,37 +121,14 @@ def write_partition(writer: TreeWriter, index: int,
 
 def stitch_partitions(writer: TreeWriter, ranges: RangeStore,
                       parts: Iterable[PartitionRanges]) -> MetaRange:
-    """Join partitions (in key order) into one tree with the true break sequence."""
+    """Join partitions (in key order) into one tree with the true break sequence.
+    A partition's ranges all end at a break but its open tail, whose records carry
+    into the next partition."""
     for part in parts:
-        _stitch_part(writer, ranges, part.ranges, part.tail_open)
+        last = len(part.ranges) - 1
+        _append(writer, ranges, [(r, None, i < last or not part.tail_open)
+                                 for i, r in enumerate(part.ranges)])
     return writer.finish()
-
-
-def _stitch_part(writer: TreeWriter, ranges: RangeStore, rs: list[RangeInfo],
-                 tail_open: bool) -> None:
-    """Append ranges that a break policy cut from an empty start (every one ends at a
-    break, but for the last when ``tail_open``): fed until the writer realigns, then
-    copied by ID."""
-    if not rs:
-        return
-    i = 0
-    if not writer.empty:
-        synced = False
-        while i < len(rs):
-            _feed(writer, ranges, rs[i])
-            i += 1
-            # a break at the end of a speculative range that itself ended at a break
-            if writer.empty and (i < len(rs) or not tail_open):
-                synced = True
-                break
-        if not synced:
-            return
-    end = len(rs) - 1 if tail_open else len(rs)
-    if end > i:
-        writer.copy_ranges(rs[i:end])
-        i = end
-    if i < len(rs):  # the open tail: its records carry into what follows
-        _feed(writer, ranges, rs[i])
 
 
 def splice_tree(writer: TreeWriter, ranges: RangeStore, head: MetaRange, tree: MetaRange,
@@ -180,13 +157,21 @@ def splice_tree(writer: TreeWriter, ranges: RangeStore, head: MetaRange, tree: M
             else:
                 before.append((r, None, at_break))
     n = len(tree.ranges)
-    middle = [(r, None, j < n - 1) for j, r in enumerate(tree.ranges)]
-    for r, keep, at_break in before + middle + after:
-        if keep is None and writer.empty and at_break:
-            writer.copy_range(r)  # cut from a break, as the writer sits now
+    _append(writer, ranges, before + [(r, None, j < n - 1) for j, r in enumerate(tree.ranges)]
+            + after)
+    return writer.finish()
+
+
+def _append(writer: TreeWriter, ranges: RangeStore, items: list) -> None:
+    """Append (range, key filter or None, ends at a policy break) items in key order:
+    a whole range that ends at a break is taken by ID whenever the writer sits at a
+    break (it was cut from one, as the writer sits now, so both agree from there);
+    any other is read and fed, and the writer breaks by the policy."""
+    for r, keep, at_break in items:
+        if keep is None and at_break and writer.empty:
+            writer.copy_range(r)
         else:
             _feed(writer, ranges, r, keep)
-    return writer.finish()
 
 
 def _feed(writer: TreeWriter, ranges: RangeStore, info: RangeInfo,

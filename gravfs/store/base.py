@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import heapq
+import json
 import logging
 import os
 import time
@@ -41,6 +42,15 @@ RESERVED_PREFIX = ".gravfs-"
 COLLECTABLE_PREFIXES = ("data/", "sparse/", "_gravfs/ranges/", "_gravfs/metaranges/")
 #: Exists while a GC sweep may be deleting (gravfs.spark.gc writes and removes it).
 SWEEP_FENCE = "_gravfs/gc/sweeping"
+
+
+def fence_holder(body: bytes) -> dict:
+    """What a sweep fence says of the run holding it ({} when it does not parse)."""
+    try:
+        out = json.loads(body)
+    except ValueError:
+        return {}
+    return out if isinstance(out, dict) else {}
 #: A reused object older than this (seconds) is refreshed before it is referenced.
 REFRESH_AGE = 3600.0
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional
 
 from gravfs.errors import GravfsError, NotFoundError
-from gravfs.store.base import SWEEP_FENCE
+from gravfs.store.base import SWEEP_FENCE, fence_holder
 from gravfs.version.committed.manager import EMPTY_METARANGE_ID
 from gravfs.version.committed.reader import METARANGES_PREFIX
 from gravfs.version.refs.commits import COMMITS_PREFIX, Commit
@@ -279,10 +279,9 @@ def check_not_expired(store, commit: Commit) -> None:
     and again after: a sweep that took the fence in between either sees the new ref
     when it reads the refs again, or is seen here."""
     try:
-        holder = json.loads(store.get(SWEEP_FENCE))
-    except (NotFoundError, ValueError):
-        holder = None
-    run = holder.get("run") if isinstance(holder, dict) else None
+        run = fence_holder(store.get(SWEEP_FENCE)).get("run")
+    except NotFoundError:
+        run = None
     if run:
         started = (read_status(store, run) or {}).get("mark_started_ns")
         if started and commit.time_ns < started:
