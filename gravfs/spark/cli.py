@@ -87,7 +87,7 @@ def cmd_spark_import(args, open_repo: Callable, split_ref_path: Callable) -> int
     source = open_source(args.src, args.manifest, columns=args.manifest_columns,
                          key_prefix=args.key_prefix)
     with open_repo(args) as repo:
-        check_inputs(repo, source, branch)  # bad input fails before the JVM starts
+        check_inputs(repo, source, branch, prefix)  # bad input fails before the JVM starts
         log_file = None if args.verbose else spark_log_path(args.state_dir)
         t0 = time.monotonic()
         spark = start_session(args.master, conf, args.verbose, app_name="gravfs import",

@@ -208,12 +208,13 @@ def open_source(src: str, manifest: bool = False, **manifest_opts):
 
 # --- the job (driver) ----------------------------------------------------------------
 
-def check_inputs(repo, source, branch: str) -> Commit:
+def check_inputs(repo, source, branch: str, prefix: str = "") -> Commit:
     """What an import refuses, checked before any Spark work (the CLI calls it before
     the JVM starts): the branch's head commit, or one clear error. ``source``: a
     source object or a directory."""
     if isinstance(source, str):
         source = TreeSource(source)
+    to_key(prefix)  # a bad name ('..', NUL, over-long)
     source.check()
     head = repo.commits.get(repo.head(branch, fresh=True))
     if not Committer(repo).is_clean(branch):
@@ -233,7 +234,7 @@ def import_source(spark, repo, source, branch: str, prefix: str = "",
     partitions write ranges (default: Spark's default parallelism); the
     resulting tree does not depend on it.
     """
-    head = check_inputs(repo, source, branch)
+    head = check_inputs(repo, source, branch, prefix)
     pfx = to_key(prefix)
     base = pfx + b"/" if pfx else b""
     sc = spark.sparkContext

@@ -105,11 +105,13 @@ def test_bad_inputs_fail_before_spark(env, tmp_path):
         (["spark", "import", src, "main", "--conf", "novalue"], "--conf needs KEY=VALUE"),
         (["spark", "import", src, "main", "--partitions", "0"], "--partitions must be at least 1"),
         (["-s", str(tmp_path / "nostore"), "spark", "import", src, "main"], "no gravfs repository"),
+        (["spark", "import", src, "main:a/../b"], "path a/../b contains '..'"),
     ]
     for argv, want in cases:
         rc, out, err = run_cli(*argv, store=store, state=state, check=False)
         assert rc != 0, argv
         assert want in _one_line(err), (argv, err)
+        assert len(err.strip().splitlines()) == 1, (argv, err)  # no JVM started to say more
 
 
 def test_task_failing_after_retries(env):
