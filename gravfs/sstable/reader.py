@@ -446,6 +446,21 @@ class SSTReader:
             part = self._partition(t)
             yield from zip(reversed(part.offsets), reversed(part.sizes))
 
+    @property
+    def single_version(self) -> bool:
+        """Each user key at most once and no deletions (SstFileWriter output): every
+        data block then holds final answers of its own, whatever its neighbours hold."""
+        return self._table is not None and self._table.kv is not None
+
+    def block_images(self) -> list[tuple[tuple[int, int], bytes]]:
+        """(handle, stored bytes with trailer) of every data block, for comparing
+        blocks of two tables byte for byte; a handle past the table data is left out
+        (reading it raises the usual error)."""
+        self._check_open()
+        end = self._data_end
+        return [((off, size), self._slice(off, off + size + BLOCK_TRAILER_SIZE))
+                for off, size in self._handles_from(b"") if off + size + BLOCK_TRAILER_SIZE <= end]
+
     def block_handles(self) -> list[tuple[int, int]]:
         """(offset, size) of every data block in key order (for tools and tests)."""
         self._check_open()
@@ -488,14 +503,16 @@ class SSTReader:
                         yield k, v
             prev = keys[-1]
 
-    def items_lists(self, *, fill_cache: bool = True) -> tuple[list[bytes], list[bytes]]:
+    def items_lists(self, *, fill_cache: bool = True,
+                    handles: list[tuple[int, int]] | None = None) -> tuple[list[bytes], list[bytes]]:
         """Every (key, value) of the table as two lists: what iterating gives, built
-        a block at a time (a whole-table scan without a generator step per entry)."""
+        a block at a time (a whole-table scan without a generator step per entry).
+        ``handles``: only these data blocks (see :func:`unshared_items`)."""
         self._check_open()
         keys: list[bytes] = []
         values: list[bytes] = []
         prev = None
-        for off, size in self._handles_from(b""):
+        for off, size in (self._handles_from(b"") if handles is None else handles):
             blk = self._block(off, size, fill_cache)
             bk = blk.keys
             if not bk:
@@ -588,3 +605,26 @@ class SSTReader:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{self._size} bytes"
         return f"<SSTReader {self.name} ({state})>"
+
+
+def unshared_items(a: SSTReader, b: SSTReader) -> tuple[tuple[list[bytes], list[bytes]],
+                                                         tuple[list[bytes], list[bytes]]]:
+    """(keys, values) of ``a`` and of ``b`` outside the data blocks both hold byte for byte.
+
+    Why: two versions of a range that differ in a few records, written by the
+    same SstFileWriter options, share every block before the first difference
+    (and after it, when the changed values kept their lengths). Equal blocks
+    hold equal entries, so a diff or a merge can drop them from both sides
+    unread: the order-merge of what is left gives the same differences. Only
+    for single-version tables (see :attr:`SSTReader.single_version`); others
+    are read whole. A dropped block is neither decoded nor checksum-checked:
+    it is byte-identical to one the other table holds.
+    """
+    if not (a.single_version and b.single_version):
+        return a.items_lists(fill_cache=False), b.items_lists(fill_cache=False)
+    ia, ib = a.block_images(), b.block_images()
+    shared = {img for _, img in ia}.intersection([img for _, img in ib])
+    if not shared:
+        return a.items_lists(fill_cache=False), b.items_lists(fill_cache=False)
+    return (a.items_lists(fill_cache=False, handles=[h for h, img in ia if img not in shared]),
+            b.items_lists(fill_cache=False, handles=[h for h, img in ib if img not in shared]))

@@ -6,7 +6,10 @@ records).  Only ranges that can hold a difference are read, so the cost
 follows the size of the difference, not of the trees.  A range is read only
 once its first key is the smallest pending key on both sides, so a range
 that is merely overlapped by a long run on the other side is still skipped
-if the two sides realign before it.
+if the two sides realign before it.  Two ranges that start at the same key are
+read together, without the data blocks they share byte for byte (a range
+rewritten for a few changes keeps most of its blocks), so inside a range too
+the cost follows the changes.
 """
 
 from __future__ import annotations
@@ -47,7 +50,10 @@ class _Side:
     def load(self, start: bytes | None = None) -> None:
         """Read range i, positioned after ``start`` (a range wholly <= start is passed)."""
         self.stats.ranges_read += 1
-        keys, values = self.rs.range_lists(self.mr.ids[self.i])
+        self.place(*self.rs.range_lists(self.mr.ids[self.i]), start)
+
+    def place(self, keys: list[bytes], values: list[bytes], start: bytes | None) -> None:
+        """Make (keys, values), read from range i, the current records."""
         pos = 0
         if keys and start is not None and keys[0] <= start:
             pos = bisect_right(keys, start)
@@ -75,6 +81,16 @@ class _Side:
 
     def skip_range(self) -> None:
         self.i += 1
+
+
+def _load_pair(L: _Side, R: _Side, start: bytes | None) -> None:
+    """Read both sides' current ranges, which start at the same key, leaving out
+    the blocks they share byte for byte (equal records: no difference there)."""
+    L.stats.ranges_read += 1
+    R.stats.ranges_read += 1
+    (lk, lv), (rk, rv) = L.rs.range_pair_lists(L.mr.ids[L.i], R.mr.ids[R.i])
+    L.place(lk, lv, start)
+    R.place(rk, rv, start)
 
 
 def _equal_run(L: _Side, R: _Side) -> int:
@@ -148,6 +164,9 @@ def diff_trees(rs: RangeStore, left: MetaRange, right: MetaRange, stats: Stats,
         else:
             if L.keys is None or R.keys is None:
                 # Load, then compare again with the real first keys.
+                if L.keys is None and R.keys is None:
+                    _load_pair(L, R, start)
+                    continue
                 if L.keys is None:
                     L.load(start)
                 if R.keys is None:

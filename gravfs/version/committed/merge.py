@@ -93,6 +93,9 @@ class _RecentRanges:
         self._rs = rs
         self._recent: dict[str, tuple[list[bytes], list[bytes]]] = {}
 
+    def range_pair_lists(self, left_id: str, right_id: str):
+        return self._rs.range_pair_lists(left_id, right_id)
+
     def range_lists(self, range_id: str) -> tuple[list[bytes], list[bytes]]:
         got = self._recent.get(range_id)
         if got is None:
