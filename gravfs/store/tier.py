@@ -277,6 +277,56 @@ class LocalTier:
 
         return executor.submit(run)
 
+    def add_written(self, key: str, src_path: str) -> tuple[str, int, int] | None:
+        """Keep a file this process wrote and stored as ``key`` as a verified copy.
+
+        Why: a range a commit has just written is what the next commit or merge
+        reads; fetching it back (a copy, a sync and a verify of every block)
+        cost a merge as much as the merge itself. The file is hard-linked, not
+        copied. Returns (key, inode, mtime) for :meth:`adopt_linked` in another
+        process of this tier, or None when nothing was linked (another file
+        system, or a copy already cached: that one keeps its own state).
+        """
+        check_key(key)
+        with self._lock:
+            if key in self._entries:
+                return None
+        final = self._path(key)
+        try:
+            make_dir(os.path.dirname(final))
+            os.link(src_path, final)
+            st = os.stat(final)
+        except OSError as e:
+            log.debug("tier: %s not linked from %s (%s)", key, src_path, e)
+            return None
+        with self._lock:
+            if key not in self._entries:
+                self._put_locked(_Entry(key, final, st.st_size, verified=True))
+                self._evict_locked()
+        return key, st.st_ino, st.st_mtime_ns
+
+    def adopt_linked(self, linked: list[tuple[str, int, int]]) -> int:
+        """Index copies another process of this tier made with :meth:`add_written`
+        (a worker's ranges), as verified: each only while its path still holds the
+        very file that process linked (same inode and modification time). Returns how many."""
+        adopted = 0
+        for key, ino, mtime in linked:
+            final = self._path(key)
+            try:
+                st = os.stat(final)
+            except FileNotFoundError:
+                continue
+            if st.st_ino != ino or st.st_mtime_ns != mtime:
+                continue
+            with self._lock:
+                if key not in self._entries:
+                    self._put_locked(_Entry(key, final, st.st_size, verified=True))
+                    adopted += 1
+        if adopted:
+            with self._lock:
+                self._evict_locked()
+        return adopted
+
     def discard(self, key: str) -> None:
         """Forget a cached copy (e.g. a reader found it corrupt); holders keep their open file."""
         with self._lock:
@@ -407,15 +457,18 @@ class LocalTier:
             os.close(fd)
         entry = _Entry(key, final, size, verified=False)
         with self._lock:
-            old = self._entries.pop(key)
-            if old is not None:
-                old.dropped = True
-            self._entries.put(key, entry)
+            self._put_locked(entry)
             self.stats.fetches += 1
             self.stats.bytes_fetched += size
             entry.pins += 1  # the caller's pin: not evictable before it is used
             self._evict_locked()
         return entry
+
+    def _put_locked(self, entry: _Entry) -> None:
+        old = self._entries.pop(entry.key)
+        if old is not None:
+            old.dropped = True
+        self._entries.put(entry.key, entry)
 
     def _drop_locked(self, entry: _Entry) -> None:
         if entry.dropped:

@@ -422,3 +422,50 @@ def test_tier_copies_are_private(tmp_path):
     finally:
         os.umask(old)
         shutil.rmtree(base)
+
+
+def test_a_written_file_is_kept_verified_without_a_fetch(store, tmp_path):
+    """add_written: what this process just stored is linked in, counted as verified."""
+    data = os.urandom(5000)
+    src = tmp_path / "written.sst"
+    src.write_bytes(data)
+    key = put_blob(store, data)
+    tier = LocalTier(store, str(tmp_path / "cache"))
+    linked = tier.add_written(key, str(src))
+    assert linked is not None and linked[0] == key
+    calls: list = []
+    with tier.acquire(key, verify=sha_verify(calls)) as h:
+        assert h.read() == data
+    assert store.downloads == [] and calls == [] and tier.stats.fetches == 0
+    assert os.stat(tier._path(key)).st_ino == os.stat(src).st_ino  # a link, not a copy
+    assert tier.add_written(key, str(src)) is None  # already kept
+    assert tier.total_bytes == len(data)
+
+
+def test_another_process_link_is_adopted_only_while_it_is_the_same_file(store, tmp_path):
+    data = [os.urandom(3000 + i) for i in range(3)]
+    keys = [put_blob(store, d) for d in data]
+    cache = str(tmp_path / "cache")
+    worker = LocalTier(store, cache)      # a worker process's view of the shared tier
+    driver = LocalTier(store, cache)
+    linked = []
+    for i, d in enumerate(data):
+        src = tmp_path / f"w{i}.sst"
+        src.write_bytes(d)
+        linked.append(worker.add_written(keys[i], str(src)))
+    # The worker's copy of keys[1] was evicted and another process fetched it again:
+    # a new file the driver knows nothing about (it may not be verified yet).
+    worker.discard(keys[1])
+    other = LocalTier(store, cache)
+    other.acquire(keys[1]).release()
+    # keys[2]'s copy is gone altogether.
+    worker.discard(keys[2])
+    assert driver.adopt_linked(linked) == 1
+    calls: list = []
+    with driver.acquire(keys[0], verify=sha_verify(calls)) as h:
+        assert h.read() == data[0]
+    assert calls == []
+    for k in keys[1:]:
+        with driver.acquire(k, verify=sha_verify(calls)) as h:
+            assert h.read() == store.get(k)
+    assert len(calls) == 2  # not adopted: verified as any cached copy is

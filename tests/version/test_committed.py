@@ -375,12 +375,15 @@ def test_corrupt_cached_range_is_refetched(tmp_path):
     cached = os.path.join(str(tmp_path), "cache", "objects", range_key(rid))
     assert os.path.exists(cached)
     m.close()
-    # Flip bytes in the middle of the cached copy; a new process verifies it on first use.
-    with open(cached, "r+b") as f:
-        f.seek(40)
-        b = f.read(8)
-        f.seek(40)
-        f.write(bytes(x ^ 0xFF for x in b))
+    # A damaged cached copy (bytes flipped in the middle); a new process verifies it
+    # on first use. The copy of a range written here is the store's own file (a hard
+    # link), so the damaged copy replaces it rather than changing it in place.
+    assert os.stat(cached).st_ino == os.stat(m.store._path(range_key(rid))).st_ino
+    data = bytearray(open(cached, "rb").read())
+    data[40:48] = bytes(x ^ 0xFF for x in data[40:48])
+    with open(cached + ".new", "wb") as f:
+        f.write(data)
+    os.replace(cached + ".new", cached)
     m2 = make_manager(str(tmp_path))
     assert m2.get(mid, recs[100].key) == recs[100]
     assert m2.tier.stats.verify_failures == 1

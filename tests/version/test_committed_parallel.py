@@ -25,6 +25,7 @@ from gravfs.store.local import LocalStore
 from gravfs.store.tier import LocalTier
 from gravfs.version.committed import BreakPolicy, CommittedManager, SizeAwareBreakPolicy
 from gravfs.version.committed import parallel
+from gravfs.version.committed.reader import range_key
 
 UNIVERSE = 3000
 POLICIES = {
@@ -169,6 +170,7 @@ def test_worker_failure_is_raised_in_the_caller(tmp_path):
         base = m.write_metarange(recs)
         victim = m.iter_ranges(base)[len(m.iter_ranges(base)) // 2].id
         os.unlink(os.path.join(store.root, "_gravfs", "ranges", victim))
+        os.unlink(tier._path(range_key(victim)))  # the copy kept when it was written
         m.ranges = type(m.ranges)(tier)  # forget what this process has open
         ch = [(r[0], *value(r[0], 5)) for r in recs[::7]]
         from gravfs.errors import NotFoundError
@@ -204,3 +206,26 @@ def test_record_id_cache_gives_the_same_trees_and_ignores_damaged_files(tmp_path
     finally:
         cached.close()
         plain.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_written_ranges_are_read_back_without_a_fetch(tmp_path, workers):
+    """The ranges a commit writes, in this process or on its workers, stay in the
+    tier as verified copies: the next apply reads them without fetching or verifying."""
+    store = LocalStore(str(tmp_path / "store"), fsync=False)
+    tier = LocalTier(store, str(tmp_path / "cache"), 1 << 32, fsync=False)
+    policy = POLICIES["lakefs-nomin"]
+    rng = random.Random(workers)
+    with CommittedManager(store, tier, policy, workers=workers, parallel_min_ranges=1) as m:
+        base = m.write_metarange(tree(rng, 0.9))
+        first = m.apply(base, changes(rng, {}, 200, 1, 1.0)).metarange_id
+        f0 = tier.stats.fetches
+        second = m.apply(first, changes(rng, {}, 200, 2, 1.0)).metarange_id
+        assert tier.stats.fetches == f0 == 0, "a range written here was fetched back"
+    # The same trees, read through a fresh tier, are the ones written.
+    fresh = LocalTier(store, str(tmp_path / "fresh"), 1 << 32, fsync=False)
+    with CommittedManager(store, fresh, policy, workers=1) as one, \
+            CommittedManager(store, tier, policy, workers=1) as again:
+        assert list(one.iter(second)) == list(again.iter(second))
+        assert fresh.stats.fetches > 0
+        assert tier.stats.fetches == 0  # the workers' ranges too were adopted by this process

@@ -106,6 +106,7 @@ class CommittedManager:
                 os.path.join(os.path.dirname(tier_dir), "record-ids"), record_ids_bytes)
         self.ranges.record_ids = self.record_ids
         self._ctx.record_ids = self.record_ids
+        self._ctx.tier = tier if hasattr(tier, "add_written") else None
         self.workers = parallel.default_workers() if workers is None else workers
         self.parallel_min_ranges = parallel_min_ranges
         self.slices: int | None = None  # key slices per parallel operation (None: 2 per worker)
@@ -164,6 +165,9 @@ class CommittedManager:
             return run
 
         out = parallel.join_runs(runs, resume)
+        if self._ctx.tier is not None:  # the workers' new ranges are local and verified
+            for run in runs:
+                self._ctx.tier.adopt_linked(run.linked)
         for run in runs + resumed:
             parallel.add_stats(stats, run.stats)
         stats.ranges_reused = sum(1 for r in out if r.id in known)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from gravfs.version.committed.breaks import BreakPolicy, policy_from_dict
@@ -72,6 +72,8 @@ class SliceRun:
     marks: dict[BreakState, int]
     end: BreakState | None
     stats: dict[str, int]
+    # ranges kept in the shared tier by the worker (LocalTier.add_written)
+    linked: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 def default_workers() -> int:
@@ -144,6 +146,7 @@ def _worker(spec: WorkerSpec):
         tier = LocalTier(store, spec.tier_dir, spec.tier_bytes)
         ctx = WriteContext(store, spec.tmp_dir, ThreadPoolExecutor(1, thread_name_prefix="gravfs-sst"),
                            spec.compression, spec.block_size, max_inflight=2)
+        ctx.tier, ctx.linked = tier, []
         rs = RangeStore(tier)
         if spec.record_ids_dir:
             rs.record_ids = ctx.record_ids = RecordIDs(spec.record_ids_dir, spec.record_ids_bytes)
@@ -177,7 +180,10 @@ def run_slice(rs: RangeStore, ctx: WriteContext, policy: BreakPolicy, max_carry:
     except BaseException:
         writer.abort()
         raise
-    return SliceRun(list(ranges), marks, end, stats.as_dict())
+    linked: list[tuple[str, int, int]] = []
+    if ctx.linked:
+        linked, ctx.linked[:] = list(ctx.linked), []
+    return SliceRun(list(ranges), marks, end, stats.as_dict(), linked)
 
 
 def _past(hi: bytes | None) -> Callable[[BreakState], bool]:

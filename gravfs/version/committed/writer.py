@@ -128,6 +128,8 @@ class WriteContext:
         self.block_size = block_size
         self.max_inflight = max_inflight
         self.record_ids = None  # a RecordIDs to file the record IDs of written ranges in
+        self.tier = None  # a LocalTier that keeps written ranges (add_written), if any
+        self.linked: list[tuple[str, int, int]] | None = None  # a worker's: what it linked, for its driver
 
     def write_sst(self, store_key: str, keys: list[bytes], values: list[bytes],
                   properties: dict[str, bytes]) -> tuple[int, bool]:
@@ -142,6 +144,10 @@ class WriteContext:
                                       compression=self.compression, block_size=self.block_size)
             crash_point("sst:written")
             created = self.store.put_file_if_absent(store_key, path)
+            if self.tier is not None:
+                linked = self.tier.add_written(store_key, path)
+                if linked is not None and self.linked is not None:
+                    self.linked.append(linked)
         finally:
             try:
                 os.unlink(path)
