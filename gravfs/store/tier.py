@@ -296,6 +296,8 @@ class LocalTier:
             make_dir(os.path.dirname(final))
             os.link(src_path, final)
             st = os.stat(final)
+            if st.st_mode & 0o007:  # a temp file made under a loose umask: others out
+                os.chmod(final, st.st_mode & 0o7770)
         except OSError as e:
             log.debug("tier: %s not linked from %s (%s)", key, src_path, e)
             return None

@@ -429,10 +429,12 @@ def test_a_written_file_is_kept_verified_without_a_fetch(store, tmp_path):
     data = os.urandom(5000)
     src = tmp_path / "written.sst"
     src.write_bytes(data)
+    os.chmod(src, 0o644)  # written under a loose umask
     key = put_blob(store, data)
     tier = LocalTier(store, str(tmp_path / "cache"))
     linked = tier.add_written(key, str(src))
     assert linked is not None and linked[0] == key
+    assert os.stat(tier._path(key)).st_mode & 0o007 == 0  # others out, as from every copy
     calls: list = []
     with tier.acquire(key, verify=sha_verify(calls)) as h:
         assert h.read() == data

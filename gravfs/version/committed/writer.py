@@ -31,6 +31,7 @@ from gravfs.version.committed.record import (EMPTY_ID, _LEN, _LEN_TABLE_SIZE, de
                                      encode_value, sha256_for_short_inputs)
 from gravfs.version.committed.results import Stats
 from gravfs.faults import crash_point
+from gravfs.store.modes import PRIVATE_FILE
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,7 @@ class WriteContext:
         try:
             info = _sstable.write_sst(path, zip(keys, values), properties,
                                       compression=self.compression, block_size=self.block_size)
+            os.chmod(path, PRIVATE_FILE)  # it may become the tier's copy (a store sets its own mode)
             crash_point("sst:written")
             created = self.store.put_file_if_absent(store_key, path)
             if self.tier is not None:
