@@ -1,4 +1,4 @@
-"""A commit's entries as a DataFrame: one row per entry, one task per range.
+"""A commit's entries as a DataFrame: one row per entry, ranges read by the tasks.
 
 The driver reads only the metarange (the list of ranges); each task opens the
 store itself and reads its range with gravfs's own SST reader (through the
@@ -6,6 +6,11 @@ task's local tier), decoding the entries into Arrow batches (``mapInArrow``,
 no per-row pickling). Paths are shown as ``gravfs ls`` shows them: foreign
 names escaped (gravfs.fs.paths.escape_key), quoted as git quotes them, a
 directory marker with its trailing '/'; ``key`` keeps the exact bytes.
+
+A task reads up to RANGES_PER_TASK ranges (fewer when that leaves fewer than
+four tasks per core): a Spark task costs about 0.2 s of its own, as much as
+reading a range, so one task per range ran at half the rate (1M entries on
+local[2]: 24.7k entries/s one range per task, 41.8k with 8, 47.4k with 32).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ ENTRY_COLUMNS = [("path", "string"), ("key", "binary"), ("kind", "string"),
 ROW_COLUMNS = [c for c in ENTRY_COLUMNS if c[0] != "mtime"]
 MTIME = "timestamp_micros(div({}, 1000))"  # SQL: a timestamp of a column of nanoseconds
 BATCH_ROWS = 8192
+RANGES_PER_TASK = 32
 
 _ranges: dict[str, RangeStore] = {}
 
@@ -111,7 +117,7 @@ def tree_of(repo, ref: str) -> tuple[str, MetaRange]:
 
 
 def entries(spark, store, ref: str, state_dir: Optional[str] = None):
-    """A DataFrame of every entry of ``ref`` (columns: ENTRY_COLUMNS), one task per range.
+    """A DataFrame of every entry of ``ref`` (columns: ENTRY_COLUMNS), a few ranges per task.
 
     ``store``: a Repository or a store URL (opened with ``state_dir``). Executors
     open the store from its URL, so it must name the same store for them (S3,
@@ -132,14 +138,17 @@ def entries(spark, store, ref: str, state_dir: Optional[str] = None):
 
 
 def ranges_frame(spark, store_url: str, range_ids: list[str]):
-    """The entries of the given ranges as a DataFrame, one task per range (each task's
-    rows go to Spark as Arrow batches: no per-row conversion)."""
+    """The entries of the given ranges as a DataFrame, a few ranges per task (see the
+    module docstring; each task's rows go to Spark as Arrow batches: no per-row
+    conversion)."""
     schema = spark_schema(ENTRY_COLUMNS)
     if not range_ids:
         return spark.createDataFrame([], schema)
     arrow = arrow_schema(schema)
     ids = spark.createDataFrame(
-        spark.sparkContext.parallelize([(r,) for r in range_ids], len(range_ids)),
+        spark.sparkContext.parallelize(
+            [(r,) for r in range_ids],
+            task_count(len(range_ids), spark.sparkContext.defaultParallelism)),
         spark_schema([("range_id", "string")]))
 
     def read(batches):
@@ -148,6 +157,12 @@ def ranges_frame(spark, store_url: str, range_ids: list[str]):
                 yield from arrow_batches(range_rows(store_url, rid), arrow)
 
     return ids.mapInArrow(read, schema)
+
+
+def task_count(ranges: int, cores: int) -> int:
+    """Tasks for reading ``ranges`` ranges: at most RANGES_PER_TASK ranges each, and
+    at least four tasks per core where there are enough ranges (even finishing)."""
+    return max(min(ranges, 4 * max(1, cores)), -(-ranges // RANGES_PER_TASK), 1)
 
 
 def arrow_schema(schema):

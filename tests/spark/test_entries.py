@@ -46,7 +46,10 @@ def rows_of(df) -> dict[str, tuple]:
             for r in df.collect()}
 
 
-def test_entries_equal_ls_one_task_per_range(spark, repo, tmp_path):
+def test_entries_equal_ls(spark, repo, tmp_path):
+    """Every entry once, as gravfs ls shows it, with the range holding it; a task reads
+    several ranges here (more ranges than four tasks per core)."""
+    from gravfs.spark.tables import task_count
     src = str(tmp_path / "src")
     os.makedirs(src)
     n = make_tree(src, dirs=6, files=30)
@@ -54,7 +57,8 @@ def test_entries_equal_ls_one_task_per_range(spark, repo, tmp_path):
     mr = repo.committed.metarange(repo.commits.get(repo.head("main", fresh=True)).metarange)
     assert len(mr) > 10
     df = entries(spark, repo, "main")
-    assert df.rdd.getNumPartitions() == len(mr)
+    tasks = df.rdd.getNumPartitions()
+    assert tasks == task_count(len(mr), spark.sparkContext.defaultParallelism) < len(mr)
     got = rows_of(df)
     assert len(got) == n
     assert got == ls_recursive(repo, "main")
@@ -136,3 +140,15 @@ def test_shown_path_equals_show():
     for k in keys:
         for directory in (False, True):
             assert shown_path(k, directory) == show(k, directory=directory), (k, directory)
+
+
+def test_task_count_groups_ranges_and_keeps_the_cores_busy():
+    from gravfs.spark.tables import RANGES_PER_TASK, task_count
+    assert task_count(1, 2) == 1
+    assert task_count(5, 2) == 5                   # fewer ranges than 4 tasks per core
+    assert task_count(300, 2) == 10                # 32 ranges a task at most
+    assert task_count(3000, 100) == 400            # a cluster: 4 tasks per core
+    for ranges in (1, 7, 33, 1000, 12345):
+        for cores in (1, 2, 16):
+            t = task_count(ranges, cores)
+            assert 1 <= t <= ranges and -(-ranges // t) <= RANGES_PER_TASK
