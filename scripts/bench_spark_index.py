@@ -364,7 +364,8 @@ def main() -> int:
     if args.queries_only and not args.dir:
         ap.error("--queries-only needs the --dir of an earlier run")
     if not args.skip_repo:
-        store_dir, state_dir = os.path.join(base, "repo", "store"), os.path.join(base, "repo", "state")
+        store_dir = os.path.join(base, "repo", "store")
+        state_dir = os.path.join(base, "repo", "state")
         built = os.path.join(base, "built.json")
         if args.queries_only:
             with open(built) as f:

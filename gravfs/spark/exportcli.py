@@ -17,7 +17,8 @@ def add_export_parsers(jobs, parents: list, open_repo: Callable, log_path: Calla
     """Register ``entries`` and ``export`` on the ``gravfs spark`` subparsers."""
     en = jobs.add_parser("entries", parents=parents, help="write a commit's entries as Parquet",
                          description="Write every entry of REF (path, address, size, mtime, "
-                         "mode, kind, identity, range id) as a Parquet table, up to 32 ranges per task.")
+                         "mode, kind, identity, range id) as a Parquet table, up to 32 ranges "
+                         "per task.")
     en.add_argument("ref", metavar="REF")
     en.add_argument("--out", required=True, metavar="DIR",
                     help="output directory (absent or empty; any path Spark can write)")

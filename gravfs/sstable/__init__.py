@@ -8,9 +8,10 @@
 - ``SSTReader(path | bytes | memoryview | mmap, name=None, verify_checksums=True)``:
   ``get``, ``seek`` (seek-GE iterator), ``first_key``/``last_key``,
   ``properties``/``user_properties``/``table_properties``/``num_entries``,
-  ``verify``, ``close`` (also a context manager). ``unshared_items(a, b)``: the
-  entries of two tables outside the data blocks they share byte for byte (diffs). Errors in the bytes raise
+  ``verify``, ``close`` (also a context manager). Errors in the bytes raise
   ``gravfs.errors.CorruptDataError`` naming the file and offset.
+- ``unshared_items(a, b)``: the entries of two tables outside the data blocks they
+  share byte for byte (what a diff must compare).
 - Decoded blocks live in a process-wide ``BlockCache`` (``DEFAULT_CACHE``,
   a quarter of physical memory by default, within [512 MiB, 16 GiB]: ~300 bytes
   per warm entry, so 6 GiB holds ~20M entries; resize with
@@ -23,4 +24,5 @@ from .cache import DEFAULT_CACHE, BlockCache
 from .reader import SSTReader, TableState, unshared_items
 from .writer import SSTInfo, write_sst
 
-__all__ = ["write_sst", "SSTInfo", "SSTReader", "TableState", "unshared_items", "BlockCache", "DEFAULT_CACHE"]
+__all__ = ["write_sst", "SSTInfo", "SSTReader", "TableState", "unshared_items", "BlockCache",
+           "DEFAULT_CACHE"]

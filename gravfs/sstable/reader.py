@@ -503,8 +503,8 @@ class SSTReader:
                         yield k, v
             prev = keys[-1]
 
-    def items_lists(self, *, fill_cache: bool = True,
-                    handles: list[tuple[int, int]] | None = None) -> tuple[list[bytes], list[bytes]]:
+    def items_lists(self, *, fill_cache: bool = True, handles: list[tuple[int, int]] | None = None
+                    ) -> tuple[list[bytes], list[bytes]]:
         """Every (key, value) of the table as two lists: what iterating gives, built
         a block at a time (a whole-table scan without a generator step per entry).
         ``handles``: only these data blocks (see :func:`unshared_items`)."""

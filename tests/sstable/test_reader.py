@@ -337,7 +337,8 @@ def test_readers_do_not_leak_descriptors(tmp_path):
 
 
 def _edited(items: list[tuple[bytes, bytes]], edits: list[tuple[int, int]], seed: int):
-    """items with edits (index, op): 0 same-length new value, 1 longer value, 2 removed, 3 key added."""
+    """items with edits (index, op): 0 same-length new value, 1 longer value, 2 removed,
+    3 key added."""
     rnd = random.Random(seed)
     out = dict(items)
     keys = [k for k, _ in items]

@@ -324,8 +324,8 @@ class RangeStore:
         diffs): read a block at a time, not kept in the block cache."""
         return self.open_range(range_id).reader.items_lists(fill_cache=False)
 
-    def range_pair_lists(self, left_id: str, right_id: str) -> tuple[tuple[list[bytes], list[bytes]],
-                                                                      tuple[list[bytes], list[bytes]]]:
+    def range_pair_lists(self, left_id: str, right_id: str
+                         ) -> tuple[tuple[list[bytes], list[bytes]], tuple[list[bytes], list[bytes]]]:
         """range_lists of two ranges without the data blocks both hold byte for byte
         (equal entries, which a diff drops anyway): a range rewritten for a few
         changes is compared by decoding the blocks around them only."""

@@ -130,7 +130,8 @@ class WriteContext:
         self.max_inflight = max_inflight
         self.record_ids = None  # a RecordIDs to file the record IDs of written ranges in
         self.tier = None  # a LocalTier that keeps written ranges (add_written), if any
-        self.linked: list[tuple[str, int, int]] | None = None  # a worker's: what it linked, for its driver
+        # a worker's: what add_written linked, reported to its driver (run_slice)
+        self.linked: list[tuple[str, int, int]] | None = None
 
     def write_sst(self, store_key: str, keys: list[bytes], values: list[bytes],
                   properties: dict[str, bytes]) -> tuple[int, bool]:
@@ -143,7 +144,7 @@ class WriteContext:
         try:
             info = _sstable.write_sst(path, zip(keys, values), properties,
                                       compression=self.compression, block_size=self.block_size)
-            os.chmod(path, PRIVATE_FILE)  # it may become the tier's copy (a store sets its own mode)
+            os.chmod(path, PRIVATE_FILE)  # may become the tier's copy (a store sets its own mode)
             crash_point("sst:written")
             created = self.store.put_file_if_absent(store_key, path)
             if self.tier is not None:
