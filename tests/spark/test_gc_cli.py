@@ -7,9 +7,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -18,7 +15,7 @@ from gravfs.fs.fsck import fsck
 from gravfs.fs.repository import Repository
 from gravfs.version.retention import read_status
 from tests.spark.test_gc import KEPT, _all_objects, _read_everything, _referenced, build_history
-from tests.spark.test_kill import _wait_for
+from tests.spark.killable import KillableCli
 from tests.spark.test_runtime import SPARK_CONF, _one_line, run_cli
 
 pytestmark = pytest.mark.spark
@@ -68,10 +65,6 @@ def test_killed_sweep_and_its_rerun(tmp_path, monkeypatch):
     # each executor process lets one batch delete through, then hangs
     env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state,
                GRAVFS_STORE_FAULT="op=delete_many,key=*,after=1,mode=hang,secs=300")
-    proc = subprocess.Popen([sys.executable, "-m", "gravfs.cli", "spark", "gc", "--min-age",
-                             "0", "--master", "local[2]", *SPARK_CONF], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
     repo = Repository.open(store, state)
     try:
         def swept_some() -> bool:
@@ -80,12 +73,9 @@ def test_killed_sweep_and_its_rerun(tmp_path, monkeypatch):
             st = read_status(repo.store, runs[0]) if runs else None
             return bool(st and st["state"] == "sweeping"
                         and any(not repo.store.exists(k) for k in dead))
-        try:
-            _wait_for(swept_some, "a sweep that deleted something", proc)
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            proc.stderr.close()
+        with KillableCli(["spark", "gc", "--min-age", "0", "--master", "local[2]", *SPARK_CONF],
+                         env, str(tmp_path / "gc.err"), state) as run:
+            run.wait_for(swept_some, "a sweep that deleted something")
         assert any(repo.store.exists(k) for k in dead)  # killed midway
         assert repo.store.exists("_gravfs/gc/sweeping")  # the fence a killed sweep leaves
         rc, out, err = run_cli("spark", "gc", "--min-age", "0", "--master", "local[2]",

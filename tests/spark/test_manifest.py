@@ -180,11 +180,7 @@ def test_killed_by_reference_import_commits_nothing_and_reruns(s3_server, lake, 
     """kill -9 of the driver's process group while it writes the metarange; the re-run
     gives the tree an uninterrupted import gives, and fsck (which checks the
     referenced objects) is clean."""
-    import signal
-    import subprocess
-    import sys
-
-    from tests.spark.test_kill import HANG, _count, _wait_for
+    from tests.spark.killable import HANG, KillableCli, count_files
 
     prefix, want, rows, d = lake
     store, state = str(tmp_path / "store"), str(tmp_path / "state")
@@ -193,21 +189,16 @@ def test_killed_by_reference_import_commits_nothing_and_reruns(s3_server, lake, 
     with Repository.init(store, state, settings=small_settings()) as repo:
         repo.create_branch("whole", "main")
         head = repo.head("main", fresh=True)
-    before = _count(store, "_gravfs/ranges")
+    before = count_files(store, "_gravfs/ranges")
     s3 = s3_env(s3_server)
     env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state, **s3,
                GRAVFS_STORE_FAULT=f"op=put_file_if_absent,key=_gravfs/metaranges/*,{HANG}")
-    proc = subprocess.Popen([sys.executable, "-m", "gravfs.cli", "spark", "import", src, "main",
-                             "--by-reference", "--master", "local[2]", *SPARK_CONF], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    try:
+    with KillableCli(["spark", "import", src, "main", "--by-reference", "--master", "local[2]",
+                      *SPARK_CONF], env, str(tmp_path / "import.err"), state) as run:
         # the driver stitches after the tasks wrote their ranges; a metarange write hangs
-        _wait_for(lambda: _count(store, "_gravfs/ranges") > before, "writing ranges", proc)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        proc.stderr.close()
+        run.wait_for(lambda: count_files(store, "_gravfs/ranges") > before
+                     or "injected hang: put_file_if_absent _gravfs/metaranges/" in run.stderr(),
+                     "writing ranges")
     with Repository.open(store, state) as repo:
         assert repo.head("main", fresh=True) == head
     for branch in ("main", "whole"):  # the re-run, and an import never interrupted
