@@ -252,3 +252,31 @@ def encode_block(entries: list[tuple[bytes, bytes]]) -> bytes:
         out += r.to_bytes(4, "little")
     out += len(restarts).to_bytes(4, "little")
     return bytes(out)
+
+
+def encode_data_block(keys: list[bytes], values: list[bytes], restart_interval: int = 16) -> bytes:
+    """Encode entries (internal keys, ascending) as a data block the way RocksDB's
+    block builder does: keys prefix-compressed against the previous one, a
+    restart point (no sharing) every ``restart_interval`` entries."""
+    out = bytearray()
+    restarts: list[int] = []
+    prev = b""
+    for i, (k, v) in enumerate(zip(keys, values)):
+        if i % restart_interval == 0:
+            restarts.append(len(out))
+            shared = 0
+        else:
+            n = min(len(prev), len(k))
+            shared = 0
+            while shared < n and prev[shared] == k[shared]:
+                shared += 1
+        out += encode_varint(shared) + encode_varint(len(k) - shared) + encode_varint(len(v))
+        out += k[shared:]
+        out += v
+        prev = k
+    if not restarts:
+        restarts.append(0)
+    for r in restarts:
+        out += r.to_bytes(4, "little")
+    out += len(restarts).to_bytes(4, "little")
+    return bytes(out)

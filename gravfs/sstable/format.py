@@ -234,9 +234,9 @@ def block_checksum(checksum_type: int, data_and_type: bytes) -> int:
     raise FormatError(f"unsupported checksum type {checksum_type}")
 
 
-def block_with_trailer(contents: bytes, checksum_type: int) -> bytes:
-    """An uncompressed block as stored: contents, type byte 0, fixed32 checksum."""
-    body = contents + b"\x00"
+def block_with_trailer(contents: bytes, checksum_type: int, ctype: int = NO_COMPRESSION) -> bytes:
+    """A block as stored: contents (compressed with ``ctype``), type byte, fixed32 checksum."""
+    body = contents + bytes((ctype,))
     return body + block_checksum(checksum_type, body).to_bytes(4, "little")
 
 
