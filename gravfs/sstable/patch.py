@@ -102,13 +102,17 @@ class TablePatch:
             out_v += values[p:]
             self.blocks[b] = (out_k, out_v)
 
-    def first_key(self) -> bytes | None:
-        """The smallest key of the new table (None when the edits delete everything)."""
+    def first_key(self, old_first: bytes | None = None) -> bytes | None:
+        """The smallest key of the new table (None when the edits delete everything);
+        ``old_first``, the old table's, saves decoding its first block when no edit
+        falls there."""
         r = self.reader
         for b in range(len(r._index_keys)):
             if b in self.blocks:
                 if self.blocks[b][0]:
                     return self.blocks[b][0][0]
+            elif b == 0 and old_first is not None:
+                return old_first
             else:
                 return r._block(r._index_offsets[b], r._index_sizes[b], fill_cache=False).keys[0]
         return None

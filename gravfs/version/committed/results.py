@@ -55,6 +55,7 @@ class Stats:
     metaranges_written: int = 0
     bytes_written: int = 0
     records_written: int = 0
+    ranges_patched: int = 0  # of ranges_written: made by editing blocks of an old range
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)

@@ -31,6 +31,7 @@ from itertools import islice
 from operator import itemgetter
 from typing import Iterator
 
+from gravfs.version.committed.rangepatch import patch_range
 from gravfs.version.committed.reader import MetaRange, RangeStore
 from gravfs.version.committed.recordids import split as split_ids
 from gravfs.version.committed.results import Stats
@@ -228,6 +229,27 @@ def break_state(views: list[_View], last: bytes | None) -> BreakState:
     return (last, tuple(v.bit for v in views if v.current(last)))
 
 
+def _patched(writer: TreeWriter, views: list[_View], ovr: _Overrides, last: bytes | None) -> bool:
+    """Try rangepatch on the first view aligned at a range holding overrides."""
+    for v in views:
+        if not v.aligned(last):
+            continue
+        i = v.idx
+        mk = v.mr.max_keys
+        e = ovr.next_for(v.bit, last)
+        if e is None or e[0] > mk[i]:
+            continue
+        if i == len(mk) - 1 and ovr.any_put_after(v.bit, mk[i]):
+            return False  # the tree's last range takes what follows it: stream it
+        run = ovr.run_for(v.bit, last, mk[i], _RUN)
+        if len(run) >= _RUN or not patch_range(writer, v.rs, v.mr.ranges[i], run):
+            return False
+        v.stats.ranges_read += 1
+        v.idx = i + 1
+        return True
+    return False
+
+
 def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
            max_carry: int | None = 8, *, start: BreakState | None = None,
            at_break=None) -> BreakState | None:
@@ -293,6 +315,13 @@ def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
             if w.current(last):
                 v = w
                 break
+        else:
+            # At a range of some view with a few overrides in it: edit that range's
+            # SST instead of streaming it, where its end provably stays (rangepatch).
+            if writer.empty and _patched(writer, views, ovr, last):
+                last = writer.last_key
+                ovr.drop_upto(last)
+                continue
         v.position(last)
         bit = v.bit
         carry = 0

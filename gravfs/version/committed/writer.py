@@ -140,10 +140,16 @@ class WriteContext:
         The file is handed to the store as it is (LocalStore links it into
         place, so the bytes are written and synced once).
         """
+        return self.put_built(store_key, lambda path: _sstable.write_sst(
+            path, zip(keys, values), properties, compression=self.compression,
+            block_size=self.block_size))
+
+    def put_built(self, store_key: str, build) -> tuple[int, bool]:
+        """``build(path)`` writes an SST (returning its SSTInfo); upload it if absent,
+        keep it in the tier; returns (size, created)."""
         path = temp_sst_path(self.tmp_dir)
         try:
-            info = _sstable.write_sst(path, zip(keys, values), properties,
-                                      compression=self.compression, block_size=self.block_size)
+            info = build(path)
             os.chmod(path, PRIVATE_FILE)  # may become the tier's copy (a store sets its own mode)
             crash_point("sst:written")
             created = self.store.put_file_if_absent(store_key, path)
@@ -328,22 +334,61 @@ class TreeWriter:
             self.stats.records_written += len(keys)
             props = {"type": b"ranges", "min_key": keys[0], "max_key": keys[-1],
                      "count": str(len(keys)).encode(),
-                     "estimated_size_bytes": str(self.size).encode()}
+                     "estimated_size_bytes": str(self.size).encode(), **self._break_facts()}
             self._submit(idx, range_key(rid), keys, self.values, props)
             if self.ctx.record_ids is not None:
                 self.ctx.record_ids.put(rid, b"".join(self._blobs))
         self._reset()
 
-    def _submit(self, idx: int, store_key: str, keys, values, props) -> None:
+    def _break_facts(self) -> dict[str, bytes]:
+        """What lets a later edit of this range keep its end without reading it
+        (rangepatch.py): the logical bytes before its last record, and the most
+        logical bytes at a record before the last that passes the policy's hash
+        test (all such lie below min_size, or the range would have ended there)."""
+        keys, values, policy = self.keys, self.values, self.policy
+        last_size = len(keys[-1]) + len(values[-1])
+        facts = {"last_record_offset": str(self.size - last_size).encode()}
+        hit = -1
+        cum = 0
+        for i in range(len(keys) - 1):
+            cum += len(keys[i]) + len(values[i])
+            if cum >= policy.min_size:
+                break
+            if policy.hash_break(keys[i], len(keys[i]) + len(values[i])):
+                hit = cum
+        if hit >= 0:
+            facts["candidate_break_offset"] = str(hit).encode()
+        return facts
+
+    def add_patched(self, info: RangeInfo, build, record_ids: bytes) -> None:
+        """Append a range made by editing an existing one (rangepatch.py); at a break.
+        ``build(path)`` writes its SST, in the background like any range."""
+        assert not self.keys, "add_patched needs the writer at a range break"
+        idx = len(self.out)
+        self.out.append(info)
+        if info.id in self.known:
+            self.stats.ranges_reused += 1
+            return
+        self.known.add(info.id)
+        self.stats.ranges_written += 1
+        self.stats.ranges_patched += 1
+        self.stats.records_written += info.count
+        self._submit(idx, range_key(info.id), build)
+        if self.ctx.record_ids is not None:
+            self.ctx.record_ids.put(info.id, record_ids)
+
+    def _submit(self, idx: int, store_key: str, *args) -> None:
+        """Write (keys, values, props) or run build(path) into an SST, in the background."""
         ctx = self.ctx
+        put = ctx.write_sst if len(args) == 3 else ctx.put_built
         if ctx.executor is None:
-            size, created = ctx.write_sst(store_key, keys, values, props)
+            size, created = put(store_key, *args)
             self._done.append((idx, size, created))
             return
         while len(self._futures) >= ctx.max_inflight:
             i, fut = self._futures.popleft()
             self._done.append((i, *fut.result()))
-        self._futures.append((idx, ctx.executor.submit(ctx.write_sst, store_key, keys, values, props)))
+        self._futures.append((idx, ctx.executor.submit(put, store_key, *args)))
 
     def _drain(self) -> None:
         while self._futures:
