@@ -546,7 +546,7 @@ STUDY_FIELDS = tuple(f for f in APPLY_FIELDS if f != "tier_fetches")
 
 
 def summarize(runs: list[dict], fields=APPLY_FIELDS) -> dict:
-    return {f: median([r[f] for r in runs]) for f in fields} | {"runs": len(runs)}
+    return {f: median([r.get(f, 0) for r in runs]) for f in fields} | {"runs": len(runs)}
 
 
 def bench_apply(env: Env, ds: Dataset, base_id: str, ks: list[int], repeat: int,
@@ -674,7 +674,8 @@ def bench_scattered(env: Env, ds: Dataset, base_id: str, k: int, repeat: int,
             continue
         row = {"entries": ds.n, "changes": k, "workers": w, "record_id_cache": record_ids,
                **summarize(runs, ("seconds", "cpu_seconds", "driver_cpu_seconds", "worker_cpu_seconds",
-                                  "ranges_read", "ranges_written", "ranges_reused", "bytes_written")),
+                                  "ranges_read", "ranges_written", "ranges_patched", "ranges_reused",
+                                  "bytes_written")),
                "runs_seconds": [x["seconds"] for x in runs],
                "runs_cpu_seconds": [x["cpu_seconds"] for x in runs],
                "metarange_ids": [want[r] for r in range(len(runs))]}
@@ -975,14 +976,15 @@ def report(res: dict) -> str:
                      "yes" if r.get("record_id_cache", True) else "no", fmt_ms(r["seconds"]), speed,
                      fmt_ms(r["cpu_seconds"]), fmt_ms(r["driver_cpu_seconds"]), fmt_ms(r["worker_cpu_seconds"]),
                      fmt_count(r["ranges_read"]), fmt_count(r["ranges_written"]),
+                     fmt_count(r.get("ranges_patched", 0)),
                      fmt_count(r["ranges_reused"]), fmt_bytes(r["bytes_written"]), r["runs"]])
     if rows:
         out.append(table("Scattered changes applied cold, by worker processes (medians; CPU = driver + "
                          "workers; same metarange ID on every worker count; goal 10k on 10M < 20 s)",
                          ["entries", "changes", "workers", "record IDs cached", "time", "speed-up", "CPU",
                           "driver CPU",
-                          "worker CPU", "ranges read", "ranges written", "reused", "bytes written",
-                          "runs"], rows))
+                          "worker CPU", "ranges read", "ranges written", "of them patched", "reused",
+                          "bytes written", "runs"], rows))
     dbase = {(r["kind"], r["changes"], r["entries"]): r for r in res.get("diff", [])}
     rows = []
     for r in res.get("diff", []):

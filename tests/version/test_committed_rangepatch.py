@@ -92,7 +92,6 @@ def test_patched_apply_gives_the_streamed_tree(mgr, monkeypatch, seed, n, rounds
 
 
 def test_scattered_changes_patch_most_ranges_and_rocksdb_reads_them(mgr, monkeypatch):
-    rng = random.Random(3)
     model = {key(i): record(key(i), 0) for i in range(UNIVERSE)}
     tree = mgr.write_metarange([model[k] for k in sorted(model)])
     n_ranges = len(mgr.iter_ranges(tree))
