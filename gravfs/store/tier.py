@@ -293,8 +293,11 @@ class LocalTier:
                 return None
         final = self._path(key)
         try:
-            make_dir(os.path.dirname(final))
-            os.link(src_path, final)
+            try:
+                os.link(src_path, final)
+            except FileNotFoundError:  # the first of its subdirectory
+                make_dir(os.path.dirname(final))
+                os.link(src_path, final)
             st = os.stat(final)
             if st.st_mode & 0o007:  # a temp file made under a loose umask: others out
                 os.chmod(final, st.st_mode & 0o7770)
@@ -441,7 +444,6 @@ class LocalTier:
 
     def _fetch(self, key: str) -> _Entry:
         final = self._path(key)
-        make_dir(os.path.dirname(final))
         tmp = os.path.join(self._tmp, f"{os.getpid()}-{uuid.uuid4().hex}{_PART}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE)
         try:
@@ -451,7 +453,11 @@ class LocalTier:
                 os.fsync(fd)
             size = os.fstat(fd).st_size
             crash_point("tier:fetched", key)
-            os.rename(tmp, final)
+            try:
+                os.rename(tmp, final)
+            except FileNotFoundError:  # the first of its subdirectory (not asked every time)
+                make_dir(os.path.dirname(final))
+                os.rename(tmp, final)
         except BaseException:
             unlink_quiet(tmp)
             raise

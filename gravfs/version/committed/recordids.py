@@ -65,8 +65,12 @@ class RecordIDs:
         path = self._path(range_id)
         tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
         try:
-            make_dir(os.path.dirname(path))  # private, as all of the state dir
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE), "wb") as f:
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+            except FileNotFoundError:  # the first of its subdirectory (not asked every time)
+                make_dir(os.path.dirname(path))  # private, as all of the state dir
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+            with open(fd, "wb") as f:
                 f.write(data)
             os.replace(tmp, path)
         except OSError as e:

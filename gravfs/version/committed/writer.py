@@ -144,6 +144,17 @@ class WriteContext:
             path, zip(keys, values), properties, compression=self.compression,
             block_size=self.block_size))
 
+    def put_range(self, range_id: str, what, record_ids: bytes | None) -> tuple[int, bool]:
+        """Range ``range_id``: write_sst(*what), or put_built(what) for a callable; then
+        file its record IDs in the cache (run off the stitcher's thread)."""
+        if callable(what):
+            out = self.put_built(range_key(range_id), what)
+        else:
+            out = self.write_sst(range_key(range_id), *what)
+        if record_ids is not None and self.record_ids is not None:
+            self.record_ids.put(range_id, record_ids)
+        return out
+
     def put_built(self, store_key: str, build) -> tuple[int, bool]:
         """``build(path)`` writes an SST (returning its SSTInfo); upload it if absent,
         keep it in the tier; returns (size, created)."""
@@ -335,9 +346,8 @@ class TreeWriter:
             props = {"type": b"ranges", "min_key": keys[0], "max_key": keys[-1],
                      "count": str(len(keys)).encode(),
                      "estimated_size_bytes": str(self.size).encode(), **self._break_facts()}
-            self._submit(idx, range_key(rid), keys, self.values, props)
-            if self.ctx.record_ids is not None:
-                self.ctx.record_ids.put(rid, b"".join(self._blobs))
+            blob = b"".join(self._blobs) if self.ctx.record_ids is not None else None
+            self._submit(idx, rid, (keys, self.values, props), blob)
         self._reset()
 
     def _break_facts(self) -> dict[str, bytes]:
@@ -373,22 +383,19 @@ class TreeWriter:
         self.stats.ranges_written += 1
         self.stats.ranges_patched += 1
         self.stats.records_written += info.count
-        self._submit(idx, range_key(info.id), build)
-        if self.ctx.record_ids is not None:
-            self.ctx.record_ids.put(info.id, record_ids)
+        self._submit(idx, info.id, build, record_ids)
 
-    def _submit(self, idx: int, store_key: str, *args) -> None:
-        """Write (keys, values, props) or run build(path) into an SST, in the background."""
+    def _submit(self, idx: int, range_id: str, what, record_ids: bytes | None) -> None:
+        """Write range ``range_id`` in the background (WriteContext.put_range)."""
         ctx = self.ctx
-        put = ctx.write_sst if len(args) == 3 else ctx.put_built
         if ctx.executor is None:
-            size, created = put(store_key, *args)
+            size, created = ctx.put_range(range_id, what, record_ids)
             self._done.append((idx, size, created))
             return
         while len(self._futures) >= ctx.max_inflight:
             i, fut = self._futures.popleft()
             self._done.append((i, *fut.result()))
-        self._futures.append((idx, ctx.executor.submit(put, store_key, *args)))
+        self._futures.append((idx, ctx.executor.submit(ctx.put_range, range_id, what, record_ids)))
 
     def _drain(self) -> None:
         while self._futures:
