@@ -130,3 +130,21 @@ def test_a_change_that_moves_a_range_end_is_streamed(mgr, monkeypatch):
     res = mgr.apply(tree, [big])
     assert res.stats.ranges_patched == 0
     assert res.metarange_id == _streamed(mgr, monkeypatch, tree, [big]).metarange_id
+
+
+def test_patches_outlive_the_readers_they_copy_from(tmp_path, monkeypatch):
+    """One open reader at a time: each range's reader is evicted (and its file
+    unmapped) as the next opens, while upload threads still copy its blocks."""
+    store = LocalStore(str(tmp_path / "store"), fsync=False)
+    tier = LocalTier(store, str(tmp_path / "cache"), 1 << 32, fsync=False)
+    m = CommittedManager(store, tier, POLICY, workers=1, max_open_ranges=1, upload_threads=2)
+    try:
+        model = {key(i): record(key(i), 0) for i in range(UNIVERSE)}
+        tree = m.write_metarange([model[k] for k in sorted(model)])
+        ks = sorted(model)
+        changes = _as_changes({k: record(k, 3) for k in ks[7::40]})
+        res = m.apply(tree, changes)
+        assert res.stats.ranges_patched > 50
+        assert res.metarange_id == _streamed(m, monkeypatch, tree, changes).metarange_id
+    finally:
+        m.close()

@@ -63,7 +63,8 @@ def patch_range(writer: TreeWriter, rs: RangeStore, info: RangeInfo, run: list[t
     cache = rs.record_ids
     if cache is None or not run:
         return False
-    reader = rs.open_range(info.id).reader
+    opened = rs.open_range(info.id)  # held by the build below: evicting it closes the file
+    reader = opened.reader
     props = reader.user_properties
     if "last_record_offset" not in props:
         return False
@@ -131,9 +132,11 @@ def patch_range(writer: TreeWriter, rs: RangeStore, info: RangeInfo, run: list[t
     if candidate >= 0:
         new_props["candidate_break_offset"] = str(candidate + growth).encode()
     ctx = writer.ctx
-    writer.add_patched(RangeInfo(rid, first, last_key, count, new_total),
-                       lambda path: plan.write(path, new_props, ctx.compression, ctx.block_size),
-                       ids)
+
+    def build(path: str, opened=opened):
+        return plan.write(path, new_props, ctx.compression, ctx.block_size)
+
+    writer.add_patched(RangeInfo(rid, first, last_key, count, new_total), build, ids)
     log.debug("range %s patched into %s (%d changes)", info.id[:12], rid[:12], len(run))
     return True
 
