@@ -227,11 +227,14 @@ class LocalTier:
             return key in self._entries
 
     def acquire(self, key: str, verify: Verify | None = None, *,
-                chunk_checked: bool = False) -> TierHandle:
+                chunk_checked: bool = False, durable: bool = True) -> TierHandle:
         """A pinned local copy of ``key``, fetched from the store if needed.
 
         ``chunk_checked``: the caller reads only through ``TierHandle.read``, so a
         file with chunk sums may be served with each chunk checked on first read.
+        ``durable=False``: a fetched copy is not synced to disk. Only for keys every
+        user acquires with a full ``verify`` and never chunk-checked: a copy adopted
+        after a crash is unverified, so a torn one is found and fetched again.
         """
         check_key(key)
         if key.startswith(_REFS_PREFIX):
@@ -254,7 +257,8 @@ class LocalTier:
                 fut.result()  # the leader's failure is ours too
                 continue
             try:
-                handle = self._materialize(key, verify, chunk_checked)
+                handle = self._materialize(key, verify, chunk_checked,
+                                           durable or verify is None or chunk_checked)
             except BaseException as exc:
                 with self._lock:
                     del self._inflight[key]
@@ -406,7 +410,8 @@ class LocalTier:
             if entry.pins == 0 and self._entries.weight > self.budget_bytes:
                 self._evict_locked()
 
-    def _materialize(self, key: str, verify: Verify | None, chunk_checked: bool = False) -> TierHandle:
+    def _materialize(self, key: str, verify: Verify | None, chunk_checked: bool = False,
+                     durable: bool = True) -> TierHandle:
         """Leader path: make ``key`` present (and verified) locally, return it pinned."""
         for attempt in (1, 2):
             with self._lock:
@@ -415,7 +420,7 @@ class LocalTier:
                     entry.pins += 1  # keeps eviction away while we verify
             cached = entry is not None
             if entry is None:
-                entry = self._fetch(key)  # returned pinned
+                entry = self._fetch(key, durable)  # returned pinned
             try:
                 if verify is not None and not entry.verified and not (
                         chunk_checked and cached and self._load_sums(entry)):
@@ -442,14 +447,14 @@ class LocalTier:
                 self._unpin(entry)
         raise GravfsError(f"could not keep a local copy of {key} in {self.cache_dir}")
 
-    def _fetch(self, key: str) -> _Entry:
+    def _fetch(self, key: str, durable: bool = True) -> _Entry:
         final = self._path(key)
         tmp = os.path.join(self._tmp, f"{os.getpid()}-{uuid.uuid4().hex}{_PART}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # marks the temp as live
             self.store.download(key, tmp)
-            if self._fsync:
+            if self._fsync and durable:
                 os.fsync(fd)
             size = os.fstat(fd).st_size
             crash_point("tier:fetched", key)

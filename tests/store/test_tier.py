@@ -262,6 +262,35 @@ def test_corrupt_cached_file_is_refetched(store, tmp_path):
     assert tier.stats.fetches == 1
 
 
+def test_copies_not_durable_are_not_synced_and_a_torn_one_is_fetched_again(store, tmp_path,
+                                                                         monkeypatch):
+    """durable=False (ranges: always fully verified) skips the fsync of a fetched copy;
+    a copy that a crash left torn is unverified when adopted, so it is fetched again."""
+    payload = os.urandom(5000)
+    key = put_blob(store, payload)
+    cache = str(tmp_path / "cache")
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    synced.clear()
+    with LocalTier(store, cache).acquire(key, verify=sha_verify(), durable=False) as h:
+        path = h.path
+    assert synced == []
+    with open(path, "r+b") as f:  # what a power cut can leave of an unsynced file
+        f.truncate(1000)
+    tier = LocalTier(store, cache)
+    with tier.acquire(key, verify=sha_verify(), durable=False) as h:
+        assert h.read() == payload
+    assert tier.stats.verify_failures == 1 and tier.stats.fetches == 1
+    # without a full verify (or chunk-checked) the copy is synced whatever is asked
+    other, third = put_blob(store, os.urandom(3000)), put_blob(store, os.urandom(3001))
+    synced.clear()
+    tier.acquire(other, durable=False).release()
+    assert len(synced) == 1
+    tier.acquire(third, verify=sha_verify(), chunk_checked=True, durable=False).release()
+    assert len(synced) >= 2
+
+
 def test_corrupt_in_store_propagates_after_one_retry(store, tmp_path):
     key = "data/ff/" + "f" * 64  # name does not match content
     store.put(key, b"not what the name says")
