@@ -358,16 +358,20 @@ class TreeWriter:
         keys, values, policy = self.keys, self.values, self.policy
         last_size = len(keys[-1]) + len(values[-1])
         facts = {"last_record_offset": str(self.size - last_size).encode()}
+        if policy.min_size <= 0:
+            return facts  # every hit would have ended the range
+        sizes = list(map(_add, map(len, keys), map(len, values)))
+        cum = list(accumulate(sizes))
+        # hits at or past min_size before the last record would have ended the range;
+        # the search covers them anyway (a forced break), which only makes the fact safer
+        end = min(bisect_left(cum, policy.min_size) + 1, len(keys) - 1)
         hit = -1
-        cum = 0
-        for i in range(len(keys) - 1):
-            cum += len(keys[i]) + len(values[i])
-            if cum >= policy.min_size:
-                break
-            if policy.hash_break(keys[i], len(keys[i]) + len(values[i])):
-                hit = cum
+        i = policy.first_hash_break(keys, sizes, 0, end)
+        while i < end:
+            hit = i
+            i = policy.first_hash_break(keys, sizes, i + 1, end)
         if hit >= 0:
-            facts["candidate_break_offset"] = str(hit).encode()
+            facts["candidate_break_offset"] = str(cum[hit]).encode()
         return facts
 
     def add_patched(self, info: RangeInfo, build, record_ids: bytes) -> None:
