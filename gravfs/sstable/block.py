@@ -246,12 +246,7 @@ def encode_block(entries: list[tuple[bytes, bytes]]) -> bytes:
     for k, v in entries:
         restarts.append(len(out))
         out += b"\x00" + encode_varint(len(k)) + encode_varint(len(v)) + k + v
-    if not restarts:
-        restarts.append(0)
-    for r in restarts:
-        out += r.to_bytes(4, "little")
-    out += len(restarts).to_bytes(4, "little")
-    return bytes(out)
+    return _with_restarts(out, restarts)
 
 
 def encode_data_block(keys: list[bytes], values: list[bytes], restart_interval: int = 16) -> bytes:
@@ -274,6 +269,11 @@ def encode_data_block(keys: list[bytes], values: list[bytes], restart_interval: 
         out += k[shared:]
         out += v
         prev = k
+    return _with_restarts(out, restarts)
+
+
+def _with_restarts(out: bytearray, restarts: list[int]) -> bytes:
+    """A block's entries followed by its restart array and restart count."""
     if not restarts:
         restarts.append(0)
     for r in restarts:

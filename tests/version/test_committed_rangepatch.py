@@ -17,6 +17,7 @@ from gravfs.version.committed import BreakPolicy, CommittedManager, Record
 from gravfs.version.committed import stitch
 from gravfs.version.committed.reader import range_key
 from tests.sstable.support import rocksdb_items
+from tests.version.test_committed_props import apply_model, as_changes
 
 # ranges of ~60 records (records ~90 bytes): scattered changes leave most ranges'
 # ends alone, and raggedness 16 puts hash-test hits below min_size in many ranges
@@ -52,20 +53,6 @@ def _changes(rng: random.Random, base: dict, n: int) -> dict:
     return out
 
 
-def _apply(base: dict, changes: dict) -> dict:
-    out = dict(base)
-    for k, r in changes.items():
-        if r is None:
-            out.pop(k, None)
-        else:
-            out[k] = r
-    return out
-
-
-def _as_changes(changes: dict) -> list:
-    return [(k, None, None) if r is None else r for k, r in sorted(changes.items())]
-
-
 def _streamed(mgr, monkeypatch, base_id, changes):
     with monkeypatch.context() as mp:
         mp.setattr(stitch, "_patched", lambda *a: False)
@@ -82,9 +69,9 @@ def test_patched_apply_gives_the_streamed_tree(mgr, monkeypatch, seed, n, rounds
     tree = mgr.write_metarange([model[k] for k in sorted(model)])
     for _ in range(rounds):  # patched ranges are patched again (their facts carried over)
         changes = _changes(rng, model, n)
-        streamed = _streamed(mgr, monkeypatch, tree, _as_changes(changes))
-        res = mgr.apply(tree, _as_changes(changes))
-        model = _apply(model, changes)
+        streamed = _streamed(mgr, monkeypatch, tree, as_changes(changes))
+        res = mgr.apply(tree, as_changes(changes))
+        model = apply_model(model, changes)
         assert res.metarange_id == streamed.metarange_id
         assert list(mgr.iter(res.metarange_id)) == [model[k] for k in sorted(model)]
         assert res.stats.ranges_patched <= res.stats.ranges_written
@@ -98,10 +85,10 @@ def test_scattered_changes_patch_most_ranges_and_rocksdb_reads_them(mgr, monkeyp
     ks = sorted(model)
     # one changed value per range, in place: every range keeps its end
     changes = {k: record(k, 2) for k in ks[5::len(ks) // n_ranges]}
-    res = mgr.apply(tree, _as_changes(changes))
+    res = mgr.apply(tree, as_changes(changes))
     assert res.stats.ranges_patched >= 0.8 * len(changes), res.stats
-    assert res.metarange_id == _streamed(mgr, monkeypatch, tree, _as_changes(changes)).metarange_id
-    model = _apply(model, changes)
+    assert res.metarange_id == _streamed(mgr, monkeypatch, tree, as_changes(changes)).metarange_id
+    model = apply_model(model, changes)
     new_ranges = mgr.iter_ranges(res.metarange_id)
     old_ids = {r.id for r in mgr.iter_ranges(tree)}
     patched = [r for r in new_ranges if r.id not in old_ids]
@@ -142,7 +129,7 @@ def test_patches_outlive_the_readers_they_copy_from(tmp_path, monkeypatch):
         model = {key(i): record(key(i), 0) for i in range(UNIVERSE)}
         tree = m.write_metarange([model[k] for k in sorted(model)])
         ks = sorted(model)
-        changes = _as_changes({k: record(k, 3) for k in ks[7::40]})
+        changes = as_changes({k: record(k, 3) for k in ks[7::40]})
         res = m.apply(tree, changes)
         assert res.stats.ranges_patched > 50
         assert res.metarange_id == _streamed(m, monkeypatch, tree, changes).metarange_id
