@@ -86,6 +86,8 @@ def patch_range(writer: TreeWriter, rs: RangeStore, info: RangeInfo, run: list[t
     #  True to insert before the position instead of replacing)
     splices: list[tuple[int, bytes, bool]] = []
     for (key, ident, value, _), old in zip(run, plan.old_values):
+        if ident is None:
+            value = None  # a delete
         if old is None and value is None:
             deltas.append(0)  # deleting what the range does not hold
             continue
