@@ -634,6 +634,25 @@ def worker_counts(cpus: int) -> list[int]:
     return out
 
 
+def disk_floor(env: Env, files: int, total: int) -> float | None:
+    """Seconds this disk takes to write and sync ``files`` files of ``total`` bytes in
+    all (the new range files an apply must write, with nothing else done)."""
+    if not files or not total:
+        return None
+    d = os.path.join(env.root, "floor")
+    os.makedirs(d, exist_ok=True)
+    buf = os.urandom(total // files)
+    t0 = time.perf_counter()
+    for i in range(files):
+        with open(os.path.join(d, str(i)), "wb") as f:
+            f.write(buf)
+            f.flush()
+            os.fsync(f.fileno())
+    seconds = time.perf_counter() - t0
+    shutil.rmtree(d, ignore_errors=True)
+    return seconds
+
+
 def bench_scattered(env: Env, ds: Dataset, base_id: str, k: int, repeat: int,
                     rng: random.Random, workers: list[int], record_ids: bool = True) -> list[dict]:
     """k uniform rewrites (a privacy deletion's spread) applied cold on each worker count.
@@ -649,6 +668,7 @@ def bench_scattered(env: Env, ds: Dataset, base_id: str, k: int, repeat: int,
     sets = [uniform_changes(ds, k, rng, 900 + r) for r in range(repeat)]
     want: dict[int, str] = {}
     rows = []
+    floor = None
     for w in workers:
         runs = []
         for r, changes in enumerate(sets):
@@ -674,7 +694,11 @@ def bench_scattered(env: Env, ds: Dataset, base_id: str, k: int, repeat: int,
                          "worker_cpu_seconds": wcpu, **res.stats.as_dict()})
         if not runs:
             continue
+        if floor is None:  # the files the first worker count wrote (later ones find them stored)
+            floor = disk_floor(env, int(median([x["ranges_written"] for x in runs])),
+                               int(median([x["bytes_written"] for x in runs])))
         row = {"entries": ds.n, "changes": k, "workers": w, "record_id_cache": record_ids,
+               "disk_floor_seconds": floor,
                **summarize(runs, ("seconds", "cpu_seconds", "driver_cpu_seconds", "worker_cpu_seconds",
                                   "ranges_read", "ranges_written", "ranges_patched", "ranges_reused",
                                   "bytes_written")),
@@ -979,14 +1003,15 @@ def report(res: dict) -> str:
                      fmt_ms(r["cpu_seconds"]), fmt_ms(r["driver_cpu_seconds"]), fmt_ms(r["worker_cpu_seconds"]),
                      fmt_count(r["ranges_read"]), fmt_count(r["ranges_written"]),
                      fmt_count(r.get("ranges_patched", 0)),
-                     fmt_count(r["ranges_reused"]), fmt_bytes(r["bytes_written"]), r["runs"]])
+                     fmt_count(r["ranges_reused"]), fmt_bytes(r["bytes_written"]),
+                     fmt_ms(r.get("disk_floor_seconds")), r["runs"]])
     if rows:
         out.append(table("Scattered changes applied cold, by worker processes (medians; CPU = driver + "
                          "workers; same metarange ID on every worker count; goal 10k on 10M < 20 s)",
                          ["entries", "changes", "workers", "record IDs cached", "time", "speed-up", "CPU",
                           "driver CPU",
                           "worker CPU", "ranges read", "ranges written", "of them patched", "reused",
-                          "bytes written", "runs"], rows))
+                          "bytes written", "disk floor (write + sync those files)", "runs"], rows))
     dbase = {(r["kind"], r["changes"], r["entries"]): r for r in res.get("diff", [])}
     rows = []
     for r in res.get("diff", []):
