@@ -16,14 +16,12 @@ with ``ok``.
 
 from __future__ import annotations
 
-import os
-import secrets
 from bisect import bisect_left
 from collections.abc import Mapping
 
 import cramjam
 
-from .block import encode_block, encode_data_block
+from .block import DataBlock, encode_block, encode_data_block
 from .format import (
     BLOCK_TRAILER_SIZE,
     KIND_VALUE,
@@ -37,7 +35,7 @@ from .format import (
 )
 from .properties import PROPERTIES_BLOCK, RESERVED_PREFIX
 from .reader import SSTReader
-from .writer import SSTInfo, _normalize_properties
+from .writer import SSTInfo, _normalize_properties, built_beside
 
 # seq 0, kind value: what SstFileWriter gives every entry, and a valid index-key trailer
 # for any separator (it sorts after every entry of its block with the same user key)
@@ -54,33 +52,35 @@ class TablePatch:
     """Sorted edits ``(key, value or None to delete)`` laid over ``reader``'s blocks.
 
     ``old_values[i]`` is the value the table holds at edit i's key (None where it
-    holds none). Only the blocks the edits fall in are decoded.
+    holds none). Only the blocks the edits fall in are decoded. ``bounds``, the
+    table's first and last keys when the caller knows them, save decoding an
+    unedited end block for them.
     """
 
-    def __init__(self, reader: SSTReader, edits: list[tuple[bytes, bytes | None]]):
+    def __init__(self, reader: SSTReader, edits: list[tuple[bytes, bytes | None]],
+                 bounds: tuple[bytes, bytes] | None = None):
         self.reader = reader
-        self.edits = edits
+        self.bounds = bounds
         self.old_values: list[bytes | None] = []
         self.ok = (reader.single_version and not reader._two_level
                    and set(reader._meta) == {PROPERTIES_BLOCK} and bool(reader._index_keys))
         if not self.ok:
             return
         seps = reader._index_keys
-        last = len(seps) - 1
         # block index -> (first edit, end of its edits)
         self.spans: dict[int, tuple[int, int]] = {}
         i = 0
         while i < len(edits):
-            b = min(bisect_left(seps, edits[i][0]), last)
+            b = self.block_of(edits[i][0])
             j = i + 1
-            while j < len(edits) and (b == last or edits[j][0] <= seps[b]):
+            while j < len(edits) and (b == len(seps) - 1 or edits[j][0] <= seps[b]):
                 j += 1
             self.spans[b] = (i, j)
             i = j
-        self.blocks: dict[int, tuple[list[bytes], list[bytes]]] = {}
-        offs, sizes = reader._index_offsets, reader._index_sizes
+        self.blocks: dict[int, tuple[list[bytes], list[bytes]]] = {}  # the new entries
+        self.old: dict[int, DataBlock] = {}  # the same blocks as they were
         for b, (i, j) in self.spans.items():
-            blk = reader._block(offs[b], sizes[b], fill_cache=False)
+            blk = self.old[b] = self._decode(b)
             keys, values = blk.keys, blk.values
             out_k: list[bytes] = []
             out_v: list[bytes] = []
@@ -102,20 +102,45 @@ class TablePatch:
             out_v += values[p:]
             self.blocks[b] = (out_k, out_v)
 
-    def first_key(self, old_first: bytes | None = None) -> bytes | None:
-        """The smallest key of the new table (None when the edits delete everything);
-        ``old_first``, the old table's, saves decoding its first block when no edit
-        falls there."""
-        r = self.reader
-        for b in range(len(r._index_keys)):
+    def block_of(self, key: bytes) -> int:
+        """The data block an edit of ``key`` goes to: the first whose separator is not
+        below it (the last block for keys past every separator)."""
+        seps = self.reader._index_keys
+        return min(bisect_left(seps, key), len(seps) - 1)
+
+    def neighbours(self, key: bytes) -> tuple[tuple[bytes, bytes] | None, tuple[bytes, bytes] | None]:
+        """The old entries right after and right before ``key`` in its block (each
+        (key, value), or None), for a key an edit inserts."""
+        blk = self.old.get(self.block_of(key))
+        if blk is None:
+            return None, None
+        i = bisect_left(blk.keys, key)
+        after = (blk.keys[i], blk.values[i]) if i < len(blk.keys) else None
+        before = (blk.keys[i - 1], blk.values[i - 1]) if i > 0 else None
+        return after, before
+
+    def first_key(self) -> bytes | None:
+        """The smallest key of the new table (None when the edits delete everything)."""
+        return self._edge(range(len(self.reader._index_keys)), 0)
+
+    def last_key(self) -> bytes | None:
+        """The largest key of the new table (None when the edits delete everything)."""
+        return self._edge(reversed(range(len(self.reader._index_keys))), -1)
+
+    def _edge(self, order, end: int) -> bytes | None:
+        for n, b in enumerate(order):
             if b in self.blocks:
                 if self.blocks[b][0]:
-                    return self.blocks[b][0][0]
-            elif b == 0 and old_first is not None:
-                return old_first
+                    return self.blocks[b][0][end]
+            elif n == 0 and self.bounds is not None:
+                return self.bounds[end]  # the old table's own end, untouched
             else:
-                return r._block(r._index_offsets[b], r._index_sizes[b], fill_cache=False).keys[0]
+                return self._decode(b).keys[end]
         return None
+
+    def _decode(self, b: int) -> DataBlock:
+        r = self.reader
+        return r._block(r._index_offsets[b], r._index_sizes[b], fill_cache=False)
 
     def write(self, path: str, properties: Mapping[str, bytes] | None = None,
               compression: str = "snappy", block_size: int = 4096, *, sync: bool = True) -> SSTInfo:
@@ -138,7 +163,7 @@ class TablePatch:
                 pos += len(stored)
                 continue
             keys, values = self.blocks[b]
-            old = r._block(offs[b], sizes[b], fill_cache=False)
+            old = self.old[b]
             entries += len(keys) - len(old.keys)
             key_bytes += sum(map(len, keys)) - sum(map(len, old.keys)) + 8 * (len(keys) - len(old.keys))
             value_bytes += sum(map(len, values)) - sum(map(len, old.values))
@@ -183,33 +208,11 @@ class TablePatch:
         pieces.append(block_with_trailer(meta_block, ck))
         pieces.append(encode_footer(r._footer, meta_handle, index_handle))
 
-        tmp = f"{path}.{secrets.token_hex(6)}.tmp"
-        try:
+        with built_beside(path, sync) as tmp:
             with open(tmp, "wb") as f:
                 f.writelines(pieces)
-                f.flush()
-                if sync:
-                    os.fsync(f.fileno())
-                size = f.tell()
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-        last = self._last_key()
-        return SSTInfo(size=size, count=entries, first_key=self.first_key(), last_key=last)
-
-    def _last_key(self) -> bytes:
-        r = self.reader
-        for b in reversed(range(len(r._index_keys))):
-            if b in self.blocks:
-                if self.blocks[b][0]:
-                    return self.blocks[b][0][-1]
-            else:
-                return r._block(r._index_offsets[b], r._index_sizes[b], fill_cache=False).keys[-1]
-        raise ValueError("the edits leave the table empty")
+        return SSTInfo(size=sum(map(len, pieces)), count=entries, first_key=self.first_key(),
+                       last_key=self.last_key())
 
 
 def _chunks(keys: list[bytes], values: list[bytes], block_size: int):

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import rocksdict
@@ -86,6 +87,30 @@ def _normalize_properties(properties: Mapping[str, bytes] | None) -> dict[bytes,
     return out
 
 
+@contextmanager
+def built_beside(path: str, sync: bool = True) -> Iterator[str]:
+    """A temp name beside ``path`` to build a file in: when the block ends, the file
+    is synced (``sync``) and renamed to ``path``; when it raises, removed. So
+    ``path`` never holds a partial file. Unique per call: content-addressed paths
+    can be written by several threads or processes at once."""
+    tmp = f"{path}.{secrets.token_hex(6)}.tmp"
+    try:
+        yield tmp
+        if sync:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
 def write_sst(
     path: str,
     items: Iterable[tuple[bytes, bytes]],
@@ -107,36 +132,22 @@ def write_sst(
     if not isinstance(block_size, int) or block_size <= 0:
         raise ValueError(f"block_size must be a positive int, not {block_size!r}")
     user_props = _normalize_properties(properties)
-    # Unique per call: content-addressed paths can be written by several
-    # threads or processes at once, and they must not share a temp file.
-    tmp = f"{path}.{secrets.token_hex(6)}.tmp"
-    writer = rocksdict.SstFileWriter(_options(compression, block_size))
-    try:
-        writer.open(tmp)
-    except Exception as e:
-        raise OSError(f"cannot create {tmp}: {e}") from None
-    try:
-        count, first, last = _add_all(writer, items)
-        if count == 0:
-            raise ValueError("cannot write an SSTable with no items")
-        writer.finish()
+    with built_beside(path, sync) as tmp:
+        writer = rocksdict.SstFileWriter(_options(compression, block_size))
+        try:
+            writer.open(tmp)
+        except Exception as e:
+            raise OSError(f"cannot create {tmp}: {e}") from None
+        try:
+            count, first, last = _add_all(writer, items)
+            if count == 0:
+                raise ValueError("cannot write an SSTable with no items")
+            writer.finish()
+        finally:
+            del writer  # lets go of the file before it is renamed or removed
         if user_props:
             _add_user_properties(tmp, user_props)
-        if sync:
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        size = os.path.getsize(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        del writer
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    size = os.path.getsize(path)
     return SSTInfo(size=size, count=count, first_key=first, last_key=last)
 
 

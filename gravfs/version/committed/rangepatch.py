@@ -30,22 +30,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from bisect import bisect_left
 from itertools import accumulate
 
 from gravfs.sstable.patch import TablePatch
 from gravfs.version.committed.reader import RangeInfo, RangeStore
-from gravfs.version.committed.record import decode_identity, sha256_for_short_inputs
+from gravfs.version.committed.record import decode_identity, value_record_id
 from gravfs.version.committed.recordids import RECORD_ID_SIZE
 from gravfs.version.committed.writer import TreeWriter
 
 log = logging.getLogger(__name__)
-
-_sha = sha256_for_short_inputs()
-
-
-def _record_id(key: bytes, identity: bytes) -> bytes:
-    return _sha(_sha(key).digest() + _sha(identity).digest()).digest()
 
 
 def _find(blob: bytes, rid: bytes) -> int:
@@ -72,7 +65,7 @@ def patch_range(writer: TreeWriter, rs: RangeStore, info: RangeInfo, run: list[t
     if blob is None:
         return False
     edits = [(k, val if ident is not None else None) for k, ident, val, _ in run]
-    plan = TablePatch(reader, edits)
+    plan = TablePatch(reader, edits, (info.min_key, info.max_key))
     if not plan.ok:
         return False
     policy = writer.policy
@@ -100,9 +93,9 @@ def patch_range(writer: TreeWriter, rs: RangeStore, info: RangeInfo, run: list[t
             last_size = new_size
         elif value is not None and policy.hash_break(key, new_size):
             return False  # a new candidate for a break inside the range
-        new_rid = b"" if value is None else _record_id(key, ident)
+        new_rid = b"" if value is None else value_record_id(key, ident)
         if old is not None:
-            at = _find(blob, _record_id(key, decode_identity(old)))
+            at = _find(blob, value_record_id(key, decode_identity(old)))
             if at < 0:
                 return False  # the cache does not describe this range after all
             splices.append((at, new_rid, False))
@@ -127,7 +120,7 @@ def patch_range(writer: TreeWriter, rs: RangeStore, info: RangeInfo, run: list[t
     if len(ids) != count * RECORD_ID_SIZE:
         return False
     rid = hashlib.sha256(ids).hexdigest()
-    first = plan.first_key(info.min_key)
+    first = plan.first_key()
     new_props = {"type": b"ranges", "min_key": first, "max_key": last_key,
                  "count": str(count).encode(), "estimated_size_bytes": str(new_total).encode(),
                  "last_record_offset": str(new_total - last_size).encode()}
@@ -146,29 +139,13 @@ def patch_range(writer: TreeWriter, rs: RangeStore, info: RangeInfo, run: list[t
 def _insert_position(blob: bytes, plan: TablePatch, key: bytes) -> int:
     """Where the record ID of a key the range does not hold goes: before the record
     that follows it in its block, or after the one before it."""
-    keys, values = _old_neighbours(plan, key)
-    if keys is None:
-        return -1
-    succ, pred = keys
-    if succ is not None:
-        return _find(blob, _record_id(succ, decode_identity(values[0])))
-    at = _find(blob, _record_id(pred, decode_identity(values[1])))
-    return -1 if at < 0 else at + 1
-
-
-def _old_neighbours(plan: TablePatch, key: bytes):
-    """((successor, predecessor) keys, (their values)) of ``key`` among the old
-    records of the block it falls in; either may be None, not both."""
-    r = plan.reader
-    b = min(bisect_left(r._index_keys, key), len(r._index_keys) - 1)
-    blk = r._block(r._index_offsets[b], r._index_sizes[b], fill_cache=False)
-    i = bisect_left(blk.keys, key)
-    succ = blk.keys[i] if i < len(blk.keys) else None
-    pred = blk.keys[i - 1] if i > 0 else None
-    if succ is None and pred is None:
-        return None, None
-    return (succ, pred), (blk.values[i] if succ is not None else None,
-                          blk.values[i - 1] if pred is not None else None)
+    after, before = plan.neighbours(key)
+    if after is not None:
+        return _find(blob, value_record_id(after[0], decode_identity(after[1])))
+    if before is not None:
+        at = _find(blob, value_record_id(before[0], decode_identity(before[1])))
+        return -1 if at < 0 else at + 1
+    return -1
 
 
 def _spliced(blob: bytes, splices: list[tuple[int, bytes, bool]]) -> bytes:
