@@ -331,8 +331,8 @@ def _begin(dest, job: ExportJob) -> None:
 def _finish(dest, job: ExportJob, res: dict) -> dict:
     summary = {**job.state(), **res, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                 time.gmtime())}
-    dest.cleanup()
     dest.put_bytes(SUCCESS, (json.dumps(summary, sort_keys=True) + "\n").encode())
+    dest.cleanup()  # after: _SUCCESS is staged there too (a kill between leaves it for prepare)
     return summary
 
 

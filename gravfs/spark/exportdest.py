@@ -99,14 +99,21 @@ class DirDest:
 
     # the export's own small files (state, report parts, _SUCCESS)
     def put_bytes(self, rel: str, data: bytes) -> None:
+        """Staged in the temp directory, not beside ``rel``: a run killed before the
+        rename leaves nothing a reader of the report directory would take for a part."""
         path = self._path(rel.encode())
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + f".{uuid.uuid4().hex}.tmp".encode()
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.makedirs(self.tmp_dir(), exist_ok=True)
+        tmp = self.tmp_dir() + b"/" + uuid.uuid4().hex.encode()
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            unlink_quiet(tmp)
+            raise
 
     def get_bytes(self, rel: str) -> Optional[bytes]:
         try:
