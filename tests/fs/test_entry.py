@@ -2,10 +2,15 @@
 links) round-trip, and every record written before keeps its bytes and identity."""
 
 import stat
+from dataclasses import replace
 
-from gravfs.fs.entry import (KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_FIFO, KIND_FILE,
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gravfs.fs.entry import (_DEFAULT_MODE, KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_FIFO, KIND_FILE,
                              KIND_SOCKET, EntryInfo, decode_entry, encode_entry,
                              entry_identity, kind_of_mode)
+from gravfs.version.committed.messages import Entry
 
 # written by gravfs before the POSIX fields existed (commit 7b187b6's entry.py)
 OLD_BYTES = bytes.fromhex("0a0e646174612f61622f616263646566120b0880a0f8fa0510959aef3a180b3001"
@@ -38,3 +43,33 @@ def test_special_kinds_times_and_links_round_trip_and_count_in_the_identity():
     assert [kind_of_mode(m) for m in (stat.S_IFIFO, stat.S_IFSOCK, stat.S_IFBLK, stat.S_IFREG)] == [
         KIND_FIFO, KIND_SOCKET, KIND_BLOCK_DEVICE, KIND_FILE]
     assert EntryInfo(kind=KIND_FIFO).mode == stat.S_IFIFO | 0o644
+
+
+_text = st.text(max_size=12)
+_infos = st.builds(
+    EntryInfo, address=_text, size=st.integers(0, 1 << 50),
+    mtime_ns=st.integers(0, 1 << 62), mode=st.integers(0, 0o177777),
+    kind=st.sampled_from(sorted(_DEFAULT_MODE)), symlink_target=_text,
+    xattrs=st.dictionaries(_text, st.binary(max_size=8), max_size=2),
+    uid=st.integers(0, 1 << 31), gid=st.integers(0, 1 << 31), e_tag=_text, content_type=_text,
+    metadata=st.dictionaries(_text, _text, max_size=2), address_type=st.integers(0, 2),
+    atime_ns=st.integers(0, 1 << 62), ctime_ns=st.integers(0, 1 << 62),
+    rdev=st.integers(0, 1 << 32), link_group=_text,
+    links=st.lists(st.binary(min_size=1, max_size=6), max_size=3).map(tuple)
+).map(lambda e: e if e.link_group else replace(e, links=()))  # a group's records list links
+
+
+@settings(max_examples=300, deadline=None)
+@given(_infos)
+def test_decode_fills_every_field_as_the_constructor_does(info):
+    """decode_entry builds EntryInfo without its __init__: the result equals the
+    constructor's, normalization of the mode and kind included."""
+    back = decode_entry(encode_entry(info))
+    assert back == info and back.__dict__ == info.__dict__
+    assert entry_identity(back) == entry_identity(info)
+
+
+def test_a_lakefs_entry_without_mode_gets_its_kinds_default():
+    """lakeFS writes no mode or kind: a regular file, 0644."""
+    e = decode_entry(Entry(address="s3://b/k", size=3, address_type=2).SerializeToString())
+    assert e.mode == stat.S_IFREG | 0o644 and e.kind == KIND_FILE and e.xattrs == {}
