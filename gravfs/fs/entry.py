@@ -16,6 +16,7 @@ import hashlib
 import stat
 import struct
 from dataclasses import dataclass, field
+from typing import Optional
 
 from google.protobuf.message import DecodeError
 
@@ -64,7 +65,8 @@ class EntryInfo:
     kind" (lakeFS entries carry none) and is normalized on construction.
     ``address`` names the content: a relative store key (``data/aa/<hash>``)
     for ``ADDRESS_RELATIVE`` or a full URL for ``ADDRESS_FULL``.
-    ``atime_ns``/``ctime_ns`` 0: not recorded (older records), shown as mtime.
+    ``atime_ns`` None, ``ctime_ns`` 0: not recorded (older records), shown as mtime
+    (``shown_atime``); an atime can be set to 0 (the epoch), a ctime cannot.
     ``rdev``: device number of a device node. ``link_group``: hard links, the
     names of one inode share this id, and each of their records lists every
     name of the group in ``links`` (sorted keys, its own included).
@@ -83,7 +85,7 @@ class EntryInfo:
     content_type: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
     address_type: int = ADDRESS_RELATIVE
-    atime_ns: int = 0
+    atime_ns: Optional[int] = None
     ctime_ns: int = 0
     rdev: int = 0
     link_group: str = ""
@@ -136,7 +138,8 @@ def encode_entry(info: EntryInfo) -> bytes:
         msg.xattrs.update(info.xattrs)
     if info.rdev:
         msg.rdev = info.rdev
-    if info.atime_ns:
+    if info.atime_ns is not None:
+        msg.atime.SetInParent()  # present even at the epoch
         msg.atime.seconds, msg.atime.nanos = divmod(info.atime_ns, 1_000_000_000)
     if info.ctime_ns:
         msg.ctime.seconds, msg.ctime.nanos = divmod(info.ctime_ns, 1_000_000_000)
@@ -168,7 +171,7 @@ def decode_entry(data: bytes) -> EntryInfo:
         "metadata": dict(msg.metadata) if msg.metadata else {},
         "address_type": msg.address_type,
         "atime_ns": (msg.atime.seconds * 1_000_000_000 + msg.atime.nanos
-                     if msg.HasField("atime") else 0),
+                     if msg.HasField("atime") else None),
         "ctime_ns": (msg.ctime.seconds * 1_000_000_000 + msg.ctime.nanos
                      if msg.HasField("ctime") else 0),
         "rdev": msg.rdev, "link_group": msg.link_group,
@@ -210,11 +213,18 @@ def entry_identity(entry: bytes | EntryInfo) -> bytes:
     parts.append(struct.pack(">I", len(info.xattrs)))
     for k in sorted(info.xattrs):
         parts.append(_lp(k.encode()) + _lp(bytes(info.xattrs[k])))
-    if info.atime_ns or info.ctime_ns or info.rdev or info.link_group:
-        parts.append(b"v2" + struct.pack(">qqQ", info.atime_ns, info.ctime_ns, info.rdev)
+    if info.atime_ns is not None or info.ctime_ns or info.rdev or info.link_group:
+        parts.append(b"v2" + struct.pack(">qqQ", info.atime_ns or 0, info.ctime_ns, info.rdev)
                      + _lp(info.link_group.encode()) + struct.pack(">I", len(info.links)))
         parts += [_lp(bytes(k)) for k in info.links]
+        if info.atime_ns == 0:
+            parts.append(b"atime-epoch")  # set to 0, unlike a record without one
     return hashlib.sha256(b"".join(parts)).digest()
+
+
+def shown_atime(info: EntryInfo) -> int:
+    """The atime stat shows: the mtime when none was recorded."""
+    return info.mtime_ns if info.atime_ns is None else info.atime_ns
 
 
 def entry_record(key: bytes | str, info: EntryInfo) -> Record:

@@ -37,7 +37,7 @@ from gravfs.data.reader import ReadState, data_missing
 from gravfs.data.sparse import SparseHandle, is_zero
 from gravfs.cleanup import unlink_quiet
 from gravfs.errors import NotFoundError
-from gravfs.fs.entry import KIND_FILE, EntryInfo
+from gravfs.fs.entry import KIND_FILE, EntryInfo, shown_atime
 from gravfs.fuse.inodes import Inode
 
 log = logging.getLogger(__name__)
@@ -64,8 +64,8 @@ class OpenFile:
         self.lock = trio.Lock()
         base = entry or EntryInfo(kind=KIND_FILE)
         self.mode = base.mode
-        self.mtime_ns = base.mtime_ns or time.time_ns()
-        self.atime_ns = base.atime_ns or self.mtime_ns
+        self.mtime_ns = base.mtime_ns if entry is not None else time.time_ns()
+        self.atime_ns = shown_atime(base) if entry is not None else self.mtime_ns
         self.ctime_ns = base.ctime_ns or self.mtime_ns
         self.uid, self.gid = base.uid, base.gid
         self.xattrs = dict(base.xattrs)

@@ -26,7 +26,8 @@ import trio
 from gravfs import hashing
 from gravfs.cleanup import unlink_quiet
 from gravfs.fs.entry import (KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_DIRECTORY, KIND_FILE,
-                             KIND_SYMLINK, SPECIAL_KINDS, EntryInfo, kind_of_mode)
+                             KIND_SYMLINK, SPECIAL_KINDS, EntryInfo, kind_of_mode,
+                             shown_atime)
 from gravfs.data.objects import address_of
 from gravfs.data.external import content_key, is_external, source_of
 from gravfs.data.reader import DataReader
@@ -376,7 +377,7 @@ class GravfsOperations(pyfuse3.Operations):
             a.st_rdev = entry.rdev
             a.st_uid, a.st_gid = entry.uid, entry.gid
             mtime = entry.mtime_ns
-            atime, ctime = entry.atime_ns or mtime, entry.ctime_ns or mtime
+            atime, ctime = shown_atime(entry), entry.ctime_ns or mtime
         else:  # implied or virtual directory
             a.st_mode = statmod.S_IFDIR | (0o555 if node.tree is None or not node.tree.writable
                                            else 0o755)
@@ -1139,7 +1140,7 @@ class GravfsOperations(pyfuse3.Operations):
         if e is None:
             return
         now = time.time_ns()
-        atime = e.atime_ns or e.mtime_ns
+        atime = shown_atime(e)
         if self.settings.atime == "relatime" and atime > max(e.mtime_ns, e.ctime_ns) and \
                 now - atime < 86400 * 10**9:
             return

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gravfs.fs.entry import (_DEFAULT_MODE, KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_FIFO, KIND_FILE,
                              KIND_SOCKET, EntryInfo, decode_entry, encode_entry,
-                             entry_identity, kind_of_mode)
+                             entry_identity, kind_of_mode, shown_atime)
 from gravfs.version.committed.messages import Entry
 
 # written by gravfs before the POSIX fields existed (commit 7b187b6's entry.py)
@@ -27,7 +27,9 @@ def test_records_written_before_keep_bytes_and_identity():
     assert encode_entry(_old()) == OLD_BYTES
     assert entry_identity(_old()).hex() == OLD_IDENTITY
     e = decode_entry(OLD_BYTES)
-    assert e == _old() and (e.atime_ns, e.ctime_ns, e.rdev, e.link_group, e.nlink) == (0, 0, 0, "", 1)
+    assert e == _old() and (e.atime_ns, e.ctime_ns, e.rdev, e.link_group, e.nlink) == (
+        None, 0, 0, "", 1)
+    assert shown_atime(e) == e.mtime_ns
 
 
 def test_special_kinds_times_and_links_round_trip_and_count_in_the_identity():
@@ -53,7 +55,7 @@ _infos = st.builds(
     xattrs=st.dictionaries(_text, st.binary(max_size=8), max_size=2),
     uid=st.integers(0, 1 << 31), gid=st.integers(0, 1 << 31), e_tag=_text, content_type=_text,
     metadata=st.dictionaries(_text, _text, max_size=2), address_type=st.integers(0, 2),
-    atime_ns=st.integers(0, 1 << 62), ctime_ns=st.integers(0, 1 << 62),
+    atime_ns=st.none() | st.integers(0, 1 << 62), ctime_ns=st.integers(0, 1 << 62),
     rdev=st.integers(0, 1 << 32), link_group=_text,
     links=st.lists(st.binary(min_size=1, max_size=6), max_size=3).map(tuple)
 ).map(lambda e: e if e.link_group else replace(e, links=()))  # a group's records list links
@@ -73,3 +75,14 @@ def test_a_lakefs_entry_without_mode_gets_its_kinds_default():
     """lakeFS writes no mode or kind: a regular file, 0644."""
     e = decode_entry(Entry(address="s3://b/k", size=3, address_type=2).SerializeToString())
     assert e.mode == stat.S_IFREG | 0o644 and e.kind == KIND_FILE and e.xattrs == {}
+
+
+def test_an_atime_set_to_the_epoch_is_kept_apart_from_none_recorded():
+    """utime(atime=0) is a time like any other (a found case: it showed as the mtime)."""
+    unset = EntryInfo(mtime_ns=5)
+    epoch = EntryInfo(mtime_ns=5, atime_ns=0)
+    back = decode_entry(encode_entry(epoch))
+    assert back.atime_ns == 0 and shown_atime(back) == 0 and shown_atime(unset) == 5
+    assert decode_entry(encode_entry(unset)).atime_ns is None
+    assert entry_identity(epoch) != entry_identity(unset)
+    assert entry_identity(back) == entry_identity(epoch)
