@@ -89,12 +89,19 @@ def first_name(rest: bytes) -> tuple[bytes, bool]:
     return (rest, False) if i < 0 else (rest[:i], True)
 
 
+# every listed name passes name_problem (twice or three times a readdir entry): one
+# C-level match answers for the common name
+_plain_name = re.compile(rb"(?!\.\.?\Z)[^/\x00]{1,%d}\Z" % MAX_NAME_BYTES, re.DOTALL).match
+
+
 def name_problem(name: bytes) -> Optional[str]:
     """Why a listed name cannot be a POSIX file name as it is (None: it can).
 
     ``name`` is a name as listings cut it: it may start with '/' (an empty
     component) and, for a file stored at a key ending in '/', end with one.
     """
+    if _plain_name(name) is not None:
+        return None
     if not name:
         return "empty name"
     if name.startswith(b"/"):

@@ -15,6 +15,7 @@ import os
 import stat as statmod
 import time
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import BinaryIO, Iterable, Iterator, Optional
 
 from gravfs.data.external import is_external, reader_for, source_of
@@ -74,7 +75,7 @@ class Node:
             return split_last(k[:-1])[1] + b"/"
         return split_last(k)[1]
 
-    @property
+    @cached_property  # (a readdir asks for it and for foreign several times an entry)
     def fs_name(self) -> bytes:
         """The POSIX name it is shown under (escaped when foreign)."""
         return escape_name(self.raw_name)
@@ -83,12 +84,12 @@ class Node:
     def name(self) -> str:
         return display(self.fs_name)
 
-    @property
+    @cached_property
     def foreign(self) -> Optional[str]:
         """Why its name is not a POSIX name (None for names gravfs could write)."""
         return name_problem(self.raw_name)
 
-    @property
+    @cached_property
     def listing_key(self) -> bytes:
         """Continuation key for Repository.list_dir(start_after=...)."""
         base = self.raw_name

@@ -30,6 +30,7 @@ are kept). FORGET down to zero lookups drops every trace of an inode.
 from __future__ import annotations
 
 import logging
+from itertools import islice
 from typing import Iterator, Optional
 
 import pyfuse3
@@ -349,15 +350,15 @@ class InodeTable:
             self._evict()
 
     def _evict(self) -> None:
+        """Down to an eighth below the bound, so a traversal that remembers an entry
+        per inode evicts in batches, not one entry per call."""
         entries = self._entries
-        for _ in range(len(entries) - self.max_entries + 64):
-            ino = next(iter(entries))
+        by_ino = self._by_ino
+        for ino in list(islice(entries, len(entries) - self.max_entries + max(1, self.max_entries // 8))):
             kept = entries.pop(ino)
-            node = self._by_ino.get(ino)
+            node = by_ino.get(ino)
             if node is not None and node.opens > 0:
                 entries[ino] = kept  # an open inode keeps what it was (see operations)
-            if len(entries) <= self.max_entries:
-                return
 
     def remembered(self, node: Inode) -> Optional[tuple]:
         """(entry, seen) last remembered for the inode, or None."""

@@ -349,14 +349,10 @@ class GravfsOperations(pyfuse3.Operations):
     # -- attributes -------------------------------------------------------------------
 
     def _attrs(self, node: Inode, entry: Optional[EntryInfo]) -> pyfuse3.EntryAttributes:
-        a = pyfuse3.EntryAttributes()
+        a = pyfuse3.EntryAttributes()  # zeroed: generation and st_rdev stay 0
         a.st_ino = node.ino
-        a.generation = 0
-        ttl = self._ttl(node)
-        a.entry_timeout = ttl
-        a.attr_timeout = ttl
+        a.entry_timeout = a.attr_timeout = self._ttl(node)
         a.st_blksize = BLKSIZE
-        a.st_rdev = 0
         of = self.open_files.get(node.ino)
         if of is not None:
             size = of.size()
@@ -599,7 +595,10 @@ class GravfsOperations(pyfuse3.Operations):
         version = None
         if tree.kind == "branch":
             version = self.statcache.version(tree.name, blocking=True)  # before the listing
-        return version, self.repo.list_dir(tree.ref, key, start_after, READDIR_BATCH)
+        batch = self.repo.list_dir(tree.ref, key, start_after, READDIR_BATCH)
+        for n in batch:  # worked out here, off the event loop (the nodes keep them)
+            n.fs_name, n.listing_key
+        return version, batch
 
     def _cache_listed(self, branch: str, version: tuple, dir_key: bytes, batch: list[Node],
                       whole: bool = False) -> None:
@@ -607,10 +606,9 @@ class GravfsOperations(pyfuse3.Operations):
         name that is both a file and a directory lists as the directory), filed under
         the names the mount shows. ``whole``: the batch is the directory's entire listing."""
         shown = [n for n in batch if not n.shadowed]
-        for n in shown:
-            if n.kind != "dir":
-                key = dir_key + b"/" + n.fs_name if dir_key else n.fs_name
-                self.statcache.put(branch, version, key, n)
+        base = dir_key + b"/" if dir_key else b""
+        self.statcache.put_many(branch, version, [(base + n.fs_name, n) for n in shown
+                                                  if n.kind != "dir"])
         if whole:
             self.statcache.put_listing(branch, version, dir_key, {n.fs_name for n in shown})
 

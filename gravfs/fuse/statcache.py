@@ -226,13 +226,19 @@ class BranchStatCache:
         return True
 
     def put(self, branch: str, version: tuple, key: bytes, node) -> None:
+        self.put_many(branch, version, ((key, node),))
+
+    def put_many(self, branch: str, version: tuple, items: Iterable[tuple[bytes, object]]
+                 ) -> None:
+        """File (key, node) results of one version (a listed batch: one check of the
+        version, one dict update)."""
         if not self._at(branch, version):
             return
         nodes = self._nodes[branch]
-        if len(nodes) >= self.max_entries:  # evict the oldest quarter, give the memory back
-            keep = list(nodes.items())[self.max_entries // 4:]
-            nodes = self._nodes[branch] = dict(keep)
-        nodes[key] = node
+        nodes.update(items)
+        if len(nodes) > self.max_entries:  # evict the oldest, give the memory back
+            keep = list(nodes.items())[len(nodes) - self.max_entries * 3 // 4:]
+            self._nodes[branch] = dict(keep)
 
     def put_listing(self, branch: str, version: tuple, key: bytes, names: set) -> None:
         """Every name in directory ``key`` (listed whole at version)."""

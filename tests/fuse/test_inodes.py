@@ -41,6 +41,9 @@ def test_forget_drops_every_record():
     table.rekey(tree, b"d", b"x", 1, b"x")  # moves the directory and what is below it
     assert table.find(tree, b"x/f007", "file").name == b"f007"
     assert table.counts()["entries"] <= 50  # remembered entries are bounded
+    newest = table.find(tree, b"x/f199", "file")
+    assert table.remembered(newest) is not None  # the oldest go first
+    assert table.remembered(table.find(tree, b"x/f000", "file")) is None
     for node in table.all():
         if node.kind == "file" and node.ino != a.ino:
             table.forget(node.ino, 1)

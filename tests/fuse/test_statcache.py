@@ -110,3 +110,19 @@ def test_removals_forget_implied_directories(repos):
     for k in (b"x", b"x/y", b"x/y/z"):
         assert cache.get("main", v2, k) is MISSING, k
     assert _stat(repo, b"x") is None
+
+
+def test_a_listed_batch_is_filed_at_once_and_stays_bounded(repos):
+    """put_many files a readdir batch under one version; past the bound the oldest go
+    and the newest stay."""
+    repo, _ = repos
+    cache = BranchStatCache(repo, OwnWrites(), max_entries=100)
+    repo.stage("main", [(b"d/a", _entry(1))])
+    v = cache.version("main", blocking=True)
+    node = _stat(repo, b"d/a")
+    cache.put_many("main", v, [(b"d/f%03d" % i, node) for i in range(90)])
+    assert cache.get("main", v, b"d/f000") is node
+    cache.put_many("main", v, [(b"d/g%03d" % i, node) for i in range(40)])
+    assert cache.get("main", v, b"d/g039") is node and cache.get("main", v, b"d/f089") is node
+    assert cache.get("main", v, b"d/f000") is MISSING
+    assert len(cache._nodes["main"]) <= 100
