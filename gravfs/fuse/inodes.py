@@ -354,7 +354,8 @@ class InodeTable:
         per inode evicts in batches, not one entry per call."""
         entries = self._entries
         by_ino = self._by_ino
-        for ino in list(islice(entries, len(entries) - self.max_entries + max(1, self.max_entries // 8))):
+        over = len(entries) - self.max_entries + max(1, self.max_entries // 8)
+        for ino in list(islice(entries, over)):
             kept = entries.pop(ino)
             node = by_ino.get(ino)
             if node is not None and node.opens > 0:

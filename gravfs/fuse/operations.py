@@ -361,7 +361,7 @@ class GravfsOperations(pyfuse3.Operations):
             a.st_size = size
             a.st_uid, a.st_gid = of.uid, of.gid
             mtime = of.mtime_ns
-            atime, ctime = of.atime_ns or mtime, of.ctime_ns or mtime
+            atime, ctime = of.atime_ns, of.ctime_ns or mtime  # (the epoch is an atime)
         elif entry is not None:
             a.st_mode = entry.mode
             if node.kind == "dir":
@@ -1214,7 +1214,7 @@ class GravfsOperations(pyfuse3.Operations):
             async with of.lock:
                 e = change(of.meta_entry())
                 of.mode, of.mtime_ns, of.uid, of.gid = e.mode, e.mtime_ns, e.uid, e.gid
-                of.atime_ns, of.ctime_ns = e.atime_ns, e.ctime_ns
+                of.atime_ns, of.ctime_ns = shown_atime(e), e.ctime_ns
                 of.xattrs = dict(e.xattrs)
                 if of.dirty or of.provisional:
                     return  # staged with the content on close

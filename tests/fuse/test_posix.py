@@ -184,11 +184,13 @@ def test_times_follow_posix(gravfs_mount):
     assert os.stat(p).st_atime_ns == 1_000_000_000_111
     # the epoch is a time too (a found case: an atime of 0 showed as the mtime), on a
     # directory, a file and a file held open, and after a commit
-    with open(p, "rb") as held:
-        for path in (m.branch_path("d"), p):
+    with open(p, "rb") as held, open(m.branch_path("d/w"), "wb") as writing:
+        writing.write(b"w")
+        for path in (m.branch_path("d"), p, m.branch_path("d/w")):
             os.utime(path, ns=(0, 1))
             assert (os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns) == (0, 1), path
         assert os.fstat(held.fileno()).st_atime_ns == 0
+        assert os.fstat(writing.fileno()).st_atime_ns == 0
     cid = m.commit()
     assert os.stat(m.path("commits", cid, "d")).st_atime_ns == 0
     assert os.stat(m.path("commits", cid, "d/f")).st_atime_ns == 0
