@@ -120,9 +120,6 @@ def _normal_mode(mode: int, kind: int) -> tuple[int, int]:
     return mode, kind
 
 
-_FIELDS = frozenset(EntryInfo.__dataclass_fields__)
-
-
 def encode_entry(info: EntryInfo) -> bytes:
     """Protobuf bytes (deterministic map order) of an entry."""
     msg = Entry(address=info.address, size=info.size, e_tag=info.e_tag,
@@ -147,6 +144,9 @@ def encode_entry(info: EntryInfo) -> bytes:
         msg.link_group = info.link_group
         msg.links.extend(info.links)
     return msg.SerializeToString(deterministic=True)
+
+
+_new = object.__new__
 
 
 def decode_entry(data: bytes) -> EntryInfo:
@@ -179,8 +179,8 @@ def decode_entry(data: bytes) -> EntryInfo:
     return info
 
 
-_new = object.__new__
-assert _FIELDS == {"address", "size", "mtime_ns", "mode", "kind", "symlink_target", "xattrs",
+assert set(EntryInfo.__dataclass_fields__) == {
+    "address", "size", "mtime_ns", "mode", "kind", "symlink_target", "xattrs",
                    "uid", "gid", "e_tag", "content_type", "metadata", "address_type",
                    "atime_ns", "ctime_ns", "rdev", "link_group", "links"}, \
     "decode_entry fills every EntryInfo field: add the new one there"
