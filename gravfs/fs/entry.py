@@ -181,8 +181,8 @@ def decode_entry(data: bytes) -> EntryInfo:
 
 assert set(EntryInfo.__dataclass_fields__) == {
     "address", "size", "mtime_ns", "mode", "kind", "symlink_target", "xattrs",
-                   "uid", "gid", "e_tag", "content_type", "metadata", "address_type",
-                   "atime_ns", "ctime_ns", "rdev", "link_group", "links"}, \
+    "uid", "gid", "e_tag", "content_type", "metadata", "address_type",
+    "atime_ns", "ctime_ns", "rdev", "link_group", "links"}, \
     "decode_entry fills every EntryInfo field: add the new one there"
 
 
