@@ -932,6 +932,9 @@ class GravfsOperations(pyfuse3.Operations):
         if is_external(entry.address_type):  # by reference: from its source, checked
             return await self.run(self.reader.read_external, h.read_state, source_of(entry),
                                   off, size)
+        data = self.reader.read_cached(h.read_state, entry.address, entry.size, off, size)
+        if data is not None:  # read ahead already: no thread trip
+            return data
         return await self.run(self.reader.read, h.read_state, entry.address, entry.size, off, size)
 
     @guarded

@@ -4,6 +4,7 @@ from a local store, and how each checks what it serves before a whole read ends.
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -192,5 +193,47 @@ def test_last_chunk_from_the_cache_waits_for_the_running_hash(s3_repo):
         last.next_offset = 10 * CHUNK
         with pytest.raises(CorruptDataError, match="does not match its hash"):
             reader.read(last, address, size, 2 * CHUNK, 5)
+    finally:
+        reader.close()
+
+
+def _read_whole_as_the_mount_does(reader: DataReader, address: str, size: int,
+                                  step: int = 128 * 1024) -> tuple[bytes, int]:
+    """Each read from the cache when read_cached can, else by read(); (bytes, cached reads)."""
+    state = ReadState()
+    parts, cached = [], 0
+    try:
+        for off in range(0, size, step):
+            got = reader.read_cached(state, address, size, off, step)
+            if got is None:
+                time.sleep(0.002)  # let read-ahead fill the cache now and then
+                got = reader.read(state, address, size, off, step)
+            else:
+                cached += 1
+            parts.append(got)
+        return b"".join(parts), cached
+    finally:
+        state.close()
+
+
+def test_reads_from_the_cache_skip_no_check(s3_repo):
+    """The mount answers reads of chunks read ahead on its event loop (read_cached): a
+    whole read that way returns the object, its reads past the first are mostly from
+    the cache, and a damaged object still fails before its whole read ends (the last
+    chunk is never served from the cache before the running hash has finished)."""
+    repo, server = s3_repo
+    good, bad = os.urandom(5 * CHUNK + 5), os.urandom(5 * CHUNK + 7)  # sums from 16 MiB
+    good_address, _ = repo.data.put_bytes(good)
+    bad_address, _ = repo.data.put_bytes(bad)
+    _damage_in_bucket(repo, server, bad_address, bad, CHUNK + 3)
+    reader = DataReader(repo.data)
+    try:
+        assert reader.read_cached(ReadState(), good_address, len(good), 0, 100) is None  # not read yet
+        got, cached = _read_whole_as_the_mount_does(reader, good_address, len(good))
+        assert got == good
+        assert cached > len(good) // (128 * 1024) // 2
+        assert repo.tier.load_sums(good_address, len(good)) is not None
+        with pytest.raises(CorruptDataError):
+            _read_whole_as_the_mount_does(reader, bad_address, len(bad))
     finally:
         reader.close()
