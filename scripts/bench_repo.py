@@ -4,7 +4,9 @@ merge, and listing through tombstones before/after compaction (lakeFS issue 2092
 
 Prints a table and writes bench/results/repo-<timestamp>.json. Each figure is the
 median of --repeat runs. Baseline measured in the same run: RocksDB (rocksdict)
-ingesting the same keys with a WriteBatch, the floor for "put N keys somewhere".
+ingesting the same keys with a WriteBatch, the floor for "put N keys somewhere";
+and the one-process floor of gravfs's own format (the records' lakeFS record IDs
+plus writing them into an SST), which a single-process commit cannot go below.
 
     scripts/bench_repo.py [--quick] [--s3] [--repeat 3]
 """
@@ -23,7 +25,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gravfs.fs.entry import EntryInfo, encode_entry, entry_identity  # noqa: E402
-from gravfs.version.committed.record import encode_value  # noqa: E402
+from gravfs.version.committed.record import decode_identity, encode_value, value_record_id  # noqa: E402
+from gravfs.sstable.writer import write_sst  # noqa: E402
 from gravfs.version.refs.commits import Commit  # noqa: E402
 from gravfs.fs.repository import Repository  # noqa: E402
 from gravfs.version.compaction import compact  # noqa: E402
@@ -103,6 +106,28 @@ def bench_commit_bulk(n: int, repeat: int, tmp: str) -> dict:
     cpu = statistics.median(cpus)
     return {"entries": n, "seconds": med, "entries_per_s": n / med, "runs": times,
             "cpu_seconds": cpu, "entries_per_cpu_s": n / cpu, "runs_cpu": cpus}
+
+
+def bench_commit_floor(n: int, tmp: str) -> dict:
+    """What one process cannot avoid when it commits n new records in gravfs's
+    format (the same keys and values as commit_bulk): their lakeFS valueRecordIDs
+    (three SHA-256 each, which range IDs are built from) and writing them into
+    SSTs through rocksdict. No staging read, no range breaks, no upload."""
+    from itertools import starmap
+    keys = [key(i) for i in range(n)]
+    values = [value_for(i, "data/00/" + "0" * 64) for i in range(n)]
+    idents = [decode_identity(v) for v in values]
+    t = time.perf_counter()
+    ids = list(starmap(value_record_id, zip(keys, idents)))
+    ids_s = time.perf_counter() - t
+    path = os.path.join(tmp, "floor.sst")
+    t = time.perf_counter()
+    write_sst(path, zip(keys, values), sync=False)
+    sst_s = time.perf_counter() - t
+    os.unlink(path)
+    assert len(ids) == n
+    return {"entries": n, "record_ids_seconds": ids_s, "sst_write_seconds": sst_s,
+            "seconds": ids_s + sst_s, "entries_per_s": n / (ids_s + sst_s)}
 
 
 def bench_rocksdb_ingest(n: int, tmp: str) -> dict:
@@ -241,6 +266,7 @@ def main() -> int:
         res["commit_bulk"] = [bench_commit_bulk(n, args.repeat, tmp) for n in big]
         print("commit_bulk", res["commit_bulk"], flush=True)
         res["rocksdb_ingest"] = [bench_rocksdb_ingest(n, tmp) for n in big]
+        res["commit_floor"] = [bench_commit_floor(n, tmp) for n in big]
     if "one_change" in only:
         res["one_change"] = [bench_one_change(n, args.repeat, tmp, None, "local") for n in trees]
         print("one_change", res["one_change"], flush=True)
@@ -268,6 +294,11 @@ def main() -> int:
               f"{b['entries_per_s']:>12,.0f} e/s{'RocksDB ingest ' + format(r['entries_per_s'], ',.0f') + ' e/s':>30}"
               f"   ratio {b['entries_per_s'] / r['entries_per_s']:.2f}; per CPU second "
               f"{b['entries_per_cpu_s']:,.0f} vs {r['entries_per_cpu_s']:,.0f} e/s")
+    for f, r in zip(res.get("commit_floor", []), res["rocksdb_ingest"]):
+        print(f"{'  one-process floor, ' + format(f['entries'], ',') + ' records':<44}"
+              f"{f['entries_per_s']:>12,.0f} e/s{'RocksDB ingest ' + format(r['entries_per_s'], ',.0f') + ' e/s':>30}"
+              f"   ratio {f['entries_per_s'] / r['entries_per_s']:.2f} (record IDs "
+              f"{f['record_ids_seconds']:.2f} s + SST write {f['sst_write_seconds']:.2f} s)")
     for o in res["one_change"]:
         print(f"{'commit 1 change in ' + format(o['entries'], ',') + ' (' + o['store'] + ')':<44}"
               f"{o['seconds'] * 1000:>13.1f} ms{'ranges r/w ' + str(o['io'][0]['ranges_read']) + '/' + str(o['io'][0]['ranges_written']) + ', metaranges w ' + str(o['io'][0]['metaranges_written']):>30}")
