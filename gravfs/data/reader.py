@@ -53,7 +53,7 @@ Fetch = Callable[[int, int], bytes]  # (offset, length) -> checked bytes of a so
 class _Verifier:
     """Running hash (and chunk sums) of an object's chunks, fed strictly in order."""
 
-    __slots__ = ("hasher", "sums", "next", "last", "lock")
+    __slots__ = ("hasher", "sums", "next", "last", "lock", "pending", "ok")
 
     def __init__(self, last: int, sums: bool):
         self.hasher = hashing.hasher()
@@ -61,6 +61,8 @@ class _Verifier:
         self.next = 0
         self.last = last
         self.lock = threading.Lock()  # one thread hashes at a time (in order), not the cache lock
+        self.pending = False  # a chunk was filed since the holder of the lock last looked
+        self.ok = False  # the complete hash matched the name
 
 
 class ReadState:
@@ -321,7 +323,7 @@ class DataReader:
                     chunk = pending.result()
                 except Exception:
                     return  # that fetch's own reader sees its error
-            self._feed(address, size, v, n, chunk)
+            self._feed(address, size, v, n, chunk, wait=True)
 
     def _start(self, address: str, size: int, idx: int, fetch: Optional[Fetch] = None,
                need: bool = True) -> Optional[Future]:
@@ -396,40 +398,67 @@ class DataReader:
                     self._verifiers.clear()
                 v = self._verifiers[address] = _Verifier((size - 1) // self.chunk,
                                                          sums=self.chunk % chunksums.CHUNK == 0)
-        if v is not None:  # before the result: the last chunk's reader sees a mismatch
+        if v is not None and idx != v.last:
+            f.set_result(data)  # its readers need not wait for the hash to reach it
             self._feed(address, size, v, idx, data)
+            return
+        if v is not None:  # before the result: the last chunk's reader sees a mismatch
+            self._feed(address, size, v, idx, data, wait=True)
         f.set_result(data)
 
-    def _feed(self, address: str, size: int, v: _Verifier, idx: int, data: bytes) -> None:
+    def _feed(self, address: str, size: int, v: _Verifier, idx: int, data: bytes,
+              wait: bool = False) -> None:
         """Advance the object's running hash over every in-order chunk now cached.
 
         Hashing runs under the verifier's own lock, so fetches and cache hits of
         other chunks go on meanwhile (hashlib releases the GIL on large buffers).
-        A fetcher takes that lock after filing its chunk, so no chunk is skipped.
+        A fetcher files its chunk, flags ``pending`` and leaves the hashing to the
+        thread holding the lock, which looks again before it lets go: no chunk is
+        skipped, and no fetcher waits behind another's hashing instead of fetching
+        (``wait``: the reader of the last chunk, which must see the outcome).
         """
-        with v.lock:
-            while True:
-                if v.next > v.last:
-                    return  # done (by another fetcher)
-                if v.next == idx:
-                    chunk = data
-                else:
-                    with self._lock:
-                        chunk = self._chunks.peek((address, v.next))
-                if chunk is None:
-                    return
-                v.hasher.update(chunk)
-                if v.sums is not None:
-                    v.sums.extend(chunksums.crc(chunk[i:i + chunksums.CHUNK])
-                                  for i in range(0, len(chunk), chunksums.CHUNK))
-                v.next += 1
-                if v.next > v.last:
-                    break
-            ok = v.hasher.hexdigest() == digest_of(address)
+        v.pending = True
+        while v.pending:
+            if not v.lock.acquire(blocking=wait):
+                return  # the holder sees pending and goes on
+            try:
+                v.pending = False
+                finished = self._hash_in_order(address, v, idx, data)
+            finally:
+                v.lock.release()
+            if finished:
+                self._verified(address, size, v)
+                return
+            wait = False
+
+    def _hash_in_order(self, address: str, v: _Verifier, idx: int, data: bytes) -> bool:
+        """Hash the cached chunks from ``v.next`` on (under ``v.lock``); True when this
+        call hashed the last one."""
+        while True:
+            if v.next > v.last:
+                return False  # done (by another fetcher)
+            if v.next == idx:
+                chunk = data
+            else:
+                with self._lock:
+                    chunk = self._chunks.peek((address, v.next))
+            if chunk is None:
+                return False
+            v.hasher.update(chunk)
+            if v.sums is not None:
+                v.sums.extend(chunksums.crc(chunk[i:i + chunksums.CHUNK])
+                              for i in range(0, len(chunk), chunksums.CHUNK))
+            v.next += 1
+            if v.next > v.last:
+                v.ok = v.hasher.hexdigest() == digest_of(address)
+                return True
+
+    def _verified(self, address: str, size: int, v: _Verifier) -> None:
+        """The running hash is complete: keep its sums, or refuse the object."""
         with self._lock:
             if self._verifiers.get(address) is v:
                 del self._verifiers[address]
-        if not ok:
+        if not v.ok:
             self._refuse(address, "its ranges hash to another digest")
             return
         if v.sums is not None:
