@@ -30,7 +30,8 @@ from gravfs.version.committed.record import encode_value
 from gravfs.version.committed.results import Change
 from gravfs.version.history import is_ancestor, merge_base
 from gravfs.version.refs.commits import Commit, commit_time_ns
-from gravfs.version.staging import view
+from gravfs.version.committed.sources import SlicedChanges
+from gravfs.version.staging import feed, view
 from gravfs.version.staging.area import PUT, TOMBSTONE, BranchState, new_token
 
 log = logging.getLogger(__name__)
@@ -161,17 +162,12 @@ class Committer:
 
         return self.area.write(run)
 
-    def _token_changes(self, tokens: list[str]) -> list[Change]:
-        """Changes of the tokens (newest first wins), values kept encoded for apply."""
-        if not tokens:
-            return []
-        with self.area.read_txn() as txn:
-            layers = [view.RawTokenLayer(self.area, txn, t) for t in tokens]
-            if len(layers) == 1:
-                return layers[0].changes()
-            return list(view.merged(layers))
+    def _token_changes(self, tokens: list[str]) -> SlicedChanges:
+        """Changes of the tokens (newest first wins), values kept encoded for apply;
+        read by key slices where apply runs on several processes (staging/feed.py)."""
+        return feed.staged_changes(self.area, tokens)
 
-    def staged_changes(self, st: BranchState, head: Commit) -> tuple[list[Change], str]:
+    def staged_changes(self, st: BranchState, head: Commit) -> tuple[list[Change] | SlicedChanges, str]:
         """(changes relative to base, base commit id) of sealed tokens + compacted."""
         changes = self._token_changes(st.sealed)
         base = st.base or head.id

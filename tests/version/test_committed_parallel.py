@@ -26,6 +26,9 @@ from gravfs.store.tier import LocalTier
 from gravfs.version.committed import BreakPolicy, CommittedManager, SizeAwareBreakPolicy
 from gravfs.version.committed import parallel
 from gravfs.version.committed.reader import range_key
+from gravfs.version.committed.record import encode_value
+from gravfs.version.staging import feed
+from gravfs.version.staging.area import StagingArea, new_token
 
 UNIVERSE = 3000
 POLICIES = {
@@ -49,7 +52,7 @@ def env(tmp_path_factory):
         for carry in (None, 1, 2, 8):
             one = CommittedManager(store, tier, policy, max_carry=carry, workers=1)
             two = CommittedManager(store, tier, policy, max_carry=carry, workers=2,
-                                   parallel_min_ranges=1)
+                                   parallel_min_ranges=1, parallel_min_records=1)
             pairs[name, carry] = (one, two)
     yield pairs
     for one, two in pairs.values():
@@ -109,6 +112,65 @@ def test_parallel_apply_equals_single_process(env, p, density, n, puts):
     got = two.apply(base, ch).metarange_id
     assert got == want
     assert ranges(two, got) == ranges(one, want)
+
+
+@pytest.fixture(scope="module")
+def staging(tmp_path_factory):
+    area = StagingArea(str(tmp_path_factory.mktemp("staging")))
+    yield area
+    area.close()
+
+
+@SETTINGS
+@given(params, st.sampled_from([0.0, 0.05, 0.5, 1.0]), st.integers(1, 3000), st.floats(0.0, 1.0),
+       st.booleans())
+@example(("lakefs-min", None, 1, 4), 0.0, 3000, 1.0, False)  # a bulk load onto an empty tree
+def test_parallel_apply_of_staged_changes_equals_single_process(env, staging, p, density, n,
+                                                                puts, tail):
+    """Changes the workers read from staging themselves (feed.py), sliced inside long
+    stretches of new keys (an empty or sparse base, a load past its end), give the
+    single-process tree."""
+    name, carry, seed, slices = p
+    one, two = env[name, carry]
+    rng = random.Random(seed)
+    recs = tree(rng, density)
+    base = one.write_metarange(recs)
+    by_key = {r[0]: r for r in recs}
+    ch = changes(rng, by_key, min(n, UNIVERSE), 1 + seed % 50, puts)
+    if tail:  # a new partition after every key
+        ch += [(b"zz/%06d" % i, *value(b"zz/%06d" % i, 3)) for i in range(n)]
+    tok = new_token()
+    staging.put_token(tok, [(c[0], None if c[1] is None else encode_value(c[1], c[2]))
+                            for c in ch])
+    two.slices = slices
+    want = one.apply(base, ch).metarange_id
+    got = two.apply(base, feed.staged_changes(staging, [tok])).metarange_id
+    assert got == want
+    assert ranges(two, got) == ranges(one, want)
+
+
+def test_cut_splits_a_stretch_of_new_keys():
+    """A bulk load onto an empty tree is cut at its keys; onto a tree, at range ends
+    unless new keys alone outweigh half a slice there."""
+    from gravfs.version.committed.reader import MetaRange, RangeInfo
+    keys = [b"k%04d" % i for i in range(1000)]
+    empty = MetaRange("e", [])
+    w = parallel.range_weights(empty, keys)
+    assert w == [1000]
+    assert parallel.cut(empty, w, 4, keys) == [
+        (None, keys[249]), (keys[249], keys[499]), (keys[499], keys[749]), (keys[749], None)]
+    assert parallel.cut(empty, w, 4) == [(None, None)]  # without keys: no range end to cut at
+    tree_ = MetaRange("t", [RangeInfo("r%d" % i, b"k%04d" % (i * 100), b"k%04d" % (i * 100 + 99),
+                                      100, 1) for i in range(10)])
+    few = keys[5::100]  # one change in each range
+    w = parallel.range_weights(tree_, few)
+    assert w == [101] * 10 + [0]
+    assert [hi for _, hi in parallel.cut(tree_, w, 2, few)] == [b"k0499", None]
+    more = keys[:10] + [b"k9%05d" % i for i in range(3000)]  # and a long load past the end
+    w = parallel.range_weights(tree_, more)
+    assert w[0] == 110 and w[-1] == 3000
+    bounds = [hi for _, hi in parallel.cut(tree_, w, 3, more)]
+    assert bounds[0].startswith(b"k9") and bounds[1].startswith(b"k9") and bounds[2] is None
 
 
 @SETTINGS

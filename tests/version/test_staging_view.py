@@ -150,23 +150,3 @@ def test_branch_state_memo_follows_writes_of_other_processes(tmp_path):
     assert ours.put_many("main", [(b"b", b"2")], "c2", same_base=True) is None  # based on c1
     assert ours.put_many("main", [(b"b", b"2")], "c1", same_base=True).puts == 2
     ours.close()
-
-
-def test_raw_token_changes_stop_at_the_token_end(tmp_path):
-    """RawTokenLayer.changes reads a token in chunks: for tokens of every size beside
-    others in the same table, it gives exactly what open(b"") gives."""
-    from gravfs.version.committed.record import encode_value
-    area = StagingArea(str(tmp_path / "lmdb"))
-    sizes = {"a": 0, "b": 1, "c": 63, "d": 64, "e": 65, "f": 5000, "g": 300}
-    for branch, n in sizes.items():
-        items = [(b"%s/%06d" % (branch.encode(), i),
-                  None if i % 11 == 3 else encode_value(bytes([i % 256]) * 32, b"data%d" % i))
-                 for i in range(n)]
-        if items:
-            area.put_many(branch, items, base="c0")
-    with area.read_txn() as txn:
-        for branch, n in sizes.items():
-            lay = view.RawTokenLayer(area, txn, area.state(txn, branch).staging)
-            got = lay.changes()
-            assert got == list(lay.open(b"")), branch
-            assert len(got) == n

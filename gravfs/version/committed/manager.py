@@ -15,8 +15,7 @@ import tempfile
 import weakref
 from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
-from itertools import islice
-from operator import lt as _lt
+from functools import partial
 from typing import Callable, Iterable, Iterator
 
 from gravfs.version.committed import parallel, recordids
@@ -31,6 +30,7 @@ _new_record = tuple.__new__
 # the others, including the negative indexes a value shorter than 35 bytes gives.
 _LEN2 = [put_varint(n) if 64 <= n < 8192 else None for n in range(8192)] + [None] * 64
 from gravfs.version.committed.results import ApplyResult, Diff, MergeResult, Stats
+from gravfs.version.committed.sources import SlicedChanges, overrides_of
 from gravfs.version.committed.stitch import _View, stitch
 from gravfs.version.committed.writer import TreeWriter, WriteContext, remove_stale_temps
 from gravfs.errors import ConflictError, NotFoundError
@@ -39,6 +39,10 @@ from gravfs.quoting import quote
 log = logging.getLogger(__name__)
 
 EMPTY_METARANGE_ID = EMPTY_ID
+# a change set this large is spread over worker processes whatever it touches (a bulk
+# load onto an empty or distant tree): about 0.6 s of one core's work, twice what
+# starting the workers costs
+PARALLEL_MIN_RECORDS = 100_000
 
 
 class DiffIterator:
@@ -76,6 +80,7 @@ class CommittedManager:
                  block_cache_bytes: int | None = None,
                  show_key: Callable[[bytes], str] = quote,
                  workers: int | None = None, parallel_min_ranges: int = 64,
+                 parallel_min_records: int = PARALLEL_MIN_RECORDS,
                  record_ids_bytes: int = recordids.DEFAULT_BYTES):
         self.store = store
         self.show_key = show_key
@@ -109,6 +114,7 @@ class CommittedManager:
         self._ctx.tier = tier if hasattr(tier, "add_written") else None
         self.workers = parallel.default_workers() if workers is None else workers
         self.parallel_min_ranges = parallel_min_ranges
+        self.parallel_min_records = parallel_min_records
         self.slices: int | None = None  # key slices per parallel operation (None: 2 per worker)
         self._spec = self._worker_spec(compression, block_size)
         self._pool = None
@@ -128,9 +134,11 @@ class CommittedManager:
                                    rids.root if rids else None, rids.max_bytes if rids else 0)
 
     def _parallel(self, weights: list[int]) -> bool:
-        """Worth spreading over worker processes: enough ranges to rewrite, and cores."""
+        """Worth spreading over worker processes: enough ranges to rewrite or records
+        to write (range_weights), and cores."""
         return (self.workers > 1 and self._spec is not None
-                and parallel.touched(weights) >= self.parallel_min_ranges)
+                and (parallel.touched(weights) >= self.parallel_min_ranges
+                     or sum(weights) >= self.parallel_min_records))
 
     def worker_cpu_seconds(self) -> float:
         """CPU time this manager's worker processes have used so far (for benchmarks)."""
@@ -139,28 +147,42 @@ class CommittedManager:
     def _slice_count(self) -> int:
         return self.slices or self.workers * parallel.SLICES_PER_WORKER
 
-    def _workers(self):
+    def _run_slices(self, fn, calls: list[tuple], here: Callable[[tuple], object]) -> list:
+        """fn(spec, *args) for every args in calls, in order: on the worker processes
+        and, as ``here(args)``, in this thread (one of ``workers`` runners: the pool
+        holds one process fewer)."""
         if self._pool is None:
-            self._pool = parallel.make_pool(self.workers)
-        return self._pool
+            self._pool = parallel.make_pool(self.workers - 1)
+        return self._pool.run([(fn, (self._spec, *args)) for args in calls],
+                              lambda fn, args: here(args[1:]))
 
-    def _run_slices(self, fn, calls: list[tuple]) -> list:
-        """fn(spec, *args) for every args in calls on the worker processes, in order."""
-        return self._workers().run([(fn, (self._spec, *args)) for args in calls])
-
-    def _stitch_slices(self, view_ids: list[tuple[int, str]], overrides: list[tuple],
+    def _stitch_slices(self, view_ids: list[tuple[int, str]], feed: tuple[Callable, Callable],
                        weights: list[int], first: MetaRange, known: set[str],
-                       stats: Stats) -> list[RangeInfo]:
-        """The ranges of the target, stitched slice by slice on the workers (parallel.py)."""
-        slices = parallel.cut(first, weights, self._slice_count())
-        runs = self._run_slices(parallel.stitch_task, [
-            (view_ids, parallel.after(overrides, lo), lo, hi) for lo, hi in slices])
+                       stats: Stats, keys: list[bytes] | None = None) -> list[RangeInfo]:
+        """The ranges of the target, stitched slice by slice on the workers (parallel.py).
 
+        ``feed``: (the override entries with key > k in this process, what a worker
+        is sent for its slice (lo, hi]: those with key > lo, or where to read them);
+        ``keys``: the changed keys, to cut inside long stretches of new ones.
+        """
+        here, there = feed
+        slices = parallel.cut(first, weights, self._slice_count(), keys)
+
+        def run_here(state, stop):
+            return parallel.run_slice(self.ranges, self._ctx, self.policy, self.max_carry,
+                                       view_ids, here(None if state is None else state[0]),
+                                       state, stop)
+
+        def slice_here(args):  # reading through this manager, and ``here`` for changes
+            lo, hi = args[-2:]
+            return run_here(None if lo is None else (lo, ()), parallel.past(hi))
+
+        runs = self._run_slices(parallel.stitch_task, [(view_ids, there(lo), lo, hi)
+                                                       for lo, hi in slices], slice_here)
         resumed: list[parallel.SliceRun] = []
 
         def resume(state, stop):
-            run = parallel.run_slice(self.ranges, self._ctx, self.policy, self.max_carry, view_ids,
-                                     parallel.after(overrides, state[0]), state, stop)
+            run = run_here(state, stop)
             resumed.append(run)  # for the stats
             return run
 
@@ -292,26 +314,41 @@ class CommittedManager:
             self.ranges.remember_metarange(mr)
         return ApplyResult(mr.id, stats)
 
-    def apply(self, base_metarange_id: str, changes: Iterable) -> ApplyResult:
+    def apply(self, base_metarange_id: str, changes: Iterable | SlicedChanges) -> ApplyResult:
         """Apply sorted changes (puts: (key, identity, data[, encoded value]);
-        deletes: (key, None, None)).
+        deletes: (key, None, None)), given as an iterable or as SlicedChanges.
 
         Untouched ranges are copied by ID unread; only ranges a change falls
         into (plus, rarely, neighbours until the old boundaries line up
         again) are read and rewritten.  A change set that changes nothing
-        returns the base ID and writes nothing.
+        returns the base ID and writes nothing.  Enough work (ranges to
+        rewrite, or records to add) is spread over worker processes.
         """
         stats = Stats()
         base = self.ranges.metarange(base_metarange_id)
-        overrides = _change_overrides(changes)
         w = self._writer(stats, set(base.ids))
-        if self.workers > 1 and self._spec is not None and len(base.ranges) >= self.parallel_min_ranges:
-            overrides = list(overrides)
-            weights = parallel.range_weights(base, [e[0] for e in overrides])
+        sliced = changes if isinstance(changes, SlicedChanges) else None
+        overrides = None
+        if sliced is None:
+            overrides = _change_overrides(changes)
+        many = len(changes) if isinstance(changes, (list, SlicedChanges)) else 0
+        if self.workers > 1 and self._spec is not None and (
+                len(base.ranges) >= self.parallel_min_ranges or many >= self.parallel_min_records):
+            if sliced is None:
+                overrides = list(overrides)
+            keys = sliced.keys if sliced is not None else [e[0] for e in overrides]
+            weights = parallel.range_weights(base, keys)
             if self._parallel(weights):
-                w.adopt_ranges(self._stitch_slices([(1, base.id)], overrides, weights, base,
-                                                   w.known, stats))
-                overrides = None
+                if sliced is not None:
+                    feed = (sliced.overrides, lambda lo: sliced.remote)
+                else:
+                    within = partial(parallel.after, overrides)
+                    feed = (within, within)
+                w.adopt_ranges(self._stitch_slices([(1, base.id)], feed, weights, base,
+                                                   w.known, stats, keys))
+                sliced = overrides = None
+        if sliced is not None:
+            overrides = sliced.overrides(None)
         if overrides is not None:
             view = _View(1, base, self.ranges, stats)
             try:
@@ -392,7 +429,8 @@ class CommittedManager:
         """merge() with the joins and the stitching done slice by slice on the workers."""
         slices = parallel.cut(dest, weights, self._slice_count())
         joined = self._run_slices(parallel.join_task, [
-            (base.id, source.id, dest.id, strategy, lo, hi) for lo, hi in slices])
+            (base.id, source.id, dest.id, strategy, lo, hi) for lo, hi in slices],
+            lambda args: parallel.join_slice(self.ranges, *args))
         overrides: list[tuple] = []
         conflicts: list[bytes] = []
         for ovr, conf, st in joined:
@@ -405,8 +443,9 @@ class CommittedManager:
                  _View(SOURCE_BIT, source, self.ranges, stats)]
         weights = parallel.range_weights(dest, [e[0] for e in overrides])
         if self._parallel(weights):
+            within = partial(parallel.after, overrides)
             w.adopt_ranges(self._stitch_slices([(DEST_BIT, dest.id), (SOURCE_BIT, source.id)],
-                                               overrides, weights, dest, w.known, stats))
+                                               (within, within), weights, dest, w.known, stats))
         else:
             try:
                 stitch(w, views, iter(overrides), self.max_carry)
@@ -458,19 +497,10 @@ class _counting:
 
 
 def _change_overrides(changes: Iterable) -> Iterator[tuple]:
-    """Change/Record tuples -> stitch override entries, checking the order.
-
-    A put may carry its already-encoded value (Change.value, staging keeps values
-    encoded), which saves a decode/encode round trip per record.
-    """
-    if isinstance(changes, list):  # the committer's: checked and converted in bulk
-        keys = [ch[0] for ch in changes]
-        if not all(map(_lt, keys, islice(keys, 1, None))):
-            bad = next(k for p, k in zip(keys, islice(keys, 1, None)) if k <= p)
-            raise ValueError(f"changes not in strictly ascending key order at {bad!r}")
-        return iter([(ch[0], None, None, 1) if ch[1] is None
-                     else (ch[0], ch[1], ch[3], 1) if len(ch) > 3 and ch[3] is not None
-                     else (ch[0], ch[1], encode_value(ch[1], ch[2]), 1) for ch in changes])
+    """Change/Record tuples -> stitch override entries, checking the order
+    (sources.overrides_of)."""
+    if isinstance(changes, list):  # checked and converted in bulk
+        return iter(overrides_of(changes))
     return _change_stream(changes)
 
 

@@ -32,12 +32,13 @@ import logging
 import os
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from gravfs.version.committed.breaks import BreakPolicy, policy_from_dict
 from gravfs.version.committed.reader import MetaRange, RangeInfo, RangeStore
 from gravfs.version.committed.recordids import RecordIDs
 from gravfs.version.committed.results import Stats
+from gravfs.version.committed.sources import RemoteChanges
 from gravfs.version.committed.stitch import BreakState, _View, stitch
 from gravfs.version.committed.workers import WorkerPool
 from gravfs.version.committed.writer import TreeWriter, WriteContext
@@ -45,6 +46,9 @@ from gravfs.version.committed.writer import TreeWriter, WriteContext
 log = logging.getLogger(__name__)
 
 SLICES_PER_WORKER = 2   # a little slack for slices of uneven cost
+# A run goes on this many breaks past its slice's end, where the next slice's run,
+# started out of step, has usually fallen in step (the driver resumes otherwise).
+EXTRA_BREAKS = 2
 
 
 @dataclass(frozen=True)
@@ -84,42 +88,71 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def make_pool(workers: int) -> WorkerPool:
-    return WorkerPool(workers)
+def make_pool(processes: int) -> WorkerPool:
+    return WorkerPool(processes)
 
 
 # --- planning -----------------------------------------------------------------
 
 
 def range_weights(mr: MetaRange, keys: list[bytes]) -> list[int]:
-    """Per range of ``mr`` (and one past its end): records to rewrite if ``keys``
-    (sorted) fall there, 0 for ranges none falls in (copied by ID)."""
-    w = [0] * (len(mr.ranges) + 1)
+    """Per range of ``mr`` (and one past its end): the work ``keys`` (sorted) bring
+    there, the range's records to rewrite plus one per key falling in it (or in
+    the gap before it); 0 for ranges none falls in (copied by ID). Bisection
+    per touched range, so the cost follows the ranges touched, not the keys."""
     mk = mr.max_keys
-    i = 0
     n = len(mk)
-    for k in keys:
-        if i < n and mk[i] < k:
-            i = bisect_left(mk, k, i)
-        if i < n:
-            w[i] = mr.ranges[i].count
-        else:
-            w[n] += 1
+    w = [0] * (n + 1)
+    a, i, m = 0, 0, len(keys)
+    while a < m:
+        i = bisect_left(mk, keys[a], i)
+        if i == n:
+            w[n] = m - a
+            break
+        b = bisect_right(keys, mk[i], a)
+        w[i] = mr.ranges[i].count + b - a
+        a = b
     return w
 
 
-def cut(mr: MetaRange, weights: list[int], slices: int) -> list[tuple[bytes | None, bytes | None]]:
-    """(lo, hi] key slices of about equal weight, cut at range ends of ``mr``."""
+def cut(mr: MetaRange, weights: list[int], slices: int,
+        keys: list[bytes] | None = None) -> list[tuple[bytes | None, bytes | None]]:
+    """(lo, hi] key slices of about equal weight (range_weights), cut at range ends
+    of ``mr``; given the ``keys`` the weights came from, also at keys inside a
+    stretch whose new keys alone outweigh half a slice (a bulk load onto an empty
+    or distant tree). A cut there starts its slice in a state the true run may
+    not pass through: the join (join_runs) lines it up at a later break."""
     total = sum(weights)
     if slices <= 1 or total == 0:
         return [(None, None)]
     bounds: list[bytes] = []
-    acc = 0
     step = total / slices
-    for i, w in enumerate(weights[:-1]):
+    mk = mr.max_keys
+    n = len(mk)
+    acc = 0
+    a = 0  # first key of the current stretch
+    for i, w in enumerate(weights):
+        if len(bounds) >= slices - 1:
+            break
+        b = a
+        if keys is not None:
+            b = len(keys) if i == n else bisect_right(keys, mk[i], a)
+        new = b - a
+        while w and len(bounds) < slices - 1 and acc + w >= step * (len(bounds) + 1):
+            goal = step * (len(bounds) + 1)
+            if new * 2 >= step:  # inside the stretch, at the key where the goal falls
+                j = a + min(new - 1, max(0, int((goal - acc) * new / w) - 1))
+                bound = keys[j]
+            elif i < n - 1:
+                bound = mk[i]
+            else:
+                break
+            if not bounds or bound > bounds[-1]:
+                bounds.append(bound)
+            else:
+                break
         acc += w
-        if acc >= step * (len(bounds) + 1) and len(bounds) < slices - 1 and i < len(mr.ranges) - 1:
-            bounds.append(mr.max_keys[i])
+        a = b
     los = [None] + bounds
     his = bounds + [None]
     return list(zip(los, his))
@@ -155,7 +188,7 @@ def _worker(spec: WorkerSpec):
 
 
 def run_slice(rs: RangeStore, ctx: WriteContext, policy: BreakPolicy, max_carry: int | None,
-              view_ids: list[tuple[int, str]], overrides: list[tuple], start: BreakState | None,
+              view_ids: list[tuple[int, str]], overrides: Iterable[tuple], start: BreakState | None,
               stop: Callable[[BreakState], bool]) -> SliceRun:
     """Stitch from ``start`` (None: the tree's start) until ``stop(state)`` at a break."""
     stats = Stats()
@@ -186,25 +219,46 @@ def run_slice(rs: RangeStore, ctx: WriteContext, policy: BreakPolicy, max_carry:
     return SliceRun(list(ranges), marks, end, stats.as_dict(), linked)
 
 
-def _past(hi: bytes | None) -> Callable[[BreakState], bool]:
+def past(hi: bytes | None, extra: int = EXTRA_BREAKS) -> Callable[[BreakState], bool]:
+    """Stop condition of the run of slice (..., hi]: the ``extra`` + 1-th break at or
+    past ``hi`` (None: never)."""
     if hi is None:
         return lambda state: False
-    return lambda state: state[0] is not None and state[0] >= hi
+    seen = 0
+
+    def stop(state: BreakState) -> bool:
+        nonlocal seen
+        if state[0] is not None and state[0] >= hi:
+            seen += 1
+            return seen > extra
+        return False
+
+    return stop
 
 
-def stitch_task(spec: WorkerSpec, view_ids: list[tuple[int, str]], overrides: list[tuple],
-                lo: bytes | None, hi: bytes | None) -> SliceRun:
-    """Worker: the run of slice (lo, hi] (``overrides``: every one with key > lo)."""
+def stitch_task(spec: WorkerSpec, view_ids: list[tuple[int, str]],
+                overrides: list[tuple] | RemoteChanges, lo: bytes | None,
+                hi: bytes | None) -> SliceRun:
+    """Worker: the run of slice (lo, hi] (``overrides``: every one with key > lo, or
+    where to read them: sources.py)."""
     rs, ctx, policy = _worker(spec)
     start = None if lo is None else (lo, ())
-    return run_slice(rs, ctx, policy, spec.max_carry, view_ids, overrides, start, _past(hi))
+    if isinstance(overrides, RemoteChanges):
+        overrides = overrides.overrides(lo)
+    return run_slice(rs, ctx, policy, spec.max_carry, view_ids, overrides, start, past(hi))
 
 
 def join_task(spec: WorkerSpec, base_id: str, source_id: str, dest_id: str, strategy: str,
               lo: bytes | None, hi: bytes | None) -> tuple[list[tuple], list[bytes], dict]:
-    """Worker: merge.join_changes over keys in (lo, hi] (overrides, conflicts, stats)."""
-    from gravfs.version.committed.merge import join_changes
+    """Worker: join_slice through this worker's RangeStore."""
     rs, _, _ = _worker(spec)
+    return join_slice(rs, base_id, source_id, dest_id, strategy, lo, hi)
+
+
+def join_slice(rs: RangeStore, base_id: str, source_id: str, dest_id: str, strategy: str,
+               lo: bytes | None, hi: bytes | None) -> tuple[list[tuple], list[bytes], dict]:
+    """merge.join_changes over keys in (lo, hi] (overrides, conflicts, stats)."""
+    from gravfs.version.committed.merge import join_changes
     stats = Stats()
     conflicts: list[bytes] = []
     out = list(join_changes(rs, rs.metarange(base_id), rs.metarange(source_id),

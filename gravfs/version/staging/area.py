@@ -114,13 +114,17 @@ def entry_key(tok: bytes, path: bytes) -> bytes:
 class StagingArea:
     """The per-workspace LMDB environment; safe to share between threads and processes.
 
+    ``readonly``: only read (another process's staged changes: a worker of a
+    parallel commit); the database must exist.
+
     ``sync=False`` (the mount daemon) commits without fsync (MDB_NOSYNC): a process
     crash loses nothing and the database stays consistent, an OS crash may lose
     the last transactions; the owner calls ``sync()`` on fsync and periodically.
     """
 
-    def __init__(self, path: str, sync: bool = True):
-        os.makedirs(path, exist_ok=True)
+    def __init__(self, path: str, sync: bool = True, readonly: bool = False):
+        if not readonly:
+            os.makedirs(path, exist_ok=True)
         self.path = path
         self.synchronous = sync
         self._resize_lock = threading.Lock()
@@ -133,19 +137,21 @@ class StagingArea:
             raise lmdbcheck.damaged(path, problem)
         try:
             self.env = lmdb.open(path, map_size=_INITIAL_MAP, max_dbs=4, max_readers=256,
-                                 subdir=True, lock=True, sync=sync, mode=0o600)  # files only: path exists
+                                 subdir=True, lock=True, sync=sync, mode=0o600,  # files only: path exists
+                                 readonly=readonly, create=not readonly)
+            if not readonly:
+                lmdbcheck.mark(path)
+                if self.env.info()["map_size"] < _INITIAL_MAP:
+                    self.env.set_mapsize(_INITIAL_MAP)
+            # a reader of a database a writer opened: its tables already exist
+            self.branches_db = self.env.open_db(b"branches", create=not readonly)
+            self.entries_db = self.env.open_db(b"entries", create=not readonly)
+            self.imports_db = self.env.open_db(b"imports", create=not readonly)
+            self.long_db = self.env.open_db(b"long_paths", create=not readonly)
         except (lmdb.InvalidError, lmdb.CorruptedError, lmdb.VersionMismatchError) as exc:
             raise lmdbcheck.damaged(path, str(exc).rstrip(".")) from exc
         except lmdb.Error as exc:
             raise GravfsError(f"cannot open staging database {path}: {exc}") from exc
-        lmdbcheck.mark(path)
-        info = self.env.info()
-        if info["map_size"] < _INITIAL_MAP:
-            self.env.set_mapsize(_INITIAL_MAP)
-        self.branches_db = self.env.open_db(b"branches")
-        self.entries_db = self.env.open_db(b"entries")
-        self.imports_db = self.env.open_db(b"imports")
-        self.long_db = self.env.open_db(b"long_paths")
 
     def close(self) -> None:
         if not self.synchronous:

@@ -11,21 +11,12 @@ Stream items are ``(key, identity, data)``; ``identity is None`` is a tombstone.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
-from itertools import islice
-from operator import itemgetter
 from typing import Callable, Iterable, Iterator, Optional, Protocol
 
 from gravfs.version.committed.record import decode_identity, decode_value
-from gravfs.version.staging.area import LONG_HEAD, PROVISIONAL, TOMBSTONE, StagingArea
+from gravfs.version.staging.area import PROVISIONAL, TOMBSTONE, StagingArea
 
 Item = tuple[bytes, Optional[bytes], bytes]
-
-_first = itemgetter(0)
-
-
-def _head(n: int) -> Callable[[tuple[bytes, bytes]], bytes]:
-    return lambda kv: kv[0][:n]
 
 
 class Layer(Protocol):
@@ -56,7 +47,8 @@ class RawTokenLayer:
 
     Staging stores values already encoded, so a commit passes them through
     without decoding the data. A provisional put is a deletion here: a commit
-    never takes it (it stays staged, see StagingArea.carry_provisional).
+    never takes it (it stays staged, see StagingArea.carry_provisional). A
+    commit reads whole tokens through feed.py; this layer merges several.
     """
 
     def __init__(self, area: StagingArea, txn, token: str):
@@ -69,44 +61,6 @@ class RawTokenLayer:
             else:
                 enc = raw[1:]
                 yield key, decode_identity(enc), None, enc
-
-    def changes(self) -> list[tuple]:
-        """Everything open(b"") yields, as a list built in bulk (a commit reads whole
-        tokens: the cursor is read in chunks and converted by comprehensions, no
-        Python step per entry beyond them)."""
-        tok = bytes.fromhex(self.token)
-        n = len(tok)
-        cur = self.txn.cursor(db=self.area.entries_db)
-        if not cur.set_range(tok):
-            return []
-        pairs = prefix_run(cur, tok)
-        if pairs and max(map(len, map(_first, pairs))) - n > LONG_HEAD:
-            # long paths: resolved, in order
-            pairs = [(tok + k, raw) for k, raw in self.area.iter_token(self.txn, self.token)]
-        return [(k[n:], None, None) if raw == TOMBSTONE or raw[:1] == PROVISIONAL
-                else (k[n:], raw[2:34] if raw[1:2] == b"\x40" and len(raw) >= 34
-                      else decode_identity(raw[1:]), None, raw[1:])
-                for k, raw in pairs]
-
-
-def prefix_run(cur, prefix: bytes) -> list[tuple[bytes, bytes]]:
-    """The items from the cursor's position on while their keys start with ``prefix``
-    (the cursor sits at or after the first such key). Read in growing chunks, the
-    last one cut by bisection: the per-item work stays in C."""
-    n = len(prefix)
-    it = iter(cur)
-    out: list[tuple[bytes, bytes]] = []
-    size = 64
-    while True:
-        chunk = list(islice(it, size))
-        if not chunk:
-            return out
-        if chunk[-1][0][:n] == prefix:
-            out += chunk
-            size = min(size * 4, 1 << 16)
-            continue
-        out += chunk[:bisect_right(chunk, prefix, key=_head(n))]
-        return out
 
 
 class CommittedLayer:

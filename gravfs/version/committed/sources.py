@@ -1,0 +1,85 @@
+"""Change sets too large to hand around: their keys, and a reader from any key on.
+
+A commit of a million staged entries would spend seconds pickling them to the
+worker processes of a parallel apply (parallel.py), more than the apply saves.
+So the staging layer passes a ``SlicedChanges``: the sorted keys alone (enough
+to plan the slices), a reader for this process, and a picklable recipe with
+which each worker reads its own slice from where the changes live (LMDB
+allows readers in many processes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain, islice
+from operator import lt as _lt
+from typing import Callable, Iterable, Iterator, Optional
+
+from gravfs.version.committed.record import encode_value
+
+# reader(after) -> lists of change tuples (Change fields) with key > after, in key order
+ChunkReader = Callable[[Optional[bytes]], Iterator[list]]
+
+
+def overrides_of(changes: list) -> list[tuple]:
+    """Change tuples (strictly ascending keys) -> the stitcher's override entries
+    (key, identity or None, encoded value or None, 1), converted in bulk.
+
+    A put may carry its already-encoded value (Change.value, as staging keeps
+    it), which saves a decode/encode round trip per record.
+    """
+    keys = [ch[0] for ch in changes]
+    if not all(map(_lt, keys, islice(keys, 1, None))):
+        bad = next(k for p, k in zip(keys, islice(keys, 1, None)) if k <= p)
+        raise ValueError(f"changes not in strictly ascending key order at {bad!r}")
+    return [(ch[0], None, None, 1) if ch[1] is None
+            else (ch[0], ch[1], ch[3], 1) if len(ch) > 3 and ch[3] is not None
+            else (ch[0], ch[1], encode_value(ch[1], ch[2]), 1) for ch in changes]
+
+
+def overrides_from(chunks: Iterable[list]) -> Iterator[tuple]:
+    """overrides_of over a stream of chunks, checking the order across them too."""
+    def converted() -> Iterator[list]:
+        last = None
+        for chunk in chunks:
+            if not chunk:
+                continue
+            if last is not None and chunk[0][0] <= last:
+                raise ValueError(f"changes not in strictly ascending key order at {chunk[0][0]!r}")
+            last = chunk[-1][0]
+            yield overrides_of(chunk)
+    return chain.from_iterable(converted())
+
+
+@dataclass(frozen=True)
+class RemoteChanges:
+    """What a worker process needs to read a change set itself: ``fn(*args, after)``
+    yields its chunks like SlicedChanges.read (fn a module-level function)."""
+
+    fn: Callable
+    args: tuple
+
+    def overrides(self, after: Optional[bytes]) -> Iterator[tuple]:
+        return overrides_from(self.fn(*self.args, after))
+
+
+@dataclass
+class SlicedChanges:
+    """A sorted change set given by its keys and readers rather than as a list.
+
+    Iterating it yields every change (in this process); ``len`` counts them.
+    """
+
+    keys: list[bytes]
+    read: ChunkReader
+    remote: RemoteChanges
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __iter__(self) -> Iterator[tuple]:
+        return chain.from_iterable(self.read(None))
+
+    def overrides(self, after: Optional[bytes]) -> Iterator[tuple]:
+        """Override entries of the changes with key > after (all for None)."""
+        return overrides_from(self.read(after))

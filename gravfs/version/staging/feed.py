@@ -1,0 +1,148 @@
+"""Sealed staging tokens as a change set a commit's worker processes read themselves.
+
+A commit reads whole tokens.  Handing a million staged changes to the worker
+processes of a parallel apply would cost more in pickling than the workers
+save, so the commit passes SlicedChanges (gravfs.version.committed.sources):
+the keys alone, read without their values, and a recipe with which each
+worker opens this LMDB environment read-only and reads its own slice.  Sealed
+tokens never change until the commit that took them has landed, so every
+reader sees the same changes.
+
+Values stay encoded (the lakeFS value staging keeps): a change is ``(key,
+identity, None, encoded value)``, or ``(key, None, None)`` for a deletion.  A
+provisional put is a deletion here: a commit never takes it (it stays staged,
+see StagingArea.carry_provisional).  Tokens are read by the cursor in chunks
+converted by comprehensions; a token holding paths longer than
+MAX_PLAIN_PATH is read through iter_token from the first chunk that holds
+one (those keys sort apart from their paths).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from functools import partial
+from itertools import chain, islice
+from operator import itemgetter
+from typing import Iterator, Optional
+
+from gravfs.version.committed.record import decode_identity
+from gravfs.version.committed.sources import RemoteChanges, SlicedChanges
+from gravfs.version.staging import view
+from gravfs.version.staging.area import LONG_HEAD, PROVISIONAL, TOMBSTONE, StagingArea
+
+CHUNK = 16384  # changes per chunk once a token turns out to be long
+_FIRST_CHUNK = 64  # a small token (most commits) reads no more than it holds
+_first = itemgetter(0)
+
+
+def staged_changes(area: StagingArea, tokens: list[str]) -> SlicedChanges:
+    """The changes of ``tokens`` (newest first wins) as SlicedChanges."""
+    tokens = tuple(tokens)
+    with area.read_txn() as txn:
+        keys = _keys(area, txn, tokens)
+    return SlicedChanges(keys, partial(read_chunks, area, tokens),
+                         RemoteChanges(read_path, (area.path, tokens)))
+
+
+def read_chunks(area: StagingArea, tokens: tuple[str, ...],
+                after: Optional[bytes]) -> Iterator[list[tuple]]:
+    """Lists of the tokens' changes with key > ``after`` (all for None), in key order."""
+    with area.read_txn() as txn:
+        yield from _chunks(area, txn, tokens, after)
+
+
+def read_path(path: str, tokens: tuple[str, ...], after: Optional[bytes]) -> Iterator[list[tuple]]:
+    """read_chunks in another process: opens the database at ``path`` read-only."""
+    area = StagingArea(path, readonly=True)
+    try:
+        yield from read_chunks(area, tokens, after)
+    finally:
+        area.close()
+
+
+def _chunks(area: StagingArea, txn, tokens: tuple[str, ...],
+            after: Optional[bytes]) -> Iterator[list[tuple]]:
+    if not tokens:
+        return
+    if len(tokens) == 1:
+        yield from _token_chunks(area, txn, tokens[0], after)
+        return
+    layers = [view.RawTokenLayer(area, txn, t) for t in tokens]
+    items = view.merged(layers, after or b"")
+    while True:
+        chunk = list(islice(items, CHUNK))
+        if not chunk:
+            return
+        if after is not None and chunk[0][0] <= after:
+            chunk = [c for c in chunk if c[0] > after]
+        yield chunk
+
+
+def _token_chunks(area: StagingArea, txn, token: str,
+                  after: Optional[bytes]) -> Iterator[list[tuple]]:
+    tok = bytes.fromhex(token)
+    n = len(tok)
+    cur = txn.cursor(db=area.entries_db)
+    if not cur.set_range(tok + (after or b"")[:LONG_HEAD]):
+        return
+    items = iter(cur)
+    size = _FIRST_CHUNK
+    last = after  # the last key yielded: what follows must be greater
+    while True:
+        pairs = list(islice(items, size))
+        size = min(size * 4, CHUNK)
+        done = not pairs or pairs[-1][0][:n] != tok
+        if done and pairs:
+            pairs = pairs[:bisect_right(pairs, tok, key=lambda kv: kv[0][:n])]
+        if not pairs:
+            return
+        if max(map(len, map(_first, pairs))) - n > LONG_HEAD:
+            # long paths from here on: iter_token puts them in path order
+            rest = ((path, raw) for path, raw in area.iter_token(txn, token, last or b"")
+                    if last is None or path > last)
+            while True:
+                chunk = _as_changes(list(islice(rest, CHUNK)), 0)
+                if not chunk:
+                    return
+                yield chunk
+        chunk = _as_changes(pairs, n)
+        if last is not None and chunk[0][0] <= last:
+            chunk = [c for c in chunk if c[0] > last]
+        if chunk:
+            last = chunk[-1][0]
+            yield chunk
+        if done:
+            return
+
+
+def _as_changes(pairs: list[tuple[bytes, bytes]], n: int) -> list[tuple]:
+    """(stored key, stored value) -> changes; ``n``: bytes of token before the path."""
+    return [(k[n:], None, None) if raw == TOMBSTONE or raw[:1] == PROVISIONAL
+            else (k[n:], raw[2:34] if raw[1:2] == b"\x40" and len(raw) >= 34
+                  else decode_identity(raw[1:]), None, raw[1:])
+            for k, raw in pairs]
+
+
+def _keys(area: StagingArea, txn, tokens: tuple[str, ...]) -> list[bytes]:
+    """The changed keys, read without their values where the layout allows."""
+    if len(tokens) != 1:
+        return [c[0] for c in chain.from_iterable(_chunks(area, txn, tokens, None))]
+    tok = bytes.fromhex(tokens[0])
+    n = len(tok)
+    cur = txn.cursor(db=area.entries_db)
+    if not cur.set_range(tok):
+        return []
+    keys: list[bytes] = []
+    items = cur.iternext(keys=True, values=False)
+    size = _FIRST_CHUNK
+    while True:
+        chunk = list(islice(items, size))
+        size = min(size * 4, CHUNK * 4)
+        done = not chunk or chunk[-1][:n] != tok
+        if done and chunk:
+            chunk = chunk[:bisect_right(chunk, tok, key=lambda k: k[:n])]
+        if chunk and max(map(len, chunk)) - n > LONG_HEAD:
+            return [c[0] for c in chain.from_iterable(_token_chunks(area, txn, tokens[0], None))]
+        keys += [k[n:] for k in chunk]
+        if done:
+            return keys

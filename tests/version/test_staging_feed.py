@@ -1,0 +1,123 @@
+"""Staged tokens as SlicedChanges (gravfs.version.staging.feed): whatever the token's
+size, its neighbours in the table, long paths or the key a reader starts after,
+the feed gives exactly what the per-entry layers give, here and in another process."""
+
+from __future__ import annotations
+
+from itertools import chain
+
+import pytest
+
+from gravfs.errors import GravfsError
+from gravfs.version.committed.record import encode_value
+from gravfs.version.committed.workers import WorkerPool
+from gravfs.version.staging import feed, view
+from gravfs.version.staging.area import LONG_HEAD, StagingArea, new_token
+
+
+def value(i: int) -> bytes:
+    return encode_value(bytes([i % 256]) * 32, b"data%d" % i)
+
+
+def expected(area: StagingArea, tokens: list[str], after: bytes | None = None) -> list[tuple]:
+    with area.read_txn() as txn:
+        items = list(view.merged([view.RawTokenLayer(area, txn, t) for t in tokens]))
+    return [c for c in items if after is None or c[0] > after]
+
+
+def read(area: StagingArea, tokens: list[str], after: bytes | None = None) -> list[tuple]:
+    return list(chain.from_iterable(feed.read_chunks(area, tuple(tokens), after)))
+
+
+def remote_read(path: str, tokens: tuple[str, ...], after: bytes | None) -> list[tuple]:
+    """In a worker process: what a parallel commit's worker reads."""
+    return list(chain.from_iterable(feed.read_path(path, tokens, after)))
+
+
+@pytest.fixture
+def area(tmp_path):
+    a = StagingArea(str(tmp_path / "lmdb"))
+    yield a
+    a.close()
+
+
+def test_tokens_of_every_size_read_whole_and_from_any_key(area):
+    sizes = {"a": 0, "b": 1, "c": 63, "d": 64, "e": 65, "f": 5000, "g": 300, "h": 21000}
+    for branch, n in sizes.items():
+        items = [(b"%s/%06d" % (branch.encode(), i), None if i % 11 == 3 else value(i))
+                 for i in range(n)]
+        if items:
+            area.put_many(branch, items, base="c0")
+    for branch, n in sizes.items():
+        tok = area.get_state(branch).staging
+        want = expected(area, [tok])
+        assert len(want) == n
+        sc = feed.staged_changes(area, [tok])
+        assert sc.keys == [c[0] for c in want]
+        assert len(sc) == n and bool(sc) == bool(n)
+        assert list(sc) == want, branch
+        for at in (0, 1, 63, 64, 4999, n - 1):
+            if 0 <= at < n:
+                k = want[at][0]
+                assert read(area, [tok], k) == want[at + 1:], (branch, at)
+                for x in (k + b"\x00", k[:-1]):  # not keys
+                    assert read(area, [tok], x) == [c for c in want if c[0] > x]
+    # deletions are kept as (key, None, None); puts keep their encoded value
+    h = expected(area, [area.get_state("h").staging])
+    assert h[3] == (b"h/000003", None, None)
+    assert h[4] == (b"h/000004", bytes([4]) * 32, None, value(4))
+
+
+def test_long_paths_come_in_path_order(area):
+    """Paths over MAX_PLAIN_PATH are stored under hashed keys that sort apart from
+    their paths: the feed reads them in path order, from any key on."""
+    head = b"d/" + b"x" * (LONG_HEAD - 2)
+    paths = [b"a/1", b"a/2", head, head + b"/short", head + b"0" * 30, head + b"/" + b"y" * 40,
+             head + b"!" + b"z" * 40, b"zz/1", b"zz/2"]
+    paths += [b"m/%05d" % i for i in range(200)]
+    tok = new_token()
+    area.put_token(tok, [(p, value(i)) for i, p in enumerate(paths)])
+    want = expected(area, [tok])
+    assert [c[0] for c in want] == sorted(paths)
+    sc = feed.staged_changes(area, [tok])
+    assert sc.keys == sorted(paths)
+    assert list(sc) == want
+    for i, c in enumerate(want):
+        assert read(area, [tok], c[0]) == want[i + 1:], c[0][:20]
+
+
+def test_newest_token_wins_and_provisional_puts_are_deletions(area):
+    area.put_many("main", [(b"a", value(1)), (b"b", value(2)), (b"c", value(3))], base="c0")
+    old = area.get_state("main").staging
+    area.update_state("main", lambda s: (s.sealed.insert(0, s.staging), setattr(s, "staging", new_token())))
+    area.put_many("main", [(b"b", None), (b"d", value(4)), (b"e", value(5))], base="c0",
+                  provisional=frozenset([b"e"]))
+    st = area.get_state("main")
+    tokens = st.tokens()
+    assert tokens[1] == old
+    got = list(feed.staged_changes(area, tokens))
+    assert got == expected(area, tokens)
+    assert [(c[0], c[1] is not None) for c in got] == [
+        (b"a", True), (b"b", False), (b"c", True), (b"d", True), (b"e", False)]
+    assert read(area, tokens, b"b") == got[2:]
+    assert feed.staged_changes(area, tokens).keys == [b"a", b"b", b"c", b"d", b"e"]
+
+
+def test_a_worker_process_reads_the_same_changes(area):
+    """Another process opens the database read-only and reads its slice itself."""
+    tok = new_token()
+    area.put_token(tok, [(b"k/%05d" % i, None if i % 7 == 0 else value(i)) for i in range(3000)])
+    want = expected(area, [tok])
+    sc = feed.staged_changes(area, [tok])
+    pool = WorkerPool(1)
+    try:
+        got = pool.run([(remote_read, (*sc.remote.args, None)),
+                        (remote_read, (*sc.remote.args, want[1999][0]))])
+    finally:
+        pool.close()
+    assert got == [want, want[2000:]]
+
+
+def test_read_only_open_of_a_missing_database_says_so(tmp_path):
+    with pytest.raises(GravfsError, match="cannot open staging database"):
+        StagingArea(str(tmp_path / "nothing"), readonly=True)
