@@ -1,13 +1,17 @@
 """apply and merge on several cores: the stitcher run on key slices in worker processes.
 
 A change set spread over a whole tree rewrites nearly every range, and each
-range costs the same Python work (decode, hash, encode) wherever it lies.  The
-key space is cut into slices of about equal work at range boundaries of the
-first view; each slice is stitched by a worker process running the very same
-``stitch`` as the single-process path, from the state it would be in if a
-range had ended at the slice's first key, up to its first break past the
-slice's last key.  Every break a run reaches is recorded with its break state
-(stitch.break_state: the last key and which views are mid-range).
+range costs the same Python work (decode, hash, encode) wherever it lies; so
+does every record of a bulk load.  The key space is cut into slices of about
+equal work at range boundaries of the first view, or at changed keys inside a
+long stretch of new ones (a load onto an empty or distant tree).  Each slice
+is stitched by a worker process, or by the driver, which takes slices too,
+running the very same ``stitch`` as the single-process path, from the state
+it would be in if a range had ended at the slice's first key, up to a few
+breaks past the slice's last key.  Every break a run reaches is recorded with
+its break state (stitch.break_state: the last key and which views are
+mid-range).  A change set given as SlicedChanges (sources.py) is not sent to
+the workers: each reads its own slice from where the changes live.
 
 The driver then joins the runs: the first slice's run is the true one from the
 start of the tree; where it stopped, its state is looked up among the next
