@@ -187,6 +187,8 @@ class Committer:
             # never reference an object that is not in the store: entries are staged
             # after their pending file exists, so draining after the seal covers them
             self._after_seal()
+            if st.puts + st.tombstones >= self.committed.parallel_min_records:
+                self.committed.start_workers()  # likely a parallel apply (counters: writes)
             head_id, _ = self.repo.heads.branch(branch)
             head = self.repo.commits.get(head_id)
             changes, base = self.staged_changes(st, head)

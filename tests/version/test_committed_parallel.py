@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import sys
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -27,6 +28,7 @@ from gravfs.version.committed import BreakPolicy, CommittedManager, SizeAwareBre
 from gravfs.version.committed import parallel
 from gravfs.version.committed.reader import range_key
 from gravfs.version.committed.record import encode_value
+from gravfs.version.committed.workers import WorkerPool
 from gravfs.version.staging import feed
 from gravfs.version.staging.area import StagingArea, new_token
 
@@ -221,6 +223,21 @@ def test_join_runs_resumes_where_a_slice_started_out_of_step():
     out = parallel.join_runs(runs, resume)
     assert resumed == [(b"2", ())]
     assert [r.id for r in out] == ["r1", "r2", "r8", "r3", "r4", "r5"]
+
+
+def modules_loaded(names: list[str]) -> list[bool]:
+    return [n in sys.modules for n in names]
+
+
+def test_started_workers_have_preloaded_their_modules():
+    pool = WorkerPool(2, preload=("gravfs.version.sstdump",))
+    try:
+        pool.start()  # returns at once: the processes start on their own
+        assert len(pool._workers) == 2
+        names = ["gravfs.version.sstdump", "gravfs.cli"]
+        assert pool.run([(modules_loaded, (names,))] * 2) == [[True, False]] * 2
+    finally:
+        pool.close()
 
 
 def test_worker_failure_is_raised_in_the_caller(tmp_path):

@@ -147,14 +147,22 @@ class CommittedManager:
     def _slice_count(self) -> int:
         return self.slices or self.workers * parallel.SLICES_PER_WORKER
 
+    def _workers(self):
+        if self._pool is None:  # one process fewer than workers: this thread is one
+            self._pool = parallel.make_pool(self.workers - 1)
+        return self._pool
+
+    def start_workers(self) -> None:
+        """Start the worker processes now: for a caller about to apply a change set it
+        expects to be large, so they start while it reads the changes."""
+        if self.workers > 1 and self._spec is not None:
+            self._workers().start()
+
     def _run_slices(self, fn, calls: list[tuple], here: Callable[[tuple], object]) -> list:
         """fn(spec, *args) for every args in calls, in order: on the worker processes
-        and, as ``here(args)``, in this thread (one of ``workers`` runners: the pool
-        holds one process fewer)."""
-        if self._pool is None:
-            self._pool = parallel.make_pool(self.workers - 1)
-        return self._pool.run([(fn, (self._spec, *args)) for args in calls],
-                              lambda fn, args: here(args[1:]))
+        and, as ``here(args)``, in this thread."""
+        return self._workers().run([(fn, (self._spec, *args)) for args in calls],
+                                   lambda fn, args: here(args[1:]))
 
     def _stitch_slices(self, view_ids: list[tuple[int, str]], feed: tuple[Callable, Callable],
                        weights: list[int], first: MetaRange, known: set[str],

@@ -93,7 +93,7 @@ def default_workers() -> int:
 
 
 def make_pool(processes: int) -> WorkerPool:
-    return WorkerPool(processes)
+    return WorkerPool(processes, preload=(__name__,))
 
 
 # --- planning -----------------------------------------------------------------

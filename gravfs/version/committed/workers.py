@@ -16,6 +16,7 @@ objects without cycles, and its passes over them cost about a tenth.
 from __future__ import annotations
 
 import gc
+import importlib
 import logging
 import os
 import pickle
@@ -56,14 +57,15 @@ class WorkerError(GravfsError):
 
 
 class _Worker:
-    def __init__(self) -> None:
+    def __init__(self, preload: tuple[str, ...] = ()) -> None:
         to_r, to_w = os.pipe()      # parent -> worker
         from_r, from_w = os.pipe()  # worker -> parent
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         code = "from gravfs.version.committed.workers import main; main()"
         try:
-            self.proc = subprocess.Popen([sys.executable, "-c", code, str(to_r), str(from_w)],
+            self.proc = subprocess.Popen([sys.executable, "-c", code, str(to_r), str(from_w),
+                                          *preload],
                                          pass_fds=(to_r, from_w), env=env,
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         finally:
@@ -100,10 +102,18 @@ class _Worker:
 class WorkerPool:
     """``size`` worker processes, started on first use; ``run`` maps calls over them."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, preload: tuple[str, ...] = ()):
         self.size = max(1, size)
+        self.preload = preload  # modules a worker imports as it starts
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the worker processes now, without waiting for them (they start while
+        the caller prepares the calls; run starts them otherwise)."""
+        with self._lock:
+            while len(self._workers) < self.size:
+                self._workers.append(_Worker(self.preload))
 
     def run(self, calls: list[tuple[Callable, tuple]],
             here: Callable[[Callable, tuple], Any] | None = None) -> list:
@@ -115,7 +125,7 @@ class WorkerPool:
         """
         with self._lock:  # one batch at a time: workers are not shared
             while len(self._workers) < min(self.size, len(calls) - (here is not None)):
-                self._workers.append(_Worker())
+                self._workers.append(_Worker(self.preload))
             todo: queue.SimpleQueue = queue.SimpleQueue()
             for i, call in enumerate(calls):
                 todo.put((i, call))
@@ -192,6 +202,8 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     rx = os.fdopen(int(sys.argv[1]), "rb")
     tx = os.fdopen(int(sys.argv[2]), "wb")
+    for name in sys.argv[3:]:
+        importlib.import_module(name)
     while True:
         try:
             fn, args = _recv(rx)
