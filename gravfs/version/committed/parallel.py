@@ -32,6 +32,7 @@ from a caller that may be a threaded daemon).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from bisect import bisect_left, bisect_right
@@ -211,12 +212,17 @@ def run_slice(rs: RangeStore, ctx: WriteContext, policy: BreakPolicy, max_carry:
         marks.setdefault(state, n)
         return stop(state)
 
+    collecting = gc.isenabled()
+    gc.disable()  # as in the workers (workers.py): many objects, no cycles
     try:
         end = stitch(writer, views, iter(overrides), max_carry, start=start, at_break=at_break)
         ranges = writer.close_ranges()
     except BaseException:
         writer.abort()
         raise
+    finally:
+        if collecting:
+            gc.enable()
     linked: list[tuple[str, int, int]] = []
     if ctx.linked:
         linked, ctx.linked[:] = list(ctx.linked), []
