@@ -329,7 +329,7 @@ def main() -> int:
         single = (f"1 process {m['single_process_seconds'] * 1000:,.0f} ms "
                   f"(CPU {m['single_process_cpu_seconds'] * 1000:,.0f})") if "single_process_seconds" in m else ""
         print(f"{'merge ' + str(m['changes_per_branch']) + '+' + str(m['changes_per_branch']) + ' changes on ' + format(m['base_entries'], ','):<44}"
-              f"{m['seconds'] * 1000:>13.1f} ms{single:>30}   CPU {m['cpu_seconds'] * 1000:,.0f} ms, "
+              f"{m['seconds'] * 1000:>13.1f} ms   {single:>30}   CPU {m['cpu_seconds'] * 1000:,.0f} ms, "
               f"{m['workers']} workers")
     t = res.get("tombstones")
     if t:
