@@ -167,3 +167,43 @@ def test_killed_commit_leaves_no_temp_sst(tmp_path):
     r = Repository.open(store, state)  # the writer is gone now
     assert sorted(os.listdir(tmp)) == ["notes.txt"]
     r.close()
+
+
+def test_parallel_commit_whose_worker_fails_keeps_everything_staged(tmp_path, monkeypatch):
+    """A bulk commit spread over worker processes that read the staged changes
+    themselves (staging/feed.py): a worker whose store fails fails the commit with
+    the store's error; the head stays, every change stays staged, and the next
+    commit lands them all."""
+    from gravfs.errors import StoreUnavailableError
+    from gravfs.fs.entry import EntryInfo, encode_entry, entry_identity
+    from gravfs.version.committed.record import encode_value
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    r = Repository.init(store, state, settings=small_settings())
+    addr, _ = r.data.put_bytes(b"x")
+    head = r.head("main")
+    paths = [b"t/day=%02d/part-%05d" % (i // 1000, i) for i in range(4000)]
+    values = []
+    for i in range(len(paths)):
+        data = encode_entry(EntryInfo(address=addr, size=1, mtime_ns=i))
+        values.append(encode_value(entry_identity(data), data))
+    r.staging.put_many("main", list(zip(paths, values)), head)
+
+    def spread(repo):  # even this small set goes to a worker process (and this one)
+        repo.committed.workers = 2
+        repo.committed.parallel_min_records = repo.committed.parallel_min_ranges = 1
+        repo.committed.slices = 4
+
+    spread(r)
+    monkeypatch.setenv("GRAVFS_STORE_FAULT", "op=write")  # only the workers open the store now
+    with pytest.raises(StoreUnavailableError):
+        r.commit("main", "bulk")
+    monkeypatch.delenv("GRAVFS_STORE_FAULT")
+    assert r.head("main", fresh=True) == head
+    assert sorted(k for _, k in r.status("main")) == paths
+    r.close()
+    r = Repository.open(store, state)
+    spread(r)
+    c = r.commit("main", "bulk")
+    assert [rec[0] for rec in r.committed.iter(c.metarange)] == paths
+    assert r.status("main") == []
+    r.close()
