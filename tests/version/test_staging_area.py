@@ -212,3 +212,54 @@ def test_mount_on_a_damaged_staging_database_says_why(staged, tmp_path):
     with open(log_path(state, str(mnt))) as f:
         log = f.read()
     assert f"mount failed: staging database {data_file} is damaged ({what})" in log
+
+
+def test_the_map_is_reserved_up_front_also_for_older_databases(tmp_path):
+    """Every process maps room for billions of entries, so none ever needs to remap
+    while it runs; a database made with a small map gets the large one when opened."""
+    import lmdb
+
+    from gravfs.version.staging import area as area_mod
+    old = str(tmp_path / "old")
+    env = lmdb.open(old, map_size=1 << 30, max_dbs=4)
+    env.close()
+    a = area_mod.StagingArea(old)
+    try:
+        assert a.env.info()["map_size"] >= area_mod._INITIAL_MAP >= 1 << 38
+        a.put_many("main", [(b"k", b"v")], "c0")
+    finally:
+        a.close()
+    r = area_mod.StagingArea(old, readonly=True)
+    try:
+        assert r.env.info()["map_size"] >= 1 << 38
+    finally:
+        r.close()
+
+
+def test_a_map_another_process_outgrew_is_a_clear_error(tmp_path, monkeypatch):
+    """(With maps made small for the test.) Another process grows the database past
+    this process's map: this process's transactions fail with one clear error that
+    says what to do, and nothing staged is lost."""
+    from gravfs.errors import GravfsError
+    from gravfs.version.staging import area as area_mod
+    path = str(tmp_path / "lmdb")
+    monkeypatch.setattr(area_mod, "_INITIAL_MAP", 1 << 20)
+    ours = area_mod.StagingArea(path)
+    ours.put_many("main", [(b"first", b"1")], "c0")
+    code = ("import sys, gravfs.version.staging.area as a; a._INITIAL_MAP = 1 << 20; "
+            "s = a.StagingArea(sys.argv[1]); "
+            "[s.put_many('main', [(b'k%06d' % (i * 100 + j), b'x' * 400) for j in range(100)], 'c0') "
+            "for i in range(60)]; print(s.env.info()['map_size'])")
+    out = subprocess.run([sys.executable, "-c", code, path], check=True, capture_output=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert int(out.stdout) > 1 << 20
+    for attempt in (lambda: ours.read_txn(), lambda: ours.put_many("main", [(b"x", b"1")], "c0")):
+        with pytest.raises(GravfsError, match="grew past this process's map .* restart this process"):
+            attempt()
+    ours.close()
+    fresh = area_mod.StagingArea(path)
+    try:
+        with fresh.read_txn() as txn:
+            assert sum(1 for _ in fresh.iter_token(txn, fresh.state(txn, "main").staging)) == 6001
+    finally:
+        fresh.close()

@@ -55,7 +55,11 @@ LONG_HEAD = 486  # 8 + 486 + 1 + 16 = 511
 # Linux has no limit on a whole path inside a filesystem (PATH_MAX, 4096, bounds one
 # system call's argument, relative to any directory): four times that.
 MAX_PATH_BYTES = 16384
-_INITIAL_MAP = 1 << 30
+# The map is address space, not memory or disk: reserve room for billions of entries
+# up front.  A map is never resized while in use by choice: when one process grows the
+# file past another's map, every transaction of the other fails (MDB_MAP_RESIZED), and
+# adopting the new size remaps under any thread still reading.
+_INITIAL_MAP = 1 << 38
 _MAX_MAP = 1 << 40
 
 
@@ -180,8 +184,16 @@ class StagingArea:
                 return result
             except lmdb.MapFullError:
                 self._grow()
+            except lmdb.MapResizedError as exc:
+                raise self._outgrown() from exc
             except lmdb.DiskError as exc:  # e.g. ENOSPC while writing pages
                 raise GravfsError(f"staging database {self.path}: disk error: {exc}") from exc
+
+    def _outgrown(self) -> GravfsError:
+        return GravfsError(
+            f"staging database {self.path} grew past this process's map of "
+            f"{self.env.info()['map_size']} bytes (another process grew it); nothing is "
+            "lost: restart this process (remount) to go on")
 
     def _grow(self) -> None:
         with self._resize_lock:
@@ -192,7 +204,10 @@ class StagingArea:
             self.env.set_mapsize(size * 2)
 
     def read_txn(self):
-        return self.env.begin(write=False, buffers=False)
+        try:
+            return self.env.begin(write=False, buffers=False)
+        except lmdb.MapResizedError as exc:
+            raise self._outgrown() from exc
 
     def change_counter(self) -> int:
         """Grows with every write transaction committed by any process (LMDB's last
