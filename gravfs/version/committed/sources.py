@@ -10,7 +10,7 @@ allows readers in many processes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain, islice
 from operator import lt as _lt
 from typing import Callable, Iterable, Iterator, Optional
@@ -68,11 +68,20 @@ class SlicedChanges:
     """A sorted change set given by its keys and readers rather than as a list.
 
     Iterating it yields every change (in this process); ``len`` counts them.
+    ``load_keys`` reads the sorted keys, once, when first needed (a caller that
+    only iterates never reads them).
     """
 
-    keys: list[bytes]
+    load_keys: Callable[[], list[bytes]]
     read: ChunkReader
     remote: RemoteChanges
+    _keys: Optional[list[bytes]] = field(default=None, repr=False)
+
+    @property
+    def keys(self) -> list[bytes]:
+        if self._keys is None:
+            self._keys = self.load_keys()
+        return self._keys
 
     def __len__(self) -> int:
         return len(self.keys)

@@ -38,10 +38,15 @@ _first = itemgetter(0)
 def staged_changes(area: StagingArea, tokens: list[str]) -> SlicedChanges:
     """The changes of ``tokens`` (newest first wins) as SlicedChanges."""
     tokens = tuple(tokens)
-    with area.read_txn() as txn:
-        keys = _keys(area, txn, tokens)
-    return SlicedChanges(keys, partial(read_chunks, area, tokens),
+    return SlicedChanges(partial(read_keys, area, tokens), partial(read_chunks, area, tokens),
                          RemoteChanges(read_path, (area.path, tokens)))
+
+
+def read_keys(area: StagingArea, tokens: tuple[str, ...]) -> list[bytes]:
+    """The tokens' changed keys in order, read without their values where the layout
+    allows."""
+    with area.read_txn() as txn:
+        return _keys(area, txn, tokens)
 
 
 def read_chunks(area: StagingArea, tokens: tuple[str, ...],
@@ -124,7 +129,6 @@ def _as_changes(pairs: list[tuple[bytes, bytes]], n: int) -> list[tuple]:
 
 
 def _keys(area: StagingArea, txn, tokens: tuple[str, ...]) -> list[bytes]:
-    """The changed keys, read without their values where the layout allows."""
     if len(tokens) != 1:
         return [c[0] for c in chain.from_iterable(_chunks(area, txn, tokens, None))]
     tok = bytes.fromhex(tokens[0])
