@@ -10,7 +10,8 @@ allows readers in many processes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from itertools import chain, islice
 from operator import lt as _lt
 from typing import Callable, Iterable, Iterator, Optional
@@ -75,13 +76,10 @@ class SlicedChanges:
     load_keys: Callable[[], list[bytes]]
     read: ChunkReader
     remote: RemoteChanges
-    _keys: Optional[list[bytes]] = field(default=None, repr=False)
 
-    @property
+    @cached_property
     def keys(self) -> list[bytes]:
-        if self._keys is None:
-            self._keys = self.load_keys()
-        return self._keys
+        return self.load_keys()
 
     def __len__(self) -> int:
         return len(self.keys)

@@ -23,15 +23,15 @@ from bisect import bisect_right
 from functools import partial
 from itertools import chain, islice
 from operator import itemgetter
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from gravfs.version.committed.record import decode_identity
 from gravfs.version.committed.sources import RemoteChanges, SlicedChanges
 from gravfs.version.staging import view
 from gravfs.version.staging.area import LONG_HEAD, PROVISIONAL, TOMBSTONE, StagingArea
 
-CHUNK = 16384  # changes per chunk once a token turns out to be long
-_FIRST_CHUNK = 64  # a small token (most commits) reads no more than it holds
+CHUNK = 16384  # entries per chunk once a token turns out to be long
+_FIRST_CHUNK = 64
 _first = itemgetter(0)
 
 
@@ -90,17 +90,8 @@ def _token_chunks(area: StagingArea, txn, token: str,
     cur = txn.cursor(db=area.entries_db)
     if not cur.set_range(tok + (after or b"")[:LONG_HEAD]):
         return
-    items = iter(cur)
-    size = _FIRST_CHUNK
     last = after  # the last key yielded: what follows must be greater
-    while True:
-        pairs = list(islice(items, size))
-        size = min(size * 4, CHUNK)
-        done = not pairs or pairs[-1][0][:n] != tok
-        if done and pairs:
-            pairs = pairs[:bisect_right(pairs, tok, key=lambda kv: kv[0][:n])]
-        if not pairs:
-            return
+    for pairs in _prefixed(iter(cur), tok, _first):
         if max(map(len, map(_first, pairs))) - n > LONG_HEAD:
             # long paths from here on: iter_token puts them in path order
             rest = ((path, raw) for path, raw in area.iter_token(txn, token, last or b"")
@@ -116,8 +107,26 @@ def _token_chunks(area: StagingArea, txn, token: str,
         if chunk:
             last = chunk[-1][0]
             yield chunk
-        if done:
+
+
+def _prefixed(items: Iterator, prefix: bytes, key: Callable) -> Iterator[list]:
+    """Lists of the cursor's ``items`` from its position while ``key(item)`` starts
+    with ``prefix``: small at first (a small token reads no more than it holds),
+    growing; the last cut by bisection, so the per-item work stays in C."""
+    n = len(prefix)
+    size = _FIRST_CHUNK
+    while True:
+        chunk = list(islice(items, size))
+        size = min(size * 4, CHUNK)
+        if not chunk:
             return
+        if key(chunk[-1])[:n] == prefix:
+            yield chunk
+            continue
+        chunk = chunk[:bisect_right(chunk, prefix, key=lambda item: key(item)[:n])]
+        if chunk:
+            yield chunk
+        return
 
 
 def _as_changes(pairs: list[tuple[bytes, bytes]], n: int) -> list[tuple]:
@@ -137,16 +146,12 @@ def _keys(area: StagingArea, txn, tokens: tuple[str, ...]) -> list[bytes]:
     if not cur.set_range(tok):
         return []
     keys: list[bytes] = []
-    items = cur.iternext(keys=True, values=False)
-    size = _FIRST_CHUNK
-    while True:
-        chunk = list(islice(items, size))
-        size = min(size * 4, CHUNK * 4)
-        done = not chunk or chunk[-1][:n] != tok
-        if done and chunk:
-            chunk = chunk[:bisect_right(chunk, tok, key=lambda k: k[:n])]
-        if chunk and max(map(len, chunk)) - n > LONG_HEAD:
+    for chunk in _prefixed(cur.iternext(keys=True, values=False), tok, _same):
+        if max(map(len, chunk)) - n > LONG_HEAD:
             return [c[0] for c in chain.from_iterable(_token_chunks(area, txn, tokens[0], None))]
         keys += [k[n:] for k in chunk]
-        if done:
-            return keys
+    return keys
+
+
+def _same(k: bytes) -> bytes:
+    return k
