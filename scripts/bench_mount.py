@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -545,10 +546,41 @@ def forget_dentries() -> bool:
         return False
 
 
+SCALE_STATS = 2000  # random files stat'ed once, cold (fresh daemon, caches dropped)
+
+
+def scale_sample(n: int) -> list[str]:
+    """Relative paths of random files of bench_repo.build_branch's n-entry tree (the
+    floor's --lake tree has the same names)."""
+    from bench_repo import key
+    return [key(i).decode() for i in random.Random(n).sample(range(n), min(n, SCALE_STATS))]
+
+
+def cold_probes(top: str, n: int, mount, umount) -> dict:
+    """Random first-pass stats and ``ls -l`` of one 20k-entry day directory, each on a
+    fresh mount after the page cache and dentries are dropped."""
+    out = {}
+    mount()
+    try:
+        drop_caches()
+        out["cold_stat_per_s"] = stat_rate([os.path.join(top, p) for p in scale_sample(n)])
+    finally:
+        umount()
+    mount()
+    try:
+        drop_caches()
+        day = os.path.join(top, "tables", "events", "day=%05d" % (max(0, n - 1) // 20000 // 2))
+        out["ls_l_day_s"] = ls_l_seconds(day)
+    finally:
+        umount()
+    return out
+
+
 def bench_scale(a, base: str, n: int) -> dict:
     """A branch of n entries (bench_repo.build_branch: 20k files per day directory) on a
-    local store: ``find`` against the floor on the same shape, and the daemon's memory
-    per inode the kernel knows, before and after the kernel forgets them."""
+    local store: ``find``, random cold stats and ``ls -l`` of a day directory against
+    the floor on the same shape, and the daemon's memory per inode the kernel knows,
+    before and after the kernel forgets them (with the part its bounded caches hold)."""
     from bench_repo import build_branch
     from gravfs.fs.repository import Repository
     out: dict = {"entries": n}
@@ -562,30 +594,44 @@ def bench_scale(a, base: str, n: int) -> dict:
         out["build_s"] = time.perf_counter() - t
     finally:
         repo.close()
+    top = os.path.join(g.mnt, "branches", "main")
     t = time.perf_counter()
     g.mount()
     out["mount_s"] = time.perf_counter() - t
     try:
-        pid = int(os.getxattr(g.mnt, "user.gravfs.pid"))
         counts = lambda: json.loads(os.getxattr(g.mnt, "user.gravfs.inodes"))  # noqa: E731
-        top = os.path.join(g.mnt, "branches", "main")
-        out["rss_start"] = rss_bytes(pid)
+        memory = lambda: json.loads(os.getxattr(g.mnt, "user.gravfs.memory"))  # noqa: E731
+        m0 = memory()
+        out["rss_start"] = m0["rss_bytes"]
         out["find_s"], files = find_files(top)
         out["find_files"] = files
         out["find_rate"] = files / out["find_s"]
-        out["known_inodes"] = counts()["inodes"]
-        out["rss_after_find"] = rss_bytes(pid)
+        m1 = memory()
+        out["known_inodes"] = m1["inodes"]
+        out["rss_after_find"] = m1["rss_bytes"]
         out["rss_per_inode"] = (out["rss_after_find"] - out["rss_start"]) / max(1, out["known_inodes"])
+        # the bounded caches (decoded metadata blocks, read chunks) are sized by budget,
+        # not by the inodes the kernel knows: what grows with those is the rest
+        out["caches_after_find"] = m1["block_cache_bytes"] + m1["read_cache_bytes"]
+        out["cache_capacity"] = m1["block_cache_capacity"]
+        caches0 = m0["block_cache_bytes"] + m0["read_cache_bytes"]
+        out["rss_per_inode_outside_caches"] = (
+            out["rss_after_find"] - out["rss_start"] - (out["caches_after_find"] - caches0)
+        ) / max(1, out["known_inodes"])
         out["find2_s"] = find_files(top)[0]  # the kernel's dentries, as far as they stayed
         if forget_dentries():
             deadline = time.monotonic() + 60
             while counts()["inodes"] > 100 and time.monotonic() < deadline:
                 time.sleep(0.5)
-            out["known_after_drop"] = counts()["inodes"]
-            out["rss_after_drop"] = rss_bytes(pid)
+            m2 = memory()
+            out["known_after_drop"] = m2["inodes"]
+            out["rss_after_drop"] = m2["rss_bytes"]
+            out["rss_after_drop_outside_caches"] = (
+                m2["rss_bytes"] - m2["block_cache_bytes"] - m2["read_cache_bytes"])
         out["daemon_cpu_s"] = g.daemon_cpu()
     finally:
         g.umount()
+    out.update(cold_probes(top, n, g.mount, g.umount))
     shutil.rmtree(root, ignore_errors=True)
     fl = Floor(os.path.join(base, f"floor-scale{n}"), argparse.Namespace(stats=0, list_entries=0, big_mb=1))
     fl.args += ["--lake", str(n)]
@@ -595,19 +641,34 @@ def bench_scale(a, base: str, n: int) -> dict:
         out["floor_find_rate"] = ffiles / out["floor_find_s"]
     finally:
         fl.umount()
+    floor = cold_probes(fl.mnt, n, fl.mount, fl.umount)
+    out["floor_cold_stat_per_s"], out["floor_ls_l_day_s"] = floor["cold_stat_per_s"], floor["ls_l_day_s"]
     out["find_vs_floor"] = out["find_rate"] / out["floor_find_rate"]
+    out["cold_stat_vs_floor"] = out["cold_stat_per_s"] / out["floor_cold_stat_per_s"]
+    out["ls_l_day_vs_floor"] = out["ls_l_day_s"] / out["floor_ls_l_day_s"]
     return out
 
 
 def scale_table(rows: list[dict]) -> str:
     lines = ["entries    find/s  floor/s  ratio  known inodes  RSS start  after find  B/inode  "
-             "after drop (known)"]
+             "B/inode outside caches  after drop (known), outside caches",
+             ]
     for r in rows:
         lines.append(
             f"{r['entries']:>9,} {r['find_rate']:>8,.0f} {r['floor_find_rate']:>8,.0f} "
             f"{r['find_vs_floor']:>5.2f}x {r['known_inodes']:>12,} {r['rss_start'] / MiB:>7.0f} MB "
             f"{r['rss_after_find'] / MiB:>8.0f} MB {r['rss_per_inode']:>8.0f} "
-            f"{r.get('rss_after_drop', 0) / MiB:>8.0f} MB ({r.get('known_after_drop', '-')})")
+            f"{r['rss_per_inode_outside_caches']:>23.0f}  "
+            f"{r.get('rss_after_drop', 0) / MiB:>8.0f} MB ({r.get('known_after_drop', '-')}), "
+            f"{r.get('rss_after_drop_outside_caches', 0) / MiB:.0f} MB")
+    lines.append("entries    mount s  cold stats/s  floor/s  ratio  ls -l 20k dir s  floor s  time ratio  "
+                 "metadata cache after find / budget")
+    for r in rows:
+        lines.append(
+            f"{r['entries']:>9,} {r['mount_s']:>8.2f} {r['cold_stat_per_s']:>13,.0f} "
+            f"{r['floor_cold_stat_per_s']:>8,.0f} {r['cold_stat_vs_floor']:>5.2f}x "
+            f"{r['ls_l_day_s']:>16.2f} {r['floor_ls_l_day_s']:>8.2f} {r['ls_l_day_vs_floor']:>10.2f}x  "
+            f"{r['caches_after_find'] / MiB:.0f} / {r['cache_capacity'] / MiB:.0f} MB")
     return "\n".join(lines)
 
 

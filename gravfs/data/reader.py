@@ -139,6 +139,11 @@ class DataReader:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._in_place.close()
 
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of chunks held (at most ``cache_bytes``)."""
+        return self._chunks.weight
+
     # -- public -------------------------------------------------------------------
 
     def read(self, state: ReadState, address: str, size: int, offset: int, length: int) -> bytes:

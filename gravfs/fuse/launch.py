@@ -243,6 +243,10 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
                                staging_sync=False)
     except GravfsError as exc:
         return report(exc.exit_code, str(exc))
+    if opts.meta_cache_mb is not None:
+        from gravfs.sstable import DEFAULT_CACHE
+        DEFAULT_CACHE.set_capacity(opts.meta_cache_mb << 20)
+        log.info("metadata block cache: %d MiB", opts.meta_cache_mb)
     if not opts.read_only:  # write-back of closed files; drains what a dead daemon left
         repo.data.start_uploader(UPLOAD_WORKERS)
     settings = dataclasses.replace(opts, branch=cfg["branch"], mountpoint=cfg["mountpoint"])

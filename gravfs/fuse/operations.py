@@ -41,6 +41,7 @@ from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
 from gravfs.fuse.trees import Tree
 from gravfs.fs.paths import MAX_NAME_BYTES
 from gravfs.quoting import quote
+from gravfs.sstable import DEFAULT_CACHE
 from gravfs.fs.repository import KIND_NAMES, Node, group_items
 from gravfs.version.staging.area import MAX_PATH_BYTES
 
@@ -59,6 +60,7 @@ PID_XATTR = b"user.gravfs.pid"
 EXIT_REPORT_XATTR = b"user.gravfs.exit_report"  # where the daemon lists files it could not stage
 COMMIT_XATTR = b"user.gravfs.commit"
 INODES_XATTR = b"user.gravfs.inodes"  # the inode table's record counts (JSON), on the root
+MEMORY_XATTR = b"user.gravfs.memory"  # the daemon's memory and its bounded caches (JSON), on the root
 XATTR_NAMESPACES = (b"user.", b"trusted.", b"security.")
 MAX_FOREIGN_LOGGED = 10_000  # keys other writers made, each logged once
 
@@ -1478,6 +1480,8 @@ class GravfsOperations(pyfuse3.Operations):
             return os.fsencode(self.exit_report)
         if name == INODES_XATTR and inode == ROOT:
             return json.dumps(self.inodes.counts(), sort_keys=True).encode()
+        if name == MEMORY_XATTR and inode == ROOT:
+            return json.dumps(self._memory(), sort_keys=True).encode()
         if name == COMMIT_XATTR and node.tree is not None and node.key == b"":
             if node.tree.kind == "branch":
                 return (await self.run(self.repo.head, node.tree.name, True)).encode()
@@ -1492,6 +1496,16 @@ class GravfsOperations(pyfuse3.Operations):
         if value is None:
             raise fail(pyfuse3.ENOATTR)
         return bytes(value)
+
+    def _memory(self) -> dict:
+        """Resident memory, and what of it the bounded caches hold: the rest grows with
+        the inodes the kernel knows (what an operator watching a traversal asks)."""
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return {"rss_bytes": rss, "inodes": len(self.inodes),
+                "block_cache_bytes": DEFAULT_CACHE.used_bytes,
+                "block_cache_capacity": DEFAULT_CACHE.capacity_bytes,
+                "read_cache_bytes": self.reader.cached_bytes}
 
     @guarded
     async def listxattr(self, inode, ctx):

@@ -52,6 +52,9 @@ class MountOptions:
     head_ttl: float = 1.0
     commits_listed: int = 200
     cache_mb: int = 256
+    # decoded metadata blocks kept by the daemon (gravfs.sstable.cache); None: a quarter
+    # of the memory the daemon may use (physical, or its cgroup's limit)
+    meta_cache_mb: Optional[int] = None
     readahead_kb: int = 4096  # 4 x 1 MiB requests in flight: parallel preads of the tier
     threads: int = 24
     debug: bool = False
@@ -85,7 +88,8 @@ def parse(opts: list[str]) -> MountOptions:
             elif name in ("poll", "attr_timeout", "head_ttl", "s3_connect_timeout", "s3_read_timeout",
                           "s3_timeout") and eq:
                 out.__dict__[name] = _number(name, value, float)
-            elif name in ("commits_listed", "cache_mb", "threads", "readahead_kb", "s3_max_attempts") and eq:
+            elif name in ("commits_listed", "cache_mb", "meta_cache_mb", "threads", "readahead_kb",
+                          "s3_max_attempts") and eq:
                 out.__dict__[name] = _number(name, value, int)
             elif name in FUSE_FLAGS and not eq:
                 out.fuse.add(name)

@@ -13,8 +13,9 @@
 - ``unshared_items(a, b)``: the entries of two tables outside the data blocks they
   share byte for byte (what a diff must compare).
 - Decoded blocks live in a process-wide ``BlockCache`` (``DEFAULT_CACHE``,
-  a quarter of physical memory by default, within [512 MiB, 16 GiB]: ~300 bytes
-  per warm entry, so 6 GiB holds ~20M entries; resize with
+  a quarter of the memory the process may use by default (physical memory or
+  a smaller cgroup limit), within [128 MiB, 16 GiB]: ~300 bytes per warm entry,
+  so 6 GiB holds ~20M entries; resize with
   ``DEFAULT_CACHE.set_capacity``) or one passed as ``cache=``.
 
 ``scripts/bench_sstable.py`` measures write, lookup and scan rates.

@@ -17,30 +17,29 @@ that outlives its block for a moment is still correct data.
 
 from __future__ import annotations
 
-import os
 import threading
 
+from gravfs import sysmem
 from gravfs.lru import LRU
 
 from .block import DataBlock
 
 
-def _default_capacity() -> int:
-    """A quarter of physical memory, within [512 MiB, 16 GiB].
+def default_capacity(limit: int | None) -> int:
+    """A quarter of the memory the process may use, within [128 MiB, 16 GiB].
 
     A warm entry costs about 300 bytes here (decoded key and value, list
-    slots, key-map entry), so 512 MiB held only ~2M entries and a bigger
-    tree decoded a block on nearly every random lookup; a quarter of 24 GiB
-    holds a whole 10M-entry tree.
+    slots, key-map entry), so 512 MiB holds only ~2M entries and a bigger
+    tree decodes a block on nearly every random lookup; a quarter of 24 GiB
+    holds a whole 10M-entry tree. ``limit`` is physical memory or a smaller
+    cgroup limit (gravfs.sysmem): a container's cache fits its container.
     """
-    try:
-        phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, OSError, ValueError):
+    if limit is None:
         return 512 << 20
-    return max(512 << 20, min(16 << 30, phys // 4))
+    return max(128 << 20, min(16 << 30, limit // 4))
 
 
-DEFAULT_CAPACITY_BYTES = _default_capacity()
+DEFAULT_CAPACITY_BYTES = default_capacity(sysmem.memory_limit())
 KEY_MAP_ENTRY_CHARGE = 72  # bytes per entry of a reader's key -> value dict
 
 

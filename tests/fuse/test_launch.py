@@ -159,3 +159,28 @@ def test_systemd_unit_command_notifies_ready_and_stops_on_sigterm(tmp_path):
         sock.close()
         m.cleanup()
     assert m.cli("cat", "main:f").stdout == "from the service"
+
+
+def test_memory_report_and_metadata_cache_budget(gravfs_mount):
+    """``-o meta_cache_mb`` bounds the decoded-metadata cache; user.gravfs.memory on
+    the root reports it beside the daemon's resident memory."""
+    import json
+
+    m = gravfs_mount
+    os.mkdir(m.branch_path("d"))
+    for i in range(300):
+        _write(m.branch_path("d/f%03d" % i), b"x")
+    m.cli("commit", "main", "-m", "files")
+    m.umount()
+    m.mount(options=["meta_cache_mb=3"])
+    report = lambda: json.loads(os.getxattr(m.mnt, "user.gravfs.memory"))  # noqa: E731
+    before = report()
+    assert before["block_cache_capacity"] == 3 << 20
+    assert before["rss_bytes"] > 1 << 20 and before["inodes"] >= 4
+    head = os.getxattr(m.branch_path(), "user.gravfs.commit").decode()
+    names = sorted(os.listdir(os.path.join(m.mnt, "commits", head, "d")))  # read from the tree
+    assert len(names) == 300
+    after = report()
+    assert 0 < after["block_cache_bytes"] <= 3 << 20
+    assert after["inodes"] > before["inodes"]
+    assert json.loads(os.getxattr(m.mnt, "user.gravfs.memory"))["read_cache_bytes"] == 0

@@ -1,0 +1,26 @@
+"""Mount option parsing: gravfs's own options, FUSE's, fstab's, and bad values."""
+
+from __future__ import annotations
+
+import pytest
+
+from gravfs.errors import GravfsError
+from gravfs.fuse import options
+
+
+def test_numbers_and_flags():
+    o = options.parse(["meta_cache_mb=64,cache_mb=32", "ro,allow_other", "poll=0.25,noauto"])
+    assert (o.meta_cache_mb, o.cache_mb, o.poll, o.read_only) == (64, 32, 0.25, True)
+    assert {"ro", "allow_other", "default_permissions"} <= o.fuse
+    assert options.parse([]).meta_cache_mb is None  # the daemon's default budget
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ("meta_cache_mb=lots", "not a number"),
+    ("meta_cache_mb=-1", "must not be negative"),
+    ("meta_cache_mb", "unknown mount option"),
+    ("bogus=1", "unknown mount option"),
+])
+def test_bad_values_are_clear_errors(bad, needle):
+    with pytest.raises(GravfsError, match=needle):
+        options.parse([bad])
