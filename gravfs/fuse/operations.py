@@ -42,6 +42,7 @@ from gravfs.fuse.trees import Tree
 from gravfs.fs.paths import MAX_NAME_BYTES
 from gravfs.quoting import quote
 from gravfs.sstable import DEFAULT_CACHE
+from gravfs.waits import WouldWait, no_waiting
 from gravfs.fs.repository import KIND_NAMES, Node, group_items
 from gravfs.version.staging.area import MAX_PATH_BYTES
 
@@ -55,6 +56,7 @@ INLINE_WRITE = 128 * 1024  # writes up to this size go to the local copy without
 # loop's thread: cheaper than the two thread switches of a hop on a small machine.
 INLINE_WRITEBACK = 64 * 1024
 READDIR_BATCH = 512
+ASCENDING_RUN = 3  # lookups missing the stat cache in ascending order before listing ahead
 BLKSIZE = 128 * 1024
 PID_XATTR = b"user.gravfs.pid"
 EXIT_REPORT_XATTR = b"user.gravfs.exit_report"  # where the daemon lists files it could not stage
@@ -299,8 +301,15 @@ class GravfsOperations(pyfuse3.Operations):
         if n is not MISSING:
             return n
         ahead = self._lookahead(parent, key) if parent is not None else 0
-        version, n, listed = await self.run(self._stat_versioned, tree, key,
-                                            parent.key if ahead else None, ahead)
+        listed: list = []
+        try:
+            if ahead:
+                raise WouldWait("a listing")
+            with no_waiting():  # everything at hand: no thread hop (see gravfs.waits)
+                version, n, _ = self._stat_versioned(tree, key)
+        except WouldWait:
+            version, n, listed = await self.run(self._stat_versioned, tree, key,
+                                                parent.key if ahead else None, ahead)
         if version is not None:
             cache.put(tree.name, version, key, n)
             if listed:
@@ -310,19 +319,24 @@ class GravfsOperations(pyfuse3.Operations):
 
     @staticmethod
     def _lookahead(parent: Inode, key: bytes) -> int:
-        """How many following names to list with a lookup that missed the stat cache:
-        names looked up in ascending order (ls, find, a stat loop over a listing) get
-        a growing batch of the next ones listed in the same worker-thread trip."""
+        """How many following names to list with a lookup that missed the stat cache.
+
+        Names looked up in ascending order (ls, find, a stat loop over a listing)
+        get a growing batch of the next ones listed in the same worker-thread trip,
+        once ASCENDING_RUN misses in a row have gone up; lookups in random order
+        (one ascends from the last with even odds) list nothing: a listing of 32
+        costs as much as several lookups and would seldom be used."""
         name = key.rsplit(b"/", 1)[-1]
         x = parent.extra
         last, x["last_miss"] = x.get("last_miss"), name
+        run = x["run"] = x.get("run", 0) + 1 if last is not None and name > last else 0
         upto = x.get("listed_upto")
-        if upto is not None and name > upto and last is not None and last <= upto:
-            x["ahead"] = min(READDIR_BATCH, 2 * x.get("ahead", 16))  # ran past the last batch
-        elif last is not None and name > last:
-            x["ahead"] = 32
-        else:
+        if run < ASCENDING_RUN:
             x["ahead"] = 0
+        elif upto is not None and name > upto and last <= upto:
+            x["ahead"] = min(READDIR_BATCH, 2 * (x.get("ahead") or 16))  # ran past the last batch
+        else:
+            x["ahead"] = 32
         return x["ahead"]
 
     def _stat_versioned(self, tree: Tree, key: bytes, dir_key: Optional[bytes] = None,

@@ -21,6 +21,7 @@ from typing import Callable, Iterator, Optional
 from gravfs import hashing
 from gravfs.errors import AlreadyExistsError, BadNameError, GravfsError, NotFoundError, ReadOnlyError
 from gravfs.quoting import quote
+from gravfs.waits import may_wait
 from gravfs.store import open_store
 from gravfs.store.tier import LocalTier
 from gravfs.version.committed.manager import EMPTY_METARANGE_ID, CommittedManager
@@ -123,6 +124,7 @@ class VersionRepository:
             hit = self._heads_cache.get(branch)
             if hit and now - hit[0] < self.head_ttl:
                 return hit[1]
+        may_wait(f"head of {branch}")
         cid = self.heads.branch(branch)[0]
         self._heads_cache[branch] = (now, cid)
         return cid

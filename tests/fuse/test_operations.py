@@ -854,3 +854,36 @@ def test_sparse_content_dedups_and_reads_through_the_cli(gravfs_mount, tmp_path)
     assert out == bytes(content)
     assert _read(m.path("commits", cid[:12], "put.bin")) == bytes(content)
     m.assert_clean_log()
+
+
+def test_lookups_list_ahead_only_in_ascending_runs():
+    """A lookup that misses the stat cache lists the next names only after
+    ASCENDING_RUN misses in a row went up (ls, find, a sorted stat loop), growing
+    the batch when the lookups run past it; random order lists nothing."""
+    import random
+
+    from gravfs.fuse.inodes import Inode
+    from gravfs.fuse.operations import ASCENDING_RUN, READDIR_BATCH, GravfsOperations
+
+    ahead = GravfsOperations._lookahead
+    d = Inode(20, None, b"d", "dir", 1, b"d")
+    names = [b"f%05d" % i for i in range(20000)]
+    listed = 0
+    for name in random.Random(7).sample(names, 2000):
+        listed += ahead(d, b"d/" + name) > 0
+    assert listed < 2000 / 12  # three rises in a row: one in 24 by chance
+
+    d = Inode(21, None, b"d", "dir", 1, b"d")
+    got = [ahead(d, b"d/" + n) for n in names[:ASCENDING_RUN + 1]]
+    assert got == [0] * ASCENDING_RUN + [32]
+    d.extra["listed_upto"] = names[ASCENDING_RUN + 32]  # what that listing reached
+    assert ahead(d, b"d/" + names[ASCENDING_RUN + 33]) == 64  # ran past it: doubled
+    d.extra["listed_upto"] = names[ASCENDING_RUN + 33 + 64]
+    assert ahead(d, b"d/" + names[ASCENDING_RUN + 34 + 64]) == 128
+    assert ahead(d, b"d/" + names[5]) == 0  # went back: the run starts over
+    assert [ahead(d, b"d/" + n) for n in names[6:6 + ASCENDING_RUN]] == [0] * (ASCENDING_RUN - 1) + [32]
+    d.extra["listed_upto"] = names[0]
+    for i in range(10):  # running past every batch: doubling up to the readdir batch
+        d.extra["listed_upto"] = names[100 * i + 100]
+        got = ahead(d, b"d/" + names[100 * i + 101])
+    assert got == READDIR_BATCH

@@ -21,6 +21,7 @@ from gravfs.version.committed.messages import RangeData
 from gravfs.version.committed.record import EMPTY_ID, Record, decode_record, decode_value
 from gravfs.errors import CorruptDataError
 from gravfs.lru import LRU
+from gravfs.waits import may_wait
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +226,7 @@ class RangeStore:
     def _open(self, key: str, state=None) -> OpenSST:
         # every reader of a range verifies it in full once per process: a copy
         # torn by a crash is fetched again, so it need not be synced
+        may_wait(key)
         handle = self.tier.acquire(key, verify=self._verify(key), durable=False)
         try:
             pending = self._verified.pop(key, None)

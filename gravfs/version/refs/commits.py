@@ -12,6 +12,7 @@ from typing import Optional
 
 from gravfs import hashing
 from gravfs.errors import AmbiguousRefError, CorruptDataError, GravfsError, NotFoundError
+from gravfs.waits import may_wait
 
 COMMITS_PREFIX = "_gravfs/commits/"
 #: A fixed date for new commits (seconds since the epoch, or ISO 8601), as git's
@@ -105,6 +106,7 @@ class CommitStore:
         c = self._cache.get(commit_id)
         if c is not None:
             return c
+        may_wait(f"commit {commit_id}")
         try:
             raw = self.store.get(COMMITS_PREFIX + commit_id)
         except NotFoundError:
