@@ -614,9 +614,11 @@ def bench_scale(a, base: str, n: int) -> dict:
         # not by the inodes the kernel knows: what grows with those is the rest
         out["caches_after_find"] = m1["block_cache_bytes"] + m1["read_cache_bytes"]
         out["cache_capacity"] = m1["block_cache_capacity"]
+        # anonymous memory: without the mapped SSTable pages, which are page cache
         caches0 = m0["block_cache_bytes"] + m0["read_cache_bytes"]
+        out["anon_start"], out["anon_after_find"] = m0["rss_anon_bytes"], m1["rss_anon_bytes"]
         out["rss_per_inode_outside_caches"] = (
-            out["rss_after_find"] - out["rss_start"] - (out["caches_after_find"] - caches0)
+            m1["rss_anon_bytes"] - m0["rss_anon_bytes"] - (out["caches_after_find"] - caches0)
         ) / max(1, out["known_inodes"])
         out["find2_s"] = find_files(top)[0]  # the kernel's dentries, as far as they stayed
         if forget_dentries():
@@ -627,7 +629,7 @@ def bench_scale(a, base: str, n: int) -> dict:
             out["known_after_drop"] = m2["inodes"]
             out["rss_after_drop"] = m2["rss_bytes"]
             out["rss_after_drop_outside_caches"] = (
-                m2["rss_bytes"] - m2["block_cache_bytes"] - m2["read_cache_bytes"])
+                m2["rss_anon_bytes"] - m2["block_cache_bytes"] - m2["read_cache_bytes"])
         out["daemon_cpu_s"] = g.daemon_cpu()
     finally:
         g.umount()
@@ -651,14 +653,14 @@ def bench_scale(a, base: str, n: int) -> dict:
 
 def scale_table(rows: list[dict]) -> str:
     lines = ["entries    find/s  floor/s  ratio  known inodes  RSS start  after find  B/inode  "
-             "B/inode outside caches  after drop (known), outside caches",
+             "B/inode outside caches (anon)  after drop (known), anon outside caches",
              ]
     for r in rows:
         lines.append(
             f"{r['entries']:>9,} {r['find_rate']:>8,.0f} {r['floor_find_rate']:>8,.0f} "
             f"{r['find_vs_floor']:>5.2f}x {r['known_inodes']:>12,} {r['rss_start'] / MiB:>7.0f} MB "
             f"{r['rss_after_find'] / MiB:>8.0f} MB {r['rss_per_inode']:>8.0f} "
-            f"{r['rss_per_inode_outside_caches']:>23.0f}  "
+            f"{r['rss_per_inode_outside_caches']:>30.0f}  "
             f"{r.get('rss_after_drop', 0) / MiB:>8.0f} MB ({r.get('known_after_drop', '-')}), "
             f"{r.get('rss_after_drop_outside_caches', 0) / MiB:.0f} MB")
     lines.append("entries    mount s  cold stats/s  floor/s  ratio  ls -l 20k dir s  floor s  time ratio  "

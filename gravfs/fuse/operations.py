@@ -1512,11 +1512,19 @@ class GravfsOperations(pyfuse3.Operations):
         return bytes(value)
 
     def _memory(self) -> dict:
-        """Resident memory, and what of it the bounded caches hold: the rest grows with
+        """Resident memory (all, and anonymous: without the mapped SSTable pages the
+        kernel can drop), and what of it the bounded caches hold: the rest grows with
         the inodes the kernel knows (what an operator watching a traversal asks)."""
-        with open("/proc/self/statm") as f:
-            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        return {"rss_bytes": rss, "inodes": len(self.inodes),
+        rss = anon = 0
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "RssAnon:")):
+                    kib = int(line.split()[1]) << 10
+                    if line.startswith("VmRSS:"):
+                        rss = kib
+                    else:
+                        anon = kib
+        return {"rss_bytes": rss, "rss_anon_bytes": anon, "inodes": len(self.inodes),
                 "block_cache_bytes": DEFAULT_CACHE.used_bytes,
                 "block_cache_capacity": DEFAULT_CACHE.capacity_bytes,
                 "read_cache_bytes": self.reader.cached_bytes}
