@@ -11,6 +11,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gravfs.fs.entry import EntryInfo
 from gravfs.version.config import Workspace
@@ -263,3 +265,60 @@ def test_a_map_another_process_outgrew_is_a_clear_error(tmp_path, monkeypatch):
             assert sum(1 for _ in fresh.iter_token(txn, fresh.state(txn, "main").staging)) == 6001
     finally:
         fresh.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(0, 40), min_size=1, max_size=6), data=st.data(),
+       empty_at=st.sampled_from([1, 10, 10_000]))
+def test_dropping_tokens_leaves_exactly_the_other_tokens(tmp_path_factory, monkeypatch, sizes,
+                                                         data, empty_at):
+    """Emptying the table and putting the rest back (when the dropped tokens hold
+    nearly all of it), or one delete per key: either way every entry of the other
+    tokens stays, long paths and import records included, and nothing else does."""
+    from gravfs.version.staging import area as area_mod
+
+    monkeypatch.setattr(area_mod, "EMPTY_AT", empty_at)
+    a = area_mod.StagingArea(str(tmp_path_factory.mktemp("drop")))
+    try:
+        tokens = [area_mod.new_token() for _ in sizes]
+        tokens[0] = "ff" * 8 if data.draw(st.booleans()) else tokens[0]  # no key above it
+        want = {}
+        for t, n in zip(tokens, sizes):
+            paths = [b"p/%03d" % i for i in range(n)] + ([b"L" * 700] if n % 3 == 1 else [])
+            want[t] = {p: area_mod.PUT + p for p in paths}
+            a.put_token(t, [(p, p) for p in paths])
+            a.write(lambda txn, t=t: a.put_import(txn, t, {"branch": "b"}))
+        gone = data.draw(st.lists(st.sampled_from(tokens), unique=True))
+        dropped = a.write(lambda txn: a.drop_tokens(txn, gone))
+        assert dropped == sum(len(want[t]) for t in gone)
+        with a.read_txn() as txn:
+            for t in tokens:
+                got = dict(a.iter_token(txn, t))
+                assert got == ({} if t in gone else want[t])
+            assert set(a.import_records(txn)) == set(tokens) - set(gone)
+            kept = sum(len(want[t]) for t in tokens if t not in gone)
+            assert txn.stat(a.entries_db)["entries"] == kept
+    finally:
+        a.close()
+
+
+def test_a_bulk_token_is_dropped_by_emptying_the_table(tmp_path, monkeypatch, caplog):
+    from gravfs.version.staging import area as area_mod
+
+    monkeypatch.setattr(area_mod, "EMPTY_AT", 50)
+    a = area_mod.StagingArea(str(tmp_path / "s"))
+    try:
+        bulk, small = area_mod.new_token(), area_mod.new_token()
+        a.put_token(bulk, [(b"f%04d" % i, b"v") for i in range(400)])
+        a.put_token(small, [(b"g%d" % i, b"w") for i in range(40)])
+        with caplog.at_level("DEBUG", logger=area_mod.__name__):
+            assert a.write(lambda txn: a.drop_tokens(txn, [small])) == 40  # 40 of 440: per key
+            assert "emptying" not in caplog.text
+            a.put_token(small, [(b"g%d" % i, b"w") for i in range(40)])
+            assert a.write(lambda txn: a.drop_tokens(txn, [bulk])) == 400
+            assert "dropped 400 staged entries by emptying the table (40 put back)" in caplog.text
+        with a.read_txn() as txn:
+            assert len(dict(a.iter_token(txn, small))) == 40
+            assert a.token_is_empty(txn, bulk)
+    finally:
+        a.close()
