@@ -598,6 +598,8 @@ class GravfsOperations(pyfuse3.Operations):
                     start_after = cont
                     continue
                 key = node.child_key(name)
+                if n.key == key:  # share the listed key (the block cache's): one copy, not two
+                    key = n.key
                 child = self.inodes.ensure(tree, key, n.kind, node.ino, name, _group(n))
                 self._remember(child, n, key)
                 if not self._reply(h, token, name, child, n.entry, cont):
