@@ -1517,16 +1517,14 @@ class GravfsOperations(pyfuse3.Operations):
         """Resident memory (all, and anonymous: without the mapped SSTable pages the
         kernel can drop), and what of it the bounded caches hold: the rest grows with
         the inodes the kernel knows (what an operator watching a traversal asks)."""
-        rss = anon = 0
+        kb = {}
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith(("VmRSS:", "RssAnon:")):
-                    kib = int(line.split()[1]) << 10
-                    if line.startswith("VmRSS:"):
-                        rss = kib
-                    else:
-                        anon = kib
-        return {"rss_bytes": rss, "rss_anon_bytes": anon, "inodes": len(self.inodes),
+                name, _, value = line.partition(":")
+                if name in ("VmRSS", "RssAnon"):
+                    kb[name] = int(value.split()[0])
+        return {"rss_bytes": kb.get("VmRSS", 0) << 10, "rss_anon_bytes": kb.get("RssAnon", 0) << 10,
+                "inodes": len(self.inodes),
                 "block_cache_bytes": DEFAULT_CACHE.used_bytes,
                 "block_cache_capacity": DEFAULT_CACHE.capacity_bytes,
                 "read_cache_bytes": self.reader.cached_bytes}

@@ -131,7 +131,7 @@ class Committer:
         """The tokens' changes are in a tree now (a landed commit, a compaction): drop
         them, keeping their provisional entries (never committed) in the live token."""
         self.area.carry_provisional(txn, st, tokens)
-        self.area.drop_tokens(txn, tokens)
+        self.area.drop_tokens(txn, tokens, expected=st.puts + st.tombstones)
         st.sealed = [t for t in st.sealed if t not in tokens]
 
     def settle_compaction(self, branch: str, tokens: list[str], compacted: dict) -> None:

@@ -289,7 +289,8 @@ def test_dropping_tokens_leaves_exactly_the_other_tokens(tmp_path_factory, monke
             a.put_token(t, [(p, p) for p in paths])
             a.write(lambda txn, t=t: a.put_import(txn, t, {"branch": "b"}))
         gone = data.draw(st.lists(st.sampled_from(tokens), unique=True))
-        dropped = a.write(lambda txn: a.drop_tokens(txn, gone))
+        expected = data.draw(st.integers(0, sum(sizes) + 5))  # a hint, right or wrong
+        dropped = a.write(lambda txn: a.drop_tokens(txn, gone, expected))
         assert dropped == sum(len(want[t]) for t in gone)
         with a.read_txn() as txn:
             for t in tokens:
@@ -312,10 +313,12 @@ def test_a_bulk_token_is_dropped_by_emptying_the_table(tmp_path, monkeypatch, ca
         a.put_token(bulk, [(b"f%04d" % i, b"v") for i in range(400)])
         a.put_token(small, [(b"g%d" % i, b"w") for i in range(40)])
         with caplog.at_level("DEBUG", logger=area_mod.__name__):
-            assert a.write(lambda txn: a.drop_tokens(txn, [small])) == 40  # 40 of 440: per key
+            assert a.write(lambda txn: a.drop_tokens(txn, [small], 40)) == 40  # 40 of 440: per key
+            assert a.write(lambda txn: a.drop_tokens(txn, [bulk])) == 400  # no hint: per key
             assert "emptying" not in caplog.text
+            a.put_token(bulk, [(b"f%04d" % i, b"v") for i in range(400)])
             a.put_token(small, [(b"g%d" % i, b"w") for i in range(40)])
-            assert a.write(lambda txn: a.drop_tokens(txn, [bulk])) == 400
+            assert a.write(lambda txn: a.drop_tokens(txn, [bulk], 400)) == 400
             assert "dropped 400 staged entries by emptying the table (40 put back)" in caplog.text
         with a.read_txn() as txn:
             assert len(dict(a.iter_token(txn, small))) == 40

@@ -61,11 +61,11 @@ MAX_PATH_BYTES = 16384
 # file past another's map, every transaction of the other fails (MDB_MAP_RESIZED), and
 # adopting the new size remaps under any thread still reading.
 _INITIAL_MAP = 1 << 38
+_MAX_MAP = 1 << 40
 # dropping tokens: a table of at least EMPTY_AT entries is emptied and the rest put back
 # when the rest is at most 1/KEEP_RATIO of what is dropped (see drop_tokens)
 EMPTY_AT = 10_000
 KEEP_RATIO = 8
-_MAX_MAP = 1 << 40
 
 
 @dataclass
@@ -484,26 +484,28 @@ class StagingArea:
 
         return self.write(run)
 
-    def drop_tokens(self, txn, tokens: list[str]) -> int:
+    def drop_tokens(self, txn, tokens: list[str], expected: int = 0) -> int:
         """Delete every entry of the given tokens, and their import records (inside
-        the caller's write txn)."""
+        the caller's write txn). ``expected``: about how many entries they hold (the
+        branch's write counters), which says whether emptying the table may pay."""
         toks = sorted(bytes.fromhex(t) for t in tokens)
         for tok in toks:
             txn.delete(tok, db=self.imports_db)
-        dropped = self._drop_by_emptying(txn, toks)
+        dropped = self._drop_by_emptying(txn, toks, expected)
         if dropped is None:
             dropped = sum(_delete_prefix(txn, self.entries_db, tok) for tok in toks)
         for tok in toks:
             _delete_prefix(txn, self.long_db, tok)
         return dropped
 
-    def _drop_by_emptying(self, txn, toks: list[bytes]) -> Optional[int]:
+    def _drop_by_emptying(self, txn, toks: list[bytes], expected: int) -> Optional[int]:
         """When the tokens hold nearly all of the entries table (the commit of a bulk
         load), empty the table in one LMDB call and put the other entries back: a
         cursor delete per key cost a 1M-entry commit 0.5 s, all of it serial. None
-        (nothing done) when the rest is more than 1/KEEP_RATIO of what goes."""
+        (nothing done) when the rest is, or is expected to be, more than
+        1/KEEP_RATIO of what goes: collecting it is then given up early."""
         total = txn.stat(self.entries_db)["entries"]
-        if total < EMPTY_AT:
+        if total < EMPTY_AT or (total - expected) * KEEP_RATIO > expected:
             return None
         limit = total // (KEEP_RATIO + 1)
         kept: list[tuple[bytes, bytes]] = []
