@@ -53,7 +53,7 @@ Fetch = Callable[[int, int], bytes]  # (offset, length) -> checked bytes of a so
 class _Verifier:
     """Running hash (and chunk sums) of an object's chunks, fed strictly in order."""
 
-    __slots__ = ("hasher", "sums", "next", "last", "lock", "pending", "ok")
+    __slots__ = ("hasher", "sums", "next", "last", "lock", "pending", "ok", "filed")
 
     def __init__(self, last: int, sums: bool):
         self.hasher = hashing.hasher()
@@ -63,6 +63,7 @@ class _Verifier:
         self.lock = threading.Lock()  # one thread hashes at a time (in order), not the cache lock
         self.pending = False  # a chunk was filed since the holder of the lock last looked
         self.ok = False  # the complete hash matched the name
+        self.filed = threading.Event()  # the verdict is acted on: sums kept, or object refused
 
 
 class ReadState:
@@ -266,7 +267,8 @@ class DataReader:
         verified by the running hash); ``address`` then only names the cached chunks."""
         first, last = offset // self.chunk, (offset + length - 1) // self.chunk
         self._read_ahead(state, address, size, offset, length, fetch)
-        chunks = [self._get(address, size, i, fetch) for i in range(first, last + 1)]
+        sequential = state.ahead > 0  # it read the chunks before this one
+        chunks = [self._get(address, size, i, fetch, sequential) for i in range(first, last + 1)]
         return self._cut(chunks, first, offset, length)
 
     def _read_ahead(self, state: ReadState, address: str, size: int, offset: int, length: int,
@@ -294,7 +296,8 @@ class DataReader:
         hi = offset + length - (first + len(chunks) - 1) * self.chunk
         return b"".join([chunks[0][lo:]] + chunks[1:-1] + [chunks[-1][:hi]])
 
-    def _get(self, address: str, size: int, idx: int, fetch: Optional[Fetch] = None) -> bytes:
+    def _get(self, address: str, size: int, idx: int, fetch: Optional[Fetch] = None,
+             sequential: bool = False) -> bytes:
         key = (address, idx)
         with self._lock:
             data = self._chunks.get(key)
@@ -304,24 +307,29 @@ class DataReader:
         else:
             data = self._start(address, size, idx, fetch).result()
         if v is not None and idx == v.last:
-            self._settle(address, size, v)
+            self._settle(address, size, v, refetch=sequential)
         if address in self._corrupt:
             raise CorruptDataError(f"data object {address} does not match its hash")
         return data
 
-    def _settle(self, address: str, size: int, v: _Verifier) -> None:
+    def _settle(self, address: str, size: int, v: _Verifier, refetch: bool = False) -> None:
         """Before the last chunk is served, finish the running hash over the chunks that
         are cached or being fetched. A fetcher files its chunk in the cache before it
         feeds the hash, so a sequential reader could otherwise take an earlier chunk
         and then the last one from the cache before the hash had seen them, and end a
-        whole read of a damaged object without an error. Nothing new is fetched: a
-        reader that skipped chunks (a footer first) leaves the hash open, as before."""
+        whole read of a damaged object without an error. ``refetch`` (a sequential
+        reader, which read every chunk): chunks the cache evicted before the hash
+        reached them (a small cache under read-ahead) are fetched again, or the whole
+        read would end unverified. A reader that skipped chunks (a footer first)
+        fetches nothing new and leaves the hash open, as before."""
         while v.next <= v.last and address not in self._corrupt:
             n = v.next
             with self._lock:
                 chunk = self._chunks.peek((address, n))
                 pending = self._inflight.get((address, n)) if chunk is None else None
             if chunk is None:
+                if pending is None and refetch:
+                    pending = self._start(address, size, n)
                 if pending is None:
                     return
                 try:
@@ -329,6 +337,8 @@ class DataReader:
                 except Exception:
                     return  # that fetch's own reader sees its error
             self._feed(address, size, v, n, chunk, wait=True)
+        if v.next > v.last:  # hashed to the end, maybe by another thread still filing it
+            v.filed.wait()
 
     def _start(self, address: str, size: int, idx: int, fetch: Optional[Fetch] = None,
                need: bool = True) -> Optional[Future]:
@@ -459,18 +469,23 @@ class DataReader:
                 return True
 
     def _verified(self, address: str, size: int, v: _Verifier) -> None:
-        """The running hash is complete: keep its sums, or refuse the object."""
-        with self._lock:
-            if self._verifiers.get(address) is v:
-                del self._verifiers[address]
-        if not v.ok:
-            self._refuse(address, "its ranges hash to another digest")
-            return
-        if v.sums is not None:
-            self.data.keep_sums(address, size, v.sums)
-            with self._lock:  # chunks fetched again later (cache evictions) are checked, not rehashed
-                self._recorded[address] = chunksums.ChunkChecks(v.sums, chunksums.CHUNK, size)
-        log.debug("verified %s (%d bytes) from ranged reads", address, size)
+        """The running hash is complete: keep its sums, or refuse the object. Readers
+        of the last chunk wait for this (``v.filed``): one that found the hash done
+        by another thread must not serve the chunk before a mismatch is filed."""
+        try:
+            with self._lock:
+                if self._verifiers.get(address) is v:
+                    del self._verifiers[address]
+            if not v.ok:
+                self._refuse(address, "its ranges hash to another digest")
+                return
+            if v.sums is not None:
+                self.data.keep_sums(address, size, v.sums)
+                with self._lock:  # chunks fetched again later (cache evictions) are checked, not rehashed
+                    self._recorded[address] = chunksums.ChunkChecks(v.sums, chunksums.CHUNK, size)
+            log.debug("verified %s (%d bytes) from ranged reads", address, size)
+        finally:
+            v.filed.set()
 
     def _refuse(self, address: str, why: str) -> None:
         """A corrupt object: log it once, drop its cached chunks, fail every later read."""

@@ -169,6 +169,49 @@ def test_whole_ranged_read_is_verified_under_a_small_cache(s3_repo):
         reader.close()
 
 
+def test_a_chunk_evicted_before_the_hash_reached_it_is_fetched_again(s3_repo):
+    """The running hash stalls at a chunk the cache evicted before the hash got to it
+    (here: the hash is held at chunk 1 until the last chunk is read, and a cache of
+    two chunks drops it meanwhile). A sequential reader of the last chunk fetches it
+    again, so the whole read still ends verified: sums kept for a good object, and
+    CorruptDataError, not the damaged bytes, for a bad one (seen in CI as a whole read
+    under a small cache that recorded no sums)."""
+    repo, server = s3_repo
+    good, bad = os.urandom(5 * CHUNK + 7), os.urandom(5 * CHUNK + 9)
+    good_address, _ = repo.data.put_bytes(good)
+    bad_address, _ = repo.data.put_bytes(bad)
+    _damage_in_bucket(repo, server, bad_address, bad, CHUNK + 5)  # in the chunk held back
+    reader = DataReader(repo.data, cache_bytes=2 * CHUNK)
+    peek, feed, real_settle = reader._chunks.peek, reader._feed, reader._settle
+    held = {"on": True, "stalled": 0}
+
+    def peek_hiding_chunk_1(key):  # the hash finds it evicted...
+        if held["on"] and key[1] == 1:
+            held["stalled"] += 1
+            return None
+        return peek(key)
+
+    def feed_without_chunk_1(address, size, v, idx, data, wait=False):  # ...or is not fed it
+        if not (held["on"] and idx == 1):
+            feed(address, size, v, idx, data, wait)
+
+    def settle(address, size, v, refetch=False):
+        held["on"] = False
+        assert v.next == 1 and (address, 1) not in reader._chunks  # evicted unhashed
+        return real_settle(address, size, v, refetch)
+
+    reader._chunks.peek, reader._feed, reader._settle = peek_hiding_chunk_1, feed_without_chunk_1, settle
+    try:
+        assert _read_whole(reader, good_address, len(good), step=512 * 1024) == good
+        assert held["stalled"] > 0, reader.stats
+        assert repo.tier.load_sums(good_address, len(good)) is not None
+        held["on"] = True
+        with pytest.raises(CorruptDataError):
+            _read_whole(reader, bad_address, len(bad), step=512 * 1024)
+    finally:
+        reader.close()
+
+
 def test_last_chunk_from_the_cache_waits_for_the_running_hash(s3_repo):
     """A fetcher files its chunk in the cache before it feeds the running hash. A reader
     that took that chunk, and then the last chunk (fetched ahead, so not hashed yet),
