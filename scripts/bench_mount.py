@@ -521,14 +521,6 @@ def table(results: dict) -> str:
 
 # -- scale: a branch of N entries -----------------------------------------------------------
 
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def find_files(top: str) -> tuple[float, int]:
     """(seconds, files) of ``find TOP -type f``."""
     t = time.perf_counter()
@@ -653,8 +645,7 @@ def bench_scale(a, base: str, n: int) -> dict:
 
 def scale_table(rows: list[dict]) -> str:
     lines = ["entries    find/s  floor/s  ratio  known inodes  RSS start  after find  B/inode  "
-             "B/inode outside caches (anon)  after drop (known), anon outside caches",
-             ]
+             "B/inode outside caches (anon)  after drop (known), anon outside caches"]
     for r in rows:
         lines.append(
             f"{r['entries']:>9,} {r['find_rate']:>8,.0f} {r['floor_find_rate']:>8,.0f} "
