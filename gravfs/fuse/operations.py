@@ -301,13 +301,15 @@ class GravfsOperations(pyfuse3.Operations):
         if n is not MISSING:
             return n
         ahead = self._lookahead(parent, key) if parent is not None else 0
-        listed: list = []
-        try:
-            if ahead:
-                raise WouldWait("a listing")
-            with no_waiting():  # everything at hand: no thread hop (see gravfs.waits)
-                version, n, _ = self._stat_versioned(tree, key)
-        except WouldWait:
+        done = False
+        if not ahead:  # a lookup alone: on this thread when everything is at hand (gravfs.waits)
+            try:
+                with no_waiting():
+                    version, n, listed = self._stat_versioned(tree, key)
+                done = True
+            except WouldWait:
+                pass
+        if not done:
             version, n, listed = await self.run(self._stat_versioned, tree, key,
                                                 parent.key if ahead else None, ahead)
         if version is not None:

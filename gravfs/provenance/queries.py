@@ -26,7 +26,8 @@ from typing import Optional
 from gravfs import hashing
 from gravfs.errors import AmbiguousRefError
 from gravfs.provenance.layout import COMMITS, CONTENTS, PATHS, RANGES_IN_COMMITS
-from gravfs.provenance.reader import IndexReader, prefix_end
+from gravfs.keyrange import prefix_end
+from gravfs.provenance.reader import IndexReader
 from gravfs.version.history import walk
 from gravfs.version.refs.commits import Commit
 

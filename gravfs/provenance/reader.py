@@ -45,17 +45,6 @@ def _after(key: bytes) -> bytes:
     return key + b"\x00"
 
 
-def prefix_end(prefix: bytes) -> Optional[bytes]:
-    """The smallest key greater than every key that starts with ``prefix`` (None: none)."""
-    p = bytearray(prefix)
-    while p and p[-1] == 0xFF:
-        p.pop()
-    if not p:
-        return None
-    p[-1] += 1
-    return bytes(p)
-
-
 def _first_line(exc: BaseException) -> str:
     """The first line of an error, printable (pyarrow quotes the damaged bytes)."""
     text = str(exc).strip()
@@ -242,4 +231,4 @@ def open_index(store, tier) -> IndexReader:
     return IndexReader(store, tier)
 
 
-__all__ = ["IndexReader", "IndexMissingError", "IndexDamagedError", "open_index", "prefix_end"]
+__all__ = ["IndexReader", "IndexMissingError", "IndexDamagedError", "open_index"]

@@ -13,7 +13,7 @@ from gravfs.errors import AmbiguousRefError
 from gravfs.provenance import layout
 from gravfs.provenance import manifest as manifests
 from gravfs.provenance.queries import resolve_address
-from gravfs.provenance.reader import IndexMissingError, IndexReader, prefix_end
+from gravfs.provenance.reader import IndexMissingError, IndexReader
 from gravfs.store import open_store
 from gravfs.store.tier import LocalTier
 
@@ -113,12 +113,6 @@ def test_resolve_address_by_digest_prefix(tmp_path):
     assert resolve_address(reader, "ffffff") is None
     with pytest.raises(AmbiguousRefError):
         resolve_address(reader, "abcdef")
-
-
-def test_prefix_end():
-    assert prefix_end(b"ab") == b"ac"
-    assert prefix_end(b"a\xff") == b"b"
-    assert prefix_end(b"\xff\xff") is None
 
 
 def test_no_manifest_means_no_index(tmp_path):

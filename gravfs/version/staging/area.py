@@ -42,6 +42,7 @@ import lmdb
 
 from gravfs.errors import BadNameError, GravfsError
 from gravfs.faults import crash_point
+from gravfs.keyrange import prefix_end
 from gravfs.version.staging import lmdbcheck
 
 log = logging.getLogger(__name__)
@@ -518,7 +519,7 @@ class StagingArea:
                     return None
                 on = cur.next()
             if tok is not None:
-                after = _prefix_end(tok)
+                after = prefix_end(tok)
                 on = on and after is not None and cur.set_range(after)
         txn.drop(self.entries_db, delete=False)
         if kept:
@@ -543,11 +544,3 @@ def _delete_prefix(txn, db, prefix: bytes) -> int:
                 break
             n += 1
     return n
-
-
-def _prefix_end(prefix: bytes) -> Optional[bytes]:
-    """The least key above every key starting with ``prefix`` (None: there is none)."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return None
-    return stripped[:-1] + bytes([stripped[-1] + 1])
