@@ -13,11 +13,18 @@ blocks age out first-in first-out.)
 Thread safety is GIL-level: admission and eviction take a lock; a block is
 published only once fully decoded. Tables are immutable, so a key-map entry
 that outlives its block for a moment is still correct data.
+
+``release`` is called by a reader state's finalizer, which the garbage
+collector may run at any allocation, including one inside this cache's own
+locked sections on the same thread: it therefore never waits for the lock.
+A release that finds the lock taken is queued and done by the next admission
+(or by the next release that gets the lock).
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 
 from gravfs import sysmem
 from gravfs.lru import LRU
@@ -83,6 +90,7 @@ class BlockCache:
         # block -> (its table, its offset, itself), oldest first; weight: charges
         self._blocks: LRU[DataBlock, tuple[BlockTable, int, DataBlock]] = LRU(weigh=_charge)
         self._lock = threading.Lock()
+        self._released: deque[BlockTable] = deque()  # releases that found the lock taken
 
     @property
     def used_bytes(self) -> int:
@@ -91,6 +99,8 @@ class BlockCache:
     def admit(self, table: BlockTable, offset: int, block: DataBlock) -> None:
         """Publish ``block`` in ``table`` and account for it, evicting as needed."""
         with self._lock:
+            if self._released:
+                self._drain()
             table.blocks[offset] = block
             if table.kv is not None and block.clean:
                 table.kv.update(zip(block.keys, block.values))
@@ -107,10 +117,22 @@ class BlockCache:
             block.charge = 0
 
     def release(self, table: BlockTable) -> None:
-        """Forget every block of a closing reader."""
-        with self._lock:
-            pop = self._blocks.pop
-            for block in table.blocks.values():
+        """Forget every block of a closing reader (now, or at the next admission
+        if the lock is taken: see the module's docstring)."""
+        self._released.append(table)
+        if self._lock.acquire(blocking=False):
+            try:
+                self._drain()
+            finally:
+                self._lock.release()
+
+    def _drain(self) -> None:
+        """Do the queued releases (under the lock)."""
+        released = self._released
+        pop = self._blocks.pop
+        while released:
+            table = released.popleft()
+            for block in list(table.blocks.values()):
                 if block.charge:
                     pop(block)
                     block.charge = 0
@@ -120,12 +142,14 @@ class BlockCache:
 
     def set_capacity(self, capacity_bytes: int) -> None:
         with self._lock:
+            self._drain()
             self.capacity_bytes = int(capacity_bytes)
             self._evict()
 
     def clear(self) -> None:
         """Evict everything (mainly for tests and benchmarks of cold reads)."""
         with self._lock:
+            self._drain()
             for block, (table, offset, _) in self._blocks.items():
                 table._drop(offset, block)
                 block.charge = 0
