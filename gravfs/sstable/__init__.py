@@ -5,11 +5,13 @@
   at least one item; format_version 2, CRC32C, Snappy or none; ``properties``
   (str -> bytes) become user properties visible to RocksDB/sst_dump/Pebble.
   Built in a temp file beside ``path`` and renamed into place.
-- ``SSTReader(path | bytes | memoryview | mmap, name=None, verify_checksums=True)``:
+- ``SSTReader(path | bytes | memoryview | mmap, name=None, verify_checksums=True,
+  recover=None)``:
   ``get``, ``seek`` (seek-GE iterator), ``first_key``/``last_key``,
   ``properties``/``user_properties``/``table_properties``/``num_entries``,
   ``verify``, ``close`` (also a context manager). Errors in the bytes raise
-  ``gravfs.errors.CorruptDataError`` naming the file and offset.
+  ``gravfs.errors.CorruptDataError`` naming the file and offset, unless
+  ``recover`` maps a sound copy (``map_file``) to read instead.
 - ``unshared_items(a, b)``: the entries of two tables outside the data blocks they
   share byte for byte (what a diff must compare).
 - Decoded blocks live in a process-wide ``BlockCache`` (``DEFAULT_CACHE``,
@@ -22,8 +24,8 @@
 """
 
 from .cache import DEFAULT_CACHE, BlockCache
-from .reader import SSTReader, TableState, unshared_items
+from .reader import SSTReader, TableState, map_file, unshared_items
 from .writer import SSTInfo, write_sst
 
-__all__ = ["write_sst", "SSTInfo", "SSTReader", "TableState", "unshared_items", "BlockCache",
-           "DEFAULT_CACHE"]
+__all__ = ["write_sst", "SSTInfo", "SSTReader", "TableState", "map_file", "unshared_items",
+           "BlockCache", "DEFAULT_CACHE"]

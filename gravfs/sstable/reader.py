@@ -10,7 +10,8 @@ and CRC32C/xxHash/xxHash64/XXH3 block checksums.
 Lookups are seek-GE: bisect the index (decoded once into lists), then bisect
 the decoded data block, which stays in a shared CLOCK block cache. A block's
 checksum is verified when it is first read. Anything that does not parse or
-check out raises ``CorruptDataError`` naming the file and offset.
+check out raises ``CorruptDataError`` naming the file and offset; a reader
+given ``recover`` first maps the sound copy it returns and reads the block again.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import threading
 import weakref
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..errors import CorruptDataError
 from .block import DataBlock, decode_data_block, decode_entries, decode_index_block
@@ -52,6 +54,19 @@ from .properties import (
 )
 
 log = logging.getLogger(__name__)
+
+# Called with the error of a block that failed its check; returns a mapping of
+# a sound copy of the same file (the reader's ``recover``).
+Recover = Callable[[CorruptDataError], "mmap.mmap | bytes"]
+
+
+def map_file(path: str | os.PathLike, name: str | None = None) -> mmap.mmap:
+    """Read-only mapping of a whole SST file (its own descriptor; the file may go)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            raise CorruptDataError("empty file is not an SSTable", path=name or os.fspath(path), offset=0)
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
 
 class _Index:
     """A decoded index block: separator user keys and the handles they bound."""
@@ -113,7 +128,10 @@ class SSTReader:
     messages (default: the path). ``cache`` is the block cache to use (default:
     the process-wide one). ``state`` is the :class:`TableState` of an earlier
     reader of the same file (see :meth:`share_state`): nothing is parsed again
-    and its cache is used. Safe for concurrent readers at GIL level.
+    and its cache is used. ``recover`` (path sources only): called once, when a
+    block fails its checksum, for a mapping of a sound copy of the same file,
+    which replaces the reader's (a local copy damaged or torn by a crash). Safe
+    for concurrent readers at GIL level.
     """
 
     def __init__(
@@ -124,6 +142,7 @@ class SSTReader:
         *,
         cache: BlockCache | None = None,
         state: TableState | None = None,
+        recover: Recover | None = None,
     ):
         self._closed = True
         self._state: TableState | None = None
@@ -134,15 +153,17 @@ class SSTReader:
         self._table: BlockTable | None = None
         self._blocks: dict[int, DataBlock] = {}
         self._kv: dict[bytes, bytes] = {}
+        self._recover: Recover | None = None
         self.verify_checksums = verify_checksums
         if isinstance(source, (str, os.PathLike)):
             path = os.fspath(source)
             self.name = name if name is not None else path
-            with open(path, "rb") as f:  # the mmap keeps its own descriptor
-                if os.fstat(f.fileno()).st_size == 0:
-                    raise CorruptDataError("empty file is not an SSTable", path=self.name, offset=0)
-                self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._mmap = map_file(path, self.name)
             self._buf = self._mmap
+            if recover is not None:
+                self._recover = recover
+                # one thread swaps the mapping; the others wait, then read the new one
+                self._recover_lock = threading.Lock()
         else:
             self.name = name if name is not None else f"<{type(source).__name__}>"
             if isinstance(source, mmap.mmap):
@@ -281,16 +302,45 @@ class SSTReader:
                 f"({self._data_end} bytes; file truncated or bad handle)",
                 offset,
             )
-        raw = self._slice(offset, end)
+        buf = self._buf
+        raw = bytes(buf[offset:end]) if self._copy_slices else buf[offset:end]
         if verify and self._checksum_type != NO_CHECKSUM:
             stored = int.from_bytes(raw[size + 1 :], "little")
             actual = block_checksum(self._checksum_type, raw[: size + 1])
             if stored != actual:
-                raise self._corrupt(
+                err = self._corrupt(
                     f"{what} block checksum mismatch (stored {stored:#010x}, computed {actual:#010x}, size {size})",
                     offset,
                 )
+                if self._recovered(buf, err):
+                    return self._check_block(offset, size, what, verify)
+                raise err
         return raw
+
+    def _recovered(self, seen: object, err: CorruptDataError) -> bool:
+        """Whether a sound copy now replaces ``seen``, the mapping a block failed in.
+
+        The table is immutable, so everything parsed from checked blocks of the
+        old copy (index, decoded blocks) holds for the new one. A failure of
+        ``recover`` (the store's copy is bad too, or the store is out of reach)
+        propagates and leaves the reader as it was.
+        """
+        if self._recover is None:  # never had one, or has used it
+            return self._buf is not seen
+        with self._recover_lock:
+            if self._buf is not seen:
+                return True  # another thread has swapped it meanwhile
+            if self._recover is None or self._closed:
+                return False
+            log.info("%s; reading a sound copy", err)
+            buf = self._recover(err)
+            if len(buf) != self._size:
+                raise self._corrupt(f"the copy fetched again has {len(buf)} bytes, not {self._size}", None)
+            # the old mapping goes with its last slice: another thread may be reading it
+            self._mmap = buf if isinstance(buf, mmap.mmap) else None
+            self._buf = buf
+            self._recover = None
+            return True
 
     def _read_block(self, offset: int, size: int, what: str, verify: bool | None = None) -> bytes:
         """The uncompressed contents of the block at ``offset``, checksum-verified."""
@@ -461,10 +511,12 @@ class SSTReader:
     def block_images(self) -> list[tuple[tuple[int, int], bytes]]:
         """(handle, stored bytes with trailer) of every data block, for comparing
         blocks of two tables byte for byte; a handle past the table data is left out
-        (reading it raises the usual error)."""
+        (reading it raises the usual error). Each image is checksum-checked: two
+        copies torn alike must not pass for equal blocks."""
         self._check_open()
         end = self._data_end
-        return [((off, size), self._slice(off, off + size + BLOCK_TRAILER_SIZE))
+        verify = self.verify_checksums
+        return [((off, size), self._check_block(off, size, "data", verify))
                 for off, size in self._handles_from(b"") if off + size + BLOCK_TRAILER_SIZE <= end]
 
     def block_handles(self) -> list[tuple[int, int]]:
@@ -629,8 +681,7 @@ def unshared_items(a: SSTReader, b: SSTReader) -> tuple[tuple[list[bytes], list[
     hold equal entries, so a diff or a merge can drop them from both sides
     unread: the order-merge of what is left gives the same differences. Only
     for single-version tables (see :attr:`SSTReader.single_version`); others
-    are read whole. A dropped block is neither decoded nor checksum-checked:
-    it is byte-identical to one the other table holds.
+    are read whole. A dropped block is checksum-checked but not decoded.
     """
     if not (a.single_version and b.single_version):
         return a.items_lists(fill_cache=False), b.items_lists(fill_cache=False)

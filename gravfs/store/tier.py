@@ -227,15 +227,22 @@ class LocalTier:
             return key in self._entries
 
     def acquire(self, key: str, verify: Verify | None = None, *,
-                chunk_checked: bool = False, durable: bool = True) -> TierHandle:
+                chunk_checked: bool = False, durable: bool = True,
+                self_checked: bool = False) -> TierHandle:
         """A pinned local copy of ``key``, fetched from the store if needed.
 
         ``chunk_checked``: the caller reads only through ``TierHandle.read``, so a
         file with chunk sums may be served with each chunk checked on first read.
+        ``self_checked`` (no ``verify``): the caller checks every byte it uses (SST
+        block checksums) and, when a check fails, calls ``discard(key, corrupt=...)``
+        and acquires again with a full ``verify``; the copy is served unverified.
         ``durable=False``: a fetched copy is not synced to disk. Only for keys every
-        user acquires with a full ``verify`` and never chunk-checked: a copy adopted
-        after a crash is unverified, so a torn one is found and fetched again.
+        user acquires with a full ``verify`` or ``self_checked``, never
+        chunk-checked: a copy adopted after a crash is unverified, so a torn one
+        is found and fetched again.
         """
+        if self_checked and verify is not None:
+            raise ValueError("a self-checked acquire takes no verify")
         check_key(key)
         if key.startswith(_REFS_PREFIX):
             raise GravfsError(f"{key} is a ref (mutable) and cannot go through the immutable-object tier")
@@ -257,8 +264,8 @@ class LocalTier:
                 fut.result()  # the leader's failure is ours too
                 continue
             try:
-                handle = self._materialize(key, verify, chunk_checked,
-                                           durable or verify is None or chunk_checked)
+                handle = self._materialize(key, verify, chunk_checked, durable or chunk_checked or (
+                    verify is None and not self_checked))
             except BaseException as exc:
                 with self._lock:
                     del self._inflight[key]
@@ -336,12 +343,17 @@ class LocalTier:
                 self._evict_locked()
         return adopted
 
-    def discard(self, key: str) -> None:
-        """Forget a cached copy (e.g. a reader found it corrupt); holders keep their open file."""
+    def discard(self, key: str, *, corrupt: str | None = None) -> None:
+        """Forget a cached copy; holders keep their open file. ``corrupt``: why a
+        reader refused the copy (counted and logged as a failed verification)."""
         with self._lock:
             entry = self._entries.peek(key)
             if entry is not None:
                 self._drop_locked(entry)
+            if corrupt is not None:
+                self.stats.verify_failures += 1
+        if corrupt is not None:
+            log.warning("cached %s: %s; dropped", key, corrupt)
 
     def close(self) -> None:
         if self._executor is not None:

@@ -221,3 +221,101 @@ def test_damaged_copy_does_not_poison_cache_of_good_one(table, tmp_path):
         with pytest.raises(CorruptDataError):
             list(broken)
         assert list(good) == items
+
+
+# --- recover: a reader of a damaged copy maps a sound one and carries on ------------
+
+def _damaged_copy(path: str, dst: str, block: int) -> tuple[int, int]:
+    """``dst``: ``path`` with one byte of data block ``block`` flipped; returns its handle."""
+    shutil.copyfile(path, dst)
+    with SSTReader(path) as r:
+        off, size = r.block_handles()[block]
+    with open(dst, "r+b") as f:
+        f.seek(off + size // 2)
+        b = f.read(1)
+        f.seek(off + size // 2)
+        f.write(bytes([b[0] ^ 0x10]))
+    return off, size
+
+
+def test_recover_maps_a_sound_copy_once_for_all_threads(table, tmp_path):
+    import threading
+    from gravfs.sstable import map_file
+    path, items = table()
+    bad = str(tmp_path / "bad.sst")
+    off, _ = _damaged_copy(path, bad, 3)
+    calls: list[CorruptDataError] = []
+    gate = threading.Event()
+
+    def recover(err):
+        calls.append(err)
+        gate.wait(5)  # the other threads reach the bad block meanwhile
+        return map_file(path)
+
+    r = SSTReader(bad, cache=BlockCache(), recover=recover)
+    assert r.get(items[0][0]) == items[0][1]  # blocks before the damage: no recovery
+    assert calls == []
+    results: list = []
+    threads = [threading.Thread(target=lambda: results.append(list(r))) for _ in range(6)]
+    for t in threads:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join(30)
+    assert results == [items] * 6
+    assert len(calls) == 1 and calls[0].offset == off and calls[0].path == bad
+    assert all(r.get(k) == v for k, v in items)
+    r.close()
+
+
+def test_recover_that_fails_leaves_the_reader_as_it_was(table, tmp_path):
+    from gravfs.sstable import map_file
+    path, items = table()
+    bad = str(tmp_path / "bad.sst")
+    _damaged_copy(path, bad, 2)
+    tries: list[int] = []
+
+    def unreachable(err):
+        tries.append(1)
+        raise OSError("store out of reach")
+
+    with SSTReader(bad, cache=BlockCache(), recover=unreachable) as r:
+        for _ in range(2):  # each read tries again: nothing was used up
+            with pytest.raises(OSError, match="out of reach"):
+                list(r)
+        assert len(tries) == 2
+        assert r.get(items[0][0]) == items[0][1]
+    # a copy that is bad too: the error, once, and no second recovery
+    worse = str(tmp_path / "worse.sst")
+    shutil.copyfile(bad, worse)
+    with SSTReader(bad, cache=BlockCache(), recover=lambda err: map_file(worse)) as r:
+        with pytest.raises(CorruptDataError, match="checksum mismatch"):
+            list(r)
+        with pytest.raises(CorruptDataError, match="checksum mismatch"):
+            list(r)
+    # a copy of another size is refused
+    with SSTReader(bad, cache=BlockCache(), recover=lambda err: b"\0" * 10) as r:
+        with pytest.raises(CorruptDataError, match="fetched again has 10 bytes"):
+            list(r)
+
+
+def test_shared_block_images_are_checked(tmp_path):
+    """Two tables holding the same block, damaged alike in both copies, must not
+    pass for sharing it: unshared_items checks every image it compares."""
+    from gravfs.sstable import unshared_items
+    items = make_items(600)
+    edited = items[:-1] + [(items[-1][0], b"changed")]
+    pa, pb = str(tmp_path / "a.sst"), str(tmp_path / "b.sst")
+    write_sst(pa, items, PROPS, block_size=1024)
+    write_sst(pb, edited, PROPS, block_size=1024)
+    with SSTReader(pa) as a, SSTReader(pb) as b:
+        assert a.block_images()[1] == b.block_images()[1]  # shared
+        off, size = a.block_handles()[1]
+    for p in (pa, pb):
+        with open(p, "r+b") as f:
+            f.seek(off)
+            f.write(bytes(size + 5))  # zeroed, as a crash can leave a page
+    with SSTReader(pa) as a, SSTReader(pb) as b:
+        with pytest.raises(CorruptDataError) as e:
+            unshared_items(a, b)
+        assert e.value.offset == off

@@ -291,6 +291,37 @@ def test_copies_not_durable_are_not_synced_and_a_torn_one_is_fetched_again(store
     assert len(synced) >= 2
 
 
+def test_self_checked_copies_are_served_unverified_and_dropped_when_refused(store, tmp_path,
+                                                                          monkeypatch):
+    """self_checked (SST readers, which check each block they read): no full verify,
+    no sync; a reader that refuses the copy drops it and acquires again with verify."""
+    payload = os.urandom(5000)
+    key = put_blob(store, payload)
+    cache = str(tmp_path / "cache")
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    tier = LocalTier(store, cache)
+    with tier.acquire(key, self_checked=True, durable=False) as h:
+        path = h.path
+        assert h.read() == payload
+    assert synced == [] and tier.stats.fetches == 1
+    with open(path, "r+b") as f:  # damaged after the fetch
+        f.write(b"\0" * 10)
+    calls: list = []
+    tier2 = LocalTier(store, cache)
+    with tier2.acquire(key, self_checked=True, durable=False) as h:
+        assert h.read(0, 10) == b"\0" * 10  # served as it is: the reader checks it
+    assert calls == [] and tier2.stats.fetches == 0
+    tier2.discard(key, corrupt="block 0 checksum mismatch")
+    assert tier2.stats.verify_failures == 1 and not tier2.cached(key)
+    with tier2.acquire(key, verify=sha_verify(calls), durable=False) as h:
+        assert h.read() == payload
+    assert len(calls) == 1 and tier2.stats.fetches == 1
+    with pytest.raises(ValueError, match="no verify"):
+        tier2.acquire(key, verify=sha_verify(), self_checked=True)
+
+
 def test_corrupt_in_store_propagates_after_one_retry(store, tmp_path):
     key = "data/ff/" + "f" * 64  # name does not match content
     store.put(key, b"not what the name says")

@@ -387,6 +387,84 @@ def test_corrupt_cached_range_is_refetched(tmp_path):
     m2 = make_manager(str(tmp_path))
     assert m2.get(mid, recs[100].key) == recs[100]
     assert m2.tier.stats.verify_failures == 1
+    assert m2.tier.stats.fetches == 1
+    m2.close()
+
+
+def _cached_range(m, mid, key: bytes) -> tuple[str, str]:
+    """(range ID, path of its cached copy) of the range holding ``key``, made a copy
+    of its own (the tier links the store's file for a range written here)."""
+    rid = m.iter_ranges(mid)[m.metarange(mid).locate(key)].id
+    cached = m.tier._path(range_key(rid))
+    shutil.copyfile(cached, cached + ".own")
+    os.replace(cached + ".own", cached)
+    return rid, cached
+
+
+def test_damaged_block_of_a_cached_range_is_found_when_read(tmp_path):
+    """A cached range is opened without a full pass: a damaged block is found
+    when a lookup or scan first reads it, and the reader goes on with a fresh copy."""
+    from gravfs.sstable import SSTReader
+    m = make_manager(str(tmp_path), policy=BreakPolicy(40000, 80000, 1000, seed=3))
+    recs = sorted_records(3000)
+    mid = m.write_metarange(recs)
+    rid, cached = _cached_range(m, mid, recs[0].key)
+    with SSTReader(cached) as r:
+        handles = r.block_handles()
+        assert len(handles) > 4
+        off, size = handles[-2]
+        victim = next(k for k, _ in r.seek(r._index_keys[-3] + b"\0"))
+    m.close()
+    data = bytearray(open(cached, "rb").read())
+    data[off + size // 2] ^= 0x01
+    open(cached, "wb").write(data)
+    m2 = make_manager(str(tmp_path), policy=BreakPolicy(40000, 80000, 1000, seed=3))
+    assert m2.get(mid, recs[0].key) == recs[0]  # block 0: read from the cached copy
+    assert m2.tier.stats.fetches == 0 and m2.tier.stats.verify_failures == 0
+    want = next(r for r in recs if r.key == victim)
+    assert m2.get(mid, victim) == want  # the damaged block: a fresh copy
+    assert m2.tier.stats.fetches == 1 and m2.tier.stats.verify_failures == 1
+    assert list(m2.iter(mid)) == recs
+    assert m2.tier.stats.fetches == 1
+    m2.close()
+
+
+@pytest.mark.parametrize("cut", [0, 1, 4096])
+def test_torn_cached_range_is_fetched_again(tmp_path, cut):
+    """What a power cut can leave of an unsynced copy: empty, or cut short."""
+    m = make_manager(str(tmp_path))
+    recs = sorted_records(500)
+    mid = m.write_metarange(recs)
+    _rid, cached = _cached_range(m, mid, recs[100].key)
+    m.close()
+    with open(cached, "r+b") as f:
+        f.truncate(min(cut, os.path.getsize(cached) - 1))
+    m2 = make_manager(str(tmp_path))
+    assert list(m2.iter(mid)) == recs
+    assert m2.tier.stats.verify_failures == 1 and m2.tier.stats.fetches == 1
+    m2.close()
+
+
+@pytest.mark.timeout(60)
+def test_range_damaged_in_the_store_too_raises(tmp_path):
+    """The cached copy is the store's file (a hard link): both are damaged, so the
+    fetch does not help and the error reaches the caller once, with no hang."""
+    m = make_manager(str(tmp_path))
+    recs = sorted_records(500)
+    mid = m.write_metarange(recs)
+    rid = m.iter_ranges(mid)[m.metarange(mid).locate(recs[100].key)].id
+    cached = m.tier._path(range_key(rid))
+    assert os.stat(cached).st_ino == os.stat(m.store._path(range_key(rid))).st_ino
+    m.close()
+    with open(cached, "r+b") as f:  # in place: the store's file as well
+        f.seek(10)
+        b = f.read(1)
+        f.seek(10)
+        f.write(bytes([b[0] ^ 0xFF]))
+    m2 = make_manager(str(tmp_path))
+    with pytest.raises(CorruptDataError, match="checksum mismatch"):
+        list(m2.iter(mid))
+    assert m2.tier.stats.verify_failures >= 2
     m2.close()
 
 

@@ -2,9 +2,12 @@
 
 Everything read here is immutable and content-addressed, so the caches below
 (open range readers, parsed metaranges) never need invalidation; they are only
-bounded.  Every file is acquired from the tier with a verify callback that
-checks all SST block checksums once per process, so a corrupt cached copy is
-refetched instead of served.
+bounded.  A cached copy is opened as it is: the SST reader checks each block's
+checksum when it first reads it, which is what a full pass would check.  A copy
+that fails (damaged, or torn by a crash: copies are not synced) is dropped and
+fetched again with every block verified, and the reader carries on with it.
+Why not verify every copy in full before use: a cold point lookup would read
+and check a whole range (about 200 KiB) to use one 4 KiB block of it.
 """
 
 from __future__ import annotations
@@ -83,15 +86,6 @@ class MetaRange:
 
 
 EMPTY_METARANGE = MetaRange(EMPTY_ID, [])
-
-
-def verify_sst(path: str) -> None:
-    """Tier verify callback: full checksum pass over an SST file."""
-    reader = _sstable.SSTReader(path)
-    try:
-        reader.verify(decompress=False)
-    finally:
-        reader.close()
 
 
 class OpenSST:
@@ -205,12 +199,12 @@ class RangeStore:
 
     # --- opening -----------------------------------------------------------
 
-    def _new_reader(self, path: str, key: str, state=None):
+    def _new_reader(self, path: str, key: str, state=None, recover=None):
         if state is not None:
-            return _sstable.SSTReader(path, name=key, state=state)
+            return _sstable.SSTReader(path, name=key, state=state, recover=recover)
         if self.block_cache is None:
-            return _sstable.SSTReader(path, name=key)
-        return _sstable.SSTReader(path, name=key, cache=self.block_cache)
+            return _sstable.SSTReader(path, name=key, recover=recover)
+        return _sstable.SSTReader(path, name=key, cache=self.block_cache, recover=recover)
 
     def _verify(self, key: str):
         """Tier verify callback that keeps what it parsed for the reader that follows."""
@@ -223,14 +217,35 @@ class RangeStore:
                 reader.close()
         return verify
 
+    def _refetch(self, key: str, why: CorruptDataError):
+        """A fresh copy of ``key``, verified in full (the cached one failed a check)."""
+        self.tier.discard(key, corrupt=str(why))
+        return self.tier.acquire(key, verify=self._verify(key), durable=False)
+
+    def _recover(self, key: str):
+        """A reader's ``recover``: map a fresh copy when a block of the cached one fails."""
+        def recover(err: CorruptDataError):
+            may_wait(key)
+            handle = self._refetch(key, err)
+            try:
+                self._verified.pop(key, None)
+                return _sstable.map_file(handle.path, key)
+            finally:
+                handle.release()
+        return recover
+
     def _open(self, key: str, state=None) -> OpenSST:
-        # every reader of a range verifies it in full once per process: a copy
-        # torn by a crash is fetched again, so it need not be synced
+        # served unverified and unsynced: the reader checks each block it reads
+        # and recovers from a bad copy (see the module's docstring)
         may_wait(key)
-        handle = self.tier.acquire(key, verify=self._verify(key), durable=False)
+        handle = self.tier.acquire(key, self_checked=True, durable=False)
         try:
-            pending = self._verified.pop(key, None)
-            reader = self._new_reader(handle.path, key, state or pending)
+            try:
+                reader = self._new_reader(handle.path, key, state, self._recover(key))
+            except CorruptDataError as e:  # its footer, index or properties
+                handle.release()
+                handle = self._refetch(key, e)
+                reader = self._new_reader(handle.path, key, self._verified.pop(key, None))
             size = getattr(handle, "size", None)
             if size is None:
                 size = os.path.getsize(handle.path)
