@@ -548,6 +548,31 @@ def scale_sample(n: int) -> list[str]:
     return [key(i).decode() for i in random.Random(n).sample(range(n), min(n, SCALE_STATS))]
 
 
+def disk_random_reads(directory: str, count: int = SCALE_STATS, size: int = 4096) -> float:
+    """Random ``size``-byte reads per second from the files under ``directory`` (its
+    range SSTs) with the page cache dropped: the disk's share of a cold lookup, which
+    reads at least one metadata block that no cache holds."""
+    files = [os.path.join(directory, f) for f in sorted(os.listdir(directory))]
+    rnd = random.Random(count)
+    picks = []
+    for path in rnd.choices(files, k=count):
+        blocks = max(1, os.path.getsize(path) // size)
+        picks.append((path, rnd.randrange(blocks) * size))
+    drop_caches()
+    fds: dict[str, int] = {}
+    t = time.perf_counter()
+    try:
+        for path, offset in picks:
+            fd = fds.get(path)
+            if fd is None:
+                fd = fds[path] = os.open(path, os.O_RDONLY)
+            os.pread(fd, size, offset)
+        return count / (time.perf_counter() - t)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
 def cold_probes(top: str, n: int, mount, umount) -> dict:
     """Random first-pass stats and ``ls -l`` of one 20k-entry day directory, each on a
     fresh mount after the page cache and dentries are dropped."""
@@ -626,6 +651,7 @@ def bench_scale(a, base: str, n: int) -> dict:
     finally:
         g.umount()
     out.update(cold_probes(top, n, g.mount, g.umount))
+    out["disk_random_read_per_s"] = disk_random_reads(os.path.join(g.store, "_gravfs", "ranges"))
     shutil.rmtree(root, ignore_errors=True)
     fl = Floor(os.path.join(base, f"floor-scale{n}"), argparse.Namespace(stats=0, list_entries=0, big_mb=1))
     fl.args += ["--lake", str(n)]
@@ -654,12 +680,14 @@ def scale_table(rows: list[dict]) -> str:
             f"{r['rss_per_inode_outside_caches']:>30.0f}  "
             f"{r.get('rss_after_drop', 0) / MiB:>8.0f} MB ({r.get('known_after_drop', '-')}), "
             f"{r.get('rss_after_drop_outside_caches', 0) / MiB:.0f} MB")
-    lines.append("entries    mount s  cold stats/s  floor/s  ratio  ls -l 20k dir s  floor s  time ratio  "
-                 "metadata cache after find / budget")
+    lines.append("entries    mount s  cold stats/s  floor/s  ratio  disk 4K reads/s  ls -l 20k dir s  "
+                 "floor s  time ratio  metadata cache after find / budget")
     for r in rows:
+        disk = r.get("disk_random_read_per_s")
         lines.append(
             f"{r['entries']:>9,} {r['mount_s']:>8.2f} {r['cold_stat_per_s']:>13,.0f} "
             f"{r['floor_cold_stat_per_s']:>8,.0f} {r['cold_stat_vs_floor']:>5.2f}x "
+            f"{'-' if disk is None else format(disk, ',.0f'):>16} "
             f"{r['ls_l_day_s']:>16.2f} {r['floor_ls_l_day_s']:>8.2f} {r['ls_l_day_vs_floor']:>10.2f}x  "
             f"{r['caches_after_find'] / MiB:.0f} / {r['cache_capacity'] / MiB:.0f} MB")
     return "\n".join(lines)

@@ -22,6 +22,9 @@ Refs are mutable and must never come through here.
   may ask for ``chunk_checked`` handles: each chunk is checked as it is first read,
   instead of a full verification before the first byte. A chunk that fails drops
   the file (CorruptDataError); the caller acquires it again, which fetches it.
+- A ``self_checked`` acquire (SST readers, which check each block's checksum as they
+  first read it) gets the copy unverified; a reader that refuses it calls
+  ``discard(key, corrupt=...)`` and acquires again with a full ``verify``.
 - ``load_sums``/``keep_sums`` also serve readers that verify an object without a
   copy here (the mount's in-place and ranged reads); such sums files have no
   cached file to be evicted with and stay (4 bytes per MiB of object).
