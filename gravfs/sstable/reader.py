@@ -25,7 +25,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
 from ..errors import CorruptDataError
-from .block import DataBlock, decode_data_block, decode_entries, decode_index_block
+from .block import DataBlock, decode_data_block, decode_entries, decode_index_block, entries_end
 from .cache import DEFAULT_CACHE, BlockCache, BlockTable
 from .format import (
     BLOCK_TRAILER_SIZE,
@@ -41,6 +41,7 @@ from .format import (
     decode_handle,
     decompress,
     parse_footer,
+    read_varint,
 )
 from .properties import (
     BYTEWISE_COMPARATOR,
@@ -78,12 +79,89 @@ class _Index:
         self.offsets = offsets
         self.sizes = sizes
 
+    def decoded(self) -> _Index:
+        return self
+
+
+LAZY_FINDS = 8  # lookups a lazy index answers from its raw block before it is decoded
+
+
+class _LazyIndex(_Index):
+    """An index block kept raw until it has served ``LAZY_FINDS`` lookups.
+
+    Why: decoding a range's index (~140 entries) was most of the CPU of
+    opening it, and a cold random lookup opens a range to read one block of
+    it. A lookup binary-searches the block's restart points instead, which
+    touches a few entries. ``keys`` is None until decoded; scans, seeks and
+    patches call :meth:`decoded`. Only for plain (not delta-encoded) handles,
+    whose every entry carries its own.
+    """
+
+    __slots__ = ("_raw", "_strip", "_limit", "_restarts", "_finds")
+
+    def __init__(self, raw: bytes, key_is_user: bool):
+        super().__init__(None, None, None)
+        self._raw = raw
+        self._strip = 0 if key_is_user else 8
+        self._limit = entries_end(raw)
+        # restart offsets follow the entries (none to search in an empty block)
+        self._restarts = (len(raw) - 4 - self._limit) // 4 if self._limit else 0
+        self._finds = 0
+
+    def decoded(self) -> _Index:
+        if self.keys is None:
+            keys, offsets, sizes = decode_index_block(self._raw, not self._strip, False)
+            self.offsets, self.sizes = offsets, sizes
+            self.keys = keys  # last: a reader that sees keys sees the rest
+        return self
+
+    def _entry(self, p: int, prev: bytes) -> tuple[bytes, int, int, int]:
+        """(stored key, block offset, block size, next entry) of the entry at ``p``."""
+        raw, limit = self._raw, self._limit
+        shared, q = read_varint(raw, p, limit)
+        non_shared, q = read_varint(raw, q, limit)
+        vlen, q = read_varint(raw, q, limit)
+        end = q + non_shared + vlen
+        if end > limit or shared > len(prev):
+            raise FormatError("index entry overruns its block or shares more than the previous key", p)
+        key = prev[:shared] + raw[q:q + non_shared]
+        off, h = read_varint(raw, q + non_shared, end)
+        size, _ = read_varint(raw, h, end)
+        if len(key) < self._strip:
+            raise FormatError("index key shorter than its 8-byte trailer", p)
+        return key, off, size, end
+
+    def find(self, key: bytes) -> tuple[int, int] | None:
+        """Handle of the first block whose separator is >= ``key`` (None: past the last)."""
+        if self.keys is not None or self._finds >= LAZY_FINDS:
+            idx = self.decoded()
+            i = bisect_left(idx.keys, key)
+            return None if i == len(idx.keys) else (idx.offsets[i], idx.sizes[i])
+        self._finds += 1
+        raw, limit, strip = self._raw, self._limit, self._strip
+        lo, hi = 0, self._restarts
+        while lo < hi:  # first restart point whose separator is >= key
+            mid = (lo + hi) // 2
+            p = int.from_bytes(raw[limit + 4 * mid:limit + 4 * mid + 4], "little")
+            stored = self._entry(p, b"")[0]
+            if (stored[:-strip] if strip else stored) < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        # the answer is that restart's entry or one of the entries just before it
+        p = int.from_bytes(raw[limit + 4 * (lo - 1):limit + 4 * lo], "little") if lo else 0
+        prev = b""
+        while p < limit:
+            prev, off, size, p = self._entry(p, prev)
+            if (prev[:-strip] if strip else prev) >= key:
+                return off, size
+        return None
+
 
 _STATE_FIELDS = (
     "_footer", "_data_end", "_format_version", "_checksum_type", "_meta", "_props",
     "_table_props", "_user_props", "_table", "_blocks", "_kv", "_key_is_user",
-    "_value_delta", "_top", "_two_level", "_partitions", "_index_keys", "_index_offsets",
-    "_index_sizes", "_cache", "_size",
+    "_value_delta", "_top", "_two_level", "_partitions", "_cache", "_size",
 )
 
 
@@ -271,14 +349,10 @@ class SSTReader:
 
         self._key_is_user = tp.index_key_is_user_key
         self._value_delta = tp.index_value_is_delta_encoded
-        top = self._read_index(footer.index_offset, footer.index_size)
         self._two_level = tp.index_type == INDEX_TWO_LEVEL
-        self._top = top
+        self._top = self._read_index(footer.index_offset, footer.index_size,
+                                     lazy=not (self._two_level or self._value_delta))
         self._partitions: dict[int, _Index] = {}
-        # Single-level fast path fields (two-level readers use _top + partitions).
-        self._index_keys = top.keys
-        self._index_offsets = top.offsets
-        self._index_sizes = top.sizes
 
     def _check_no_range_deletions(self) -> None:
         # Range tombstones would hide keys; ignoring them would return wrong data.
@@ -354,12 +428,38 @@ class SSTReader:
         except FormatError as e:
             raise self._corrupt(f"{what} block: {e}", offset) from None
 
-    def _read_index(self, offset: int, size: int) -> _Index:
+    def _read_index(self, offset: int, size: int, lazy: bool = False) -> _Index:
         raw = self._read_block(offset, size, "index")
         try:
+            if lazy and not raw[-1] & 0x80:  # (the high bit: a hash index, not in index blocks)
+                return _LazyIndex(raw, self._key_is_user)
             return _Index(*decode_index_block(raw, self._key_is_user, self._value_delta))
         except FormatError as e:
             raise self._corrupt(f"index block: {e} (at byte {e.offset} of the block)", offset) from None
+
+    def _index(self) -> _Index:
+        """The top-level index, decoded (the only level of a single-level table)."""
+        top = self._top
+        if top.keys is None:
+            try:
+                top.decoded()
+            except FormatError as e:
+                raise self._corrupt(f"index block: {e} (at byte {e.offset} of the block)",
+                                    self._footer.index_offset) from None
+        return top
+
+    # the single level's lists, for the table patcher and tests
+    @property
+    def _index_keys(self) -> list[bytes]:
+        return self._index().keys
+
+    @property
+    def _index_offsets(self) -> list[int]:
+        return self._index().offsets
+
+    @property
+    def _index_sizes(self) -> list[int]:
+        return self._index().sizes
 
     def _partition(self, t: int) -> _Index:
         part = self._partitions.get(t)
@@ -432,14 +532,25 @@ class SSTReader:
             self._check_open()
         if self._two_level:
             return self._get_two_level(key)
-        ikeys = self._index_keys
-        i = bisect_left(ikeys, key)
-        if i == len(ikeys):
-            return None
-        off = self._index_offsets[i]
+        top = self._top
+        ikeys = top.keys
+        if ikeys is None:
+            try:
+                handle = top.find(key)
+            except FormatError as e:
+                raise self._corrupt(f"index block: {e} (at byte {e.offset} of the block)",
+                                    self._footer.index_offset) from None
+            if handle is None:
+                return None
+            off, size = handle
+        else:
+            i = bisect_left(ikeys, key)
+            if i == len(ikeys):
+                return None
+            off, size = top.offsets[i], top.sizes[i]
         blk = self._blocks.get(off)
         if blk is None:
-            blk = self._load(off, self._index_sizes[i])
+            blk = self._load(off, size)
         else:
             blk.ref = True
         keys = blk.keys
@@ -479,8 +590,9 @@ class SSTReader:
     def _handles_from(self, key: bytes) -> Iterator[tuple[int, int]]:
         """Handles of the data blocks from the one that may hold ``key`` onwards."""
         if not self._two_level:
-            offs, sizes = self._index_offsets, self._index_sizes
-            for i in range(bisect_left(self._index_keys, key), len(offs)):
+            index = self._index()
+            offs, sizes = index.offsets, index.sizes
+            for i in range(bisect_left(index.keys, key), len(offs)):
                 yield offs[i], sizes[i]
             return
         top = self._top
@@ -496,7 +608,8 @@ class SSTReader:
 
     def _handles_reversed(self) -> Iterator[tuple[int, int]]:
         if not self._two_level:
-            yield from zip(reversed(self._index_offsets), reversed(self._index_sizes))
+            index = self._index()
+            yield from zip(reversed(index.offsets), reversed(index.sizes))
             return
         for t in reversed(range(len(self._top.keys))):
             part = self._partition(t)
@@ -632,7 +745,7 @@ class SSTReader:
                 self._read_block(o, s, "index partition", verify=True)
                 indexes.append(self._partition(t))
         else:
-            indexes = [self._top]
+            indexes = [self._index()]
         count = 0
         for index in indexes:
             for off, size in zip(index.offsets, index.sizes):

@@ -153,6 +153,49 @@ def test_hypothesis_seek_matches_sorted_list(tmp_path, keys, value_size, block_s
             assert list(itertools.islice(r.seek(p), 3)) == items[i : i + 3]
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    keys=st.sets(st.binary(max_size=24), min_size=1, max_size=300),
+    block_size=st.sampled_from([64, 256, 4096]),
+    format_version=st.sampled_from([2, 5]),
+    index_restart_interval=st.sampled_from([1, 3, 16]),
+    probes=st.lists(st.binary(max_size=25), max_size=40),
+)
+def test_lazy_index_answers_as_the_decoded_one(tmp_path, keys, block_size, format_version,
+                                               index_restart_interval, probes):
+    """A fresh reader's point lookups search the raw index block (any restart interval)
+    until LAZY_FINDS of them, then decode it: the answers never change."""
+    from bisect import bisect_left
+    from gravfs.sstable.reader import LAZY_FINDS
+    items = [(k, k + b"|v") for k in sorted(keys)]
+    path = rocksdict_sst(str(tmp_path / "l.sst"), items, format_version=format_version,
+                         block_size=block_size, index_restart_interval=index_restart_interval)
+    oracle = dict(items)
+    key_list = [k for k, _ in items]
+    asked = probes + key_list[:: max(1, len(key_list) // 20)] + [b"", b"\xff" * 30]
+    with SSTReader(path, cache=BlockCache()) as r:
+        lazy = r._top.keys is None
+        assert lazy == (format_version < 4)  # delta-encoded handles are decoded at open
+        for p in asked:
+            assert r.get(p) == oracle.get(p)
+    with SSTReader(path, cache=BlockCache()) as r:
+        if lazy:
+            decoded = SSTReader(path, cache=BlockCache())._index()
+            for p in asked[:LAZY_FINDS]:
+                i = bisect_left(decoded.keys, p)
+                want = None if i == len(decoded.keys) else (decoded.offsets[i], decoded.sizes[i])
+                assert r._top.find(p) == want
+            assert r._top.keys is None
+            assert list(r) == items  # a scan decodes it
+            assert r._top.keys == decoded.keys
+            with SSTReader(path, cache=BlockCache()) as again:  # so do enough lookups
+                for _ in range(LAZY_FINDS):
+                    again._top.find(b"")
+                assert again._top.keys is None
+                again._top.find(b"")
+                assert again._top.keys == decoded.keys
+
+
 def test_seek_boundaries_every_block(tmp_path):
     items = make_items(3000)
     path = rocksdict_sst(str(tmp_path / "b.sst"), items, block_size=512)
