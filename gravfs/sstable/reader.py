@@ -431,7 +431,7 @@ class SSTReader:
     def _read_index(self, offset: int, size: int, lazy: bool = False) -> _Index:
         raw = self._read_block(offset, size, "index")
         try:
-            if lazy and not raw[-1] & 0x80:  # (the high bit: a hash index, not in index blocks)
+            if lazy and len(raw) >= 4 and not raw[-1] & 0x80:  # (high bit: a hash index)
                 return _LazyIndex(raw, self._key_is_user)
             return _Index(*decode_index_block(raw, self._key_is_user, self._value_delta))
         except FormatError as e:
