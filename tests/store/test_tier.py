@@ -262,17 +262,23 @@ def test_corrupt_cached_file_is_refetched(store, tmp_path):
     assert tier.stats.fetches == 1
 
 
-def test_copies_not_durable_are_not_synced_and_a_torn_one_is_fetched_again(store, tmp_path,
-                                                                         monkeypatch):
-    """durable=False (ranges: always fully verified) skips the fsync of a fetched copy;
-    a copy that a crash left torn is unverified when adopted, so it is fetched again."""
-    payload = os.urandom(5000)
-    key = put_blob(store, payload)
-    cache = str(tmp_path / "cache")
+def _count_fsyncs(monkeypatch) -> list[int]:
+    """The descriptors os.fsync is called on from now on (it still syncs)."""
     synced: list[int] = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
-    synced.clear()
+    return synced
+
+
+def test_copies_not_durable_are_not_synced_and_a_torn_one_is_fetched_again(store, tmp_path,
+                                                                         monkeypatch):
+    """durable=False (keys every user verifies in full or checks itself) skips the fsync
+    of a fetched copy; a copy that a crash left torn is unverified when adopted, so it
+    is fetched again."""
+    payload = os.urandom(5000)
+    key = put_blob(store, payload)
+    cache = str(tmp_path / "cache")
+    synced = _count_fsyncs(monkeypatch)
     with LocalTier(store, cache).acquire(key, verify=sha_verify(), durable=False) as h:
         path = h.path
     assert synced == []
@@ -298,9 +304,7 @@ def test_self_checked_copies_are_served_unverified_and_dropped_when_refused(stor
     payload = os.urandom(5000)
     key = put_blob(store, payload)
     cache = str(tmp_path / "cache")
-    synced: list[int] = []
-    real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    synced = _count_fsyncs(monkeypatch)
     tier = LocalTier(store, cache)
     with tier.acquire(key, self_checked=True, durable=False) as h:
         path = h.path
