@@ -10,6 +10,7 @@ import pytest
 
 from gravfs.errors import GravfsError
 from gravfs.version.committed.record import encode_value
+from gravfs.version.committed.sources import overrides_of
 from gravfs.version.committed.workers import WorkerPool
 from gravfs.version.staging import feed, view
 from gravfs.version.staging.area import LONG_HEAD, StagingArea, new_token
@@ -29,9 +30,10 @@ def read(area: StagingArea, tokens: list[str], after: bytes | None = None) -> li
     return list(chain.from_iterable(feed.read_chunks(area, tuple(tokens), after)))
 
 
-def remote_read(path: str, tokens: tuple[str, ...], after: bytes | None) -> list[tuple]:
+def remote_read(path: str, tokens: tuple[str, ...], overrides: bool,
+                after: bytes | None) -> list[tuple]:
     """In a worker process: what a parallel commit's worker reads."""
-    return list(chain.from_iterable(feed.read_path(path, tokens, after)))
+    return list(chain.from_iterable(feed.read_path(path, tokens, overrides, after)))
 
 
 @pytest.fixture
@@ -56,10 +58,12 @@ def test_tokens_of_every_size_read_whole_and_from_any_key(area):
         assert sc.keys == [c[0] for c in want]
         assert len(sc) == n and bool(sc) == bool(n)
         assert list(sc) == want, branch
+        assert list(sc.overrides(None)) == overrides_of(want), branch
         for at in (0, 1, 63, 64, 4999, n - 1):
             if 0 <= at < n:
                 k = want[at][0]
                 assert read(area, [tok], k) == want[at + 1:], (branch, at)
+                assert list(sc.overrides(k)) == overrides_of(want[at + 1:]), (branch, at)
                 for x in (k + b"\x00", k[:-1]):  # not keys
                     assert read(area, [tok], x) == [c for c in want if c[0] > x]
     # deletions are kept as (key, None, None); puts keep their encoded value
@@ -82,8 +86,10 @@ def test_long_paths_come_in_path_order(area):
     sc = feed.staged_changes(area, [tok])
     assert sc.keys == sorted(paths)
     assert list(sc) == want
+    assert list(sc.overrides(None)) == overrides_of(want)
     for i, c in enumerate(want):
         assert read(area, [tok], c[0]) == want[i + 1:], c[0][:20]
+        assert list(sc.overrides(c[0])) == overrides_of(want[i + 1:]), c[0][:20]
 
 
 def test_newest_token_wins_and_provisional_puts_are_deletions(area):
@@ -101,21 +107,25 @@ def test_newest_token_wins_and_provisional_puts_are_deletions(area):
         (b"a", True), (b"b", False), (b"c", True), (b"d", True), (b"e", False)]
     assert read(area, tokens, b"b") == got[2:]
     assert feed.staged_changes(area, tokens).keys == [b"a", b"b", b"c", b"d", b"e"]
+    assert list(feed.staged_changes(area, tokens).overrides(b"a")) == overrides_of(got[1:])
 
 
 def test_a_worker_process_reads_the_same_changes(area):
-    """Another process opens the database read-only and reads its slice itself."""
+    """Another process opens the database read-only and reads its slice itself, as
+    override entries (what a commit's worker reads) or as changes."""
     tok = new_token()
     area.put_token(tok, [(b"k/%05d" % i, None if i % 7 == 0 else value(i)) for i in range(3000)])
     want = expected(area, [tok])
     sc = feed.staged_changes(area, [tok])
+    path, tokens, _ = sc.remote.args
     pool = WorkerPool(1)
     try:
         got = pool.run([(remote_read, (*sc.remote.args, None)),
-                        (remote_read, (*sc.remote.args, want[1999][0]))])
+                        (remote_read, (*sc.remote.args, want[1999][0])),
+                        (remote_read, (path, tokens, False, want[1999][0]))])
     finally:
         pool.close()
-    assert got == [want, want[2000:]]
+    assert got == [overrides_of(want), overrides_of(want[2000:]), want[2000:]]
 
 
 def test_read_only_open_of_a_missing_database_says_so(tmp_path):

@@ -13,12 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain, islice
-from operator import lt as _lt
+from operator import itemgetter, lt as _lt
 from typing import Callable, Iterable, Iterator, Optional
 
 from gravfs.version.committed.record import encode_value
 
-# reader(after) -> lists of change tuples (Change fields) with key > after, in key order
+_key = itemgetter(0)
+
+# reader(after) -> lists of change tuples (Change fields), or of override entries,
+# with key > after, in key order
 ChunkReader = Callable[[Optional[bytes]], Iterator[list]]
 
 
@@ -29,39 +32,49 @@ def overrides_of(changes: list) -> list[tuple]:
     A put may carry its already-encoded value (Change.value, as staging keeps
     it), which saves a decode/encode round trip per record.
     """
-    keys = [ch[0] for ch in changes]
-    if not all(map(_lt, keys, islice(keys, 1, None))):
-        bad = next(k for p, k in zip(keys, islice(keys, 1, None)) if k <= p)
-        raise ValueError(f"changes not in strictly ascending key order at {bad!r}")
+    _check_order(list(map(_key, changes)), None)
+    return as_overrides(changes)
+
+
+def as_overrides(changes: list) -> list[tuple]:
+    """overrides_of without the order check, for a caller that checks later."""
     return [(ch[0], None, None, 1) if ch[1] is None
             else (ch[0], ch[1], ch[3], 1) if len(ch) > 3 and ch[3] is not None
             else (ch[0], ch[1], encode_value(ch[1], ch[2]), 1) for ch in changes]
 
 
-def overrides_from(chunks: Iterable[list]) -> Iterator[tuple]:
-    """overrides_of over a stream of chunks, checking the order across them too."""
-    def converted() -> Iterator[list]:
+def _check_order(keys: list[bytes], last: Optional[bytes]) -> None:
+    if (last is not None and keys and keys[0] <= last) or not all(
+            map(_lt, keys, islice(keys, 1, None))):
+        bad = next(k for p, k in zip([last] + keys, keys) if p is not None and k <= p)
+        raise ValueError(f"changes not in strictly ascending key order at {bad!r}")
+
+
+def chained(chunks: Iterable[list]) -> Iterator[tuple]:
+    """Chunks of override entries as one stream, checking that keys ascend
+    strictly within and across chunks (a reader's fault must not reach a tree)."""
+    def checked() -> Iterator[list]:
         last = None
         for chunk in chunks:
-            if not chunk:
-                continue
-            if last is not None and chunk[0][0] <= last:
-                raise ValueError(f"changes not in strictly ascending key order at {chunk[0][0]!r}")
-            last = chunk[-1][0]
-            yield overrides_of(chunk)
-    return chain.from_iterable(converted())
+            if chunk:
+                keys = list(map(_key, chunk))
+                _check_order(keys, last)
+                last = keys[-1]
+                yield chunk
+    return chain.from_iterable(checked())
 
 
 @dataclass(frozen=True)
 class RemoteChanges:
     """What a worker process needs to read a change set itself: ``fn(*args, after)``
-    yields its chunks like SlicedChanges.read (fn a module-level function)."""
+    yields its chunks of override entries like SlicedChanges.read_overrides (fn a
+    module-level function)."""
 
     fn: Callable
     args: tuple
 
     def overrides(self, after: Optional[bytes]) -> Iterator[tuple]:
-        return overrides_from(self.fn(*self.args, after))
+        return chained(self.fn(*self.args, after))
 
 
 @dataclass
@@ -70,11 +83,15 @@ class SlicedChanges:
 
     Iterating it yields every change (in this process); ``len`` counts them.
     ``load_keys`` reads the sorted keys, once, when first needed (a caller that
-    only iterates never reads them).
+    only iterates never reads them). ``read`` gives chunks of change tuples,
+    ``read_overrides`` the same changes as override entries (a source that
+    stores values encoded builds those directly: a million-record commit
+    saves a pass of tuples).
     """
 
     load_keys: Callable[[], list[bytes]]
     read: ChunkReader
+    read_overrides: ChunkReader
     remote: RemoteChanges
 
     @cached_property
@@ -89,4 +106,4 @@ class SlicedChanges:
 
     def overrides(self, after: Optional[bytes]) -> Iterator[tuple]:
         """Override entries of the changes with key > after (all for None)."""
-        return overrides_from(self.read(after))
+        return chained(self.read_overrides(after))

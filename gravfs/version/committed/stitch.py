@@ -62,6 +62,7 @@ class _Overrides:
         return True
 
     def drop_upto(self, last: bytes) -> None:
+        """Consume the entries with key <= last (found by bisection: the buffer is sorted)."""
         buf, bi = self.buf, self.bi
         while True:
             if bi == len(buf):
@@ -70,10 +71,11 @@ class _Overrides:
                     bi = 0
                 if not self._pull():
                     break
-                buf = self.buf
-            if buf[bi][0] > last:
-                break
-            bi += 1
+            if buf[-1][0] <= last:
+                bi = len(buf)
+                continue
+            bi = bisect_right(buf, last, bi, key=_key)
+            break
         if bi > 4096:
             del buf[:bi]
             bi = 0

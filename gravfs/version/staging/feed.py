@@ -9,9 +9,11 @@ tokens never change until the commit that took them has landed, so every
 reader sees the same changes.
 
 Values stay encoded (the lakeFS value staging keeps): a change is ``(key,
-identity, None, encoded value)``, or ``(key, None, None)`` for a deletion.  A
-provisional put is a deletion here: a commit never takes it (it stays staged,
-see StagingArea.carry_provisional).  Tokens are read by the cursor in chunks
+identity, None, encoded value)``, or ``(key, None, None)`` for a deletion; a
+commit reads them straight as the stitcher's override entries ``(key,
+identity or None, encoded value or None, 1)``.  A provisional put is a
+deletion here: a commit never takes it (it stays staged, see
+StagingArea.carry_provisional).  Tokens are read by the cursor in chunks
 converted by comprehensions; a token holding paths longer than
 MAX_PLAIN_PATH is read through iter_token from the first chunk that holds
 one (those keys sort apart from their paths).
@@ -26,20 +28,23 @@ from operator import itemgetter
 from typing import Callable, Iterator, Optional
 
 from gravfs.version.committed.record import decode_identity
-from gravfs.version.committed.sources import RemoteChanges, SlicedChanges
+from gravfs.version.committed.sources import RemoteChanges, SlicedChanges, as_overrides
 from gravfs.version.staging import view
-from gravfs.version.staging.area import LONG_HEAD, PROVISIONAL, TOMBSTONE, StagingArea
+from gravfs.version.staging.area import LONG_HEAD, PROVISIONAL, PUT, TOMBSTONE, StagingArea
 
 CHUNK = 16384  # entries per chunk once a token turns out to be long
 _FIRST_CHUNK = 64
 _first = itemgetter(0)
+_PUT = PUT[0]
+_ID32 = 64  # the zigzag varint of 32: an encoded value's identity is 32 bytes
 
 
 def staged_changes(area: StagingArea, tokens: list[str]) -> SlicedChanges:
     """The changes of ``tokens`` (newest first wins) as SlicedChanges."""
     tokens = tuple(tokens)
     return SlicedChanges(partial(read_keys, area, tokens), partial(read_chunks, area, tokens),
-                         RemoteChanges(read_path, (area.path, tokens)))
+                         partial(read_chunks, area, tokens, overrides=True),
+                         RemoteChanges(read_path, (area.path, tokens, True)))
 
 
 def read_keys(area: StagingArea, tokens: tuple[str, ...]) -> list[bytes]:
@@ -49,28 +54,31 @@ def read_keys(area: StagingArea, tokens: tuple[str, ...]) -> list[bytes]:
         return _keys(area, txn, tokens)
 
 
-def read_chunks(area: StagingArea, tokens: tuple[str, ...],
-                after: Optional[bytes]) -> Iterator[list[tuple]]:
-    """Lists of the tokens' changes with key > ``after`` (all for None), in key order."""
+def read_chunks(area: StagingArea, tokens: tuple[str, ...], after: Optional[bytes],
+                overrides: bool = False) -> Iterator[list[tuple]]:
+    """Lists of the tokens' changes with key > ``after`` (all for None), in key
+    order: change tuples, or override entries if ``overrides``."""
     with area.read_txn() as txn:
-        yield from _chunks(area, txn, tokens, after)
+        yield from _chunks(area, txn, tokens, after, overrides)
 
 
-def read_path(path: str, tokens: tuple[str, ...], after: Optional[bytes]) -> Iterator[list[tuple]]:
+def read_path(path: str, tokens: tuple[str, ...], overrides: bool,
+              after: Optional[bytes]) -> Iterator[list[tuple]]:
     """read_chunks in another process: opens the database at ``path`` read-only."""
     area = StagingArea(path, readonly=True)
     try:
-        yield from read_chunks(area, tokens, after)
+        yield from read_chunks(area, tokens, after, overrides)
     finally:
         area.close()
 
 
-def _chunks(area: StagingArea, txn, tokens: tuple[str, ...],
-            after: Optional[bytes]) -> Iterator[list[tuple]]:
+def _chunks(area: StagingArea, txn, tokens: tuple[str, ...], after: Optional[bytes],
+            overrides: bool = False) -> Iterator[list[tuple]]:
     if not tokens:
         return
     if len(tokens) == 1:
-        yield from _token_chunks(area, txn, tokens[0], after)
+        yield from _token_chunks(area, txn, tokens[0], after,
+                                 _as_overrides if overrides else _as_changes)
         return
     layers = [view.RawTokenLayer(area, txn, t) for t in tokens]
     items = view.merged(layers, after or b"")
@@ -80,11 +88,11 @@ def _chunks(area: StagingArea, txn, tokens: tuple[str, ...],
             return
         if after is not None and chunk[0][0] <= after:
             chunk = [c for c in chunk if c[0] > after]
-        yield chunk
+        yield as_overrides(chunk) if overrides else chunk
 
 
-def _token_chunks(area: StagingArea, txn, token: str,
-                  after: Optional[bytes]) -> Iterator[list[tuple]]:
+def _token_chunks(area: StagingArea, txn, token: str, after: Optional[bytes],
+                  convert: Callable[[list, int], list]) -> Iterator[list[tuple]]:
     tok = bytes.fromhex(token)
     n = len(tok)
     cur = txn.cursor(db=area.entries_db)
@@ -97,11 +105,11 @@ def _token_chunks(area: StagingArea, txn, token: str,
             rest = ((path, raw) for path, raw in area.iter_token(txn, token, last or b"")
                     if last is None or path > last)
             while True:
-                chunk = _as_changes(list(islice(rest, CHUNK)), 0)
+                chunk = convert(list(islice(rest, CHUNK)), 0)
                 if not chunk:
                     return
                 yield chunk
-        chunk = _as_changes(pairs, n)
+        chunk = convert(pairs, n)
         if last is not None and chunk[0][0] <= last:
             chunk = [c for c in chunk if c[0] > last]
         if chunk:
@@ -130,10 +138,23 @@ def _prefixed(items: Iterator, prefix: bytes, key: Callable) -> Iterator[list]:
 
 
 def _as_changes(pairs: list[tuple[bytes, bytes]], n: int) -> list[tuple]:
-    """(stored key, stored value) -> changes; ``n``: bytes of token before the path."""
-    return [(k[n:], None, None) if raw == TOMBSTONE or raw[:1] == PROVISIONAL
-            else (k[n:], raw[2:34] if raw[1:2] == b"\x40" and len(raw) >= 34
-                  else decode_identity(raw[1:]), None, raw[1:])
+    """(stored key, stored value) -> changes; ``n``: bytes of token before the path.
+
+    The first test is a put of a 32-byte identity (nearly every entry), tested
+    on ints so that no byte string is sliced to classify it."""
+    return [(k[n:], raw[2:34], None, raw[1:])
+            if len(raw) >= 34 and raw[0] == _PUT and raw[1] == _ID32
+            else (k[n:], None, None) if raw == TOMBSTONE or raw[:1] == PROVISIONAL
+            else (k[n:], decode_identity(raw[1:]), None, raw[1:])
+            for k, raw in pairs]
+
+
+def _as_overrides(pairs: list[tuple[bytes, bytes]], n: int) -> list[tuple]:
+    """_as_changes as override entries (sources.as_overrides), in one pass."""
+    return [(k[n:], raw[2:34], raw[1:], 1)
+            if len(raw) >= 34 and raw[0] == _PUT and raw[1] == _ID32
+            else (k[n:], None, None, 1) if raw == TOMBSTONE or raw[:1] == PROVISIONAL
+            else (k[n:], decode_identity(raw[1:]), raw[1:], 1)
             for k, raw in pairs]
 
 
@@ -148,7 +169,8 @@ def _keys(area: StagingArea, txn, tokens: tuple[str, ...]) -> list[bytes]:
     keys: list[bytes] = []
     for chunk in _prefixed(cur.iternext(keys=True, values=False), tok, _same):
         if max(map(len, chunk)) - n > LONG_HEAD:
-            return [c[0] for c in chain.from_iterable(_token_chunks(area, txn, tokens[0], None))]
+            return [c[0] for c in chain.from_iterable(
+                _token_chunks(area, txn, tokens[0], None, _as_changes))]
         keys += [k[n:] for k in chunk]
     return keys
 
