@@ -1,5 +1,6 @@
-"""Threads that must not wait: a stat runs where everything is at hand, and gives way
-(WouldWait, nothing changed) where it would read the store or open a range."""
+"""Threads that must not wait: a stat runs where everything is at hand (ranges the
+local tier holds are opened there), and gives way (WouldWait, nothing changed) where
+it would read the store or fetch a range."""
 
 from __future__ import annotations
 
@@ -40,11 +41,23 @@ def test_stat_gives_way_until_its_head_and_ranges_are_at_hand(tmp_path):
         assert repo.stat("main", "d/f0005").entry.size == size  # on a thread that may wait
         with no_waiting():  # the same range, now open: answered here
             assert repo.stat("main", "d/f0005").entry.size == size
-            with pytest.raises(WouldWait):  # another range is not open yet
-                repo.stat("main", "d/f1999")
+            # another range, not open yet but in this workspace's tier (the commit
+            # left its ranges there): opened here
+            assert repo.stat("main", "d/f1999").entry.size == size
             repo.stage("main", [(b"d/new", EntryInfo(address=addr, size=size, kind=KIND_FILE,
                                                       mode=0o100644))])
             assert repo.stat("main", "d/new").entry.size == size  # staging is local: read here
+    finally:
+        repo.close()
+    # a workspace whose tier holds nothing: a range must be fetched from the store
+    repo = Repository.open(str(tmp_path / "store"), str(tmp_path / "other"), head_ttl=60)
+    try:
+        assert repo.stat("main", "d/f0005").entry.size == size  # head, commit, metarange
+        fetches = repo.committed.tier.stats.fetches
+        with no_waiting():
+            with pytest.raises(WouldWait):  # its range is not in the tier
+                repo.stat("main", "d/f1999")
+        assert repo.committed.tier.stats.fetches == fetches  # gave way before fetching
         assert repo.stat("main", "d/f1999").entry.size == size
         with no_waiting():
             assert repo.stat("main", "d/f1999").entry.size == size

@@ -50,6 +50,7 @@ from gravfs.faults import crash_point
 from gravfs.lru import LRU
 from gravfs.store.modes import PRIVATE_FILE, make_dir, private_dir
 from gravfs.store.base import ObjectStore, check_key
+from gravfs.waits import may_wait
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +261,7 @@ class LocalTier:
                         return handle
                 fut = self._inflight.get(key)
                 leader = fut is None
+                may_wait(key)  # a fetch, or waiting for another thread's (gravfs.waits)
                 if leader:
                     fut = Future()
                     self._inflight[key] = fut

@@ -219,13 +219,13 @@ class RangeStore:
 
     def _refetch(self, key: str, why: CorruptDataError):
         """A fresh copy of ``key``, verified in full (the cached one failed a check)."""
+        may_wait(key)
         self.tier.discard(key, corrupt=str(why))
         return self.tier.acquire(key, verify=self._verify(key), durable=False)
 
     def _recover(self, key: str):
         """A reader's ``recover``: map a fresh copy when a block of the cached one fails."""
         def recover(err: CorruptDataError):
-            may_wait(key)
             handle = self._refetch(key, err)
             try:
                 self._verified.pop(key, None)
@@ -236,8 +236,8 @@ class RangeStore:
 
     def _open(self, key: str, state=None) -> OpenSST:
         # served unverified and unsynced: the reader checks each block it reads
-        # and recovers from a bad copy (see the module's docstring)
-        may_wait(key)
+        # and recovers from a bad copy (see the module's docstring). A copy the tier
+        # holds is opened on any thread; a fetch gives way (gravfs.waits)
         handle = self.tier.acquire(key, self_checked=True, durable=False)
         try:
             try:
