@@ -14,6 +14,10 @@ Targets (all measured in the same run, so ratios share the machine's state):
   gravfs-local  gravfs mounted over a local-directory store
   gravfs-s3     gravfs mounted over a SeaweedFS bucket (``weed mini`` on loopback)
   rclone-s3     ``rclone mount`` of the same SeaweedFS bucket (--vfs-cache-mode full)
+  s3-get-floor  the big file read straight from the same SeaweedFS with boto3, as many
+                ranged GETs at once as gravfs's read-ahead keeps in flight (no FUSE, no
+                hashing, no cache): what any client of this server can read at that
+                concurrency, the floor of the cold store reads above
 
 Measurements (each the median of --runs repetitions):
   seq read of one big file: cold from the store (fresh workspace / cache, page
@@ -475,7 +479,7 @@ def bench_rclone(a, rc: Rclone, spark, out: dict) -> dict:
 
 # -- report --------------------------------------------------------------------------------
 
-TARGETS = ("native", "pyfuse3-floor", "gravfs-local", "gravfs-s3", "rclone-s3")
+TARGETS = ("native", "pyfuse3-floor", "gravfs-local", "gravfs-s3", "rclone-s3", "s3-get-floor")
 
 ROWS = [  # label, native key, gravfs key, rclone key, pyfuse3-floor key, higher is better
     ("seq read cold, store (MB/s)", "read_cold_MBps", "read_cold_store_MBps", "read_cold_store_MBps",
@@ -515,7 +519,55 @@ def table(results: dict) -> str:
             cells.append(f"{txt:>22}")
         lines.append(f"{label:36}" + "".join(cells))
     lines.append("ratios: fraction of native speed (time-based rows: native time / target time)")
+    rc = med.get("rclone-s3", {}).get("read_cold_store_MBps")
+    if rc:
+        lines.append("cold store read against rclone on the same bucket: " + ", ".join(
+            f"{t} {med[t]['read_cold_store_MBps'] / rc:.2f}x" for t in ("gravfs-s3", "s3-get-floor")
+            if med.get(t, {}).get("read_cold_store_MBps")))
     return "\n".join(lines)
+
+
+def s3_get_MBps(client, bucket: str, key: str, size: int) -> float:
+    """MB/s of reading one object with ranged GETs of the reader's chunk size, as many
+    in flight as its read-ahead keeps, each body read and dropped (page cache dropped
+    first: the server reads its disk)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from gravfs.data.reader import CHUNK, MAX_AHEAD
+
+    def get(offset: int) -> int:
+        end = min(size, offset + CHUNK) - 1
+        body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={offset}-{end}")["Body"]
+        n = 0
+        while True:
+            b = body.read(MiB)
+            if not b:
+                return n
+            n += len(b)
+
+    drop_caches()
+    t = time.perf_counter()
+    with ThreadPoolExecutor(MAX_AHEAD) as pool:
+        n = sum(pool.map(get, range(0, size, CHUNK)))
+    el = time.perf_counter() - t
+    if n != size:
+        raise RuntimeError(f"s3-get-floor read {n} bytes of {size}")
+    return n / MiB / el
+
+
+def bench_s3_floor(a, server, big_local: str, out: dict) -> dict:
+    import boto3
+    from botocore.config import Config
+    from gravfs.data.reader import MAX_AHEAD
+    client = boto3.client("s3", endpoint_url=server.endpoint_url, region_name="us-east-1",
+                          aws_access_key_id=server.access_key,
+                          aws_secret_access_key=server.secret_key,
+                          config=Config(max_pool_connections=2 * MAX_AHEAD))
+    key = f"s3-get-floor-{uuid.uuid4().hex[:8]}/big"
+    client.upload_file(big_local, server.bucket, key)
+    size = os.path.getsize(big_local)
+    out["read_cold_store_MBps"] = [s3_get_MBps(client, server.bucket, key, size)
+                                   for _ in range(a.runs)]
+    return out
 
 
 
@@ -772,7 +824,7 @@ def main() -> int:
             mounts.append(g)
             g.setup(data["big"], data["small"], spark_local, a.list_entries)
             bench_gravfs(a, g, spark, results["targets"].setdefault("gravfs-local", {}))
-        if "gravfs-s3" in targets or "rclone-s3" in targets:
+        if {"gravfs-s3", "rclone-s3", "s3-get-floor"} & set(targets):
             sys.path.insert(0, os.path.join(ROOT, "tests"))
             from s3server import SeaweedServer, find_weed
             server = SeaweedServer(os.path.join(base, "weed"), find_weed())
@@ -794,6 +846,9 @@ def main() -> int:
                 mounts.append(rc)
                 rc.setup(data["big"], data["small"], spark_local)
                 bench_rclone(a, rc, spark, results["targets"].setdefault("rclone-s3", {}))
+            if "s3-get-floor" in targets and wanted(a, "read"):
+                print("s3-get-floor ...", flush=True)
+                bench_s3_floor(a, server, data["big"], results["targets"].setdefault("s3-get-floor", {}))
     except BaseException as exc:
         results["error"] = repr(exc)
         print(f"benchmark stopped: {exc!r}", file=sys.stderr)

@@ -147,7 +147,8 @@ class DataReader:
 
     # -- public -------------------------------------------------------------------
 
-    def read(self, state: ReadState, address: str, size: int, offset: int, length: int) -> bytes:
+    def read(self, state: ReadState, address: str, size: int, offset: int, length: int
+             ) -> bytes | memoryview:
         if offset >= size or length <= 0:
             return b""
         length = min(length, size - offset)
@@ -160,7 +161,8 @@ class DataReader:
         except NotFoundError as exc:
             raise data_missing(address, exc) from None
 
-    def read_external(self, state: ReadState, src: Source, offset: int, length: int) -> bytes:
+    def read_external(self, state: ReadState, src: Source, offset: int, length: int
+                      ) -> bytes | memoryview:
         """A by-reference entry's bytes from its source (gravfs.data.external), through the
         chunk cache and read-ahead under the source's URL and version: every chunk
         fetched is checked against the entry's size and e_tag before it is cached, so
@@ -209,7 +211,8 @@ class DataReader:
             self._manifests.evict(max_items=MAX_MANIFESTS)
         return m
 
-    def _read(self, state: ReadState, address: str, size: int, offset: int, length: int) -> bytes:
+    def _read(self, state: ReadState, address: str, size: int, offset: int, length: int
+              ) -> bytes | memoryview:
         for attempt in (1, 2):
             with state.lock:
                 if state.tier_handle is None and state.in_place is None:
@@ -241,7 +244,7 @@ class DataReader:
     # -- chunks ---------------------------------------------------------------------
 
     def read_cached(self, state: ReadState, address: str, size: int, offset: int,
-                    length: int) -> Optional[bytes]:
+                    length: int) -> bytes | memoryview | None:
         """The bytes, if this object is read by ranges and every chunk they need is
         cached already; else None (use ``read``). Never waits on I/O or a running
         hash, so the mount answers the common read of a sequential reader (read
@@ -262,7 +265,7 @@ class DataReader:
         return self._cut(chunks, first, offset, length)
 
     def _ranged(self, state: ReadState, address: str, size: int, offset: int, length: int,
-                fetch: Optional[Fetch] = None) -> bytes:
+                fetch: Optional[Fetch] = None) -> bytes | memoryview:
         """``fetch``: how a chunk is read and checked (default: the data object's range,
         verified by the running hash); ``address`` then only names the cached chunks."""
         first, last = offset // self.chunk, (offset + length - 1) // self.chunk
@@ -287,11 +290,13 @@ class DataReader:
             self._start(address, size, i, fetch, need=False)
         state.ahead_to = end
 
-    def _cut(self, chunks: list[bytes], first: int, offset: int, length: int) -> bytes:
-        """bytes [offset, offset + length) of consecutive chunks, the first one ``first``."""
+    def _cut(self, chunks: list[bytes], first: int, offset: int, length: int) -> bytes | memoryview:
+        """bytes [offset, offset + length) of consecutive chunks, the first one ``first``:
+        within one chunk a view of it, not a copy (pyfuse3 replies from any buffer, and
+        a cold read moves every byte through here)."""
         base = first * self.chunk
         if len(chunks) == 1:
-            return chunks[0][offset - base:offset - base + length]
+            return memoryview(chunks[0])[offset - base:offset - base + length]
         lo = offset - base
         hi = offset + length - (first + len(chunks) - 1) * self.chunk
         return b"".join([chunks[0][lo:]] + chunks[1:-1] + [chunks[-1][:hi]])

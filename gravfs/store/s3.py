@@ -45,6 +45,7 @@ from gravfs.store.s3timeouts import Deadline, DeadlineExceeded, S3Timeouts
 log = logging.getLogger(__name__)
 
 MiB = 1 << 20
+READ_WHOLE = 4 * MiB  # a GET body up to this size (a reader's chunk) is read in one call
 DELETE_BATCH = 1000  # keys per DeleteObjects request (the S3 limit)
 
 # Failures of the transport (server down, connection reset, timeouts).
@@ -452,8 +453,13 @@ class S3Store(ObjectStore):
 
 
 def _read_all(resp: Any, deadline: Deadline) -> bytes:
-    """The whole body, read by MiB so that each MiB renews the deadline."""
+    """The whole body, read by MiB so that each MiB renews the deadline; a body of
+    at most READ_WHOLE bytes in one read, its deadline covering all of it (one
+    buffer: reading by MiB copies each byte twice more, in urllib3's buffer and in
+    the join, and a cold read of a large file moves every byte through here)."""
     body = resp["Body"]
+    if resp.get("ContentLength", READ_WHOLE + 1) <= READ_WHOLE:
+        return body.read()
     parts = []
     while True:
         chunk = body.read(MiB)
