@@ -38,6 +38,10 @@ def test_stat_gives_way_until_its_head_and_ranges_are_at_hand(tmp_path):
         with no_waiting():  # a fresh process: no head, commit or range yet
             with pytest.raises(WouldWait):
                 repo.stat("main", "d/f0005")
+        repo.commits.get(repo.head("main"))  # head and commit at hand, metarange not parsed
+        with no_waiting():  # a metarange is parsed whole: never on a marked thread
+            with pytest.raises(WouldWait, match="metaranges"):
+                repo.stat("main", "d/f0005")
         assert repo.stat("main", "d/f0005").entry.size == size  # on a thread that may wait
         with no_waiting():  # the same range, now open: answered here
             assert repo.stat("main", "d/f0005").entry.size == size

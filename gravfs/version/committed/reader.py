@@ -308,6 +308,7 @@ class RangeStore:
         if mr is not None:
             return mr
         key = metarange_key(metarange_id)
+        may_wait(key)  # parsed whole: thousands of records for a large lake
         o = self._open(key)
         ranges = []
         try:
