@@ -7,9 +7,9 @@ on a small VM, more than such a lookup, and as much as opening a range the
 tier holds (its footer, properties and raw index; a page fault or two). Code
 about to do slow work (read a head or a commit from the store, parse a
 metarange, fetch an object into the tier or wait for another thread's fetch,
-fetch a damaged copy again) calls ``may_wait``; on a thread inside ``no_waiting()`` that raises WouldWait
-before anything was changed, and the caller runs the whole operation on a
-worker thread instead.
+fetch a damaged copy again) calls ``may_wait``; on a thread inside
+``no_waiting()`` that raises WouldWait before anything was changed, and the
+caller runs the whole operation on a worker thread instead.
 """
 
 from __future__ import annotations
