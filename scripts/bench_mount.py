@@ -2,7 +2,7 @@
 """Benchmark file access through the gravfs mount against native disk and rclone.
 
     scripts/bench_mount.py [--quick] [--runs N]
-                           [--targets native,pyfuse3-floor,gravfs-local,gravfs-s3,rclone-s3]
+                           [--targets native,pyfuse3-floor,gravfs-local,gravfs-s3,rclone-s3,s3-get-floor]
                            [--big-mb M] [--creates N] [--list-entries N] [--stats N] [--no-spark]
                            [--only read,stat,create,ls,spark] [--slow-once]
 
