@@ -227,10 +227,12 @@ class InodeTable:
                group: str = "") -> Inode:
         """The inode of (tree, key, kind), created when new; parent/name refreshed.
         ``group``: a hard-linked name, whose inode is the group's (created when new)."""
-        node = self.find(tree, key, kind)
+        d = self._paths.get((tree.ident, kind))  # (find, inlined: once a listed name)
+        ino = d.get(key) if d is not None else None
+        node = None if ino is None else self._by_ino[ino]
         if node is not None and node.group != group:
             self.unlink_name(node, key)  # linked or unlinked outside the mount: a new inode
-            node = None
+            node = d = None  # (d may have gone with its last name)
         if node is None and group:
             ino = self._by_group.get((tree.ident, group))
             node = self._by_ino.get(ino) if ino is not None else None
@@ -253,7 +255,9 @@ class InodeTable:
         self._by_ino[ino] = node
         if len(self._by_ino) > self._peak:
             self._peak = len(self._by_ino)
-        self._index(tree, kind)[key] = ino
+        if d is None:
+            d = self._index(tree, kind)
+        d[key] = ino
         if group:
             self._by_group[(tree.ident, group)] = ino
         return node

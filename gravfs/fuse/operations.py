@@ -259,13 +259,12 @@ class GravfsOperations(pyfuse3.Operations):
         return lock
 
     def _ttl(self, node: Inode) -> float:
-        if node.tree is None:
+        tree = node.tree
+        if tree is None or tree.kind == "branch":
             return self.settings.attr_timeout
-        if node.tree.immutable:
-            if node.key == b"" and node.tree.kind == "tag":
-                return self.settings.attr_timeout  # a tag may be deleted and re-created
-            return self.settings.immutable_ttl
-        return self.settings.attr_timeout
+        if node.key == b"" and tree.kind == "tag":
+            return self.settings.attr_timeout  # a tag may be deleted and re-created
+        return self.settings.immutable_ttl
 
     def _writable_tree(self, node: Inode) -> Tree:
         tree = node.tree
@@ -423,7 +422,7 @@ class GravfsOperations(pyfuse3.Operations):
 
     def _remember(self, node: Inode, n: Node, key: Optional[bytes] = None) -> None:
         """``key``: the name n was found at (a hard-linked inode has several)."""
-        self._remember_entry(node, n.entry)
+        self.inodes.remember(node, n.entry, time.monotonic())  # (_remember_entry: once a name)
         # at or under a name another writer made: shown escaped, and read-only (a write
         # would stage the escaped name as a new key beside it)
         own = n.key[:-1] if n.kind == "dir" and n.key.endswith(b"/") else n.key

@@ -9,6 +9,7 @@ commit, so their inodes, attributes and data never change.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Optional
 
 from gravfs.version.refs.commits import Commit
@@ -21,7 +22,7 @@ class Tree:
     commit: Optional[Commit] = None  # pinned commit of immutable trees
     writable: bool = False
 
-    @property
+    @cached_property  # (every inode-table probe keys on it; a tree never changes)
     def ident(self) -> tuple:
         if self.kind == "branch":
             return ("branch", self.name)

@@ -70,8 +70,7 @@ class CommittedLayer:
         self.committed, self.metarange_id = committed, metarange_id
 
     def open(self, start: bytes) -> Iterator[Item]:
-        for rec in self.committed.iter(self.metarange_id, start):
-            yield rec[0], rec[1], rec[2]
+        return self.committed.iter(self.metarange_id, start)  # Records: (key, ident, data)
 
 
 class FuncLayer:
@@ -102,6 +101,10 @@ def merged(layers: list[Layer], start: bytes = b"") -> Iterator[Item]:
     heapq.heapify(heap)
     pop, push = heapq.heappop, heapq.heappush
     while heap:
+        if len(heap) == 1:  # one layer left (often: staging holds nothing further on)
+            yield heap[0][2]
+            yield from its[heap[0][1]]
+            return
         key, i, item = pop(heap)
         nxt = next(its[i], None)
         if nxt is not None:
