@@ -1482,15 +1482,20 @@ class GravfsOperations(pyfuse3.Operations):
             raise fail(errno.EINVAL)
 
     async def _xattrs_of(self, node: Inode) -> dict:
+        """The inode's extended attributes (its own mapping: callers only read it)."""
         of = self.open_files.get(node.ino)
         if of is not None:
-            return dict(of.xattrs)
+            return of.xattrs
         entry = await self._entry_of(node)
-        return dict(entry.xattrs) if entry is not None else {}
+        return entry.xattrs if entry is not None else {}
 
     @guarded
     async def getxattr(self, inode, name, ctx):
         node = self._node(inode)
+        if name.startswith(b"system.") or name == b"security.capability":
+            # capability: asked before every write, never stored; system.* (POSIX ACLs,
+            # asked by ls -l for every entry) cannot be set here
+            raise fail(pyfuse3.ENOATTR)
         if name == PID_XATTR and inode == ROOT:
             return str(os.getpid()).encode()
         if name == EXIT_REPORT_XATTR and inode == ROOT and self.exit_report:
@@ -1503,10 +1508,6 @@ class GravfsOperations(pyfuse3.Operations):
             if node.tree.kind == "branch":
                 return (await self.run(self.repo.head, node.tree.name, True)).encode()
             return node.tree.commit.id.encode()
-        if name == b"security.capability" or name.startswith(b"system."):
-            # capability: asked before every write, never stored; system.* (POSIX ACLs,
-            # asked by ls -l for every entry) cannot be set here
-            raise fail(pyfuse3.ENOATTR)
         if node.tree is None or node.key == b"":
             raise fail(pyfuse3.ENOATTR)
         value = (await self._xattrs_of(node)).get(name.decode("utf-8", "surrogateescape"))
