@@ -57,6 +57,7 @@ INLINE_WRITE = 128 * 1024  # writes up to this size go to the local copy without
 INLINE_WRITEBACK = 64 * 1024
 READDIR_BATCH = 512
 ASCENDING_RUN = 3  # lookups missing the stat cache in ascending order before listing ahead
+MAX_RUN = 8 * ASCENDING_RUN  # ... after listings ahead that went unused
 BLKSIZE = 128 * 1024
 PID_XATTR = b"user.gravfs.pid"
 EXIT_REPORT_XATTR = b"user.gravfs.exit_report"  # where the daemon lists files it could not stage
@@ -299,7 +300,7 @@ class GravfsOperations(pyfuse3.Operations):
         n = cache.get(tree.name, cache.version(tree.name, blocking=False), key)
         if n is not MISSING:
             return n
-        ahead = self._lookahead(parent, key) if parent is not None else 0
+        ahead = self._lookahead(parent, key, cache.hits) if parent is not None else 0
         done = False
         if not ahead:  # a lookup alone: on this thread when everything is at hand (gravfs.waits)
             try:
@@ -319,26 +320,40 @@ class GravfsOperations(pyfuse3.Operations):
         return n
 
     @staticmethod
-    def _lookahead(parent: Inode, key: bytes) -> int:
+    def _lookahead(parent: Inode, key: bytes, hits: int) -> int:
         """How many following names to list with a lookup that missed the stat cache.
 
         Names looked up in ascending order (ls, find, a stat loop over a listing)
         get a growing batch of the next ones listed in the same worker-thread trip,
         once ASCENDING_RUN misses in a row have gone up; lookups in random order
         (one ascends from the last with even odds) list nothing: a listing of 32
-        costs as much as several lookups and would seldom be used."""
+        costs as much as several lookups and would seldom be used. ``hits``: the
+        stat cache's hit count, which tells whether the names listed last were
+        looked up (a scan) or not (random lookups that rose by chance: the parent
+        then needs a longer run before listing again, up to MAX_RUN)."""
         name = key.rsplit(b"/", 1)[-1]
         x = parent.extra
         last, x["last_miss"] = x.get("last_miss"), name
         run = x["run"] = x.get("run", 0) + 1 if last is not None and name > last else 0
+        need = x.get("need", ASCENDING_RUN)
+        ahead = x.get("ahead") or 0
+        used = False
+        if ahead:  # the last miss listed ahead: were those names looked up since?
+            used = hits - x.get("hits_at", hits) >= ahead // 2
+            need = x["need"] = ASCENDING_RUN if used else min(MAX_RUN, 2 * need)
+            if not used:
+                run = x["run"] = 0
         upto = x.get("listed_upto")
-        if run < ASCENDING_RUN:
-            x["ahead"] = 0
-        elif upto is not None and name > upto and last <= upto:
-            x["ahead"] = min(READDIR_BATCH, 2 * (x.get("ahead") or 16))  # ran past the last batch
+        if run < need:
+            ahead = 0
+        elif used and upto is not None and name > upto and last <= upto:
+            ahead = min(READDIR_BATCH, 2 * ahead)  # ran past the last batch
         else:
-            x["ahead"] = 32
-        return x["ahead"]
+            ahead = 32
+        x["ahead"] = ahead
+        if ahead:
+            x["hits_at"] = hits
+        return ahead
 
     def _stat_versioned(self, tree: Tree, key: bytes, dir_key: Optional[bytes] = None,
                         ahead: int = 0) -> tuple[tuple, Optional[Node], list]:
