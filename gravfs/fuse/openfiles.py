@@ -256,3 +256,17 @@ class DirHandle:
         self.offsets: dict[int, bytes] = {}
         self.next_offset = 1
         self.snapshot: Optional[list] = None  # virtual directories list once per open
+        # the rest of a listed batch the kernel's last readdir had no room for:
+        # (listed after, nodes, more follow)
+        self.pending: Optional[tuple] = None
+        self.ahead: Optional[ListingAhead] = None  # the next batch, listed in the background
+
+
+class ListingAhead:
+    """A directory's next batch of names, listed on a worker thread while the kernel
+    takes in the last reply (see GravfsOperations.readdir)."""
+
+    def __init__(self, after: Optional[bytes]):
+        self.after = after  # the listing key it starts after
+        self.done = trio.Event()
+        self.result: Optional[tuple] = None  # (version, nodes) when it worked

@@ -35,7 +35,8 @@ from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
 from gravfs.fuse import holders, opstats
 from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
-from gravfs.fuse.openfiles import WRITEBACK_MAX, DirHandle, FileHandle, OpenFile, clear_suid
+from gravfs.fuse.openfiles import (WRITEBACK_MAX, DirHandle, FileHandle, ListingAhead, OpenFile,
+                                    clear_suid)
 from gravfs.fuse.options import MountOptions
 from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
 from gravfs.fuse.trees import Tree
@@ -582,7 +583,7 @@ class GravfsOperations(pyfuse3.Operations):
         if start_id == 0:
             start_after = None
             h.snapshot = None
-            h.pending = None
+            h.pending = h.ahead = None
         else:
             start_after = h.offsets.get(start_id)
             if start_after is None:
@@ -594,13 +595,13 @@ class GravfsOperations(pyfuse3.Operations):
         while True:
             # a kernel readdir takes a few dozen entries: the rest of a listed batch
             # waits on the handle for the next call instead of being listed again
-            pending = getattr(h, "pending", None)
+            pending = h.pending
             h.pending = None
             if pending is not None and pending[0] == start_after:
                 batch, more = pending[1], pending[2]
             else:
                 try:
-                    version, batch = await self.run(self._list_batch, tree, node.key, start_after)
+                    version, batch = await self._next_batch(h, tree, node.key, start_after)
                 except NotFoundError:
                     return
                 more = len(batch) >= READDIR_BATCH
@@ -620,10 +621,43 @@ class GravfsOperations(pyfuse3.Operations):
                 self._remember(child, n, key)
                 if not self._reply(h, token, name, child, n.entry, cont):
                     h.pending = (start_after, batch[i:], more)
+                    if more:
+                        self._list_ahead(h, tree, node.key, batch[-1].listing_key)
                     return
                 start_after = cont
-            if not more:
+            if not more:  # the end: the kernel's next readdir gets it without a listing
+                h.pending = (start_after, (), False)
                 return
+
+    async def _next_batch(self, h: DirHandle, tree: Tree, key: bytes,
+                          start_after: Optional[bytes]) -> tuple:
+        """(version, nodes) of the batch after start_after: the one listed ahead when
+        it starts there (a failed one is listed again here, to raise as usual)."""
+        ahead, h.ahead = h.ahead, None
+        if ahead is not None and ahead.after == start_after:
+            await ahead.done.wait()
+            if ahead.result is not None:
+                return ahead.result
+        return await self.run(self._list_batch, tree, key, start_after)
+
+    def _list_ahead(self, h: DirHandle, tree: Tree, key: bytes, after: bytes) -> None:
+        """List the next batch on a worker while the kernel takes in this reply and
+        asks again: the listing (decoding every entry) overlaps the kernel's work on
+        the reply (an inode and a dentry per entry) instead of following it."""
+        nursery = getattr(self, "nursery", None)
+        if nursery is None or h.ahead is not None:
+            return
+        job = h.ahead = ListingAhead(after)
+
+        async def work() -> None:
+            try:
+                job.result = await self.run(self._list_batch, tree, key, after)
+            except Exception as exc:  # the readdir that wants it lists again and answers
+                log.debug("listing ahead in %s:%s failed: %s", tree, key, exc)
+            finally:
+                job.done.set()
+
+        nursery.start_soon(work)
 
     def _list_batch(self, tree: Tree, key: bytes, start_after: Optional[bytes]):
         version = None

@@ -915,3 +915,74 @@ def test_a_listing_ahead_nobody_used_is_not_repeated():
     assert ahead(d, b"d/" + names[10], 64) == 0
     assert [ahead(d, b"d/" + n, 64) for n in names[11:11 + ASCENDING_RUN]] == \
         [0] * (ASCENDING_RUN - 1) + [32]
+
+
+def test_readdir_lists_the_next_batch_while_the_kernel_takes_a_reply(tmp_path, monkeypatch):
+    """A reply the kernel had no room for keeps the rest of its batch and lists the next
+    one on a worker meanwhile; the readdir that reaches that batch takes it (no batch
+    is listed twice), names come out once each and in order, and a readdir from an
+    earlier offset or from the start does not take a batch listed for elsewhere."""
+    import trio
+
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
+    from gravfs.fs.repository import Repository
+    from gravfs.fuse import operations as ops_mod
+    from gravfs.fuse.inodes import ROOT
+    from gravfs.fuse.options import MountOptions
+
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    repo = Repository.init(store, state)
+    n = 3 * ops_mod.READDIR_BATCH + 7
+    e = EntryInfo(address="data/00/" + "0" * 64, size=1, mtime_ns=1, mode=0o100644, kind=KIND_FILE)
+    repo.stage("main", [(b"d/f%05d" % i, e) for i in range(n)])
+    names = [b"f%05d" % i for i in range(n)]
+    ops = ops_mod.GravfsOperations(repo, MountOptions())
+    room = 300  # entries the "kernel" takes per readdir: less than a batch
+
+    def reply(token, name, attrs, off):
+        if len(token) >= room:
+            return False
+        token.append((name, off))
+        return True
+
+    monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply", reply)
+    listed, aheads = [], []
+    list_batch, list_ahead = ops._list_batch, ops._list_ahead
+    ops._list_batch = lambda tree, key, after: listed.append(after) or list_batch(tree, key, after)
+    ops._list_ahead = lambda h, tree, key, after: aheads.append(after) or list_ahead(h, tree, key,
+                                                                                       after)
+
+    async def read_from(fh: int, start: int, calls: int = 0) -> list:
+        out = []
+        while calls == 0 or len(out) < calls * room:
+            token: list = []
+            await ops.readdir(fh, start, token)
+            if not token:
+                break
+            out += token
+            start = token[-1][1]
+        return out
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            ops.nursery = nursery
+            d = await ops.lookup(ROOT, b"branches")
+            d = await ops.lookup(d.st_ino, b"main")
+            d = await ops.lookup(d.st_ino, b"d")
+            fh = await ops.opendir(d.st_ino, None)
+            whole = await read_from(fh, 0)
+            assert [name for name, _ in whole] == names
+            # four batches, each listed once (the end is known without a fifth listing)
+            assert len(set(aheads)) == 3 and len(listed) == len(set(listed)) == 4
+            # back to the 101st name, with a batch listed ahead for elsewhere
+            part = await read_from(fh, 0, calls=1)
+            assert [name for name, _ in part] == names[:room] and ops.dirs[fh].ahead is not None
+            again = await read_from(fh, whole[100][1], calls=2)
+            assert [name for name, _ in again] == names[101:101 + 2 * room]
+            await ops.releasedir(fh)
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        repo.close()
