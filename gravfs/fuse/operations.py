@@ -16,6 +16,7 @@ import logging
 import os
 import stat as statmod
 import time
+import traceback
 from dataclasses import replace
 from functools import partial
 from typing import Optional
@@ -188,7 +189,11 @@ class GravfsOperations(pyfuse3.Operations):
     # -- helpers ----------------------------------------------------------------------
 
     async def run(self, fn, *args, **kw):
-        return await trio.to_thread.run_sync(partial(fn, *args, **kw), limiter=self.limiter)
+        try:
+            return await trio.to_thread.run_sync(partial(fn, *args, **kw), limiter=self.limiter)
+        except Exception as exc:
+            _drop_locals(exc)
+            raise
 
     async def _stage_inline(self, tree: Tree, changes: list, items: list,
                             provisional: frozenset = frozenset()) -> bool:
@@ -1640,6 +1645,21 @@ class GravfsOperations(pyfuse3.Operations):
         if mode & os.W_OK and (node.tree is None or not node.tree.writable):
             return node.virtual == "branches" and not self.settings.read_only
         return True
+
+
+def _drop_locals(exc: BaseException) -> None:
+    """Free what the frames an exception came through still hold: trio hands a worker
+    thread's exception back inside a reference cycle, so its frames, and an LMDB read
+    transaction open in one of them (which keeps its reader slot until the object is
+    freed, even after the ``with`` block aborted it), would otherwise live until the
+    next collector pass: a burst of 256 failed lookups on commit paths filled the
+    staging database's reader table and the next ones answered EIO. The tracebacks
+    keep their lines for the log."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__
 
 
 def _group(n: Node) -> str:

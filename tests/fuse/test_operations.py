@@ -986,3 +986,58 @@ def test_readdir_lists_the_next_batch_while_the_kernel_takes_a_reply(tmp_path, m
         trio.run(main)
     finally:
         repo.close()
+
+
+def test_many_missing_names_in_a_commit_answer_enoent(gravfs_mount):
+    """Lookups on commit paths run on worker threads; each missing name's exception
+    comes back through trio with the read transaction's frame in a reference cycle.
+    A burst of them (more than the staging database's 256 reader slots between two
+    collector passes) answered EIO once the reader table was full."""
+    m = gravfs_mount
+    os.mkdir(m.branch_path("d"))
+    _write(m.branch_path("d", "kept"), b"x")
+    cid = m.commit()
+    d = m.path("commits", cid, "d")
+    for i in range(600):
+        assert _errno(os.stat, os.path.join(d, f"gone{i:04d}")) == errno.ENOENT
+    assert _read(os.path.join(d, "kept")) == b"x"
+    m.assert_clean_log()
+
+
+def test_a_failed_worker_call_frees_its_read_transaction(tmp_path):
+    """The transaction held by a frame of a worker thread's exception is freed when the
+    exception reaches the event loop, not at the next collector pass."""
+    import gc
+
+    import pyfuse3
+    import trio
+
+    from gravfs.fs.repository import Repository
+    from gravfs.fuse import operations as ops_mod
+    from gravfs.fuse.inodes import ROOT
+    from gravfs.fuse.options import MountOptions
+
+    repo = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"))
+    import io
+    repo.write_file("main", "d/kept", io.BytesIO(b"x"))
+    cid = repo.commit("main", "one").id
+    ops = ops_mod.GravfsOperations(repo, MountOptions())
+
+    async def main():
+        d = await ops.lookup(ROOT, b"commits")
+        d = await ops.lookup(d.st_ino, cid.encode())
+        d = await ops.lookup(d.st_ino, b"d")
+        for i in range(40):
+            with pytest.raises(pyfuse3.FUSEError) as err:
+                await ops.lookup(d.st_ino, b"gone%d" % i)
+            assert err.value.errno == errno.ENOENT
+
+    gc.collect()
+    gc.disable()  # (no collector pass: only prompt freeing helps)
+    try:
+        trio.run(main)
+        readers = repo.staging.env.info()["num_readers"]
+    finally:
+        gc.enable()
+        repo.close()
+    assert readers <= 4  # slots ever used at once: not one per failed lookup
