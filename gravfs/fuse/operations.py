@@ -297,7 +297,14 @@ class GravfsOperations(pyfuse3.Operations):
 
     async def _stat(self, tree: Tree, key: bytes, parent: Optional[Inode] = None
                     ) -> Optional[Node]:
-        if tree.kind != "branch":
+        if tree.kind != "branch":  # a commit or tag: on this thread too when all is at hand
+            try:
+                with no_waiting():
+                    return self.repo.stat(tree.ref, key)
+            except NotFoundError:
+                return None
+            except WouldWait:
+                pass
             try:
                 return await self.run(self.repo.stat, tree.ref, key)
             except NotFoundError:

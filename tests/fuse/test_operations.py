@@ -1041,3 +1041,54 @@ def test_a_failed_worker_call_frees_its_read_transaction(tmp_path):
         gc.enable()
         repo.close()
     assert readers <= 4  # slots ever used at once: not one per failed lookup
+
+
+def test_commit_paths_are_looked_up_on_the_event_loop_when_all_is_at_hand(tmp_path):
+    """A lookup on a commit path costs no worker-thread trip once its metarange is
+    parsed and its range is in the tier (as on branch paths); the first one, which
+    parses the metarange, gives way to a worker."""
+    import io
+
+    import pyfuse3
+    import trio
+
+    from gravfs.fs.repository import Repository
+    from gravfs.fuse import operations as ops_mod
+    from gravfs.fuse.inodes import ROOT
+    from gravfs.fuse.options import MountOptions
+
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    repo = Repository.init(store, state)
+    for i in range(20):
+        repo.write_file("main", f"d/f{i:04d}", io.BytesIO(b"%d" % i))
+    cid = repo.commit("main", "files").id
+    repo.close()
+    repo = Repository.open(store, state)  # a fresh daemon: nothing parsed yet
+    ops = ops_mod.GravfsOperations(repo, MountOptions())
+    trips = []
+    run = ops.run
+
+    async def counted(fn, *args, **kw):
+        trips.append(getattr(fn, "__name__", repr(fn)))
+        return await run(fn, *args, **kw)
+
+    ops.run = counted
+
+    async def main():
+        c = await ops.lookup(ROOT, b"commits")
+        c = await ops.lookup(c.st_ino, cid.encode())
+        before = len(trips)
+        d = await ops.lookup(c.st_ino, b"d")
+        assert trips[before:] == ["stat"]  # the metarange is parsed on a worker
+        for i in range(20):
+            a = await ops.lookup(d.st_ino, b"f%04d" % i)
+            assert a.st_size == len(b"%d" % i)
+        with pytest.raises(pyfuse3.FUSEError) as err:
+            await ops.lookup(d.st_ino, b"missing")
+        assert err.value.errno == errno.ENOENT
+        assert trips[before:] == ["stat"]  # the rest answered on the loop
+
+    try:
+        trio.run(main)
+    finally:
+        repo.close()
