@@ -989,10 +989,11 @@ def test_readdir_lists_the_next_batch_while_the_kernel_takes_a_reply(tmp_path, m
 
 
 def test_many_missing_names_in_a_commit_answer_enoent(gravfs_mount):
-    """Lookups on commit paths run on worker threads; each missing name's exception
-    comes back through trio with the read transaction's frame in a reference cycle.
-    A burst of them (more than the staging database's 256 reader slots between two
-    collector passes) answered EIO once the reader table was full."""
+    """A burst of failed lookups on a commit path answers ENOENT each time: when they
+    ran on worker threads, each exception came back through trio with its read
+    transaction in a reference cycle, and after 256 of them (the staging database's
+    reader slots) the next ones answered EIO. (The worker path itself is tested by
+    test_a_failed_worker_call_frees_its_read_transaction.)"""
     m = gravfs_mount
     os.mkdir(m.branch_path("d"))
     _write(m.branch_path("d", "kept"), b"x")
@@ -1008,29 +1009,26 @@ def test_a_failed_worker_call_frees_its_read_transaction(tmp_path):
     """The transaction held by a frame of a worker thread's exception is freed when the
     exception reaches the event loop, not at the next collector pass."""
     import gc
+    import io
 
-    import pyfuse3
     import trio
 
+    from gravfs.errors import NotFoundError
     from gravfs.fs.repository import Repository
     from gravfs.fuse import operations as ops_mod
-    from gravfs.fuse.inodes import ROOT
     from gravfs.fuse.options import MountOptions
+    from gravfs.version.repository import RefTarget
 
     repo = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"))
-    import io
     repo.write_file("main", "d/kept", io.BytesIO(b"x"))
-    cid = repo.commit("main", "one").id
+    commit = repo.commits.get(repo.commit("main", "one").id)
     ops = ops_mod.GravfsOperations(repo, MountOptions())
 
     async def main():
-        d = await ops.lookup(ROOT, b"commits")
-        d = await ops.lookup(d.st_ino, cid.encode())
-        d = await ops.lookup(d.st_ino, b"d")
-        for i in range(40):
-            with pytest.raises(pyfuse3.FUSEError) as err:
-                await ops.lookup(d.st_ino, b"gone%d" % i)
-            assert err.value.errno == errno.ENOENT
+        for i in range(300):  # more than the staging database's reader slots
+            with pytest.raises(NotFoundError):  # raised in Repository.stat's read txn
+                await ops.run(repo.stat, RefTarget(commit), f"d/gone{i}")
+        assert (await ops.run(repo.stat, RefTarget(commit), "d/kept")).entry.size == 1
 
     gc.collect()
     gc.disable()  # (no collector pass: only prompt freeing helps)
@@ -1040,7 +1038,7 @@ def test_a_failed_worker_call_frees_its_read_transaction(tmp_path):
     finally:
         gc.enable()
         repo.close()
-    assert readers <= 4  # slots ever used at once: not one per failed lookup
+    assert readers <= 4  # slots ever used at once: not one per failed call
 
 
 def test_commit_paths_are_looked_up_on_the_event_loop_when_all_is_at_hand(tmp_path):
