@@ -99,6 +99,7 @@ class GravfsOperations(pyfuse3.Operations):
         self.rescued: list[tuple[str, str, str]] = []  # (branch:path, saved where, error)
         self.mount_root = b""  # the mount point as /proc names open files (set by prepare)
         self.foreign_logged: set[bytes] = set()
+        self.nursery: Optional[trio.Nursery] = None  # set by launch: background work (readdir)
         if settings.branch:
             tree = self._branch_tree(settings.branch)
             self.inodes.add_virtual(ROOT, b"", "root", ROOT, tree=tree)
@@ -194,6 +195,16 @@ class GravfsOperations(pyfuse3.Operations):
         except Exception as exc:
             _drop_locals(exc)
             raise
+
+    async def _at_hand(self, fn, *args):
+        """fn(*args) on this (the event loop's) thread when all it needs is at hand,
+        else on a worker (gravfs.waits: fn gives way before any slow work)."""
+        try:
+            with no_waiting():
+                return fn(*args)
+        except WouldWait:
+            pass
+        return await self.run(fn, *args)
 
     async def _stage_inline(self, tree: Tree, changes: list, items: list,
                             provisional: frozenset = frozenset()) -> bool:
@@ -297,16 +308,9 @@ class GravfsOperations(pyfuse3.Operations):
 
     async def _stat(self, tree: Tree, key: bytes, parent: Optional[Inode] = None
                     ) -> Optional[Node]:
-        if tree.kind != "branch":  # a commit or tag: on this thread too when all is at hand
+        if tree.kind != "branch":  # a commit or tag: never changes, no stat cache
             try:
-                with no_waiting():
-                    return self.repo.stat(tree.ref, key)
-            except NotFoundError:
-                return None
-            except WouldWait:
-                pass
-            try:
-                return await self.run(self.repo.stat, tree.ref, key)
+                return await self._at_hand(self.repo.stat, tree.ref, key)
             except NotFoundError:
                 return None
         cache = self.statcache  # branch paths: answered here while the branch is unchanged
@@ -314,17 +318,11 @@ class GravfsOperations(pyfuse3.Operations):
         if n is not MISSING:
             return n
         ahead = self._lookahead(parent, key, cache.hits) if parent is not None else 0
-        done = False
-        if not ahead:  # a lookup alone: on this thread when everything is at hand (gravfs.waits)
-            try:
-                with no_waiting():
-                    version, n, listed = self._stat_versioned(tree, key)
-                done = True
-            except WouldWait:
-                pass
-        if not done:
-            version, n, listed = await self.run(self._stat_versioned, tree, key,
-                                                parent.key if ahead else None, ahead)
+        if ahead:  # a listing: always on a worker
+            version, n, listed = await self.run(self._stat_versioned, tree, key, parent.key,
+                                                ahead)
+        else:
+            version, n, listed = await self._at_hand(self._stat_versioned, tree, key)
         if version is not None:
             cache.put(tree.name, version, key, n)
             if listed:
@@ -450,7 +448,7 @@ class GravfsOperations(pyfuse3.Operations):
 
     def _remember(self, node: Inode, n: Node, key: Optional[bytes] = None) -> None:
         """``key``: the name n was found at (a hard-linked inode has several)."""
-        self.inodes.remember(node, n.entry, time.monotonic())  # (_remember_entry: once a name)
+        self._remember_entry(node, n.entry)
         # at or under a name another writer made: shown escaped, and read-only (a write
         # would stage the escaped name as a new key beside it)
         own = n.key[:-1] if n.kind == "dir" and n.key.endswith(b"/") else n.key
@@ -656,7 +654,7 @@ class GravfsOperations(pyfuse3.Operations):
         """List the next batch on a worker while the kernel takes in this reply and
         asks again: the listing (decoding every entry) overlaps the kernel's work on
         the reply (an inode and a dentry per entry) instead of following it."""
-        nursery = getattr(self, "nursery", None)
+        nursery = self.nursery
         if nursery is None or h.ahead is not None:
             return
         job = h.ahead = ListingAhead(after)
