@@ -39,6 +39,7 @@ from gravfs.cleanup import unlink_quiet
 from gravfs.errors import NotFoundError
 from gravfs.fs.entry import KIND_FILE, EntryInfo, shown_atime
 from gravfs.fuse.inodes import Inode
+from gravfs.fuse.locks import QuickLock
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class OpenFile:
         # (not committed), so its first close stages it even without writes
         self.provisional = False
         self.handles = 0
-        self.lock = trio.Lock()
+        self.lock = QuickLock()
         base = entry or EntryInfo(kind=KIND_FILE)
         self.mode = base.mode
         self.mtime_ns = base.mtime_ns if entry is not None else time.time_ns()

@@ -36,6 +36,7 @@ from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
 from gravfs.fuse import holders, opstats
 from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
+from gravfs.fuse.locks import QuickLock
 from gravfs.fuse.openfiles import (WRITEBACK_MAX, DirHandle, FileHandle, ListingAhead, OpenFile,
                                     clear_suid)
 from gravfs.fuse.options import MountOptions
@@ -85,7 +86,7 @@ class GravfsOperations(pyfuse3.Operations):
         self.files: dict[int, FileHandle] = {}
         self.dirs: dict[int, DirHandle] = {}
         self.open_files: dict[int, OpenFile] = {}  # ino -> local copy
-        self.ns_locks: dict[str, trio.Lock] = {}
+        self.ns_locks: dict[str, QuickLock] = {}
         self._next_fh = 1
         self.started_ns = time.time_ns()
         self.uid, self.gid = os.getuid(), os.getgid()
@@ -270,10 +271,10 @@ class GravfsOperations(pyfuse3.Operations):
             self.trees[ident] = tree
         return tree
 
-    def _ns(self, tree: Tree) -> trio.Lock:
+    def _ns(self, tree: Tree) -> QuickLock:
         lock = self.ns_locks.get(tree.name)
         if lock is None:
-            lock = self.ns_locks[tree.name] = trio.Lock()
+            lock = self.ns_locks[tree.name] = QuickLock()
         return lock
 
     def _ttl(self, node: Inode) -> float:

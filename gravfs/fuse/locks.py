@@ -1,0 +1,35 @@
+"""A trio lock whose free acquire is no schedule point.
+
+``trio.Lock.acquire`` always passes through the scheduler, even when the lock
+is free: one pass of the run loop (an epoll_wait and the task switch), about
+10-15 µs on a small VM. A file create, write and close takes such a lock five
+times, for handlers that otherwise wait on nothing. The mount's handlers are
+not fairness-sensitive here: each one ends by awaiting the kernel's next
+request, so taking a free lock at once starves nobody.
+"""
+
+from __future__ import annotations
+
+import trio
+
+
+class QuickLock:
+    """``async with`` takes a free lock at once and waits (fairly, as trio.Lock
+    does) only when it is held."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = trio.Lock()
+
+    async def __aenter__(self) -> None:
+        try:
+            self._lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self._lock.acquire()
+
+    async def __aexit__(self, *exc) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
