@@ -11,8 +11,10 @@ gravfs.fuse.holders), fsyncs or releases a modified file, its content goes
 to the store (content-addressed, deduplicated; small files by write-back:
 moved into pending uploads and uploaded in the background) and the new entry
 is staged in LMDB at the inode's *current* path (renames move open files along).
-A file the mount creates is staged at once as a provisional entry (visible,
-never committed) until its first close or fsync.
+A file the mount creates is staged as a provisional entry (visible, never
+committed) until its first close or fsync: in that close's transaction when no
+other request comes between, else before that request (see
+GravfsOperations.settle) or at the watcher's next poll.
 
 Blocking methods are called from worker threads; ``lock`` (a trio lock) is
 taken by the caller so that content never changes while it is hashed.
@@ -61,6 +63,9 @@ class OpenFile:
         # created by the mount and never staged since: its staged entry is provisional
         # (not committed), so its first close stages it even without writes
         self.provisional = False
+        # a create whose staging waits for the file's first close: (entry, the parent's
+        # marker items), see GravfsOperations.create
+        self.deferred: Optional[tuple] = None
         self.handles = 0
         self.lock = QuickLock()
         base = entry or EntryInfo(kind=KIND_FILE)

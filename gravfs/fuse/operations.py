@@ -10,7 +10,9 @@ which makes each of them atomic as seen through the mount.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import functools
 import json
 import logging
 import os
@@ -19,7 +21,7 @@ import time
 import traceback
 from dataclasses import replace
 from functools import partial
-from typing import Optional
+from typing import Iterator, Optional
 
 import pyfuse3
 import trio
@@ -71,6 +73,20 @@ XATTR_NAMESPACES = (b"user.", b"trusted.", b"security.")
 MAX_FOREIGN_LOGGED = 10_000  # keys other writers made, each logged once
 
 
+def settled(fn):
+    """For a handler that reads or changes what the mount shows: the creates deferred
+    so far are staged first (see GravfsOperations.create)."""
+
+    @functools.wraps(fn)
+    async def wrapper(self, *args, **kwargs):
+        if self.deferred:
+            await self.settle()
+        return await fn(self, *args, **kwargs)
+
+    wrapper.settles = True
+    return wrapper
+
+
 class GravfsOperations(pyfuse3.Operations):
     supports_dot_lookup = True
     enable_writeback_cache = False
@@ -101,6 +117,8 @@ class GravfsOperations(pyfuse3.Operations):
         self.mount_root = b""  # the mount point as /proc names open files (set by prepare)
         self.foreign_logged: set[bytes] = set()
         self.nursery: Optional[trio.Nursery] = None  # set by launch: background work (readdir)
+        self.deferred: dict[int, OpenFile] = {}  # ino -> a create not staged yet (see create)
+        self.settling = QuickLock()
         if settings.branch:
             tree = self._branch_tree(settings.branch)
             self.inodes.add_virtual(ROOT, b"", "root", ROOT, tree=tree)
@@ -225,6 +243,52 @@ class GravfsOperations(pyfuse3.Operations):
             from gravfs.version.compaction import maybe_compact
             await self._write(tree, None, maybe_compact, self.repo, tree.name, policy)
         return True
+
+    async def settle(self) -> None:
+        """Stage the creates deferred so far (see create), those of one branch in one
+        transaction. Every request that reads or changes what the mount shows calls
+        this first, so nothing sees a state without them (a close staging one holds the
+        branch's namespace lock: this waits for it). When the staging fails (a full
+        disk), the request goes on: the file's own close stages the create with its
+        content, or reports the error; until then listings may miss the open file."""
+        async with self.settling:
+            while self.deferred:
+                tree = next(iter(self.deferred.values())).node.tree
+                async with self._ns(tree):
+                    group = [of for of in self.deferred.values() if of.node.tree is tree]
+                    if not group:  # a close staged them meanwhile
+                        continue
+                    items, keys = [], []
+                    for of in group:
+                        del self.deferred[of.node.ino]
+                        entry, pitems = of.deferred
+                        if of.node.linked:
+                            items.append((of.node.key, entry))
+                            keys.append(of.node.key)
+                        items += pitems
+                    changes = [(k, True) for k, _ in items]
+                    try:
+                        if not await self._stage_inline(tree, changes, items, frozenset(keys)):
+                            await self._write(tree, changes, self.repo.stage, tree.name, items,
+                                              frozenset(keys))
+                    except Exception as exc:
+                        log.warning("could not stage %d created files on %s (%s); each is "
+                                    "staged at its close", len(group), tree.name, exc)
+                        continue
+                    for of in group:
+                        of.deferred = None
+                log.debug("settled %d deferred creates on %s", len(group), tree.name)
+
+    @contextlib.contextmanager
+    def _with_deferred(self, of: OpenFile) -> Iterator[list]:
+        """The parent markers of an open file's deferred create, to stage with its entry
+        (under the branch's namespace lock). Staged, the create is done; failed, the
+        file's next close tries again (requests no longer do)."""
+        try:
+            yield of.deferred[1] if of.deferred is not None else []
+        finally:
+            self.deferred.pop(of.node.ino, None)
+        of.deferred = None
 
     def _file_own_dirs(self, tree: Tree, items: list) -> None:
         """Directory markers just staged on this thread (a create's parent, with its new
@@ -474,6 +538,7 @@ class GravfsOperations(pyfuse3.Operations):
     # -- lookup / forget / getattr --------------------------------------------------------
 
     @guarded
+    @settled
     async def lookup(self, parent_inode, name, ctx=None):
         parent = self._node(parent_inode)
         if name == b".":
@@ -557,7 +622,10 @@ class GravfsOperations(pyfuse3.Operations):
 
     @guarded
     async def getattr(self, inode, ctx=None):
-        return await self._getattr_node(self._node(inode))
+        node = self._node(inode)
+        if self.deferred and node.ino not in self.open_files:
+            await self.settle()  # (an open file answers from its local state)
+        return await self._getattr_node(node)
 
     async def _getattr_node(self, node: Inode) -> pyfuse3.EntryAttributes:
         if node.tree is None or node.key == b"":
@@ -586,6 +654,7 @@ class GravfsOperations(pyfuse3.Operations):
             self.inodes.maybe_drop(h.node)
 
     @guarded
+    @settled
     async def readdir(self, fh, start_id, token):
         h = self.dirs.get(fh)
         if h is None:
@@ -756,6 +825,7 @@ class GravfsOperations(pyfuse3.Operations):
         return [c.id for c in walk(self.repo.commits, sorted(starts), self.settings.commits_listed)]
 
     @guarded
+    @settled
     async def mkdir(self, parent_inode, name, mode, ctx):
         parent = self._node(parent_inode)
         if parent.virtual == "branches" and not self.settings.read_only:
@@ -785,6 +855,7 @@ class GravfsOperations(pyfuse3.Operations):
         return self._attrs(node, None)
 
     @guarded
+    @settled
     async def rmdir(self, parent_inode, name, ctx):
         parent = self._node(parent_inode)
         if parent.virtual is not None:
@@ -886,6 +957,7 @@ class GravfsOperations(pyfuse3.Operations):
     # -- files: create / open / read / write ----------------------------------------------------
 
     @guarded
+    @settled
     async def create(self, parent_inode, name, mode, flags, ctx):
         parent = self._node(parent_inode)
         tree = self._writable_tree(parent)
@@ -895,22 +967,23 @@ class GravfsOperations(pyfuse3.Operations):
                           mode=statmod.S_IFREG | (mode & 0o7777), kind=KIND_FILE,
                           uid=ctx.uid, gid=ctx.gid, atime_ns=now, ctime_ns=now)
         entry = _inherit(await self._parent_entry(parent), entry)
-        # Staged provisional: the name exists (empty) for everyone at once, but a commit
-        # takes nothing of the file until its first close or fsync stages its content.
+        # Staged provisional: the name exists (empty) for everyone, but a commit takes
+        # nothing of the file until its first close or fsync stages its content. When
+        # the stat cache shows the name free, that staging is deferred: the file's first
+        # close stages it in its own transaction (one LMDB commit per file, not two), or
+        # any other request settles it first (see settle).
         scratch = OpenFile(None, entry, self.files_dir)
         scratch.provisional = True
         async with self._ns(tree):
             try:
                 pitems = self._cached_parent_items(tree, parent.key, now)
-                if not (self._known_missing(tree, key) and pitems is not None
-                        and await self._stage_inline(
-                            tree, [(key, True)] + [(k, True) for k, _ in pitems],
-                            [(key, entry)] + pitems, frozenset([key]))):
+                if tree.kind == "branch" and pitems is not None and self._known_missing(tree, key):
+                    scratch.deferred = (entry, pitems)
+                    scratch.materialize(self.data)  # empty: one open(2), no thread trip
+                else:
                     await self._write(tree, [(key, True), (parent.key + b"/", True)],
                                       self._create_blocking, tree, key, key, entry, scratch,
                                       parent.key)
-                else:
-                    scratch.materialize(self.data)  # empty: one open(2), no thread trip
             except BaseException:
                 scratch.close()
                 raise
@@ -923,6 +996,8 @@ class GravfsOperations(pyfuse3.Operations):
         node.lookups += 1
         scratch.node = node
         self.open_files[node.ino] = scratch
+        if scratch.deferred is not None:
+            self.deferred[node.ino] = scratch
         of = scratch
         fi = self._open_handle(node, entry, flags, of, ctx)
         log.debug("create %s:%s", tree.name, key)
@@ -951,6 +1026,7 @@ class GravfsOperations(pyfuse3.Operations):
         return fi
 
     @guarded
+    @settled
     async def open(self, inode, flags, ctx):
         node = self._node(inode)
         if node.kind == "dir":
@@ -1036,7 +1112,8 @@ class GravfsOperations(pyfuse3.Operations):
         return n
 
     async def _stage(self, of: OpenFile, durable: bool = False) -> None:
-        """Upload (write back) a modified local copy and stage it at the inode's current path."""
+        """Upload (write back) a modified local copy and stage it at the inode's current
+        path (with the parent markers of its create, when that was deferred)."""
         async with of.lock:
             if not of.dirty and not of.provisional:
                 return
@@ -1050,11 +1127,7 @@ class GravfsOperations(pyfuse3.Operations):
                 async with self._ns(tree):
                     if not node.linked:
                         return
-                    changes = [(node.key, True)]
-                    if of.link_group or not await self._stage_inline(tree, changes,
-                                                                     [(node.key, entry)]):
-                        entry = await self._write(tree, None, self._stage_names, tree, node.key,
-                                                  entry)
+                    entry = await self._stage_entry(of, tree, entry)
                 self._staged(of, entry)
                 return
             if of.materialized and of.size() <= WRITEBACK_MAX:
@@ -1066,15 +1139,12 @@ class GravfsOperations(pyfuse3.Operations):
                     if (not durable and of.size() <= INLINE_WRITEBACK and tree.kind == "branch"
                             and self.data.writes_back and not of.link_group):
                         entry = of.upload(self.data)  # hash + rename into pending uploads
-                        changes = [(node.key, True)]
-                        if not await self._stage_inline(tree, changes, [(node.key, entry)]):
-                            await self._write(tree, changes, self.repo.stage, tree.name,
-                                              [(node.key, entry)])
+                        entry = await self._stage_entry(of, tree, entry)
                     else:
-                        entry = await self._write(tree, None if of.link_group else
-                                                  [(node.key, True)],
-                                                  self._writeback_blocking, of, tree, node.key,
-                                                  durable)
+                        with self._with_deferred(of) as also:
+                            entry = await self._write(tree, self._changes(of, also),
+                                                      self._writeback_blocking, of, tree,
+                                                      node.key, durable, also)
                 self._staged(of, entry)
                 return
             if of.materialized:
@@ -1086,15 +1156,33 @@ class GravfsOperations(pyfuse3.Operations):
                 if not node.linked:
                     of.dirty = False
                     return
-                entry = await self._write(tree, None if of.link_group else [(node.key, True)],
-                                          self._stage_names, tree, node.key, entry)
+                entry = await self._stage_entry(of, tree, entry)
             self._staged(of, entry)
 
+    async def _stage_entry(self, of: OpenFile, tree: Tree, entry: EntryInfo) -> EntryInfo:
+        """Stage an open file's entry (under the tree's namespace lock), with the parent
+        markers of its deferred create, on this thread when that is a local write."""
+        key = of.node.key
+        with self._with_deferred(of) as also:
+            if not of.link_group:
+                items = [(key, entry)] + also
+                if await self._stage_inline(tree, [(k, True) for k, _ in items], items):
+                    return entry
+            return await self._write(tree, self._changes(of, also), self._stage_names, tree,
+                                     key, entry, also)
+
+    @staticmethod
+    def _changes(of: OpenFile, also: list) -> Optional[list]:
+        """The keys staging an open file changes (None for a link group: every name)."""
+        if of.link_group:
+            return None
+        return [(of.node.key, True)] + [(k, True) for k, _ in also]
+
     def _writeback_blocking(self, of: OpenFile, tree: Tree, key: bytes,
-                            durable: bool) -> EntryInfo:
+                            durable: bool, also: list = ()) -> EntryInfo:
         entry = of.upload(self.data, durable)
         of.entry = entry  # the local copy is pending now: reads follow the entry
-        return self._stage_names(tree, key, entry)
+        return self._stage_names(tree, key, entry, also)
 
     def _keep_unstaged(self, of: OpenFile, exc: Exception) -> None:
         """Staging failed on the last close (a full disk, the store down): the local
@@ -1240,6 +1328,8 @@ class GravfsOperations(pyfuse3.Operations):
         node = self._node(inode)
         if node.tree is None or node.tree.immutable:
             raise fail(errno.EROFS)
+        if self.deferred and node.ino not in self.open_files:
+            await self.settle()  # (an open file keeps the change until its close: cp -p)
         tree = self._writable_tree(node)
         if node.key == b"":
             return self._attrs(node, None)  # a branch root has no entry to keep metadata in
@@ -1321,10 +1411,11 @@ class GravfsOperations(pyfuse3.Operations):
                                       self._stage_names, tree, node.key, e)
         self._remember_entry(node, e)
 
-    def _stage_names(self, tree: Tree, key: bytes, entry: EntryInfo) -> EntryInfo:
+    def _stage_names(self, tree: Tree, key: bytes, entry: EntryInfo,
+                     also: list = ()) -> EntryInfo:
         """Stage an inode's entry at key, or at every name of its link group (their
         current list, read here: names may have come and gone since the file was
-        opened), in one transaction. Returns the entry staged."""
+        opened), with the items ``also``, in one transaction. Returns the entry staged."""
         if entry.link_group:
             n = self._stat_or_none(tree, key)
             if n is not None and n.entry is not None and n.entry.link_group == entry.link_group:
@@ -1332,12 +1423,13 @@ class GravfsOperations(pyfuse3.Operations):
             items = [(k, entry) for k in entry.links] or [(key, entry)]
         else:
             items = [(key, entry)]
-        self.repo.stage(tree.name, items)
+        self.repo.stage(tree.name, items + list(also))
         return entry
 
     # -- names: unlink / rename / symlink / link ---------------------------------------------
 
     @guarded
+    @settled
     async def unlink(self, parent_inode, name, ctx):
         parent = self._node(parent_inode)
         tree = self._writable_tree(parent)
@@ -1372,6 +1464,7 @@ class GravfsOperations(pyfuse3.Operations):
             of.link_group, of.links, of.ctime_ns = e.link_group, e.links, e.ctime_ns
 
     @guarded
+    @settled
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
         if flags & pyfuse3.RENAME_EXCHANGE:
             raise fail(errno.EINVAL)
@@ -1436,6 +1529,7 @@ class GravfsOperations(pyfuse3.Operations):
         return d
 
     @guarded
+    @settled
     async def symlink(self, parent_inode, name, target, ctx):
         parent = self._node(parent_inode)
         tree = self._writable_tree(parent)
@@ -1464,6 +1558,7 @@ class GravfsOperations(pyfuse3.Operations):
         return self._attrs(node, entry)
 
     @guarded
+    @settled
     async def readlink(self, inode, ctx):
         node = self._node(inode)
         if node.kind != "symlink":
@@ -1472,6 +1567,7 @@ class GravfsOperations(pyfuse3.Operations):
         return entry.symlink_target.encode("utf-8", "surrogateescape")
 
     @guarded
+    @settled
     async def link(self, inode, new_parent_inode, new_name, ctx):
         """A hard link inside one branch (see gravfs.fs.repository.Repository.link):
         the new name shares the inode. Across trees EXDEV; into read-only trees EROFS."""
@@ -1509,6 +1605,7 @@ class GravfsOperations(pyfuse3.Operations):
                               also=self._parent_items(tree, parent_key, now))
 
     @guarded
+    @settled
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
         """Regular files (mknod S_IFREG) are created empty; fifos, sockets and device
         nodes are entries of their own kind (with rdev), kept by commits like files."""
@@ -1570,6 +1667,8 @@ class GravfsOperations(pyfuse3.Operations):
             return node.tree.commit.id.encode()
         if node.tree is None or node.key == b"":
             raise fail(pyfuse3.ENOATTR)
+        if self.deferred and node.ino not in self.open_files:
+            await self.settle()
         value = (await self._xattrs_of(node)).get(name.decode("utf-8", "surrogateescape"))
         if value is None:
             raise fail(pyfuse3.ENOATTR)
@@ -1592,6 +1691,7 @@ class GravfsOperations(pyfuse3.Operations):
                 "read_cache_bytes": self.reader.cached_bytes}
 
     @guarded
+    @settled
     async def listxattr(self, inode, ctx):
         node = self._node(inode)
         if node.tree is None or node.key == b"":
@@ -1599,6 +1699,7 @@ class GravfsOperations(pyfuse3.Operations):
         return [k.encode() for k in sorted(await self._xattrs_of(node))]
 
     @guarded
+    @settled
     async def setxattr(self, inode, name, value, ctx):
         node = self._node(inode)
         tree = self._writable_tree(node)
@@ -1614,6 +1715,7 @@ class GravfsOperations(pyfuse3.Operations):
         await self._change_meta(node, tree, change)
 
     @guarded
+    @settled
     async def removexattr(self, inode, name, ctx):
         node = self._node(inode)
         tree = self._writable_tree(node)
@@ -1646,6 +1748,7 @@ class GravfsOperations(pyfuse3.Operations):
         return s
 
     @guarded
+    @settled
     async def access(self, inode, mode, ctx):
         node = self._node(inode)
         if mode & os.W_OK and (node.tree is None or not node.tree.writable):

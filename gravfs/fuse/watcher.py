@@ -77,6 +77,8 @@ class Watcher:
     async def poll(self) -> None:
         ops = self.ops
         self.rounds += 1
+        if ops.deferred:  # creates still open since the last poll: other processes see them
+            await ops.settle()
         branches = [t for t in list(ops.trees.values())
                     if t.kind == "branch" and ops.inodes.knows_tree(t.ident)]
         names = [t.name for t in branches]

@@ -1090,3 +1090,190 @@ def test_commit_paths_are_looked_up_on_the_event_loop_when_all_is_at_hand(tmp_pa
         trio.run(main)
     finally:
         repo.close()
+
+
+def _ops_in_process(tmp_path):
+    """A repository with directory d and the mount's handlers over it (no kernel)."""
+    import types
+
+    from gravfs.fs.repository import Repository
+    from gravfs.fuse import operations as ops_mod
+    from gravfs.fuse.options import MountOptions
+
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    Repository.init(store, state).close()
+    repo = Repository.open(store, state, staging_sync=False, head_ttl=60.0)
+    repo.mkdir("main", "d")
+    repo.data.start_uploader(1)
+    ops = ops_mod.GravfsOperations(repo, MountOptions())
+    ops.prepare(str(tmp_path / "files"))
+    os.makedirs(ops.files_dir)
+    ctx = types.SimpleNamespace(uid=os.getuid(), gid=os.getgid(), pid=os.getpid(), umask=0o22)
+    return repo, ops, ctx
+
+
+async def _dir_d(ops) -> int:
+    from gravfs.fuse.inodes import ROOT
+
+    b = await ops.lookup(ROOT, b"branches")
+    m = await ops.lookup(b.st_ino, b"main")
+    return (await ops.lookup(m.st_ino, b"d")).st_ino
+
+
+async def _create(ops, d: int, name: bytes, ctx):
+    """What the kernel sends for open(O_CREAT) of a new name: a lookup that fails,
+    then the create."""
+    import pyfuse3
+
+    with pytest.raises(pyfuse3.FUSEError):
+        await ops.lookup(d, name)
+    return await ops.create(d, name, 0o644, os.O_WRONLY | os.O_CREAT, ctx)
+
+
+def test_a_created_file_is_staged_with_its_first_close_in_one_transaction(tmp_path):
+    """Create, write, chmod and close of a new file commit one staging transaction: the
+    create's (the provisional entry and the directory's new times) waits for the close
+    when no other request comes between."""
+    import types
+
+    import pyfuse3
+    import trio
+
+    repo, ops, ctx = _ops_in_process(tmp_path)
+
+    async def main():
+        d = await _dir_d(ops)
+        await ops.getattr(d)  # the directory's marker in the stat cache, as the kernel does
+        before = repo.staging.change_counter()
+        t0 = time.time_ns()
+        fi, attrs = await _create(ops, d, b"new", ctx)
+        fi_ino = attrs.st_ino
+        assert repo.staging.change_counter() == before  # nothing staged yet
+        await ops.write(fi.fh, 0, b"content")
+        attr = pyfuse3.EntryAttributes()
+        attr.st_mode, attr.st_mtime_ns = 0o600, 1_000_000_000
+        fields = types.SimpleNamespace(update_size=False, update_mode=True, update_uid=False,
+                                       update_gid=False, update_mtime=True,
+                                       update_atime=False, update_ctime=False)
+        await ops.setattr(fi_ino, attr, fields, fi.fh, ctx)  # cp -p, before its close
+        await ops.flush(fi.fh)
+        await ops.release(fi.fh)
+        assert repo.staging.change_counter() == before + 1
+        return t0
+
+    try:
+        t0 = trio.run(main)
+        assert repo.read("main", "d/new") == b"content"
+        f = repo.stat("main", "d/new").entry
+        assert (f.mode & 0o7777, f.mtime_ns) == (0o600, 1_000_000_000)
+        d = repo.stat("main", "d")
+        assert d.entry.mtime_ns >= t0 and d.entry.ctime_ns >= t0  # the directory's new times
+    finally:
+        repo.close()
+
+
+def test_requests_between_a_create_and_its_close_see_the_file(tmp_path):
+    """A create not staged yet is staged before any request that reads what the
+    mount shows: a listing, a lookup and the directory's attributes see the open file."""
+    import trio
+
+    from gravfs.fuse import operations as ops_mod
+
+    repo, ops, ctx = _ops_in_process(tmp_path)
+    seen = {}
+
+    def reply(token, name, attrs, off):
+        token.append(name)
+        return True
+
+    async def main():
+        d = await _dir_d(ops)
+        before = (await ops.getattr(d)).st_mtime_ns
+        fi, _ = await _create(ops, d, b"open.csv", ctx)
+        await ops.write(fi.fh, 0, b"half")
+        assert ops.deferred
+        fh = await ops.opendir(d, ctx)
+        token: list = []
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(ops_mod.pyfuse3, "readdir_reply", reply)
+            await ops.readdir(fh, 0, token)
+        await ops.releasedir(fh)
+        seen["listed"] = token
+        seen["provisional"] = repo.stat("main", "d/open.csv").entry.size  # staged: empty
+        seen["dir_newer"] = (await ops.getattr(d)).st_mtime_ns > before
+        seen["lookup"] = (await ops.lookup(d, b"open.csv")).st_ino
+        await ops.flush(fi.fh)
+        await ops.release(fi.fh)
+
+    try:
+        trio.run(main)
+        assert seen["listed"] == [b"open.csv"]
+        assert seen["provisional"] == 0 and seen["dir_newer"] and seen["lookup"]
+        assert repo.read("main", "d/open.csv") == b"half"
+        assert not ops.deferred
+    finally:
+        repo.close()
+
+
+def test_a_create_that_cannot_be_staged_leaves_other_requests_working(tmp_path, caplog):
+    """Staging a deferred create fails (a full disk): the request that settled it goes
+    on, and the file's close stages the create with its content once staging works."""
+    import pyfuse3
+    import trio
+
+    from gravfs.errors import GravfsError
+
+    repo, ops, ctx = _ops_in_process(tmp_path)
+    stage_inline = ops._stage_inline
+    failing = {"on": False}
+
+    async def flaky(*args, **kw):
+        if failing["on"]:
+            raise GravfsError("staging database: disk error: No space left on device")
+        return await stage_inline(*args, **kw)
+
+    ops._stage_inline = flaky
+
+    async def main():
+        d = await _dir_d(ops)
+        await ops.getattr(d)
+        fi, _ = await _create(ops, d, b"f", ctx)
+        await ops.write(fi.fh, 0, b"kept")
+        failing["on"] = True
+        with pytest.raises(pyfuse3.FUSEError) as err:
+            await ops.lookup(d, b"other")  # settles (and fails to), then answers as usual
+        assert err.value.errno == errno.ENOENT
+        assert not ops.deferred  # requests no longer try: the close does
+        failing["on"] = False
+        await ops.flush(fi.fh)
+        await ops.release(fi.fh)
+
+    try:
+        with caplog.at_level("WARNING", logger="gravfs.fuse.operations"):
+            trio.run(main)
+        assert "could not stage 1 created files on main" in caplog.text
+        assert repo.read("main", "d/f") == b"kept"
+        assert repo.stat("main", "d").entry.mtime_ns > 0
+    finally:
+        repo.close()
+
+
+def test_every_handler_settles_deferred_creates_or_cannot_see_them():
+    """A new handler must choose: settle the deferred creates first (``settled``), or
+    be one that neither reads nor changes what the mount shows."""
+    import pyfuse3
+
+    from gravfs.fuse import operations as ops_mod
+
+    own_state_only = {
+        "forget", "releasedir", "opendir", "read", "write", "flush", "fsync", "release",
+        "statfs",
+        # settle themselves unless the inode is an open file (its own state answers)
+        "getattr", "getxattr", "setattr",
+    }
+    handlers = {name for name, fn in vars(ops_mod.GravfsOperations).items()
+                if callable(fn) and hasattr(pyfuse3.Operations, name)
+                and not name.startswith("_") and name not in ("init", "destroy")}
+    unsettled = {name for name in handlers if not getattr(getattr(ops_mod.GravfsOperations, name),
+                                                            "settles", False)}
+    assert unsettled == own_state_only, sorted(unsettled ^ own_state_only)
