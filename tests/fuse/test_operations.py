@@ -1277,3 +1277,42 @@ def test_every_handler_settles_deferred_creates_or_cannot_see_them():
     unsettled = {name for name in handlers if not getattr(getattr(ops_mod.GravfsOperations, name),
                                                             "settles", False)}
     assert unsettled == own_state_only, sorted(unsettled ^ own_state_only)
+
+
+def test_open_files_show_in_listings_and_lookups_while_others_write(gravfs_mount):
+    """A file created and still open shows in a listing and a lookup of another process
+    before its close, while other writers create and close files beside it: the
+    staging its create waits for is done first (see GravfsOperations.settle)."""
+    import threading
+
+    m = gravfs_mount
+    d = m.branch_path("busy")
+    os.mkdir(d)
+    stop = threading.Event()
+
+    def noise(w: int) -> None:
+        i = 0
+        while not stop.is_set():
+            _write(os.path.join(d, f"n{w}-{i:04d}"), b"n")
+            i += 1
+
+    others = [threading.Thread(target=noise, args=(w,)) for w in range(2)]
+    for t in others:
+        t.start()
+    problems = []
+    try:
+        for i in range(60):
+            name = f"held-{i:03d}"
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(b"h" * i)
+                if name not in os.listdir(d):
+                    problems.append(f"listing misses {name}")
+                if i % 2 and not os.path.exists(os.path.join(d, name)):
+                    problems.append(f"lookup misses {name}")
+    finally:
+        stop.set()
+        for t in others:
+            t.join(timeout=60)
+    assert not problems, problems[:5]
+    assert os.path.getsize(os.path.join(d, "held-059")) == 59
+    m.assert_clean_log()
