@@ -279,6 +279,12 @@ class GravfsOperations(pyfuse3.Operations):
                         of.deferred = None
                 log.debug("settled %d deferred creates on %s", len(group), tree.name)
 
+    async def _settle_for(self, node: Inode) -> None:
+        """settle() for a request about ``node``, unless it is an open file: its own
+        state answers (attributes, xattrs) or keeps the change until its close."""
+        if self.deferred and node.ino not in self.open_files:
+            await self.settle()
+
     @contextlib.contextmanager
     def _with_deferred(self, of: OpenFile) -> Iterator[list]:
         """The parent markers of an open file's deferred create, to stage with its entry
@@ -623,8 +629,7 @@ class GravfsOperations(pyfuse3.Operations):
     @guarded
     async def getattr(self, inode, ctx=None):
         node = self._node(inode)
-        if self.deferred and node.ino not in self.open_files:
-            await self.settle()  # (an open file answers from its local state)
+        await self._settle_for(node)
         return await self._getattr_node(node)
 
     async def _getattr_node(self, node: Inode) -> pyfuse3.EntryAttributes:
@@ -1328,8 +1333,7 @@ class GravfsOperations(pyfuse3.Operations):
         node = self._node(inode)
         if node.tree is None or node.tree.immutable:
             raise fail(errno.EROFS)
-        if self.deferred and node.ino not in self.open_files:
-            await self.settle()  # (an open file keeps the change until its close: cp -p)
+        await self._settle_for(node)  # (an open file keeps the change until its close: cp -p)
         tree = self._writable_tree(node)
         if node.key == b"":
             return self._attrs(node, None)  # a branch root has no entry to keep metadata in
@@ -1667,8 +1671,7 @@ class GravfsOperations(pyfuse3.Operations):
             return node.tree.commit.id.encode()
         if node.tree is None or node.key == b"":
             raise fail(pyfuse3.ENOATTR)
-        if self.deferred and node.ino not in self.open_files:
-            await self.settle()
+        await self._settle_for(node)
         value = (await self._xattrs_of(node)).get(name.decode("utf-8", "surrogateescape"))
         if value is None:
             raise fail(pyfuse3.ENOATTR)
