@@ -264,6 +264,31 @@ def test_file_created_by_a_killed_mount_and_never_closed_is_gone(gravfs_mount):
     assert _committed(m, cid, "open.csv") is None
 
 
+def test_created_files_fsynced_or_closed_survive_a_killed_mount(gravfs_mount):
+    """A create's staging waits for the file's first close or fsync, which stage it
+    with the content: both survive kill -9, the file only ever written does not."""
+    m = gravfs_mount
+    os.mkdir(m.branch_path("d"))
+    f = open(m.branch_path("d", "synced"), "wb")
+    f.write(b"synced")
+    f.flush()
+    os.fsync(f.fileno())
+    _write(m.branch_path("d", "closed"), b"closed")
+    g = open(m.branch_path("d", "open"), "wb")
+    g.write(b"never closed")
+    g.flush()
+    m.kill9()
+    for h in (f, g):
+        try:
+            h.close()
+        except OSError:
+            pass  # the mount is gone
+    m.remount()
+    assert sorted(os.listdir(m.branch_path("d"))) == ["closed", "synced"]
+    assert _read(m.branch_path("d", "synced")) == b"synced"
+    assert _read(m.branch_path("d", "closed")) == b"closed"
+
+
 def test_renamed_file_still_open_stays_out_of_commits(gravfs_mount):
     """Renaming a created, unclosed file (or its directory) keeps it out of commits."""
     m = gravfs_mount
