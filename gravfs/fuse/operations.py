@@ -1169,15 +1169,14 @@ class GravfsOperations(pyfuse3.Operations):
         markers of its deferred create, on this thread when that is a local write."""
         key = of.node.key
         with self._with_deferred(of) as also:
-            if not of.link_group:
-                items = [(key, entry)] + also
-                if await self._stage_inline(tree, [(k, True) for k, _ in items], items):
-                    return entry
-            return await self._write(tree, self._changes(of, also), self._stage_names, tree,
-                                     key, entry, also)
+            changes = self._changes(of, also)
+            if changes is not None and await self._stage_inline(tree, changes,  # None: links
+                                                                [(key, entry)] + also):
+                return entry
+            return await self._write(tree, changes, self._stage_names, tree, key, entry, also)
 
     @staticmethod
-    def _changes(of: OpenFile, also: list) -> Optional[list]:
+    def _changes(of: OpenFile, also) -> Optional[list]:
         """The keys staging an open file changes (None for a link group: every name)."""
         if of.link_group:
             return None
@@ -1396,8 +1395,8 @@ class GravfsOperations(pyfuse3.Operations):
                     return  # staged with the content on close
                 async with self._ns(tree):
                     if node.linked:
-                        e = await self._write(tree, None if e.link_group else [(node.key, True)],
-                                              self._stage_names, tree, node.key, e)
+                        e = await self._write(tree, self._changes(of, ()), self._stage_names,
+                                              tree, node.key, e)
                 of.entry = e
                 self._remember_entry(node, e)
             return
