@@ -70,6 +70,13 @@ COMMIT_XATTR = b"user.gravfs.commit"
 INODES_XATTR = b"user.gravfs.inodes"  # the inode table's record counts (JSON), on the root
 MEMORY_XATTR = b"user.gravfs.memory"  # the daemon's memory and its bounded caches (JSON), on the root
 XATTR_NAMESPACES = (b"user.", b"trusted.", b"security.")
+# Not kept, and reported as not supported (as ext4 -o noacl, or a filesystem
+# without labels): POSIX ACLs (system.*: the kernel checks modes only) and
+# SELinux labels (a FUSE mount's label comes from the mount, not from xattrs).
+# ls -l asks both of every entry unless a device answers "not supported" once.
+UNSUPPORTED_XATTRS = (b"security.selinux",)
+# Not kept, but asked before every write: answered "none" (security.capability).
+NEVER_SET_XATTRS = (b"security.capability",)
 MAX_FOREIGN_LOGGED = 10_000  # keys other writers made, each logged once
 
 
@@ -1634,7 +1641,9 @@ class GravfsOperations(pyfuse3.Operations):
 
     @staticmethod
     def _xattr_name(name: bytes) -> str:
-        if not name.startswith(XATTR_NAMESPACES):
+        """The stored name of an attribute to set or remove (ENOTSUP: not kept)."""
+        if (not name.startswith(XATTR_NAMESPACES) or name in UNSUPPORTED_XATTRS
+                or name in NEVER_SET_XATTRS):
             raise fail(errno.ENOTSUP)
         try:
             return name.decode("utf-8")
@@ -1652,9 +1661,9 @@ class GravfsOperations(pyfuse3.Operations):
     @guarded
     async def getxattr(self, inode, name, ctx):
         node = self._node(inode)
-        if name.startswith(b"system.") or name == b"security.capability":
-            # capability: asked before every write, never stored; system.* (POSIX ACLs,
-            # asked by ls -l for every entry) cannot be set here
+        if name.startswith(b"system.") or name in UNSUPPORTED_XATTRS:
+            raise fail(errno.EOPNOTSUPP)
+        if name in NEVER_SET_XATTRS:
             raise fail(pyfuse3.ENOATTR)
         if name == PID_XATTR and inode == ROOT:
             return str(os.getpid()).encode()
@@ -1698,7 +1707,8 @@ class GravfsOperations(pyfuse3.Operations):
         node = self._node(inode)
         if node.tree is None or node.key == b"":
             return []
-        return [k.encode() for k in sorted(await self._xattrs_of(node))]
+        return [k.encode() for k in sorted(await self._xattrs_of(node))
+                if k.encode() not in UNSUPPORTED_XATTRS]  # kept by older versions
 
     @guarded
     @settled
@@ -1706,8 +1716,6 @@ class GravfsOperations(pyfuse3.Operations):
         node = self._node(inode)
         tree = self._writable_tree(node)
         if node.key == b"":
-            raise fail(errno.ENOTSUP)
-        if name == b"security.capability":
             raise fail(errno.ENOTSUP)
         key = self._xattr_name(name)
 

@@ -632,26 +632,55 @@ def test_create_read_only_then_write_through_another_handle(gravfs_mount):
 # -- caching of branch trees (long attribute timeouts, stat cache) --------------------------
 
 
-def test_acl_and_selinux_xattrs_are_absent_and_user_xattrs_work(gravfs_mount):
-    """ls -l asks system.posix_acl_* and security.selinux of every entry: answered
-    ENODATA (without a worker thread) while user xattrs keep working."""
+def test_acl_and_selinux_xattrs_are_not_supported_and_user_xattrs_work(gravfs_mount):
+    """POSIX ACLs and SELinux labels are not kept: asked or set, they answer
+    EOPNOTSUPP as on a filesystem without them (ls -l then asks once per device,
+    see the next test), while user and other security.* xattrs keep working."""
     m = gravfs_mount
     p = m.branch_path("f")
     _write(p, b"data")
     os.mkdir(m.branch_path("d"))
     os.setxattr(p, "user.k", b"v")
     cid = m.commit()
-    for path in (p, m.branch_path("d"), m.path("commits", cid, "f"), m.branch_path()):
+    for path in (p, m.branch_path("d"), m.path("commits", cid, "f"), m.branch_path(), m.mnt):
         for name in ("system.posix_acl_access", "system.posix_acl_default", "security.selinux"):
-            assert _errno(os.getxattr, path, name) == errno.ENODATA, (path, name)
-    assert _errno(os.setxattr, p, "system.other", b"x") == errno.ENOTSUP
+            assert _errno(os.getxattr, path, name) == errno.EOPNOTSUPP, (path, name)
+    # a write asks security.capability first: "none", not an error
+    assert _errno(os.getxattr, p, "security.capability") == errno.ENODATA
+    for name in ("system.other", "security.selinux"):  # (the kernel checks capabilities' form)
+        assert _errno(os.setxattr, p, name, b"x") == errno.ENOTSUP, name
+    for name in ("system.other", "security.selinux", "security.capability"):
+        assert _errno(os.removexattr, p, name) == errno.ENOTSUP, name
     assert os.getxattr(p, "user.k") == b"v"
     assert os.getxattr(m.path("commits", cid, "f"), "user.k") == b"v"
-    os.setxattr(p, "security.label", b"lbl")  # security.* other than the probed ones: kept
+    os.setxattr(p, "security.label", b"lbl")  # security.* other than labels: kept
     assert os.getxattr(p, "security.label") == b"lbl"
+    assert sorted(os.listxattr(p)) == ["security.label", "user.k"]
     out = subprocess.run(["ls", "-l", m.branch_path()], capture_output=True, text=True, check=True)
-    assert " d\n" in out.stdout and " f\n" in out.stdout
+    assert " d\n" in out.stdout and " f\n" in out.stdout and not out.stderr
     m.assert_clean_log()
+
+
+def test_ls_l_asks_for_acls_and_labels_once_not_per_entry(gravfs_mount, tmp_path):
+    """ls -l of a directory sends no GETXATTR per entry: told once that ACLs and
+    labels are not supported, ls stops asking on this mount (GRAVFS_OPSTATS counts
+    the daemon's requests)."""
+    m = gravfs_mount
+    os.mkdir(m.branch_path("many"))
+    for i in range(100):
+        _write(m.branch_path("many", f"f{i:03d}"), b"x")
+    m.umount()
+    stats = str(tmp_path / "opstats")
+    m.env["GRAVFS_OPSTATS"] = stats
+    m.mount()
+    out = subprocess.run(["ls", "-l", m.branch_path("many")], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.count(" f") == 100 and not out.stderr
+    m.umount()  # writes the counts
+    calls = {line.split()[0]: int(line.split()[1]) for line in open(stats).read().splitlines()[1:]}
+    assert calls["readdir"] >= 1
+    # the mount's own checks and ls's first entry; 200 when each entry is asked twice
+    assert calls.get("getxattr", 0) <= 10, calls
 
 
 def test_staging_by_another_process_shows_before_the_attr_timeout(gravfs_mount):
