@@ -25,7 +25,17 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
 from ..errors import CorruptDataError
-from .block import DataBlock, decode_data_block, decode_entries, decode_index_block, entries_end
+from .block import (
+    PAST_BLOCK,
+    DataBlock,
+    decode_data_block,
+    decode_entries,
+    decode_index_block,
+    entries_end,
+    entry_header,
+    restart_key,
+    seek_data_block,
+)
 from .cache import DEFAULT_CACHE, BlockCache, BlockTable
 from .format import (
     BLOCK_TRAILER_SIZE,
@@ -83,7 +93,7 @@ class _Index:
         return self
 
 
-LAZY_FINDS = 8  # lookups a lazy index answers from its raw block before it is decoded
+LAZY_FINDS = 12  # lookups a lazy index answers from its raw block before it is decoded
 
 
 class _LazyIndex(_Index):
@@ -118,17 +128,15 @@ class _LazyIndex(_Index):
     def _entry(self, p: int, prev: bytes) -> tuple[bytes, int, int, int]:
         """(stored key, block offset, block size, next entry) of the entry at ``p``."""
         raw, limit = self._raw, self._limit
-        shared, q = read_varint(raw, p, limit)
-        non_shared, q = read_varint(raw, q, limit)
-        vlen, q = read_varint(raw, q, limit)
+        shared, non_shared, vlen, q = entry_header(raw, p, limit)
         end = q + non_shared + vlen
         if end > limit or shared > len(prev):
             raise FormatError("index entry overruns its block or shares more than the previous key", p)
-        key = prev[:shared] + raw[q:q + non_shared]
-        off, h = read_varint(raw, q + non_shared, end)
-        size, _ = read_varint(raw, h, end)
+        key = prev[:shared] + raw[q:q + non_shared] if shared else raw[q:q + non_shared]
         if len(key) < self._strip:
             raise FormatError("index key shorter than its 8-byte trailer", p)
+        off, h = read_varint(raw, q + non_shared, end)
+        size, _ = read_varint(raw, h, end)
         return key, off, size, end
 
     def find(self, key: bytes) -> tuple[int, int] | None:
@@ -142,14 +150,13 @@ class _LazyIndex(_Index):
         lo, hi = 0, self._restarts
         while lo < hi:  # first restart point whose separator is >= key
             mid = (lo + hi) // 2
-            p = int.from_bytes(raw[limit + 4 * mid:limit + 4 * mid + 4], "little")
-            stored = self._entry(p, b"")[0]
+            stored = restart_key(raw, limit, mid)[0]
             if (stored[:-strip] if strip else stored) < key:
                 lo = mid + 1
             else:
                 hi = mid
         # the answer is that restart's entry or one of the entries just before it
-        p = int.from_bytes(raw[limit + 4 * (lo - 1):limit + 4 * lo], "little") if lo else 0
+        p = restart_key(raw, limit, lo - 1)[1] if lo else 0
         prev = b""
         while p < limit:
             prev, off, size, p = self._entry(p, prev)
@@ -231,6 +238,7 @@ class SSTReader:
         self._table: BlockTable | None = None
         self._blocks: dict[int, DataBlock] = {}
         self._kv: dict[bytes, bytes] = {}
+        self._probed: set[int] = set()  # blocks a lookup searched raw (_get_in_block)
         self._recover: Recover | None = None
         self.verify_checksums = verify_checksums
         if isinstance(source, (str, os.PathLike)):
@@ -548,16 +556,7 @@ class SSTReader:
             if i == len(ikeys):
                 return None
             off, size = top.offsets[i], top.sizes[i]
-        blk = self._blocks.get(off)
-        if blk is None:
-            blk = self._load(off, size)
-        else:
-            blk.ref = True
-        keys = blk.keys
-        j = bisect_left(keys, key)
-        if j < len(keys):
-            return blk.values[j] if keys[j] == key else None
-        return self._get_slow(key)
+        return self._get_in_block(off, size, key)
 
     def _get_two_level(self, key: bytes) -> bytes | None:
         top = self._top
@@ -568,10 +567,26 @@ class SSTReader:
         i = bisect_left(part.keys, key)
         if i == len(part.keys):
             return self._get_slow(key)
-        off = part.offsets[i]
+        return self._get_in_block(part.offsets[i], part.sizes[i], key)
+
+    def _get_in_block(self, off: int, size: int, key: bytes) -> bytes | None:
+        """``key``'s value in the block at ``off`` (its separator chose it).
+
+        The first lookup in a block that no cache holds searches the raw block
+        (seek_data_block); the second decodes and caches it: a cold random lookup
+        reads a block once, and decoding it whole costs more than the search."""
         blk = self._blocks.get(off)
         if blk is None:
-            blk = self._load(off, part.sizes[i])
+            if off not in self._probed:
+                self._probed.add(off)
+                raw = self._read_block(off, size, "data")
+                try:
+                    v = seek_data_block(raw, key)
+                except FormatError as e:
+                    raise self._corrupt(f"data block: {e} (at byte {e.offset} of the block)",
+                                        off) from None
+                return self._get_slow(key) if v is PAST_BLOCK else v
+            blk = self._load(off, size)
         else:
             blk.ref = True
         keys = blk.keys

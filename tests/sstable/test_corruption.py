@@ -146,6 +146,33 @@ def test_bad_entry_with_valid_checksum(table):
         assert e.value.offset == off
 
 
+def test_bad_entries_are_caught_by_a_first_point_lookup(table):
+    """A point lookup searches an uncached block raw (from a restart point): bad
+    lengths and restart points with a valid checksum still raise, naming the block."""
+    path, items = table("none")
+    data = bytearray(open(path, "rb").read())
+    with SSTReader(path) as r:
+        off, size = r.block_handles()[1]
+        keys = r._block(off, size).keys
+    block = bytes(data[off:off + size])
+    n_restarts = int.from_bytes(block[-4:], "little")
+    restarts_at = len(block) - 4 - 4 * n_restarts
+    damages = {  # damage -> (damaged block, keys whose lookup reads it)
+        "varint": (b"\xff" * 6 + block[6:], keys[:1]),
+        "overruns": (b"\x00\xff\x7f\x00" + block[4:], keys[:1]),
+        "restart": (block[:restarts_at] + len(block).to_bytes(4, "little") * n_restarts
+                    + block[-4:], [keys[0], keys[-1]]),
+    }
+    for what, (bad, asked) in damages.items():
+        damaged = bytearray(data)
+        rewrite_block(damaged, off, size, bad)
+        for key in asked:
+            with SSTReader(bytes(damaged), name="probe-bad", cache=BlockCache()) as r:
+                with pytest.raises(CorruptDataError, match="data block") as e:
+                    r.get(key)
+                assert e.value.offset == off, what
+
+
 def test_block_handle_past_end_of_file(table):
     path, _ = table()
     data = open(path, "rb").read()

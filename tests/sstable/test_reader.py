@@ -196,6 +196,36 @@ def test_lazy_index_answers_as_the_decoded_one(tmp_path, keys, block_size, forma
                 assert again._top.keys == decoded.keys
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    keys=st.sets(st.binary(max_size=24), min_size=1, max_size=300),
+    deleted=st.sets(st.binary(max_size=24), max_size=40),
+    block_size=st.sampled_from([64, 256, 4096]),
+    restart_interval=st.sampled_from([1, 4, 16]),
+    hash_index=st.booleans(),
+    probes=st.lists(st.binary(max_size=25), max_size=40),
+)
+def test_a_lookup_in_an_uncached_block_searches_it_raw_then_caches_it(
+        tmp_path, keys, deleted, block_size, restart_interval, hash_index, probes):
+    """The first point lookup in a block no cache holds searches the raw block from a
+    restart point (any restart interval, deletions, a data-block hash index); the
+    second in that block decodes and caches it. Both answer as the decoded block."""
+    deleted -= keys
+    items = [(k, k + b"|v") for k in sorted(keys)]
+    path = rocksdict_sst(str(tmp_path / "p.sst"), items, deletes=sorted(deleted), format_version=5,
+                         block_size=block_size, restart_interval=restart_interval,
+                         data_block_index="binary_and_hash" if hash_index else None)
+    oracle = dict(items)
+    asked = probes + sorted(keys | deleted) + [b"", b"\xff" * 30]
+    with SSTReader(path, cache=BlockCache()) as r:
+        for p in asked:  # each reader's first lookup of its block searches it raw
+            with SSTReader(path, cache=BlockCache()) as fresh:
+                assert fresh.get(p) == oracle.get(p), p
+                assert not fresh._blocks  # nothing decoded
+            assert r.get(p) == oracle.get(p), p  # raw first, decoded from the second on
+        assert r._blocks  # the blocks asked twice are cached
+
+
 def test_seek_boundaries_every_block(tmp_path):
     items = make_items(3000)
     path = rocksdict_sst(str(tmp_path / "b.sst"), items, block_size=512)
