@@ -238,6 +238,42 @@ def test_the_map_is_reserved_up_front_also_for_older_databases(tmp_path):
         r.close()
 
 
+def test_a_branch_state_is_parsed_once_per_stored_value_and_handed_out_as_copies(
+        tmp_path, monkeypatch):
+    """Reading a branch's state (every lookup that misses the mount's caches does)
+    parses its JSON once per value another process stored; each caller gets its own
+    copy, and a new stored value is parsed again."""
+    from gravfs.version.staging import area as area_mod
+    path = str(tmp_path / "lmdb")
+    ours = area_mod.StagingArea(path)
+    ours.put_many("main", [(b"k", b"v")], "c0")
+    code = ("import sys, gravfs.version.staging.area as a; s = a.StagingArea(sys.argv[1]); "
+            "s.put_many('main', [(b'other', b'v')], 'c0')")
+    cwd = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    subprocess.run([sys.executable, "-c", code, path], check=True, cwd=cwd)
+    loads = []
+    real = area_mod.BranchState.load
+    monkeypatch.setattr(area_mod.BranchState, "load",
+                        classmethod(lambda cls, raw: loads.append(raw) or real(raw)))
+    try:
+        states = []
+        for _ in range(3):
+            with ours.read_txn() as txn:
+                states.append(ours.state(txn, "main"))
+        assert len(loads) == 1  # the other process's value, parsed once
+        assert states[0] == states[1] == states[2] and states[0].puts == 2
+        states[0].sealed.append("changed")  # a caller's copy is its own
+        with ours.read_txn() as txn:
+            assert ours.state(txn, "main").sealed == []
+        subprocess.run([sys.executable, "-c", code.replace("b'other'", "b'third'"), path],
+                       check=True, cwd=cwd)
+        with ours.read_txn() as txn:
+            assert ours.state(txn, "main").puts == 3
+        assert len(loads) == 2
+    finally:
+        ours.close()
+
+
 def test_a_map_another_process_outgrew_is_a_clear_error(tmp_path, monkeypatch):
     """(With maps made small for the test.) Another process grows the database past
     this process's map: this process's transactions fail with one clear error that

@@ -138,7 +138,8 @@ class StagingArea:
         self.path = path
         self.synchronous = sync
         self._resize_lock = threading.Lock()
-        self._last_saved: dict[str, tuple[bytes, BranchState]] = {}  # branch -> (raw, state)
+        # branch -> (stored bytes, state): the state this process last read or wrote
+        self._last_state: dict[str, tuple[bytes, BranchState]] = {}
         # called with each write transaction's number (the change_counter() it commits
         # as; a retried try keeps it) inside the transaction, on the writing thread
         self.on_write: Optional[Callable[[int], None]] = None
@@ -226,16 +227,18 @@ class StagingArea:
         raw = txn.get(branch.encode(), db=self.branches_db)
         if raw is None:
             return BranchState(staging=new_token())
-        last = self._last_saved.get(branch)
-        if last is not None and last[0] == raw:  # what this process wrote last: no JSON
+        last = self._last_state.get(branch)
+        if last is not None and last[0] == raw:  # unchanged since this process saw it: no JSON
             return last[1].copy()
-        return BranchState.load(raw)
+        st = BranchState.load(raw)
+        self._last_state[branch] = (raw, st.copy())
+        return st
 
     def save_state(self, txn, branch: str, st: BranchState) -> None:
         raw = st.dump()
         txn.put(branch.encode(), raw, db=self.branches_db)
         # kept even if the transaction aborts: state() compares the stored bytes
-        self._last_saved[branch] = (raw, st.copy())
+        self._last_state[branch] = (raw, st.copy())
 
     def stored_state(self, branch: str) -> Optional[BranchState]:
         """The branch's state as stored, None when nothing was ever staged on it
