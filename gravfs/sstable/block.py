@@ -85,6 +85,22 @@ def restart_key(data: bytes, limit: int, i: int) -> tuple[bytes, int]:
     return data[q:q + non_shared], p
 
 
+def scan_start(data: bytes, limit: int, restarts: int, key: bytes, strip: int) -> int:
+    """Where to scan from for the first entry whose key (stored key without its last
+    ``strip`` bytes: an internal key's trailer) is >= ``key``: the restart point
+    before the first one whose key is, found by binary search (0 if none is before)."""
+    lo, hi = 0, restarts
+    while lo < hi:
+        mid = (lo + hi) // 2
+        stored, at = restart_key(data, limit, mid)
+        if len(stored) < strip:
+            raise FormatError(f"key shorter than its {strip}-byte trailer", at)
+        if (stored[:-strip] if strip else stored) < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return restart_key(data, limit, lo - 1)[1] if lo else 0
+
 
 def decode_entries(data: bytes) -> tuple[list[bytes], list[bytes]]:
     """All (key, value) entries of a block with explicit value lengths, keys as stored."""
@@ -232,17 +248,7 @@ def seek_data_block(data: bytes, key: bytes) -> bytes | None | _Past:
     as in decode_data_block; every length read is checked against the block.
     """
     limit, restarts = restart_array(data)
-    lo, hi = 0, restarts
-    while lo < hi:  # the first restart point whose user key is >= key
-        mid = (lo + hi) // 2
-        stored, at = restart_key(data, limit, mid)
-        if len(stored) < 8:
-            raise FormatError("internal key shorter than its 8-byte trailer", at)
-        if stored[:-8] < key:
-            lo = mid + 1
-        else:
-            hi = mid
-    p = restart_key(data, limit, lo - 1)[1] if lo else 0
+    p = scan_start(data, limit, restarts, key, 8)
     prev = b""
     while p < limit:
         start = p

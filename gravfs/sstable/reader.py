@@ -33,7 +33,7 @@ from .block import (
     decode_index_block,
     entries_end,
     entry_header,
-    restart_key,
+    scan_start,
     seek_data_block,
 )
 from .cache import DEFAULT_CACHE, BlockCache, BlockTable
@@ -147,16 +147,7 @@ class _LazyIndex(_Index):
             return None if i == len(idx.keys) else (idx.offsets[i], idx.sizes[i])
         self._finds += 1
         raw, limit, strip = self._raw, self._limit, self._strip
-        lo, hi = 0, self._restarts
-        while lo < hi:  # first restart point whose separator is >= key
-            mid = (lo + hi) // 2
-            stored = restart_key(raw, limit, mid)[0]
-            if (stored[:-strip] if strip else stored) < key:
-                lo = mid + 1
-            else:
-                hi = mid
-        # the answer is that restart's entry or one of the entries just before it
-        p = restart_key(raw, limit, lo - 1)[1] if lo else 0
+        p = scan_start(raw, limit, self._restarts, key, strip)
         prev = b""
         while p < limit:
             prev, off, size, p = self._entry(p, prev)
