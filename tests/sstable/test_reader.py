@@ -203,18 +203,22 @@ def test_lazy_index_answers_as_the_decoded_one(tmp_path, keys, block_size, forma
     block_size=st.sampled_from([64, 256, 4096]),
     restart_interval=st.sampled_from([1, 4, 16]),
     hash_index=st.booleans(),
+    two_level=st.booleans(),
     probes=st.lists(st.binary(max_size=25), max_size=40),
 )
 def test_a_lookup_in_an_uncached_block_searches_it_raw_then_caches_it(
-        tmp_path, keys, deleted, block_size, restart_interval, hash_index, probes):
+        tmp_path, keys, deleted, block_size, restart_interval, hash_index, two_level, probes):
     """The first point lookup in a block no cache holds searches the raw block from a
-    restart point (any restart interval, deletions, a data-block hash index); the
-    second in that block decodes and caches it. Both answer as the decoded block."""
+    restart point (any restart interval, deletions, a data-block hash index, either
+    index kind); the second in that block decodes and caches it. Both answer as the
+    decoded block."""
     deleted -= keys
     items = [(k, k + b"|v") for k in sorted(keys)]
     path = rocksdict_sst(str(tmp_path / "p.sst"), items, deletes=sorted(deleted), format_version=5,
                          block_size=block_size, restart_interval=restart_interval,
-                         data_block_index="binary_and_hash" if hash_index else None)
+                         data_block_index="binary_and_hash" if hash_index else None,
+                         index="two_level_index_search" if two_level else "binary_search",
+                         metadata_block_size=64)
     oracle = dict(items)
     asked = probes + sorted(keys | deleted) + [b"", b"\xff" * 30]
     with SSTReader(path, cache=BlockCache()) as r:
