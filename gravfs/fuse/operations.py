@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import stat as statmod
+import sys
 import time
 import traceback
 from dataclasses import replace
@@ -1699,7 +1700,9 @@ class GravfsOperations(pyfuse3.Operations):
                 "inodes": len(self.inodes),
                 "block_cache_bytes": DEFAULT_CACHE.used_bytes,
                 "block_cache_capacity": DEFAULT_CACHE.capacity_bytes,
-                "read_cache_bytes": self.reader.cached_bytes}
+                "read_cache_bytes": self.reader.cached_bytes,
+                # live Python objects' blocks: tells freed-but-kept memory from objects alive
+                "python_blocks": sys.getallocatedblocks()}
 
     @guarded
     @settled

@@ -183,4 +183,5 @@ def test_memory_report_and_metadata_cache_budget(gravfs_mount):
     after = report()
     assert 0 < after["block_cache_bytes"] <= 3 << 20
     assert after["inodes"] > before["inodes"]
+    assert after["python_blocks"] > before["python_blocks"] > 0  # the listing's live objects
     assert json.loads(os.getxattr(m.mnt, "user.gravfs.memory"))["read_cache_bytes"] == 0
