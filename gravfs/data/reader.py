@@ -476,11 +476,10 @@ class DataReader:
     def _verified(self, address: str, size: int, v: _Verifier) -> None:
         """The running hash is complete: keep its sums, or refuse the object. Readers
         of the last chunk wait for this (``v.filed``): one that found the hash done
-        by another thread must not serve the chunk before a mismatch is filed."""
+        by another thread must not serve the chunk before a mismatch is filed. The
+        verifier leaves the object only then: a reader that finds none (a cached
+        read of the last chunk goes on at once) must find the verdict acted on."""
         try:
-            with self._lock:
-                if self._verifiers.get(address) is v:
-                    del self._verifiers[address]
             if not v.ok:
                 self._refuse(address, "its ranges hash to another digest")
                 return
@@ -490,6 +489,9 @@ class DataReader:
                     self._recorded[address] = chunksums.ChunkChecks(v.sums, chunksums.CHUNK, size)
             log.debug("verified %s (%d bytes) from ranged reads", address, size)
         finally:
+            with self._lock:
+                if self._verifiers.get(address) is v:
+                    del self._verifiers[address]
             v.filed.set()
 
     def _refuse(self, address: str, why: str) -> None:

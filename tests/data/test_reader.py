@@ -259,6 +259,51 @@ def _read_whole_as_the_mount_does(reader: DataReader, address: str, size: int,
         state.close()
 
 
+def test_a_verdict_is_acted_on_before_any_reader_may_end_the_object(s3_repo, monkeypatch):
+    """The running hash finishing is not enough for a reader of the last chunk to go
+    on: the sums must be kept, or a damaged object refused, first. Here the verdict
+    is filed slowly and the last read comes right after the hash finished; before,
+    the finished hash left the object's verifier at once, and a cached read of the
+    last chunk ended a damaged object's whole read without an error (or a good
+    one's before its sums were kept)."""
+    repo, server = s3_repo
+    good, bad = os.urandom(5 * CHUNK + 5), os.urandom(5 * CHUNK + 7)
+    good_address, _ = repo.data.put_bytes(good)
+    bad_address, _ = repo.data.put_bytes(bad)
+    _damage_in_bucket(repo, server, bad_address, bad, CHUNK + 3)
+    keep_sums = repo.data.keep_sums
+    monkeypatch.setattr(repo.data, "keep_sums", lambda *a: (time.sleep(0.5), keep_sums(*a))[1])
+    reader = DataReader(repo.data)
+    refuse = reader._refuse
+    monkeypatch.setattr(reader, "_refuse", lambda *a: (time.sleep(0.5), refuse(*a))[1])
+
+    def read_all_but_the_end_first(address: str, size: int) -> bytes:
+        state = ReadState()
+        step = 128 * 1024
+        try:
+            parts = [reader.read(state, address, size, off, step) for off in range(0, size - step, step)]
+            v = reader._verifiers.get(address)
+            deadline = time.monotonic() + 20
+            while v is not None and v.next <= v.last:  # read-ahead fetched the rest:
+                assert time.monotonic() < deadline  # the hash finishes on its own
+                time.sleep(0.005)
+            off = len(parts) * step  # the last read, as the mount answers it
+            last = reader.read_cached(state, address, size, off, size - off)
+            if last is None:
+                last = reader.read(state, address, size, off, size - off)
+            return b"".join(parts) + bytes(last)
+        finally:
+            state.close()
+
+    try:
+        assert read_all_but_the_end_first(good_address, len(good)) == good
+        assert repo.tier.load_sums(good_address, len(good)) is not None
+        with pytest.raises(CorruptDataError):
+            read_all_but_the_end_first(bad_address, len(bad))
+    finally:
+        reader.close()
+
+
 def test_reads_from_the_cache_skip_no_check(s3_repo):
     """The mount answers reads of chunks read ahead on its event loop (read_cached): a
     whole read that way returns the object, its reads past the first are mostly from
