@@ -81,6 +81,11 @@ NEVER_SET_XATTRS = (b"security.capability",)
 MAX_FOREIGN_LOGGED = 10_000  # keys other writers made, each logged once
 
 
+def _unsupported_xattr(name: bytes) -> bool:
+    """An attribute kind the mount does not keep and says so (EOPNOTSUPP/ENOTSUP)."""
+    return name.startswith(b"system.") or name in UNSUPPORTED_XATTRS
+
+
 def settled(fn):
     """For a handler that reads or changes what the mount shows: the creates deferred
     so far are staged first (see GravfsOperations.create)."""
@@ -1643,7 +1648,7 @@ class GravfsOperations(pyfuse3.Operations):
     @staticmethod
     def _xattr_name(name: bytes) -> str:
         """The stored name of an attribute to set or remove (ENOTSUP: not kept)."""
-        if (not name.startswith(XATTR_NAMESPACES) or name in UNSUPPORTED_XATTRS
+        if (not name.startswith(XATTR_NAMESPACES) or _unsupported_xattr(name)
                 or name in NEVER_SET_XATTRS):
             raise fail(errno.ENOTSUP)
         try:
@@ -1662,7 +1667,7 @@ class GravfsOperations(pyfuse3.Operations):
     @guarded
     async def getxattr(self, inode, name, ctx):
         node = self._node(inode)
-        if name.startswith(b"system.") or name in UNSUPPORTED_XATTRS:
+        if _unsupported_xattr(name):
             raise fail(errno.EOPNOTSUPP)
         if name in NEVER_SET_XATTRS:
             raise fail(pyfuse3.ENOATTR)
@@ -1710,8 +1715,8 @@ class GravfsOperations(pyfuse3.Operations):
         node = self._node(inode)
         if node.tree is None or node.key == b"":
             return []
-        return [k.encode() for k in sorted(await self._xattrs_of(node))
-                if k.encode() not in UNSUPPORTED_XATTRS]  # kept by older versions
+        names = [k.encode() for k in sorted(await self._xattrs_of(node))]
+        return [n for n in names if not _unsupported_xattr(n)]  # (older versions kept labels)
 
     @guarded
     @settled
