@@ -54,15 +54,24 @@ def digest_of(address: str) -> str:
     return address.rsplit("/", 1)[-1]
 
 
-def hash_file(path: str, fd: int = -1, sums: Optional[array] = None) -> tuple[str, int]:
+def hash_file(path: str, fd: int = -1, sums: Optional[array] = None,
+              size_hint: Optional[int] = None) -> tuple[str, int]:
     """(hex digest, size) of a local file, streamed; ``fd``: read that open descriptor.
-    ``sums``: also append each chunk's CRC32C (the tier's chunk sums), in the same pass."""
+    ``sums``: also append each chunk's CRC32C (the tier's chunk sums), in the same pass.
+    ``size_hint``: the size a stat just gave; a file that small is read in one call of
+    its size (not a chunk's buffer, and no second call to find the end)."""
     if fd < 0:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            return hash_file(path, fd, sums)
+            return hash_file(path, fd, sums, size_hint)
         finally:
             os.close(fd)
+    if size_hint is not None and size_hint < chunksums.CHUNK:
+        buf = os.pread(fd, size_hint + 1, 0)
+        if len(buf) <= size_hint:  # a short read of a regular file: its end
+            if sums is not None and buf:
+                sums.append(chunksums.crc(buf))
+            return hashing.hexdigest(buf), len(buf)
     h = hashing.hasher()
     size = 0
     while True:
@@ -182,7 +191,12 @@ class DataObjects:
         path = self.pending_path(address)
         crash_point("writeback:before-upload", address)
         try:  # no existence check first: a repeated upload of the same content is harmless
-            self.store.upload(address, path)
+            if self.store.local_path(address) is not None:
+                # a local directory takes the file itself (a hard link): no copy, and
+                # removing the pending name frees no blocks
+                self.store.put_file_if_absent(address, path)
+            else:
+                self.store.upload(address, path)
             log.debug("uploaded pending %s", address)
         except FileNotFoundError:
             return False

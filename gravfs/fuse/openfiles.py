@@ -25,8 +25,8 @@ from __future__ import annotations
 import logging
 import os
 import stat as statmod
+import itertools
 import time
-import uuid
 from contextlib import closing
 from dataclasses import replace
 from typing import Optional
@@ -50,14 +50,19 @@ COPY_CHUNK = 1 << 20
 # mount's reader serves objects up to its chunk size (4 MiB) through
 # DataObjects.acquire, which sees pending files; bigger ones it reads from the store.
 WRITEBACK_MAX = 4 << 20
+_LOCAL_NAMES = itertools.count()
+_pid = [os.getpid()]  # (a syscall each time otherwise; a forked child takes its own)
+os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
 
 
 class OpenFile:
     def __init__(self, node: Optional[Inode], entry: Optional[EntryInfo], files_dir: str):
         self.node = node  # set by the caller when created before its inode
         self.entry = entry  # content last staged (or read) for this file; None when new
-        self.path = os.path.join(files_dir, uuid.uuid4().hex)
+        # (the directory is this daemon's own: a counter names its files uniquely)
+        self.path = os.path.join(files_dir, "%x-%x" % (_pid[0], next(_LOCAL_NAMES)))
         self.fd = -1
+        self.on_disk = False  # the local copy's file exists at path (unlinked on close)
         self.moving_size: Optional[int] = None  # size while the local copy moves to pending
         self.dirty = False
         # created by the mount and never staged since: its staged entry is provisional
@@ -99,6 +104,7 @@ class OpenFile:
         if self.fd >= 0:
             return
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        self.on_disk = True
         try:
             e = self.entry
             want = e.size if e else 0
@@ -178,11 +184,12 @@ class OpenFile:
         files upload here: ranged reads of big objects go to the store directly.
         ``durable`` (fsync): the pending file is fsync'd too.
         """
-        if self.fd >= 0 and os.fstat(self.fd).st_size <= WRITEBACK_MAX:
+        size = os.fstat(self.fd).st_size if self.fd >= 0 else WRITEBACK_MAX + 1
+        if size <= WRITEBACK_MAX:
             # getattr on the trio thread reads fd and size without the lock: publish
             # the size, then give up the fd, and only then close it (never a stale fd)
             fd = self.fd
-            hashed = hash_file(self.path, fd)
+            hashed = hash_file(self.path, fd, size_hint=size)
             self.moving_size = hashed[1]
             self.fd = -1
             os.close(fd)
@@ -191,8 +198,11 @@ class OpenFile:
             except BaseException:
                 if os.path.exists(self.path):  # not moved: keep it as the local copy
                     self.fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+                else:
+                    self.on_disk = False
                 self.moving_size = None
                 raise
+            self.on_disk = False  # moved into pending uploads (or a copy was pending)
             self.entry = self.meta_entry(EntryInfo(address=address, size=size, kind=KIND_FILE))
             self.moving_size = None
             return self.entry
@@ -205,7 +215,9 @@ class OpenFile:
         if fd >= 0:
             self.fd = -1
             os.close(fd)
-        unlink_quiet(self.path)
+        if self.on_disk:
+            self.on_disk = False
+            unlink_quiet(self.path)
 
 
 def _copy_source(data: DataObjects, entry: EntryInfo, fd: int, want: int) -> int:

@@ -205,6 +205,7 @@ class GravfsOperations(pyfuse3.Operations):
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             if of.materialized:
                 os.replace(of.path, dest)
+                of.on_disk = False
             else:  # written back: its content is a pending upload (or in the store)
                 with open(dest, "xb") as out:
                     self.data.copy_to(of.entry.address, out)
@@ -1148,13 +1149,14 @@ class GravfsOperations(pyfuse3.Operations):
                     entry = await self._stage_entry(of, tree, entry)
                 self._staged(of, entry)
                 return
-            if of.materialized and of.size() <= WRITEBACK_MAX:
+            size = of.size() if of.materialized else None
+            if size is not None and size <= WRITEBACK_MAX:
                 # write-back: hash, move to pending uploads and stage in one thread hop
                 async with self._ns(tree):
                     if not node.linked:
                         of.dirty = False
                         return
-                    if (not durable and of.size() <= INLINE_WRITEBACK and tree.kind == "branch"
+                    if (not durable and size <= INLINE_WRITEBACK and tree.kind == "branch"
                             and self.data.writes_back and not of.link_group):
                         entry = of.upload(self.data)  # hash + rename into pending uploads
                         entry = await self._stage_entry(of, tree, entry)

@@ -1,0 +1,98 @@
+"""gravfs.data.objects: hashing local files, and pending uploads into a local store."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from array import array
+
+import pytest
+
+from gravfs import hashing
+from gravfs.data import chunksums
+from gravfs.data.objects import DataObjects, address_of, hash_file
+from gravfs.store.local import LocalStore
+
+
+def _streamed(path: str) -> tuple[str, int, array]:
+    sums = array("I")
+    digest, size = hash_file(path, sums=sums)
+    return digest, size, sums
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096, chunksums.CHUNK - 1, chunksums.CHUNK,
+                                  chunksums.CHUNK + 1])
+def test_a_size_hint_gives_the_streamed_digest_size_and_sums(tmp_path, size):
+    path = str(tmp_path / "f")
+    data = os.urandom(size)
+    with open(path, "wb") as f:
+        f.write(data)
+    want = _streamed(path)
+    assert want[:2] == (hashlib.sha256(data).hexdigest(), size)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        sums = array("I")
+        assert hash_file(path, fd, sums, size_hint=size) == want[:2]
+        assert sums == want[2]
+    finally:
+        os.close(fd)
+
+
+def test_a_stale_size_hint_still_hashes_the_whole_file(tmp_path):
+    """The hint is the size a stat gave; a file that grew since is hashed to its end."""
+    path = str(tmp_path / "f")
+    data = os.urandom(10_000)
+    with open(path, "wb") as f:
+        f.write(data)
+    sums = array("I")
+    assert hash_file(path, sums=sums, size_hint=4096) == (hashlib.sha256(data).hexdigest(),
+                                                           len(data))
+    assert sums == _streamed(path)[2]
+
+
+def _pending_objects(tmp_path, store) -> DataObjects:
+    return DataObjects(store, None, str(tmp_path / "tmp"), pending_dir=str(tmp_path / "pending"))
+
+
+def test_a_local_store_takes_the_pending_file_itself(tmp_path):
+    """Write-back into a local directory store links the pending file into place:
+    the object is that file (no copy), and the pending name is gone."""
+    store = LocalStore(str(tmp_path / "store"), fsync=False)
+    objects = _pending_objects(tmp_path, store)
+    local = str(tmp_path / "local")
+    data = os.urandom(5000)
+    with open(local, "wb") as f:
+        f.write(data)
+    address, size = objects.put_pending(local)  # no uploader: stored at once
+    assert size == len(data) and store.get(address) == data
+    # with a pending file, as the mount's write-back leaves it
+    data2 = os.urandom(7000)
+    address2 = address_of(hashing.hexdigest(data2))
+    pending = objects.pending_path(address2)
+    os.makedirs(os.path.dirname(pending))
+    with open(pending, "wb") as f:
+        f.write(data2)
+    ino = os.stat(pending).st_ino
+    assert objects.upload_pending(address2)
+    assert not os.path.exists(pending)
+    assert store.get(address2) == data2
+    assert os.stat(store.local_path(address2)).st_ino == ino  # the file itself, not a copy
+    assert os.stat(store.local_path(address2)).st_nlink == 1
+
+
+def test_a_pending_file_whose_object_exists_is_dropped_and_the_object_kept(tmp_path):
+    store = LocalStore(str(tmp_path / "store"), fsync=False)
+    objects = _pending_objects(tmp_path, store)
+    data = os.urandom(3000)
+    address = address_of(hashing.hexdigest(data))
+    store.put(address, data)
+    kept = os.stat(store.local_path(address)).st_ino
+    pending = objects.pending_path(address)
+    os.makedirs(os.path.dirname(pending))
+    with open(pending, "wb") as f:
+        f.write(data)
+    assert objects.upload_pending(address)
+    assert not os.path.exists(pending)
+    assert os.stat(store.local_path(address)).st_ino == kept
+    assert store.get(address) == data
+    assert not objects.upload_pending(address)  # gone: another drainer took it
