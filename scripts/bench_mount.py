@@ -126,13 +126,28 @@ def stat_rate(paths: list[str], min_s: float = 0.0) -> float:
 
 
 def create_rate(d: str, n: int, size: int = 4096) -> float:
+    """Files of distinct content (as a job's outputs are): each one a data object to
+    store, none deduplicated against the last."""
     os.makedirs(d, exist_ok=True)
-    payload = os.urandom(size)
+    base = os.urandom(size - 8)
     t = time.perf_counter()
     for i in range(n):
         with open(os.path.join(d, f"c{i:06d}"), "wb") as f:
-            f.write(payload)
+            f.write(base + i.to_bytes(8, "little"))
     return n / (time.perf_counter() - t)
+
+
+def writeback_seconds(state: str, timeout: float = 600.0) -> float:
+    """Seconds until a daemon's background uploads have emptied its workspace's pending
+    directory: the write-back of files just created through the mount."""
+    pending = [os.path.join(state, "repos", r, "pending") for r in os.listdir(os.path.join(state, "repos"))]
+    t = time.perf_counter()
+    while any(os.listdir(os.path.join(p, sub)) for p in pending if os.path.isdir(p)
+              for sub in os.listdir(p)):
+        if time.perf_counter() - t > timeout:
+            raise SystemExit(f"write-back did not finish in {timeout:.0f} s")
+        time.sleep(0.02)
+    return time.perf_counter() - t
 
 
 def ls_l_seconds(d: str) -> float:
@@ -389,7 +404,8 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict) -> dict:
     out.update({k: [] for k in ("read_cold_store_MBps", "read_cold_tier_MBps", "read_warm_MBps",
                                  "read_warm3_MBps", "read_warm_branch_MBps", "first_byte_ms",
                                  "stat_commit_per_s", "stat_branch_first_per_s", "stat_branch_per_s",
-                                 "create_per_s", "ls_l_s", "spark_cold_s", "spark_warm_s", "daemon_cpu_s")})
+                                 "create_per_s", "writeback_s", "writeback_cpu_s", "ls_l_s",
+                                 "spark_cold_s", "spark_warm_s", "daemon_cpu_s")})
     for r in range(a.runs):
         p = g.paths()
         big = os.path.join(p["commit"], "big")
@@ -423,6 +439,9 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict) -> dict:
             if wanted(a, "create"):
                 out["create_per_s"].append(create_rate(os.path.join(p["branch"], f"creates{r}"),
                                                        a.creates))
+                cpu = g.daemon_cpu()
+                out["writeback_s"].append(writeback_seconds(g.state))
+                out["writeback_cpu_s"].append(g.daemon_cpu() - cpu)
             if wanted(a, "ls"):
                 out["ls_l_s"].append(ls_l_seconds(os.path.join(p["commit"], "many")))
         if spark and wanted(a, "spark"):
@@ -493,6 +512,7 @@ ROWS = [  # label, native key, gravfs key, rclone key, pyfuse3-floor key, higher
     ("stat/s branch, first pass", "stat_per_s", "stat_branch_first_per_s", None, "stat_first_per_s", True),
     ("stat/s branch, steady", "stat_per_s", "stat_branch_per_s", "stat_per_s", "stat_per_s", True),
     ("create 4 KiB files (files/s)", "create_per_s", "create_per_s", "create_per_s", "create_per_s", True),
+    ("write-back of those files (s)", None, "writeback_s", None, None, False),
     ("ls -l of big dir (s)", "ls_l_s", "ls_l_s", None, "ls_l_s", False),
     ("Spark Parquet scan, cold (s)", "spark_cold_s", "spark_cold_s", "spark_cold_s", None, False),
     ("Spark Parquet scan, warm (s)", "spark_warm_s", "spark_warm_s", "spark_warm_s", None, False),
