@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 MiB = 1 << 20
 READ_WHOLE = 4 * MiB  # a GET body up to this size (a reader's chunk) is read in one call
 DELETE_BATCH = 1000  # keys per DeleteObjects request (the S3 limit)
+SINGLE_PUT_MAX = 8 * MiB  # files below this (and the multipart threshold) upload in one PUT
 
 # Failures of the transport (server down, connection reset, timeouts).
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -293,6 +294,12 @@ class S3Store(ObjectStore):
         self._call("put", key, self._client.put_object, Key=self._full(key), Body=data)
 
     def upload(self, key: str, src_path: str) -> None:
+        if os.path.getsize(src_path) < min(self._transfer.multipart_threshold, SINGLE_PUT_MAX):
+            # one PUT: the transfer manager's threads and futures cost more than the
+            # request itself for a small file (4 KiB: 2.9 -> 1.9 ms against SeaweedFS)
+            with open(src_path, "rb") as f:
+                self.put(key, f.read())
+            return
         # No operation deadline here: each request (each part of a multipart
         # upload, sent from the transfer manager's threads) gets its own.
         with self._errors("upload", key):

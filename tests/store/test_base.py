@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 import pickle
@@ -123,6 +124,23 @@ def test_multipart_upload_path(s3_server, tmp_path):
     dest = tmp_path / "d.bin"
     assert store.download("big/multi", str(dest)) == len(payload)
     assert dest.read_bytes() == payload
+
+
+def test_a_small_upload_is_one_put_and_a_missing_file_says_so(s3_server, tmp_path):
+    """A file below the multipart threshold goes up in one PUT (its ETag is the plain
+    MD5, no part count); a source that vanished raises FileNotFoundError, which a
+    drain of pending uploads takes as "another process uploaded it"."""
+    store = s3_server.make_store()
+    src = tmp_path / "small.bin"
+    payload = os.urandom(4096)
+    src.write_bytes(payload)
+    store.upload("small/one", str(src))
+    data, version = store.read_versioned("small/one")
+    assert data == payload
+    assert version.strip('"') == hashlib.md5(payload).hexdigest()
+    with pytest.raises(FileNotFoundError):
+        store.upload("small/two", str(tmp_path / "gone.bin"))
+    assert store.size("small/two") is None
 
 
 # --- listing ---------------------------------------------------------------------
