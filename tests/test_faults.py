@@ -347,9 +347,10 @@ STORE_CASES = [
     ("put", PUT, "op=read_versioned,key=_gravfs/refs/*"),
     ("put", PUT, "op=download,key=_gravfs/metaranges/*"),
     ("put", PUT, "op=upload,key=data/*,mode=hang,secs=1"),
-    # commit: every write it makes (the pending upload, the first and a later range...)
-    ("commit", COMMIT, "op=upload,key=data/*"),
-    ("commit", COMMIT, "op=upload,key=data/*,when=after"),
+    # commit: every write it makes (the pending upload, which a local store takes as a
+    # hard link; the first and a later range...)
+    ("commit", COMMIT, "op=put_file_if_absent,key=data/*"),
+    ("commit", COMMIT, "op=put_file_if_absent,key=data/*,when=after"),
     ("commit", COMMIT, "op=put_file_if_absent,key=_gravfs/ranges/*"),
     ("commit", COMMIT, "op=put_file_if_absent,key=_gravfs/ranges/*,after=1"),
     ("commit", COMMIT, "op=put_file_if_absent,key=_gravfs/metaranges/*"),
@@ -486,7 +487,9 @@ def test_background_upload_failing_once_stays_pending_and_is_retried(tmp_path):
     """The mount's write-back: an upload that fails keeps the file pending (still
     readable, committed after a later upload), never loses it."""
     store_dir, state = _base_repo(tmp_path)
-    faulty = FaultyStore(LocalStore(store_dir), parse_store_faults("op=upload,key=data/*,mode=fail-once"))
+    # (a local store takes a pending file as a hard link: put_file_if_absent)
+    faulty = FaultyStore(LocalStore(store_dir),
+                         parse_store_faults("op=put_file_if_absent,key=data/*,mode=fail-once"))
     r = Repository.open(faulty, state)
     try:
         r.data.start_uploader(1)
