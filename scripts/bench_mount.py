@@ -140,10 +140,15 @@ def create_rate(d: str, n: int, size: int = 4096) -> float:
 def writeback_seconds(state: str, timeout: float = 600.0) -> float:
     """Seconds until a daemon's background uploads have emptied its workspace's pending
     directory: the write-back of files just created through the mount."""
-    pending = [os.path.join(state, "repos", r, "pending") for r in os.listdir(os.path.join(state, "repos"))]
+    repos = os.path.join(state, "repos")
+    pending = [p for p in (os.path.join(repos, r, "pending") for r in os.listdir(repos))
+               if os.path.isdir(p)]
+
+    def waiting() -> bool:
+        return any(os.listdir(os.path.join(p, sub)) for p in pending for sub in os.listdir(p))
+
     t = time.perf_counter()
-    while any(os.listdir(os.path.join(p, sub)) for p in pending if os.path.isdir(p)
-              for sub in os.listdir(p)):
+    while waiting():
         if time.perf_counter() - t > timeout:
             raise SystemExit(f"write-back did not finish in {timeout:.0f} s")
         time.sleep(0.02)

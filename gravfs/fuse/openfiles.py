@@ -22,10 +22,10 @@ taken by the caller so that content never changes while it is hashed.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import stat as statmod
-import itertools
 import time
 from contextlib import closing
 from dataclasses import replace
@@ -51,8 +51,15 @@ COPY_CHUNK = 1 << 20
 # DataObjects.acquire, which sees pending files; bigger ones it reads from the store.
 WRITEBACK_MAX = 4 << 20
 _LOCAL_NAMES = itertools.count()
-_pid = [os.getpid()]  # (a syscall each time otherwise; a forked child takes its own)
-os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+_PID = os.getpid()  # (os.getpid() is a system call each time)
+
+
+def _note_pid() -> None:
+    global _PID
+    _PID = os.getpid()
+
+
+os.register_at_fork(after_in_child=_note_pid)  # a forked child names its files apart
 
 
 class OpenFile:
@@ -60,7 +67,7 @@ class OpenFile:
         self.node = node  # set by the caller when created before its inode
         self.entry = entry  # content last staged (or read) for this file; None when new
         # (the directory is this daemon's own: a counter names its files uniquely)
-        self.path = os.path.join(files_dir, "%x-%x" % (_pid[0], next(_LOCAL_NAMES)))
+        self.path = os.path.join(files_dir, "%x-%x" % (_PID, next(_LOCAL_NAMES)))
         self.fd = -1
         self.on_disk = False  # the local copy's file exists at path (unlinked on close)
         self.moving_size: Optional[int] = None  # size while the local copy moves to pending
