@@ -191,12 +191,9 @@ class DataObjects:
         path = self.pending_path(address)
         crash_point("writeback:before-upload", address)
         try:  # no existence check first: a repeated upload of the same content is harmless
-            if self.store.local_path(address) is not None:
-                # a local directory takes the file itself (a hard link): no copy, and
-                # removing the pending name frees no blocks
-                self.store.put_file_if_absent(address, path)
-            else:
-                self.store.upload(address, path)
+            # the store takes the file as it can (a local directory: a hard link, so
+            # removing the pending name frees no blocks) and claims an existing object
+            self.store.put_file_if_absent(address, path)
             log.debug("uploaded pending %s", address)
         except FileNotFoundError:
             return False

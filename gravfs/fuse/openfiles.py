@@ -182,16 +182,19 @@ class OpenFile:
         if kill_suid:
             self.mode = clear_suid(self.mode)
 
-    def upload(self, data: DataObjects, durable: bool = False) -> EntryInfo:
+    def upload(self, data: DataObjects, durable: bool = False,
+               size: Optional[int] = None) -> EntryInfo:
         """Store the local content (deduplicated) and return the entry to stage.
 
         Write-back: a small file's local copy moves into the workspace's pending
         uploads (renamed, not copied) and is uploaded in the background; this
         copy is then gone (a later write copies the content back in). Larger
         files upload here: ranged reads of big objects go to the store directly.
-        ``durable`` (fsync): the pending file is fsync'd too.
+        ``durable`` (fsync): the pending file is fsync'd too. ``size``: the local
+        copy's size, when the caller (holding the lock) has just read it.
         """
-        size = os.fstat(self.fd).st_size if self.fd >= 0 else WRITEBACK_MAX + 1
+        if size is None:
+            size = os.fstat(self.fd).st_size if self.fd >= 0 else WRITEBACK_MAX + 1
         if size <= WRITEBACK_MAX:
             # getattr on the trio thread reads fd and size without the lock: publish
             # the size, then give up the fd, and only then close it (never a stale fd)

@@ -1158,13 +1158,13 @@ class GravfsOperations(pyfuse3.Operations):
                         return
                     if (not durable and size <= INLINE_WRITEBACK and tree.kind == "branch"
                             and self.data.writes_back and not of.link_group):
-                        entry = of.upload(self.data)  # hash + rename into pending uploads
+                        entry = of.upload(self.data, size=size)  # hash, move to pending
                         entry = await self._stage_entry(of, tree, entry)
                     else:
                         with self._with_deferred(of) as also:
                             entry = await self._write(tree, self._changes(of, also),
                                                       self._writeback_blocking, of, tree,
-                                                      node.key, durable, also)
+                                                      node.key, durable, also, size)
                 self._staged(of, entry)
                 return
             if of.materialized:
@@ -1197,9 +1197,9 @@ class GravfsOperations(pyfuse3.Operations):
             return None
         return [(of.node.key, True)] + [(k, True) for k, _ in also]
 
-    def _writeback_blocking(self, of: OpenFile, tree: Tree, key: bytes,
-                            durable: bool, also: list = ()) -> EntryInfo:
-        entry = of.upload(self.data, durable)
+    def _writeback_blocking(self, of: OpenFile, tree: Tree, key: bytes, durable: bool,
+                            also: list = (), size: Optional[int] = None) -> EntryInfo:
+        entry = of.upload(self.data, durable, size)
         of.entry = entry  # the local copy is pending now: reads follow the entry
         return self._stage_names(tree, key, entry, also)
 

@@ -90,16 +90,17 @@ def scan_start(data: bytes, limit: int, restarts: int, key: bytes, strip: int) -
     ``strip`` bytes: an internal key's trailer) is >= ``key``: the restart point
     before the first one whose key is, found by binary search (0 if none is before)."""
     lo, hi = 0, restarts
+    before = 0  # offset of restart point lo - 1 (the last one found before the key)
     while lo < hi:
         mid = (lo + hi) // 2
         stored, at = restart_key(data, limit, mid)
         if len(stored) < strip:
             raise FormatError(f"key shorter than its {strip}-byte trailer", at)
         if (stored[:-strip] if strip else stored) < key:
-            lo = mid + 1
+            lo, before = mid + 1, at
         else:
             hi = mid
-    return restart_key(data, limit, lo - 1)[1] if lo else 0
+    return before
 
 
 def decode_entries(data: bytes) -> tuple[list[bytes], list[bytes]]:
