@@ -253,6 +253,8 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     try:
         ops = GravfsOperations(repo, settings)
         ops.prepare(_files_dir(repo))
+        if not opts.read_only:
+            ops.local.start()
     except GravfsError as exc:
         repo.close()
         return report(exc.exit_code, str(exc))
@@ -295,6 +297,7 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     else:
         pyfuse3.close(unmount=True)
     finally:
+        ops.local.close()
         ops.reader.close()
         repo.close()
         _notify_systemd(b"STOPPING=1")
@@ -422,7 +425,7 @@ def _files_dir(repo) -> str:
         if m and not _alive(int(m.group(1))):
             dead += 1
             path = os.path.join(base, name)
-            leftovers = len(os.listdir(path)) if os.path.isdir(path) else 0
+            leftovers = _written_files(path)
             if leftovers:
                 log.warning("removing %d unsaved local file(s) of a dead mount in %s (they were "
                             "never closed or fsync'd)", leftovers, path)
@@ -442,6 +445,16 @@ def _files_dir(repo) -> str:
     path = os.path.join(base, f"{os.getpid()}-{int(time.time())}")
     os.makedirs(path, exist_ok=True)
     return path
+
+
+def _written_files(path: str) -> int:
+    """How many files in a dead daemon's directory hold content (empty ones were made
+    ahead, or created and never written: nothing of theirs is lost)."""
+    try:
+        with os.scandir(path) as it:
+            return sum(1 for e in it if e.is_file(follow_symlinks=False) and e.stat().st_size)
+    except OSError:
+        return 0
 
 
 def _alive(pid: int) -> bool:

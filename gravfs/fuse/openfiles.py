@@ -22,7 +22,6 @@ taken by the caller so that content never changes while it is hashed.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import stat as statmod
@@ -41,6 +40,7 @@ from gravfs.cleanup import unlink_quiet
 from gravfs.errors import NotFoundError
 from gravfs.fs.entry import KIND_FILE, EntryInfo, shown_atime
 from gravfs.fuse.inodes import Inode
+from gravfs.fuse.localfiles import LocalFiles
 from gravfs.fuse.locks import QuickLock
 
 log = logging.getLogger(__name__)
@@ -50,24 +50,14 @@ COPY_CHUNK = 1 << 20
 # mount's reader serves objects up to its chunk size (4 MiB) through
 # DataObjects.acquire, which sees pending files; bigger ones it reads from the store.
 WRITEBACK_MAX = 4 << 20
-_LOCAL_NAMES = itertools.count()
-_PID = os.getpid()  # (os.getpid() is a system call each time)
-
-
-def _note_pid() -> None:
-    global _PID
-    _PID = os.getpid()
-
-
-os.register_at_fork(after_in_child=_note_pid)  # a forked child names its files apart
 
 
 class OpenFile:
-    def __init__(self, node: Optional[Inode], entry: Optional[EntryInfo], files_dir: str):
+    def __init__(self, node: Optional[Inode], entry: Optional[EntryInfo], local: LocalFiles):
         self.node = node  # set by the caller when created before its inode
         self.entry = entry  # content last staged (or read) for this file; None when new
-        # (the directory is this daemon's own: a counter names its files uniquely)
-        self.path = os.path.join(files_dir, "%x-%x" % (_PID, next(_LOCAL_NAMES)))
+        self.local = local
+        self.path = ""  # the local copy's, from materialize on
         self.fd = -1
         self.on_disk = False  # the local copy's file exists at path (unlinked on close)
         self.moving_size: Optional[int] = None  # size while the local copy moves to pending
@@ -110,7 +100,7 @@ class OpenFile:
         zeros is written (the copy is sized first, so they read as zeros)."""
         if self.fd >= 0:
             return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        self.path, fd = self.local.create()
         self.on_disk = True
         try:
             e = self.entry

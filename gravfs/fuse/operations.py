@@ -39,6 +39,7 @@ from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
 from gravfs.fuse import holders, opstats
 from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
+from gravfs.fuse.localfiles import LocalFiles
 from gravfs.fuse.locks import QuickLock
 from gravfs.fuse.openfiles import (WRITEBACK_MAX, DirHandle, FileHandle, ListingAhead, OpenFile,
                                     clear_suid)
@@ -124,7 +125,7 @@ class GravfsOperations(pyfuse3.Operations):
         self.own = OwnWrites()  # our staging transactions, told apart from others
         self.own.wrap(repo.staging)
         self.statcache = BranchStatCache(repo, self.own)
-        self.files_dir = ""
+        self.local = LocalFiles("")  # set by prepare
         self.exit_report = ""
         self.rescued: list[tuple[str, str, str]] = []  # (branch:path, saved where, error)
         self.mount_root = b""  # the mount point as /proc names open files (set by prepare)
@@ -144,7 +145,7 @@ class GravfsOperations(pyfuse3.Operations):
 
     def prepare(self, files_dir: str) -> None:
         """Blocking setup before mounting: the empty object, the local files dir."""
-        self.files_dir = files_dir
+        self.local = LocalFiles(files_dir)
         self.exit_report = files_dir + ".report"
         if self.settings.mountpoint:  # resolved before mounting: no request to ourselves
             self.mount_root = os.fsencode(os.path.realpath(self.settings.mountpoint)).rstrip(b"/")
@@ -991,7 +992,7 @@ class GravfsOperations(pyfuse3.Operations):
         # the stat cache shows the name free, that staging is deferred: the file's first
         # close stages it in its own transaction (one LMDB commit per file, not two), or
         # any other request settles it first (see settle).
-        scratch = OpenFile(None, entry, self.files_dir)
+        scratch = OpenFile(None, entry, self.local)
         scratch.provisional = True
         async with self._ns(tree):
             try:
@@ -1025,7 +1026,7 @@ class GravfsOperations(pyfuse3.Operations):
     def _openfile(self, node: Inode, entry: Optional[EntryInfo]) -> OpenFile:
         of = self.open_files.get(node.ino)
         if of is None:
-            of = OpenFile(node, entry, self.files_dir)
+            of = OpenFile(node, entry, self.local)
             self.open_files[node.ino] = of
         return of
 

@@ -185,3 +185,29 @@ def test_memory_report_and_metadata_cache_budget(gravfs_mount):
     assert after["inodes"] > before["inodes"]
     assert after["python_blocks"] > before["python_blocks"] > 0  # the listing's live objects
     assert json.loads(os.getxattr(m.mnt, "user.gravfs.memory"))["read_cache_bytes"] == 0
+
+
+def _local_files(m: Mount) -> list[str]:
+    """Every file in the daemons' local copy directories of m's workspace."""
+    out = []
+    for repo in os.listdir(os.path.join(m.state_dir, "repos")):
+        base = os.path.join(m.state_dir, "repos", repo, "files")
+        for daemon in os.listdir(base) if os.path.isdir(base) else ():
+            if os.path.isdir(os.path.join(base, daemon)):
+                out += [os.path.join(base, daemon, n) for n in os.listdir(os.path.join(base, daemon))]
+    return out
+
+
+def test_empty_files_made_ahead_go_quietly_with_their_daemon(gravfs_mount):
+    m = gravfs_mount
+    _write(m.branch_path("made"), b"x")
+    spares = wait_for(lambda: _local_files(m))  # the closed file was staged: made ahead
+    assert all(os.path.getsize(p) == 0 for p in spares)
+    m.kill9(clear=False)
+    m.remount()
+    # the dead daemon's spares are removed, and not reported as unsaved files
+    assert not set(spares) & set(_local_files(m))
+    assert "unsaved local file(s)" not in m.log_text()
+    assert _read(m.branch_path("made")) == b"x"
+    m.umount()
+    assert _local_files(m) == []  # a clean unmount removes its own

@@ -1136,7 +1136,7 @@ def _ops_in_process(tmp_path):
     repo.data.start_uploader(1)
     ops = ops_mod.GravfsOperations(repo, MountOptions())
     ops.prepare(str(tmp_path / "files"))
-    os.makedirs(ops.files_dir)
+    os.makedirs(ops.local.directory)
     ctx = types.SimpleNamespace(uid=os.getuid(), gid=os.getgid(), pid=os.getpid(), umask=0o22)
     return repo, ops, ctx
 
