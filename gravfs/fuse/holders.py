@@ -20,18 +20,23 @@ def holds(pid: int, path: bytes) -> bool:
     """Whether process (or thread) ``pid`` has a descriptor open on ``path``, as the
     kernel names it (/proc/PID/fd links). False when that cannot be read: the
     process is gone, or another user's and we are not root."""
-    fd_dir = b"/proc/%d/fd" % pid
     # a name whose kernel dentry was invalidated (the watcher does, when a branch
     # changes) reads as unlinked although the file still has that name
-    dropped = path + b" (deleted)"
+    # (str: a directory descriptor lists str names, whose links read as str)
+    name_now, dropped = os.fsdecode(path), os.fsdecode(path + b" (deleted)")
     try:
-        names = os.listdir(fd_dir)
+        fd_dir = os.open(b"/proc/%d/fd" % pid, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return False
-    for name in names:
-        try:
-            if os.readlink(fd_dir + b"/" + name) in (path, dropped):
-                return True
-        except OSError:
-            continue  # closed meanwhile
-    return False
+    try:  # links read relative to the open directory: no path walk per descriptor
+        for name in os.listdir(fd_dir):
+            try:
+                if os.readlink(name, dir_fd=fd_dir) in (name_now, dropped):
+                    return True
+            except OSError:
+                continue  # closed meanwhile
+        return False
+    except OSError:
+        return False  # the process ended while its descriptors were listed
+    finally:
+        os.close(fd_dir)
