@@ -253,8 +253,6 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     try:
         ops = GravfsOperations(repo, settings)
         ops.prepare(_files_dir(repo))
-        if not opts.read_only:
-            ops.local.start()
     except GravfsError as exc:
         repo.close()
         return report(exc.exit_code, str(exc))
@@ -270,6 +268,8 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
         return report(1, f"cannot mount on {cfg['mountpoint']}: {exc} "
                          f"(see {log_path(cfg['state_dir'], cfg['mountpoint'])})")
     state = {"ready": False}
+    if not opts.read_only:  # mounted: empty local-copy files from now on
+        ops.local.start()
 
     def announce() -> None:
         """The mount answered a request of ours: tell the waiting parent / systemd."""
