@@ -395,9 +395,11 @@ def bench_native(a, data: dict, spark, out: dict) -> dict:
             stat_rate(smalls)
             out["stat_per_s"].append(stat_rate(smalls, 1.0))
         if wanted(a, "create"):
-            d = os.path.join(data["base"], f"creates{r}")
-            out["create_per_s"].append(create_rate(d, a.creates))
-            shutil.rmtree(d)
+            # kept until the run's end: on ext4, creates in a block group whose inodes
+            # were just freed take 10-100x longer (for minutes), so deleting them here
+            # would make the next run measure that, and so would the targets after this
+            out["create_per_s"].append(create_rate(os.path.join(data["base"], f"creates{r}"),
+                                                   a.creates))
         if wanted(a, "ls"):
             out["ls_l_s"].append(ls_l_seconds(data["many"]))
         if spark and wanted(a, "spark"):
