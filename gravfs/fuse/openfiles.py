@@ -57,9 +57,8 @@ class OpenFile:
         self.node = node  # set by the caller when created before its inode
         self.entry = entry  # content last staged (or read) for this file; None when new
         self.local = local
-        self.path = ""  # the local copy's, from materialize on
+        self.path = ""  # the local copy's file, from materialize until it moves or goes
         self.fd = -1
-        self.on_disk = False  # the local copy's file exists at path (unlinked on close)
         self.moving_size: Optional[int] = None  # size while the local copy moves to pending
         self.dirty = False
         # created by the mount and never staged since: its staged entry is provisional
@@ -101,7 +100,6 @@ class OpenFile:
         if self.fd >= 0:
             return
         self.path, fd = self.local.create()
-        self.on_disk = True
         try:
             e = self.entry
             want = e.size if e else 0
@@ -199,10 +197,10 @@ class OpenFile:
                 if os.path.exists(self.path):  # not moved: keep it as the local copy
                     self.fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
                 else:
-                    self.on_disk = False
+                    self.path = ""
                 self.moving_size = None
                 raise
-            self.on_disk = False  # moved into pending uploads (or a copy was pending)
+            self.path = ""  # moved into pending uploads (or a copy was pending)
             self.entry = self.meta_entry(EntryInfo(address=address, size=size, kind=KIND_FILE))
             self.moving_size = None
             return self.entry
@@ -215,9 +213,9 @@ class OpenFile:
         if fd >= 0:
             self.fd = -1
             os.close(fd)
-        if self.on_disk:
-            self.on_disk = False
+        if self.path:
             unlink_quiet(self.path)
+            self.path = ""
 
 
 def _copy_source(data: DataObjects, entry: EntryInfo, fd: int, want: int) -> int:

@@ -206,7 +206,7 @@ class GravfsOperations(pyfuse3.Operations):
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             if of.materialized:
                 os.replace(of.path, dest)
-                of.on_disk = False
+                of.path = ""
             else:  # written back: its content is a pending upload (or in the store)
                 with open(dest, "xb") as out:
                     self.data.copy_to(of.entry.address, out)
