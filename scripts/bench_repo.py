@@ -88,18 +88,19 @@ def build_branch(repo: Repository, n: int, addr: str) -> str:
     return c.id
 
 
-def commit_bulk_run(n: int, keys: list[bytes], tmp: str) -> tuple[float, float]:
-    """(wall, CPU incl. worker processes) of committing n freshly staged entries."""
+def commit_bulk_run(n: int, keys: list[bytes], tmp: str) -> tuple[float, float, float]:
+    """(wall, CPU incl. worker processes) of committing n freshly staged entries, and
+    the wall time of staging them (which hashes their record IDs: see staging.area)."""
     root = tempfile.mkdtemp(dir=tmp)
     repo = fresh_repo(root)
     addr, _ = repo.data.put_bytes(b"x")
     values = [value_for(i, addr) for i in range(n)]
-    stage_raw(repo, "main", keys, values)
+    stage_s, _ = timed(lambda: stage_raw(repo, "main", keys, values))
     del values
     dt, cpu, _ = timed_cpu(lambda: repo.commit("main", "bulk"), repo)
     repo.close()
     shutil.rmtree(root, ignore_errors=True)
-    return dt, cpu
+    return dt, cpu, stage_s
 
 
 def bench_commit_bulk(n: int, repeat: int, tmp: str) -> tuple[dict, dict, dict]:
@@ -107,17 +108,19 @@ def bench_commit_bulk(n: int, repeat: int, tmp: str) -> tuple[dict, dict, dict]:
     round, ``repeat`` rounds (the machine's speed drifts: interleaved, a slow spell
     hits all three), medians."""
     keys = sorted(key(i) for i in range(n))
-    times, cpus, ingests, floors = [], [], [], []
+    times, cpus, stages, ingests, floors = [], [], [], [], []
     for _ in range(repeat):
-        dt, cpu = commit_bulk_run(n, keys, tmp)
+        dt, cpu, stage_s = commit_bulk_run(n, keys, tmp)
         times.append(dt)
         cpus.append(cpu)
+        stages.append(stage_s)
         ingests.append(bench_rocksdb_ingest(n, tmp))
         floors.append(bench_commit_floor(n, tmp))
     med = statistics.median(times)
     cpu = statistics.median(cpus)
     bulk = {"entries": n, "seconds": med, "entries_per_s": n / med, "runs": times,
-            "cpu_seconds": cpu, "entries_per_cpu_s": n / cpu, "runs_cpu": cpus}
+            "cpu_seconds": cpu, "entries_per_cpu_s": n / cpu, "runs_cpu": cpus,
+            "stage_seconds": statistics.median(stages), "runs_stage": stages}
     return bulk, _median_run(ingests), _median_run(floors)
 
 
@@ -315,7 +318,8 @@ def main() -> int:
         print(f"{'commit ' + format(b['entries'], ',') + ' staged entries':<44}"
               f"{b['entries_per_s']:>12,.0f} e/s{'RocksDB ingest ' + format(r['entries_per_s'], ',.0f') + ' e/s':>30}"
               f"   ratio {b['entries_per_s'] / r['entries_per_s']:.2f}; per CPU second "
-              f"{b['entries_per_cpu_s']:,.0f} vs {r['entries_per_cpu_s']:,.0f} e/s")
+              f"{b['entries_per_cpu_s']:,.0f} vs {r['entries_per_cpu_s']:,.0f} e/s; "
+              f"staging them took {b['stage_seconds']:.2f} s")
     for f, r in zip(res.get("commit_floor", []), res["rocksdb_ingest"]):
         print(f"{'  one-process floor, ' + format(f['entries'], ',') + ' records':<44}"
               f"{f['entries_per_s']:>12,.0f} e/s{'RocksDB ingest ' + format(r['entries_per_s'], ',.0f') + ' e/s':>30}"

@@ -37,7 +37,7 @@ from gravfs.progress import progress_bar
 from gravfs.version.refs.commits import Commit
 from gravfs.fs.repository import encode_items
 from gravfs.version.repository import default_author
-from gravfs.version.staging.area import PUT, new_token
+from gravfs.version.staging.area import PUTS, new_token, staged_value
 
 log = logging.getLogger(__name__)
 
@@ -174,10 +174,10 @@ class ImportJob:
 
 def _same_file(raw: Optional[bytes], st: os.stat_result) -> Optional[EntryInfo]:
     """The entry an earlier run staged for this file, if size, mtime and mode still match."""
-    if raw is None or raw[:1] != PUT:
+    if raw is None or raw[:1] not in PUTS:
         return None
     try:
-        e = decode_entry(decode_value(raw[1:])[1])
+        e = decode_entry(decode_value(staged_value(raw))[1])
     except CorruptDataError:
         return None  # read the file again
     if (e.kind == KIND_FILE and e.size == st.st_size and e.mtime_ns == st.st_mtime_ns

@@ -48,7 +48,7 @@ from gravfs.version.committed.reader import METARANGES_PREFIX, RANGES_PREFIX
 from gravfs.version.committed.record import decode_value
 from gravfs.version.retention import (SWEPT_STATES, kept_key, load_rules, read_commit,
                                       read_status, run_prefix, select_commits, status_key)
-from gravfs.version.staging.area import PROVISIONAL, PUT
+from gravfs.version.staging.area import PROVISIONAL, PUTS, staged_value
 
 log = logging.getLogger(__name__)
 
@@ -348,10 +348,10 @@ def _staging_known(repo) -> tuple[set[str], set[str]]:
     st = repo.staging
     with st.read_txn() as txn:
         for _key, raw in txn.cursor(db=st.entries_db):
-            if raw[:1] not in (PUT, PROVISIONAL):
+            if raw[:1] not in PUTS and raw[:1] != PROVISIONAL:
                 continue
             try:
-                e = decode_entry(decode_value(raw[1:])[1])
+                e = decode_entry(decode_value(staged_value(raw))[1])
             except GravfsError:
                 continue
             addresses.update(gctasks.live_addresses(e, repo.store.url, repo.data))

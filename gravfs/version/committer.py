@@ -32,7 +32,7 @@ from gravfs.version.history import is_ancestor, merge_base
 from gravfs.version.refs.commits import Commit, commit_time_ns
 from gravfs.version.committed.sources import SlicedChanges
 from gravfs.version.staging import feed, view
-from gravfs.version.staging.area import PUT, TOMBSTONE, BranchState, new_token
+from gravfs.version.staging.area import TOMBSTONE, BranchState, new_token, put_raw
 
 log = logging.getLogger(__name__)
 
@@ -423,7 +423,7 @@ class Committer:
                 tok = bytes.fromhex(st.staging)
                 for k, ident, data, _ in restore:
                     self.area.put_entry(txn, tok, k, TOMBSTONE if ident is None
-                                        else PUT + encode_value(ident, data))
+                                        else put_raw(k, encode_value(ident, data)))
                 return n + len(restore)
 
             return self.area.write(run)

@@ -9,7 +9,7 @@ from itertools import chain
 import pytest
 
 from gravfs.errors import GravfsError
-from gravfs.version.committed.record import encode_value
+from gravfs.version.committed.record import encode_value, value_record_id
 from gravfs.version.committed.sources import overrides_of
 from gravfs.version.committed.workers import WorkerPool
 from gravfs.version.staging import feed, view
@@ -18,6 +18,13 @@ from gravfs.version.staging.area import LONG_HEAD, StagingArea, new_token
 
 def value(i: int) -> bytes:
     return encode_value(bytes([i % 256]) * 32, b"data%d" % i)
+
+
+def carried(changes: list[tuple]) -> list[tuple]:
+    """The override entries one staged token gives: each put carries its record ID
+    (hashed here, not read back), a deletion None."""
+    return [o + (None if o[1] is None else value_record_id(o[0], o[1]),)
+            for o in overrides_of(changes)]
 
 
 def expected(area: StagingArea, tokens: list[str], after: bytes | None = None) -> list[tuple]:
@@ -58,12 +65,12 @@ def test_tokens_of_every_size_read_whole_and_from_any_key(area):
         assert sc.keys == [c[0] for c in want]
         assert len(sc) == n and bool(sc) == bool(n)
         assert list(sc) == want, branch
-        assert list(sc.overrides(None)) == overrides_of(want), branch
+        assert list(sc.overrides(None)) == carried(want), branch
         for at in (0, 1, 63, 64, 4999, n - 1):
             if 0 <= at < n:
                 k = want[at][0]
                 assert read(area, [tok], k) == want[at + 1:], (branch, at)
-                assert list(sc.overrides(k)) == overrides_of(want[at + 1:]), (branch, at)
+                assert list(sc.overrides(k)) == carried(want[at + 1:]), (branch, at)
                 for x in (k + b"\x00", k[:-1]):  # not keys
                     assert read(area, [tok], x) == [c for c in want if c[0] > x]
     # deletions are kept as (key, None, None); puts keep their encoded value
@@ -86,10 +93,10 @@ def test_long_paths_come_in_path_order(area):
     sc = feed.staged_changes(area, [tok])
     assert sc.keys == sorted(paths)
     assert list(sc) == want
-    assert list(sc.overrides(None)) == overrides_of(want)
+    assert list(sc.overrides(None)) == carried(want)
     for i, c in enumerate(want):
         assert read(area, [tok], c[0]) == want[i + 1:], c[0][:20]
-        assert list(sc.overrides(c[0])) == overrides_of(want[i + 1:]), c[0][:20]
+        assert list(sc.overrides(c[0])) == carried(want[i + 1:]), c[0][:20]
 
 
 def test_newest_token_wins_and_provisional_puts_are_deletions(area):
@@ -125,9 +132,65 @@ def test_a_worker_process_reads_the_same_changes(area):
                         (remote_read, (path, tokens, False, want[1999][0]))])
     finally:
         pool.close()
-    assert got == [overrides_of(want), overrides_of(want[2000:]), want[2000:]]
+    assert got == [carried(want), carried(want[2000:]), want[2000:]]
 
 
 def test_read_only_open_of_a_missing_database_says_so(tmp_path):
     with pytest.raises(GravfsError, match="cannot open staging database"):
         StagingArea(str(tmp_path / "nothing"), readonly=True)
+
+
+@pytest.mark.parametrize("density,cache", [(0.0, False), (0.3, False), (0.3, True), (1.0, True)])
+def test_record_ids_staging_carries_give_the_trees_of_hashing(tmp_path, monkeypatch, density,
+                                                              cache):
+    """A commit of staged puts takes the record IDs stored with them instead of hashing
+    (fewer SHA-256 calls than records), and builds the tree a commit of the same
+    changes hashed from scratch builds: onto an empty base, into existing ranges (with
+    the record-ID cache and without), with puts of earlier versions (no record ID)
+    and deletions among them."""
+    import hashlib
+    import random
+
+    from gravfs.store.local import LocalStore
+    from gravfs.store.tier import LocalTier
+    from gravfs.version.committed import BreakPolicy, CommittedManager
+    from gravfs.version.committed import writer as writer_mod
+    from gravfs.version.staging.area import PUT, PUT_ID
+
+    store = LocalStore(str(tmp_path / "store"), fsync=False)
+    tier = LocalTier(store, str(tmp_path / "cache"), 1 << 30, fsync=False)
+    policy = BreakPolicy(0, 2048, 16, seed=3)
+    staged = CommittedManager(store, tier, policy, workers=1,
+                              record_ids_bytes=(1 << 30) if cache else 0)
+    hashed = CommittedManager(store, tier, policy, workers=1, record_ids_bytes=0)
+    area = StagingArea(str(tmp_path / "lmdb"))
+    try:
+        rng = random.Random(int(density * 10) + cache)
+        keys = [b"d/%05d" % i for i in range(3000)]
+        base = hashed.write_metarange([(k, hashlib.sha256(k).digest(), b"old") for k in keys
+                                       if rng.random() < density])
+        picked = sorted(rng.sample(keys, 1500))
+        ch = [(k, None, None) if rng.random() < 0.1 and density
+              else (k, hashlib.sha256(k + b"new").digest(), b"new %s" % k) for k in picked]
+        tok = new_token()
+        area.put_token(tok, [(k, None if i is None else encode_value(i, d)) for k, i, d in ch])
+        older = [(k, PUT + encode_value(i, d)) for k, i, d in ch[::7] if i is not None]
+        area.write(lambda txn: [area.put_entry(txn, bytes.fromhex(tok), k, raw)
+                                for k, raw in older])
+        with area.read_txn() as txn:
+            tags = [raw[:1] for _, raw in area.iter_token(txn, tok)]
+        assert tags.count(PUT) == len(older) and tags.count(PUT_ID) > 1000
+        calls = []
+        real = writer_mod._sha
+        monkeypatch.setattr(writer_mod, "_sha", lambda *a: calls.append(1) or real(*a))
+        got = staged.apply(base, feed.staged_changes(area, [tok])).metarange_id
+        by_staged = len(calls)
+        want = hashed.apply(base, ch).metarange_id
+        assert got == want
+        assert [r.id for r in staged.iter_ranges(got)] == [r.id for r in hashed.iter_ranges(want)]
+        carried = tags.count(PUT_ID)
+        assert len(calls) - by_staged - by_staged == 3 * carried  # three SHA-256 a record
+    finally:
+        area.close()
+        staged.close()
+        hashed.close()

@@ -64,7 +64,7 @@ def patch_range(writer: TreeWriter, rs: RangeStore, info: RangeInfo, run: list[t
     blob = cache.get(info.id, info.count)
     if blob is None:
         return False
-    edits = [(k, val if ident is not None else None) for k, ident, val, _ in run]
+    edits = [(e[0], e[2] if e[1] is not None else None) for e in run]
     plan = TablePatch(reader, edits, (info.min_key, info.max_key))
     if not plan.ok:
         return False
@@ -78,7 +78,7 @@ def patch_range(writer: TreeWriter, rs: RangeStore, info: RangeInfo, run: list[t
     # (position in the old record IDs, replacement record IDs or b"" to delete,
     #  True to insert before the position instead of replacing)
     splices: list[tuple[int, bytes, bool]] = []
-    for (key, ident, value, _), old in zip(run, plan.old_values):
+    for (key, ident, value, *_), old in zip(run, plan.old_values):
         if ident is None:
             value = None  # a delete
         if old is None and value is None:

@@ -42,7 +42,9 @@ _PULL = 1024  # overrides taken from the source at a time
 _key = itemgetter(0)
 
 # Override entries: (key, identity or None for "absent", encoded value or None, mask)
-# where bit i of mask means "differs from view i".
+# where bit i of mask means "differs from view i". A source that keeps record IDs
+# (staging: feed.py) adds a fifth field to every entry: a put's valueRecordID, which
+# the writer then does not hash, or None.
 
 
 class _Overrides:
@@ -343,7 +345,8 @@ def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
                 last = run[-1][0]
                 if puts:
                     n, broke = writer.take([x[0] for x in puts], [x[2] for x in puts], 0,
-                                           len(puts), [x[1] for x in puts])
+                                           len(puts), [x[1] for x in puts],
+                                           [x[4] for x in puts] if len(puts[0]) > 4 else None)
                     if broke:
                         last = puts[n - 1][0]
             else:
@@ -369,28 +372,32 @@ def stitch(writer: TreeWriter, views: list[_View], overrides: Iterator[tuple],
                     end = bisect_right(keys, seg_end, pos)
                     mk: list[bytes] = []
                     mv: list[bytes] = []
-                    md: list[bytes | None] | None = None if rids is None else []
+                    # record IDs as far as known (None: hashed by the writer)
+                    carried = len(run[0]) > 4
+                    md: list[bytes | None] | None = (
+                        None if rids is None and not carried else [])
                     i = pos
-                    for k, ident, val, _ in run:
+                    for e in run:
+                        k = e[0]
                         j = bisect_left(keys, k, i, end)
                         if j > i:
                             mk += keys[i:j]
                             mv += values[i:j]
                             if md is not None:
-                                md += rids[i:j]
+                                md += rids[i:j] if rids is not None else [None] * (j - i)
                         if j < end and keys[j] == k:
                             j += 1
-                        if ident is not None:
+                        if e[1] is not None:
                             mk.append(k)
-                            mv.append(val)
+                            mv.append(e[2])
                             if md is not None:
-                                md.append(None)
+                                md.append(e[4] if carried else None)
                         i = j
                     if end > i:
                         mk += keys[i:end]
                         mv += values[i:end]
                         if md is not None:
-                            md += rids[i:end]
+                            md += rids[i:end] if rids is not None else [None] * (end - i)
                     broke = False
                     last = seg_end
                     if mk:

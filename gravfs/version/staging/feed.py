@@ -11,7 +11,7 @@ reader sees the same changes.
 Values stay encoded (the lakeFS value staging keeps): a change is ``(key,
 identity, None, encoded value)``, or ``(key, None, None)`` for a deletion; a
 commit reads them straight as the stitcher's override entries ``(key,
-identity or None, encoded value or None, 1)``.  A provisional put is a
+identity or None, encoded value or None, 1[, record ID])``.  A provisional put is a
 deletion here: a commit never takes it (it stays staged, see
 StagingArea.carry_provisional).  Tokens are read by the cursor in chunks
 converted by comprehensions; a token holding paths longer than
@@ -30,12 +30,14 @@ from typing import Callable, Iterator, Optional
 from gravfs.version.committed.record import decode_identity
 from gravfs.version.committed.sources import RemoteChanges, SlicedChanges, as_overrides
 from gravfs.version.staging import view
-from gravfs.version.staging.area import LONG_HEAD, PROVISIONAL, PUT, TOMBSTONE, StagingArea
+from gravfs.version.staging.area import (LONG_HEAD, PROVISIONAL, PUT, PUT_ID, TOMBSTONE,
+                                         StagingArea, staged_value)
 
 CHUNK = 16384  # entries per chunk once a token turns out to be long
 _FIRST_CHUNK = 64
 _first = itemgetter(0)
 _PUT = PUT[0]
+_PUT_ID = PUT_ID[0]
 _ID32 = 64  # the zigzag varint of 32: an encoded value's identity is 32 bytes
 
 
@@ -140,21 +142,28 @@ def _prefixed(items: Iterator, prefix: bytes, key: Callable) -> Iterator[list]:
 def _as_changes(pairs: list[tuple[bytes, bytes]], n: int) -> list[tuple]:
     """(stored key, stored value) -> changes; ``n``: bytes of token before the path.
 
-    The first test is a put of a 32-byte identity (nearly every entry), tested
-    on ints so that no byte string is sliced to classify it."""
-    return [(k[n:], raw[2:34], None, raw[1:])
+    The first tests are a put of a 32-byte identity (nearly every entry), with its
+    record ID and without, tested on ints so that no byte string is sliced to
+    classify it."""
+    return [(k[n:], raw[34:66], None, raw[33:])
+            if raw[0] == _PUT_ID and len(raw) >= 66 and raw[33] == _ID32
+            else (k[n:], raw[2:34], None, raw[1:])
             if len(raw) >= 34 and raw[0] == _PUT and raw[1] == _ID32
             else (k[n:], None, None) if raw == TOMBSTONE or raw[:1] == PROVISIONAL
-            else (k[n:], decode_identity(raw[1:]), None, raw[1:])
+            else (k[n:], decode_identity(staged_value(raw)), None, staged_value(raw))
             for k, raw in pairs]
 
 
 def _as_overrides(pairs: list[tuple[bytes, bytes]], n: int) -> list[tuple]:
-    """_as_changes as override entries (sources.as_overrides), in one pass."""
-    return [(k[n:], raw[2:34], raw[1:], 1)
+    """_as_changes as override entries (sources.as_overrides), in one pass, each with
+    a fifth field: the record ID a put was stored with, else None."""
+    return [(k[n:], raw[34:66], raw[33:], 1, raw[1:33])
+            if raw[0] == _PUT_ID and len(raw) >= 66 and raw[33] == _ID32
+            else (k[n:], raw[2:34], raw[1:], 1, None)
             if len(raw) >= 34 and raw[0] == _PUT and raw[1] == _ID32
-            else (k[n:], None, None, 1) if raw == TOMBSTONE or raw[:1] == PROVISIONAL
-            else (k[n:], decode_identity(raw[1:]), raw[1:], 1)
+            else (k[n:], None, None, 1, None) if raw == TOMBSTONE or raw[:1] == PROVISIONAL
+            else (k[n:], decode_identity(staged_value(raw)), staged_value(raw), 1,
+                  raw[1:33] if raw[0] == _PUT_ID else None)
             for k, raw in pairs]
 
 

@@ -32,8 +32,8 @@ from typing import Callable, Optional
 from gravfs.errors import GravfsError
 from gravfs.version.committed.record import decode_value, encode_value
 from gravfs.version.staging import lmdbcheck
-from gravfs.version.staging.area import (MAX_PLAIN_PATH, TOMBSTONE, BranchState, StagingArea,
-                                        entry_key)
+from gravfs.version.staging.area import (MAX_PLAIN_PATH, PUT, PUT_ID, TOMBSTONE, BranchState,
+                                         StagingArea, entry_key, staged_value)
 from gravfs.version.staging.lmdbread import SnapshotReader
 
 log = logging.getLogger(__name__)
@@ -171,10 +171,11 @@ def _valid(db: str, key: bytes, value: bytes, check_data: DataCheck) -> bool:
             return len(key) == 8 and "branch" in json.loads(value)
         elif db == "long_paths":  # hashed entry key -> the path it stands for
             return entry_key(key[:8], value) == key and len(value) > MAX_PLAIN_PATH
-        elif value != TOMBSTONE:  # put (or another kind of put): marker byte, lakeFS value
-            identity, data = decode_value(value[1:])
+        elif value != TOMBSTONE:  # a put of some kind (see staged_value)
+            stored = staged_value(value)
+            identity, data = decode_value(stored)
             check_data(data)
-            return len(key) > 8 and encode_value(identity, data) == value[1:]
+            return len(key) > 8 and encode_value(identity, data) == stored
     except Exception:  # anything that does not decode is damage
         return False
     return True
@@ -206,7 +207,10 @@ def _salvage(report: RepairReport, fresh: StagingArea, check_data: DataCheck) ->
             owner.setdefault(bytes.fromhex(t), name)
     for t, rec in imports.items():
         owner.setdefault(bytes.fromhex(t), str(rec.get("branch")))
-    entries = [(k, v) for k, v in valid["entries"] if k[:8] in owner]
+    # a put's record ID is not checked here (a long path's is under another key): the
+    # put is restored without it, and the commit that takes it hashes its record
+    entries = [(k, PUT + staged_value(v) if v[:1] == PUT_ID else v)
+               for k, v in valid["entries"] if k[:8] in owner]
     orphans = len(valid["entries"]) - len(entries)
     long_paths = dict(valid["long_paths"])  # an entry under a hashed key needs its path
     named = [(k, v) for k, v in entries if len(k) - 8 <= MAX_PLAIN_PATH or k in long_paths]

@@ -14,7 +14,7 @@ import heapq
 from typing import Callable, Iterable, Iterator, Optional, Protocol
 
 from gravfs.version.committed.record import decode_identity, decode_value
-from gravfs.version.staging.area import PROVISIONAL, TOMBSTONE, StagingArea
+from gravfs.version.staging.area import PROVISIONAL, TOMBSTONE, StagingArea, staged_value
 
 Item = tuple[bytes, Optional[bytes], bytes]
 
@@ -27,7 +27,7 @@ def decode_staged(raw: bytes) -> tuple[Optional[bytes], bytes]:
     """Stored LMDB value -> (identity or None for a tombstone, data)."""
     if raw == TOMBSTONE:
         return None, b""
-    return decode_value(raw[1:])
+    return decode_value(staged_value(raw))
 
 
 class TokenLayer:
@@ -59,7 +59,7 @@ class RawTokenLayer:
             if raw == TOMBSTONE or raw[:1] == PROVISIONAL:
                 yield key, None, None
             else:
-                enc = raw[1:]
+                enc = staged_value(raw)
                 yield key, decode_identity(enc), None, enc
 
 
