@@ -131,10 +131,11 @@ def _median_run(runs: list[dict]) -> dict:
 
 
 def bench_commit_floor(n: int, tmp: str) -> dict:
-    """What one process cannot avoid when it commits n new records in gravfs's
-    format (the same keys and values as commit_bulk): their lakeFS valueRecordIDs
-    (three SHA-256 each, which range IDs are built from) and writing them into
-    SSTs through rocksdict. No staging read, no range breaks, no upload."""
+    """What one process cannot avoid when it stages and commits n new records in
+    gravfs's format (the same keys and values as commit_bulk): their lakeFS
+    valueRecordIDs (three SHA-256 each, which range IDs are built from; staging
+    hashes them, so commit_bulk's commit does not) and writing them into SSTs
+    through rocksdict. No staging read, no range breaks, no upload."""
     from itertools import starmap
     keys = [key(i) for i in range(n)]
     values = [value_for(i, "data/00/" + "0" * 64) for i in range(n)]
