@@ -376,3 +376,17 @@ def test_a_bulk_token_is_dropped_by_emptying_the_table(tmp_path, monkeypatch, ca
             assert a.token_is_empty(txn, bulk)
     finally:
         a.close()
+
+
+def test_a_put_is_stored_with_its_record_id_unless_its_value_does_not_decode():
+    from gravfs.version.committed.record import encode_value, value_record_id
+    from gravfs.version.staging import area as area_mod
+    for ident in (b"\x07" * 32, b"short id"):
+        value = encode_value(ident, b"data")
+        raw = area_mod.put_raw(b"a/b", value)
+        assert raw == PUT_ID + value_record_id(b"a/b", ident) + value
+        assert area_mod.staged_value(raw) == value
+        assert area_mod.staged_value(area_mod.PROVISIONAL + value) == value
+    junk = b"v"  # no lakeFS value: stored as before record IDs; its commit reports it
+    assert area_mod.put_raw(b"a/b", junk) == PUT + junk
+    assert area_mod.staged_value(PUT + junk) == junk

@@ -4,16 +4,22 @@ the feed gives exactly what the per-entry layers give, here and in another proce
 
 from __future__ import annotations
 
+import hashlib
+import random
 from itertools import chain
 
 import pytest
 
 from gravfs.errors import GravfsError
+from gravfs.store.local import LocalStore
+from gravfs.store.tier import LocalTier
+from gravfs.version.committed import BreakPolicy, CommittedManager
+from gravfs.version.committed import writer as writer_mod
 from gravfs.version.committed.record import encode_value, value_record_id
 from gravfs.version.committed.sources import overrides_of
 from gravfs.version.committed.workers import WorkerPool
 from gravfs.version.staging import feed, view
-from gravfs.version.staging.area import LONG_HEAD, StagingArea, new_token
+from gravfs.version.staging.area import LONG_HEAD, PUT, PUT_ID, StagingArea, new_token
 
 
 def value(i: int) -> bytes:
@@ -148,15 +154,6 @@ def test_record_ids_staging_carries_give_the_trees_of_hashing(tmp_path, monkeypa
     changes hashed from scratch builds: onto an empty base, into existing ranges (with
     the record-ID cache and without), with puts of earlier versions (no record ID)
     and deletions among them."""
-    import hashlib
-    import random
-
-    from gravfs.store.local import LocalStore
-    from gravfs.store.tier import LocalTier
-    from gravfs.version.committed import BreakPolicy, CommittedManager
-    from gravfs.version.committed import writer as writer_mod
-    from gravfs.version.staging.area import PUT, PUT_ID
-
     store = LocalStore(str(tmp_path / "store"), fsync=False)
     tier = LocalTier(store, str(tmp_path / "cache"), 1 << 30, fsync=False)
     policy = BreakPolicy(0, 2048, 16, seed=3)

@@ -78,7 +78,6 @@ EMPTY_AT = 10_000
 KEEP_RATIO = 8
 
 
-
 def put_raw(path: bytes, value: bytes) -> bytes:
     """The stored form of a put of the lakeFS ``value`` at ``path`` (with its record ID;
     a value whose identity does not decode is stored as it was before record IDs, and

@@ -39,6 +39,7 @@ _first = itemgetter(0)
 _PUT = PUT[0]
 _PUT_ID = PUT_ID[0]
 _ID32 = 64  # the zigzag varint of 32: an encoded value's identity is 32 bytes
+# a put with its record ID: marker, record ID at [1:33], lakeFS value from 33
 
 
 def staged_changes(area: StagingArea, tokens: list[str]) -> SlicedChanges:
@@ -146,7 +147,7 @@ def _as_changes(pairs: list[tuple[bytes, bytes]], n: int) -> list[tuple]:
     record ID and without, tested on ints so that no byte string is sliced to
     classify it."""
     return [(k[n:], raw[34:66], None, raw[33:])
-            if raw[0] == _PUT_ID and len(raw) >= 66 and raw[33] == _ID32
+            if len(raw) >= 66 and raw[0] == _PUT_ID and raw[33] == _ID32
             else (k[n:], raw[2:34], None, raw[1:])
             if len(raw) >= 34 and raw[0] == _PUT and raw[1] == _ID32
             else (k[n:], None, None) if raw == TOMBSTONE or raw[:1] == PROVISIONAL
@@ -158,7 +159,7 @@ def _as_overrides(pairs: list[tuple[bytes, bytes]], n: int) -> list[tuple]:
     """_as_changes as override entries (sources.as_overrides), in one pass, each with
     a fifth field: the record ID a put was stored with, else None."""
     return [(k[n:], raw[34:66], raw[33:], 1, raw[1:33])
-            if raw[0] == _PUT_ID and len(raw) >= 66 and raw[33] == _ID32
+            if len(raw) >= 66 and raw[0] == _PUT_ID and raw[33] == _ID32
             else (k[n:], raw[2:34], raw[1:], 1, None)
             if len(raw) >= 34 and raw[0] == _PUT and raw[1] == _ID32
             else (k[n:], None, None, 1, None) if raw == TOMBSTONE or raw[:1] == PROVISIONAL
