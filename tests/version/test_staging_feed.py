@@ -150,10 +150,10 @@ def test_read_only_open_of_a_missing_database_says_so(tmp_path):
 def test_record_ids_staging_carries_give_the_trees_of_hashing(tmp_path, monkeypatch, density,
                                                               cache):
     """A commit of staged puts takes the record IDs stored with them instead of hashing
-    (fewer SHA-256 calls than records), and builds the tree a commit of the same
-    changes hashed from scratch builds: onto an empty base, into existing ranges (with
-    the record-ID cache and without), with puts of earlier versions (no record ID)
-    and deletions among them."""
+    (three SHA-256 calls fewer a put), and builds the tree a commit of the same changes
+    hashed from scratch builds: onto an empty base, into existing ranges (with their
+    record IDs from the cache, or hashed), with puts of earlier versions (no record
+    ID) and deletions among them."""
     store = LocalStore(str(tmp_path / "store"), fsync=False)
     tier = LocalTier(store, str(tmp_path / "cache"), 1 << 30, fsync=False)
     policy = BreakPolicy(0, 2048, 16, seed=3)
@@ -164,7 +164,8 @@ def test_record_ids_staging_carries_give_the_trees_of_hashing(tmp_path, monkeypa
     try:
         rng = random.Random(int(density * 10) + cache)
         keys = [b"d/%05d" % i for i in range(3000)]
-        base = hashed.write_metarange([(k, hashlib.sha256(k).digest(), b"old") for k in keys
+        # written by the manager whose cache then holds the base ranges' record IDs
+        base = staged.write_metarange([(k, hashlib.sha256(k).digest(), b"old") for k in keys
                                        if rng.random() < density])
         picked = sorted(rng.sample(keys, 1500))
         ch = [(k, None, None) if rng.random() < 0.1 and density
@@ -185,8 +186,12 @@ def test_record_ids_staging_carries_give_the_trees_of_hashing(tmp_path, monkeypa
         want = hashed.apply(base, ch).metarange_id
         assert got == want
         assert [r.id for r in staged.iter_ranges(got)] == [r.id for r in hashed.iter_ranges(want)]
+        saved = len(calls) - by_staged - by_staged
         carried = tags.count(PUT_ID)
-        assert len(calls) - by_staged - by_staged == 3 * carried  # three SHA-256 a record
+        if cache and density:  # the old records' IDs come from the cache too
+            assert saved > 3 * carried
+        else:
+            assert saved == 3 * carried
     finally:
         area.close()
         staged.close()
