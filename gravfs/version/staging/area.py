@@ -82,13 +82,10 @@ def put_raw(path: bytes, value: bytes) -> bytes:
     """The stored form of a put of the lakeFS ``value`` at ``path`` (with its record ID;
     a value whose identity does not decode is stored as it was before record IDs, and
     the commit that reads it reports it)."""
-    if value[:1] == b"\x40" and len(value) >= 33:  # 0x40: a 32-byte identity
-        ident = value[1:33]
-    else:
-        try:
-            ident = decode_identity(value)
-        except CorruptDataError:
-            return PUT + value
+    try:
+        ident = decode_identity(value)
+    except CorruptDataError:
+        return PUT + value
     return PUT_ID + value_record_id(path, ident) + value
 
 
