@@ -576,7 +576,9 @@ class SSTReader:
                 except FormatError as e:
                     raise self._corrupt(f"data block: {e} (at byte {e.offset} of the block)",
                                         off) from None
-                return self._get_slow(key) if v is PAST_BLOCK else v
+                # past the block (a shortened separator): the next block's first
+                # lookup caches nothing either
+                return self._get_slow(key, False) if v is PAST_BLOCK else v
             blk = self._load(off, size)
         else:
             blk.ref = True
@@ -586,10 +588,10 @@ class SSTReader:
             return blk.values[j] if keys[j] == key else None
         return self._get_slow(key)
 
-    def _get_slow(self, key: bytes) -> bytes | None:
+    def _get_slow(self, key: bytes, fill_cache: bool = True) -> bytes | None:
         # The key sorts after every entry of the block its separator chose: the
         # answer, if any, is the first live entry of a following block.
-        for k, v in self._seek(key, True):
+        for k, v in self._seek(key, fill_cache):
             return v if k == key else None
         return None
 
