@@ -298,16 +298,16 @@ class InodeTable:
         elif not node._names:
             node.names = None
 
-    def forget(self, ino: int, n: int) -> None:
+    def forget(self, ino: int, n: int) -> bool:
+        """Drop n lookups; True when the table has just shrunk to a quarter of its peak."""
         node = self._by_ino.get(ino)
         if node is None:
-            return
+            return False
         node.lookups = max(0, node.lookups - n)
         self.maybe_drop(node)
-        if node.ino not in self._by_ino:
-            self._shrink()
+        return node.ino not in self._by_ino and self._shrink()
 
-    def _shrink(self) -> None:
+    def _shrink(self) -> bool:
         """Give back the memory of forgotten inodes: a dict keeps its size when emptied,
         so one at a quarter of its peak is copied (amortized: a copy per 3/4 removed)."""
         n = len(self._by_ino)
@@ -315,6 +315,8 @@ class InodeTable:
             self._by_ino = dict(self._by_ino)
             self._paths = {k: dict(d) for k, d in self._paths.items()}
             self._peak = n
+            return True
+        return False
 
     def maybe_drop(self, node: Inode) -> None:
         if node.lookups > 0 or node.opens > 0 or node.pinned:

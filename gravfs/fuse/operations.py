@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import gc
 import json
 import logging
 import os
@@ -638,8 +639,22 @@ class GravfsOperations(pyfuse3.Operations):
 
     @quiet
     async def forget(self, inode_list):
+        shrunk = False
         for ino, n in inode_list:
-            self.inodes.forget(ino, n)
+            shrunk = self.inodes.forget(ino, n) or shrunk
+        if shrunk:
+            self._let_go()
+
+    def _let_go(self) -> None:
+        """The kernel forgot most inodes it knew (its dentries reclaimed, or dropped):
+        drop the caches that filled meanwhile too. Their entries were allocated between
+        the inodes, and while one lives CPython keeps its whole arena, so without this
+        the daemon would keep the memory of every inode it ever knew."""
+        log.info("kernel forgot most inodes (%d known now): dropping stat cache and "
+                 "parsed ranges", len(self.inodes))
+        self.statcache.drop()
+        self.repo.committed.ranges.drop_parsed()
+        gc.collect()  # the daemon may sit idle now: what is garbage only in cycles goes too
 
     @guarded
     async def getattr(self, inode, ctx=None):
@@ -715,7 +730,7 @@ class GravfsOperations(pyfuse3.Operations):
                     start_after = cont
                     continue
                 key = node.child_key(name)
-                if n.key == key:  # share the listed key (the block cache's): one copy, not two
+                if n.key == key:  # share the listed key (the stat cache's node's): one copy
                     key = n.key
                 child = self.inodes.ensure(tree, key, n.kind, node.ino, name, _group(n))
                 self._remember(child, n, key)

@@ -256,7 +256,9 @@ class BranchStatCache:
             self._versions.clear()
             self._nodes.clear()
             self._complete.clear()
+            self._listed.clear()
         else:
             self._versions.pop(branch, None)
             self._nodes.pop(branch, None)
             self._complete.pop(branch, None)
+            self._listed.pop(branch, None)

@@ -90,6 +90,24 @@ def test_link_group_keeps_its_number_after_forget():
     assert table.ensure(other, b"a", "file", 1, b"a", group="g1").ino != first  # per tree
 
 
+def test_forget_tells_when_the_table_fell_to_a_quarter_of_its_peak():
+    """The mount drops its caches then (GravfsOperations._let_go): once per fall, not
+    at every FORGET, and not for a small table."""
+    table = InodeTable()
+    tree = Tree("branch", "main", writable=True)
+    nodes = [table.ensure(tree, b"f%05d" % i, "file", 1, b"f%05d" % i) for i in range(8000)]
+    for n in nodes:
+        n.lookups = 1
+    told = [i for i, n in enumerate(nodes) if table.forget(n.ino, 1)]
+    assert told == [6000]  # 1,999 left of a peak of 8,000
+    assert table.counts() == EMPTY
+    small = InodeTable()
+    few = [small.ensure(tree, b"g%d" % i, "file", 1, b"g%d" % i) for i in range(100)]
+    for n in few:
+        n.lookups = 1
+    assert not any([small.forget(n.ino, 1) for n in few])
+
+
 def _counts(m) -> dict:
     return json.loads(os.getxattr(m.mnt, "user.gravfs.inodes"))
 

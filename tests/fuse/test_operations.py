@@ -1017,6 +1017,64 @@ def test_readdir_lists_the_next_batch_while_the_kernel_takes_a_reply(tmp_path, m
         repo.close()
 
 
+def test_a_kernel_that_forgets_most_inodes_makes_the_daemon_drop_its_caches(tmp_path,
+                                                                             monkeypatch):
+    """After a walk the kernel forgets (its dentries reclaimed or dropped): the stat
+    cache and the parsed ranges the walk filled go too, so the memory can go back
+    (CPython keeps an arena while anything in it lives). The listing itself puts
+    nothing in the block cache."""
+    import trio
+
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
+    from gravfs.fs.repository import Repository
+    from gravfs.fuse import operations as ops_mod
+    from gravfs.fuse.inodes import FIRST_DYNAMIC, ROOT
+    from gravfs.fuse.options import MountOptions
+    from gravfs.sstable import DEFAULT_CACHE
+
+    repo = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"))
+    e = EntryInfo(address="data/00/" + "0" * 64, size=1, mtime_ns=1, mode=0o100644, kind=KIND_FILE)
+    n = 6000
+    repo.stage("main", [(b"d/f%05d" % i, e) for i in range(n)])
+    repo.commit("main", "six thousand")
+    ops = ops_mod.GravfsOperations(repo, MountOptions())
+    monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply", lambda token, name, attrs, off:
+                        token.append(off) or True)
+    ranges = repo.committed.ranges
+
+    async def main():
+        d = await ops.lookup(ROOT, b"branches")
+        d = await ops.lookup(d.st_ino, b"main")
+        d = await ops.lookup(d.st_ino, b"d")
+        cached = DEFAULT_CACHE.used_bytes
+        fh = await ops.opendir(d.st_ino, None)
+        start, listed = 0, 0
+        while True:
+            token: list = []
+            await ops.readdir(fh, start, token)
+            if not token:
+                break
+            listed, start = listed + len(token), token[-1]
+        await ops.releasedir(fh)
+        assert listed == n and len(ops.inodes) > n
+        assert DEFAULT_CACHE.used_bytes <= cached
+        assert ops.statcache._nodes["main"] and len(ranges._states) > 0
+        known = [(node.ino, node.lookups) for node in ops.inodes.all() if node.parent == d.st_ino]
+        assert len(known) == n
+        await ops.forget(known[: n // 2])  # half: the caches stay
+        assert ops.statcache._nodes["main"] and len(ranges._states) > 0
+        await ops.forget(known[n // 2:])
+        assert not ops.statcache._nodes and len(ranges._states) == 0
+        assert len(ops.inodes) < FIRST_DYNAMIC  # the directory, the root and virtual ones
+        attrs = await ops.lookup(d.st_ino, b"f01234")  # everything reads as before
+        assert attrs.st_size == 1
+
+    try:
+        trio.run(main)
+    finally:
+        repo.close()
+
+
 def test_many_missing_names_in_a_commit_answer_enoent(gravfs_mount):
     """A burst of failed lookups on a commit path answers ENOENT each time: when they
     ran on worker threads, each exception came back through trio with its read

@@ -172,6 +172,46 @@ def test_state_outlives_reader_and_blocks_leave_cache_when_dropped(tmp_path):
     m2.close()
 
 
+def test_scans_leave_the_block_cache_alone(tmp_path):
+    """A listing or walk (CommittedManager.iter) decodes blocks without caching them,
+    so it evicts nothing lookups reuse; lookups still fill the cache."""
+    m = make_manager(str(tmp_path), max_open_ranges=4, block_cache_bytes=64 << 20)
+    recs = records(3000)
+    mid = m.write_metarange(recs)
+    m2 = make_manager(str(tmp_path), max_open_ranges=4, block_cache_bytes=64 << 20)
+    cache = m2.ranges.block_cache
+    assert list(m2.iter(mid)) == recs
+    assert list(m2.iter(mid, recs[1234].key)) == recs[1234:]
+    assert cache.used_bytes == 0
+    for r in recs[:50]:  # a block's second lookup decodes and caches it
+        assert m2.get(mid, r.key) == r
+    assert cache.used_bytes > 0
+    m.close()
+    m2.close()
+
+
+def test_drop_parsed_lets_go_of_readers_states_and_their_blocks(tmp_path):
+    m = make_manager(str(tmp_path), max_open_ranges=64, block_cache_bytes=64 << 20)
+    recs = records(3000)
+    mid = m.write_metarange(recs)
+    m2 = make_manager(str(tmp_path), max_open_ranges=64, block_cache_bytes=64 << 20)
+    for r in recs:
+        assert m2.get(mid, r.key) == r
+    rs, cache = m2.ranges, m2.ranges.block_cache
+    assert len(rs._ranges) > 1 and len(rs._states) > 1 and cache.used_bytes > 0
+    walk = m2.iter(mid)  # a scan under way keeps its reader
+    first = next(walk)
+    before = cache.used_bytes
+    rs.drop_parsed()
+    assert len(rs._ranges) == 0 and len(rs._states) == 0
+    assert 0 < cache.used_bytes < before  # the walk's range keeps its blocks, for now
+    assert [first] + list(walk) == recs
+    assert cache.used_bytes == 0  # nothing holds the states any more
+    assert m2.get(mid, recs[7].key) == recs[7]  # opened and parsed again
+    m.close()
+    m2.close()
+
+
 def test_default_max_open_follows_limit(monkeypatch):
     monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 4096))
     assert reader_mod._default_max_open() == 256

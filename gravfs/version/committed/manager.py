@@ -286,14 +286,19 @@ class CommittedManager:
         return value if value is not None else rs.lookup_in(mr, i, key)
 
     def iter(self, metarange_id: str, start: bytes = b"") -> Iterator[Record]:
-        """Records with key >= start in key order, reading ranges lazily."""
+        """Records with key >= start in key order, reading ranges lazily.
+
+        A scan leaves the block cache alone: a listing or a walk over the lake
+        would evict the blocks point lookups reuse, and its decoded entries,
+        spread between the mount's inodes, would keep memory CPython cannot give
+        back when those inodes go (an arena is freed only when nothing in it lives)."""
         mr = self.ranges.metarange(metarange_id)
         i = mr.locate(start)
         rs = self.ranges
         first = True
         for rid in mr.ids[i:]:
             o = rs.open_range(rid)
-            for k, v in o.reader.seek(start if first else b""):
+            for k, v in o.reader.seek(start if first else b"", fill_cache=False):
                 yield decode_record(k, v)
             first = False
 

@@ -279,6 +279,17 @@ class RangeStore:
         # An evicted state's blocks leave the cache once no open reader uses it (finalizer).
         self._states.evict(self.max_states)
 
+    def drop_parsed(self) -> None:
+        """Let go of every open reader and parsed state; their cached blocks leave the
+        block cache as the last user of each lets go (a reader mid-iteration keeps its
+        own). For a process that has just let go of most of what it knew: the indexes
+        and blocks parsed meanwhile are small objects spread through memory, and
+        CPython returns an arena only when nothing in it lives."""
+        with self._lock:
+            self._ranges.clear()
+            self._states.clear()
+            self._verified.clear()
+
     def state(self, range_id: str):
         """Parsed state of a range if cached (its ``kv`` serves warm lookups), else None."""
         return self._states.peek(range_id)
