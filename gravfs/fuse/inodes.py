@@ -45,12 +45,14 @@ FIRST_DYNAMIC = 16
 GROUP_INOS = 1 << 62  # link groups' derived numbers: [2**62, 2**63)
 LINKED_HERE = 1 << 16  # link groups made through the mount whose numbers are noted
 MAX_ENTRIES = 4096  # remembered entries (attributes last seen), over all inodes
-LINKED, PINNED, FOREIGN = 1, 2, 4  # Inode._flags
+LINKED, PINNED, FOREIGN = 1, 2, 4  # Inode._flags; the bits above them count open handles
+OPENS = 8  # Inode._flags: one open handle
 
 
 class Inode:
-    __slots__ = ("ino", "tree", "key", "kind", "parent", "_name", "lookups", "opens",
-                 "_flags", "_extra")
+    # eight slots: 96 bytes an object with its GC header (ten took 112), and a
+    # traversal makes one per name it passes
+    __slots__ = ("ino", "tree", "key", "kind", "parent", "lookups", "_flags", "_extra")
 
     def __init__(self, ino: int, tree: Optional[Tree], key: bytes, kind: str, parent: int,
                  name: bytes, virtual: Optional[str] = None, lookups: int = 0,
@@ -60,12 +62,10 @@ class Inode:
         self.key = key  # path inside the tree, no trailing '/'; b"" for the tree root
         self.kind = kind  # "dir" | "file" | "symlink"
         self.parent = parent
-        self._name = None
-        self.name = name  # name inside the parent directory
         self.lookups = lookups
-        self.opens = 0
         self._flags = LINKED | (PINNED if pinned else 0)
-        self._extra: Optional[dict] = None  # rare notes: virtual, group, names, lookahead
+        self._extra: Optional[dict] = None  # rare notes: virtual, group, names, name, lookahead
+        self.name = name  # name inside the parent directory
         if group:
             self.group = group
         if virtual is not None:
@@ -122,17 +122,33 @@ class Inode:
         self._flag(FOREIGN, on)
 
     @property
+    def opens(self) -> int:
+        """Open handles (files and directories) on the inode."""
+        return self._flags // OPENS
+
+    @opens.setter
+    def opens(self, n: int) -> None:
+        self._flags = self._flags % OPENS + n * OPENS
+
+    @property
     def name(self) -> bytes:
-        if self._name is not None:
-            return self._name
+        x = self._extra
+        if x is not None:
+            name = x.get("name")
+            if name is not None:
+                return name
         key = self.key
         return key[key.rfind(b"/") + 1:]
 
     @name.setter
     def name(self, name: bytes) -> None:
+        """Kept only when it is not the tail of the key (a tree's root, an escaped name)."""
         key = self.key
-        self._name = None if key and key.endswith(name) and (
-            len(key) == len(name) or key[-len(name) - 1] == 47) else name  # 47: b"/"
+        if key and key.endswith(name) and (len(key) == len(name) or key[-len(name) - 1] == 47):
+            if self._extra:  # 47: b"/"
+                self._extra.pop("name", None)
+        else:
+            self.extra["name"] = name
 
     @property
     def names(self) -> set:
@@ -154,7 +170,8 @@ class Inode:
 
     @property
     def extra(self) -> dict:
-        """Rarely used per-inode notes (directory lookahead, page-cache address)."""
+        """Rarely used per-inode notes (directory lookahead, page-cache address, a name
+        that is not its key's tail)."""
         if self._extra is None:
             self._extra = {}
         return self._extra
