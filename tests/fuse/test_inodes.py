@@ -90,6 +90,25 @@ def test_link_group_keeps_its_number_after_forget():
     assert table.ensure(other, b"a", "file", 1, b"a", group="g1").ino != first  # per tree
 
 
+def test_open_count_and_flags_share_a_slot_without_mixing():
+    """Inode keeps its open count in the bits above its flags, and a name that is not
+    its key's tail in its rare notes (eight slots, not ten)."""
+    tree = Tree("branch", "main", writable=True)
+    n = InodeTable().ensure(tree, b"a/b", "file", 1, b"b")
+    assert (n.opens, n.linked, n.pinned, n.foreign, n.name, n._extra) == (0, True, False, False,
+                                                                         b"b", None)
+    n.opens += 3
+    n.foreign, n.linked = True, False
+    assert (n.opens, n.linked, n.pinned, n.foreign) == (3, False, False, True)
+    n.opens -= 3
+    n.pinned = True
+    assert (n.opens, n.linked, n.pinned, n.foreign) == (0, False, True, True)
+    n.name = b"shown%2Fescaped"  # not the key's tail: kept
+    assert n.name == b"shown%2Fescaped"
+    n.key, n.name = b"a/c", b"c"
+    assert n.name == b"c" and not n._extra
+
+
 def test_forget_tells_when_the_table_fell_to_a_quarter_of_its_peak():
     """The mount drops its caches then (GravfsOperations._let_go): once per fall, not
     at every FORGET, and not for a small table."""
