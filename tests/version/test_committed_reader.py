@@ -36,6 +36,16 @@ def records(n: int, tag: bytes = b"") -> list[Record]:
     return sorted(out)
 
 
+def written_then_cold(root, n: int, max_open_ranges: int):
+    """(writer, a second manager with a cold cache of 64 MiB, the records, the metarange
+    ID): the records written by one manager, read by another."""
+    m = make_manager(root, max_open_ranges=max_open_ranges, block_cache_bytes=64 << 20)
+    recs = records(n)
+    mid = m.write_metarange(recs)
+    return m, make_manager(root, max_open_ranges=max_open_ranges,
+                           block_cache_bytes=64 << 20), recs, mid
+
+
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -146,10 +156,7 @@ def test_get_reports_corrupt_values(tmp_path):
 
 
 def test_state_outlives_reader_and_blocks_leave_cache_when_dropped(tmp_path):
-    m = make_manager(str(tmp_path), max_open_ranges=1, block_cache_bytes=64 << 20)
-    recs = records(2000)
-    mid = m.write_metarange(recs)
-    m2 = make_manager(str(tmp_path), max_open_ranges=1, block_cache_bytes=64 << 20)
+    m, m2, recs, mid = written_then_cold(str(tmp_path), 2000, max_open_ranges=1)
     for r in recs:
         assert m2.get(mid, r.key) == r
     cache = m2.ranges.block_cache
@@ -175,10 +182,7 @@ def test_state_outlives_reader_and_blocks_leave_cache_when_dropped(tmp_path):
 def test_scans_leave_the_block_cache_alone(tmp_path):
     """A listing or walk (CommittedManager.iter) decodes blocks without caching them,
     so it evicts nothing lookups reuse; lookups still fill the cache."""
-    m = make_manager(str(tmp_path), max_open_ranges=4, block_cache_bytes=64 << 20)
-    recs = records(3000)
-    mid = m.write_metarange(recs)
-    m2 = make_manager(str(tmp_path), max_open_ranges=4, block_cache_bytes=64 << 20)
+    m, m2, recs, mid = written_then_cold(str(tmp_path), 3000, max_open_ranges=4)
     cache = m2.ranges.block_cache
     assert list(m2.iter(mid)) == recs
     assert list(m2.iter(mid, recs[1234].key)) == recs[1234:]
@@ -191,10 +195,7 @@ def test_scans_leave_the_block_cache_alone(tmp_path):
 
 
 def test_drop_parsed_lets_go_of_readers_states_and_their_blocks(tmp_path):
-    m = make_manager(str(tmp_path), max_open_ranges=64, block_cache_bytes=64 << 20)
-    recs = records(3000)
-    mid = m.write_metarange(recs)
-    m2 = make_manager(str(tmp_path), max_open_ranges=64, block_cache_bytes=64 << 20)
+    m, m2, recs, mid = written_then_cold(str(tmp_path), 3000, max_open_ranges=64)
     for r in recs:
         assert m2.get(mid, r.key) == r
     rs, cache = m2.ranges, m2.ranges.block_cache
