@@ -21,8 +21,9 @@ after a FORGET).
 
 Memory: a traversal makes the kernel know millions of inodes, so an inode is
 small (slots; its name is the tail of its key unless it differs; no per-inode
-dict or set unless used) and the path index is one dict per (tree, kind) keyed
-by the inode's own key bytes. The entries last seen for inodes (attributes) are
+dict or set unless used), the path index is one dict per (tree, kind) keyed
+by the inode's own key bytes, and the number index keeps lists, not a dict
+(gravfs.fuse.inoindex). The entries last seen for inodes (attributes) are
 not kept on the inode but in a bounded cache (oldest evicted first; open inodes
 are kept). FORGET down to zero lookups drops every trace of an inode.
 """
@@ -36,6 +37,7 @@ from typing import Iterator, Optional
 import pyfuse3
 import xxhash
 
+from gravfs.fuse.inoindex import InoIndex
 from gravfs.fuse.trees import Tree
 
 log = logging.getLogger(__name__)
@@ -189,7 +191,7 @@ class Inode:
 
 class InodeTable:
     def __init__(self, max_entries: int = MAX_ENTRIES):
-        self._by_ino: dict[int, Inode] = {}
+        self._by_ino: InoIndex[Inode] = InoIndex(dense_below=GROUP_INOS)
         self._paths: dict[tuple, dict[bytes, int]] = {}  # (tree ident, kind) -> key -> ino
         self._by_group: dict[tuple, int] = {}
         self._linked_here: dict[tuple, int] = {}  # (tree, group) -> number, links made here
@@ -329,7 +331,7 @@ class InodeTable:
         so one at a quarter of its peak is copied (amortized: a copy per 3/4 removed)."""
         n = len(self._by_ino)
         if n * 4 < self._peak and self._peak > 4096:
-            self._by_ino = dict(self._by_ino)
+            self._by_ino.compact()
             self._paths = {k: dict(d) for k, d in self._paths.items()}
             self._peak = n
             return True
