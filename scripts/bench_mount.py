@@ -672,6 +672,30 @@ def cold_probes(top: str, n: int, mount, umount) -> dict:
     return out
 
 
+def marginal_memory(top: str, mnt: str, mount, umount) -> dict:
+    """Anonymous memory a known inode adds, outside the bounded caches: the slope
+    between ``find`` over the first half of the day directories and over the rest,
+    on a fresh mount. What a bigger lake costs, without the start-up memory and the
+    caches that fill in the first thousands of inodes and then stay (stat cache)."""
+    mount()
+    try:
+        def sample() -> tuple[int, int]:
+            m = json.loads(os.getxattr(mnt, "user.gravfs.memory"))
+            return m["inodes"], m["rss_anon_bytes"] - m["block_cache_bytes"] - m["read_cache_bytes"]
+        events = os.path.join(top, "tables", "events")
+        days = sorted(os.listdir(events))
+        half = len(days) // 2
+        for d in days[:half]:
+            find_files(os.path.join(events, d))
+        i1, b1 = sample()
+        for d in days[half:]:
+            find_files(os.path.join(events, d))
+        i2, b2 = sample()
+    finally:
+        umount()
+    return {"marginal_inodes": i2 - i1, "rss_per_inode_marginal": (b2 - b1) / max(1, i2 - i1)}
+
+
 def bench_scale(a, base: str, n: int) -> dict:
     """A branch of n entries (bench_repo.build_branch: 20k files per day directory) on a
     local store: ``find``, random cold stats and ``ls -l`` of a day directory against
@@ -730,6 +754,7 @@ def bench_scale(a, base: str, n: int) -> dict:
     finally:
         g.umount()
     out.update(cold_probes(top, n, g.mount, g.umount))
+    out.update(marginal_memory(top, g.mnt, g.mount, g.umount))
     out["disk_random_read_per_s"] = disk_random_reads(os.path.join(g.store, "_gravfs", "ranges"))
     shutil.rmtree(root, ignore_errors=True)
     fl = Floor(os.path.join(base, f"floor-scale{n}"), argparse.Namespace(stats=0, list_entries=0, big_mb=1))
@@ -750,13 +775,14 @@ def bench_scale(a, base: str, n: int) -> dict:
 
 def scale_table(rows: list[dict]) -> str:
     lines = ["entries    find/s  floor/s  ratio  known inodes  RSS start  after find  B/inode  "
-             "B/inode outside caches (anon)  after drop (known), anon outside caches"]
+             "B/inode outside caches (anon)  marginal  after drop (known), anon outside caches"]
     for r in rows:
         lines.append(
             f"{r['entries']:>9,} {r['find_rate']:>8,.0f} {r['floor_find_rate']:>8,.0f} "
             f"{r['find_vs_floor']:>5.2f}x {r['known_inodes']:>12,} {r['rss_start'] / MiB:>7.0f} MB "
             f"{r['rss_after_find'] / MiB:>8.0f} MB {r['rss_per_inode']:>8.0f} "
             f"{r['rss_per_inode_outside_caches']:>30.0f}  "
+            f"{r.get('rss_per_inode_marginal', float('nan')):>8.0f}  "
             f"{r.get('rss_after_drop', 0) / MiB:>8.0f} MB ({r.get('known_after_drop', '-')}), "
             f"{r.get('rss_after_drop_outside_caches', 0) / MiB:.0f} MB")
     lines.append("entries    mount s  cold stats/s  floor/s  ratio  disk 4K reads/s  ls -l 20k dir s  "
