@@ -192,7 +192,7 @@ class Inode:
 class InodeTable:
     def __init__(self, max_entries: int = MAX_ENTRIES):
         self._by_ino: InoIndex[Inode] = InoIndex(dense_below=GROUP_INOS)
-        self._paths: dict[tuple, dict[bytes, int]] = {}  # (tree ident, kind) -> key -> ino
+        self._paths: dict[tuple, dict[bytes, Inode]] = {}  # (tree ident, kind) -> key -> inode
         self._by_group: dict[tuple, int] = {}
         self._linked_here: dict[tuple, int] = {}  # (tree, group) -> number, links made here
         self._entries: dict[int, tuple] = {}  # ino -> (entry, seen or None); bounded
@@ -213,17 +213,17 @@ class InodeTable:
     def get(self, ino: int) -> Optional[Inode]:
         return self._by_ino.get(ino)
 
-    def _index(self, tree: Tree, kind: str) -> dict[bytes, int]:
+    def _index(self, tree: Tree, kind: str) -> dict[bytes, Inode]:
         k = (tree.ident, kind)
         d = self._paths.get(k)
         if d is None:
             d = self._paths[k] = {}
         return d
 
-    def _unindex(self, tree: Tree, key: bytes, kind: str, ino: int) -> None:
+    def _unindex(self, tree: Tree, key: bytes, kind: str, node: Inode) -> None:
         k = (tree.ident, kind)
         d = self._paths.get(k)
-        if d is not None and d.get(key) == ino:
+        if d is not None and d.get(key) is node:
             del d[key]
             if not d:
                 del self._paths[k]
@@ -234,21 +234,19 @@ class InodeTable:
                      virtual=virtual if tree is None else None, lookups=1, pinned=True)
         self._by_ino[ino] = node
         if tree is not None:
-            self._index(tree, "dir")[b""] = ino
+            self._index(tree, "dir")[b""] = node
         return node
 
     def find(self, tree: Tree, key: bytes, kind: str) -> Optional[Inode]:
         d = self._paths.get((tree.ident, kind))
-        ino = d.get(key) if d is not None else None
-        return None if ino is None else self._by_ino[ino]
+        return d.get(key) if d is not None else None
 
     def ensure(self, tree: Tree, key: bytes, kind: str, parent: int, name: bytes,
                group: str = "") -> Inode:
         """The inode of (tree, key, kind), created when new; parent/name refreshed.
         ``group``: a hard-linked name, whose inode is the group's (created when new)."""
         d = self._paths.get((tree.ident, kind))  # (find, inlined: once a listed name)
-        ino = d.get(key) if d is not None else None
-        node = None if ino is None else self._by_ino[ino]
+        node = d.get(key) if d is not None else None
         if node is not None and node.group != group:
             self.unlink_name(node, key)  # linked or unlinked outside the mount: a new inode
             node = d = None  # (d may have gone with its last name)
@@ -260,7 +258,7 @@ class InodeTable:
                     node.names.add(key)
                 else:  # its names were all gone: this one is its name again
                     node.key, node.linked = key, True
-                self._index(tree, kind)[key] = node.ino
+                self._index(tree, kind)[key] = node
             else:
                 node = None
         if node is not None:
@@ -276,7 +274,7 @@ class InodeTable:
             self._peak = len(self._by_ino)
         if d is None:
             d = self._index(tree, kind)
-        d[key] = ino
+        d[key] = node
         if group:
             self._by_group[(tree.ident, group)] = ino
         return node
@@ -299,13 +297,13 @@ class InodeTable:
                 if len(self._linked_here) > LINKED_HERE:
                     del self._linked_here[next(iter(self._linked_here))]
         node.names.add(key)
-        self._index(node.tree, node.kind)[key] = node.ino
+        self._index(node.tree, node.kind)[key] = node
 
     def unlink_name(self, node: Inode, key: bytes) -> None:
         """One name of node is gone; the inode is unlinked when it was its last."""
         if node._names:
             node._names.discard(key)
-        self._unindex(node.tree, key, node.kind, node.ino)
+        self._unindex(node.tree, key, node.kind, node)
         if key == node.key:
             if node._names:
                 node.key = min(node._names)
@@ -352,7 +350,7 @@ class InodeTable:
         if node.tree is None:
             return
         for key in (node.key, *node.other_names()):
-            self._unindex(node.tree, key, node.kind, node.ino)
+            self._unindex(node.tree, key, node.kind, node)
         node.names = None
         if node.group and self._by_group.get((node.tree.ident, node.group)) == node.ino:
             if node.ino not in self._by_ino:  # dropped (an unlinked one stays findable)
@@ -410,7 +408,7 @@ class InodeTable:
         for node in moved:
             for k in (node.key, *node.other_names()):
                 if hit(k):
-                    self._unindex(tree, k, node.kind, node.ino)
+                    self._unindex(tree, k, node.kind, node)
         for node in moved:
             keys = [new + k[len(old):] if hit(k) else k for k in (node.key, *node.other_names())]
             at_old = hit(node.key) and node.key == old
@@ -419,23 +417,19 @@ class InodeTable:
                 node.parent, node.name = parent, name
             for key in keys:
                 index = self._index(tree, node.kind)
-                prev = index.get(key)
-                if prev is not None and prev != node.ino:
-                    other = self._by_ino.get(prev)
-                    if other is not None:
-                        self.unlink_name(other, key)
+                other = index.get(key)
+                if other is not None and other is not node:
+                    self.unlink_name(other, key)
                     index = self._index(tree, node.kind)
-                index[key] = node.ino
+                index[key] = node
 
     def tree_inodes(self, ident: tuple) -> list[Inode]:
         """The linked inodes of a tree (each once)."""
         out: dict[int, Inode] = {}
         for (t, _kind), d in list(self._paths.items()):
             if t == ident:
-                for ino in d.values():
-                    node = self._by_ino.get(ino)
-                    if node is not None:
-                        out[ino] = node
+                for node in d.values():
+                    out[node.ino] = node
         return list(out.values())
 
     def knows_tree(self, ident: tuple) -> bool:
