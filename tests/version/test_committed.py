@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from dataclasses import replace
 
 import pytest
 
@@ -190,7 +191,7 @@ def test_entry_round_trip_and_identity():
     ]
     seen = {entry_identity(e)}
     for v in variants:
-        other = EntryInfo(**{**e.__dict__, **v})
+        other = replace(e, **v)
         ident = entry_identity(other)
         assert ident not in seen, v
         seen.add(ident)
