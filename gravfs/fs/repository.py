@@ -14,7 +14,7 @@ import logging
 import os
 import stat as statmod
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import BinaryIO, Iterable, Iterator, Optional
 
 from gravfs.data.external import is_external, reader_for, source_of
@@ -34,24 +34,44 @@ log = logging.getLogger(__name__)
 
 
 class _once:
-    """functools.cached_property without its lock: Python 3.11 takes a per-class RLock
-    on every first read, and a readdir reads three of these for each listed entry
-    (about 1 us of the 6 us an entry costs to list). Two threads racing compute the
-    same value, so no lock is needed."""
+    """A value computed at its first read and kept in the slot named "_" + its name
+    (functools.cached_property needs a __dict__, and Python 3.11 takes a per-class
+    RLock on every first read; a readdir reads three of these for each listed entry).
+    Two threads racing compute the same value, so no lock is needed."""
 
     def __init__(self, fn):
-        self.fn, self.name, self.__doc__ = fn, fn.__name__, fn.__doc__
+        self.fn, self.slot, self.__doc__ = fn, "_" + fn.__name__, fn.__doc__
 
     def __get__(self, obj, cls=None):
         if obj is None:
             return self
-        value = obj.__dict__[self.name] = self.fn(obj)
+        value = getattr(obj, self.slot)
+        if value is _UNSET:
+            value = self.fn(obj)
+            setattr(obj, self.slot, value)
         return value
 
 
-@dataclass(frozen=True)
+class _Unset:
+    """Not computed yet (unpickles as the same object, so a copied node computes too)."""
+    __slots__ = ()
+
+    def __reduce__(self) -> str:
+        return "_UNSET"
+
+
+_UNSET = _Unset()
+
+
+def _cache_slot():
+    return field(default=_UNSET, init=False, repr=False, compare=False)
+
+
+@dataclass(slots=True)  # slots: a stat cache holds tens of thousands of nodes
 class Node:
     """A path in a tree: a file, symlink, or directory (entry None when implied).
+    Not changed once made (``replace`` makes a changed copy); not frozen, because a
+    frozen class fills its slots 6x slower, and every listed entry makes one.
 
     ``base`` is the raw name in its directory when a listing made the node (a
     name of a key another writer made can start or end with '/'; see
@@ -64,6 +84,9 @@ class Node:
     entry: Optional[EntryInfo]
     base: Optional[bytes] = None
     shadowed: bool = False
+    _fs_name: object = _cache_slot()  # (see _once)
+    _foreign: object = _cache_slot()
+    _listing_key: object = _cache_slot()
 
     @property
     def path(self) -> str:
@@ -136,12 +159,18 @@ def node_from_item(key: bytes, data: bytes, base: Optional[bytes] = None) -> Nod
     EntryInfo (the frozen dataclass's ``__init__`` costs 0.6 us)."""
     e = decode_entry(data)
     n = _new(Node)
-    n.__dict__.update(key=key, kind=KIND_NAMES[e.kind], entry=e, base=base, shadowed=False)
+    n.key = key
+    n.kind = KIND_NAMES[e.kind]
+    n.entry = e
+    n.base = base
+    n.shadowed = False
+    n._fs_name = n._foreign = n._listing_key = _UNSET
     return n
 
 
 _new = object.__new__
-assert set(Node.__dataclass_fields__) == {"key", "kind", "entry", "base", "shadowed"}, \
+assert set(Node.__dataclass_fields__) == {"key", "kind", "entry", "base", "shadowed", "_fs_name",
+                                          "_foreign", "_listing_key"}, \
     "node_from_item fills every Node field: add the new one there"
 
 

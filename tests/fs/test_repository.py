@@ -1,7 +1,9 @@
 """Repository API on the local store: refs, staging reads, commits, diff, merge, reset."""
 
+import copy
 import errno
 import io
+import pickle
 import re
 
 import pytest
@@ -9,7 +11,8 @@ import pytest
 from gravfs.version.committer import NothingToCommitError
 from gravfs.errors import (AlreadyExistsError, AmbiguousRefError, BadNameError, ConflictError,
                            GravfsError, NotFoundError, PathTypeError, ReadOnlyError)
-from gravfs.fs.repository import Repository
+from gravfs.fs.entry import EntryInfo, encode_entry
+from gravfs.fs.repository import Repository, node_from_item
 from gravfs.version.compaction import compact
 from tests.repo_util import repo, small_settings, store_target  # noqa: F401  (fixtures)
 
@@ -471,3 +474,15 @@ def test_provisional_entries_are_read_but_never_committed(repo):
     assert names(repo.list_dir("main")) == ["closed", "more", "open", "x"]
     with pytest.raises(NothingToCommitError):
         repo.commit("main", "nothing left")
+
+
+def test_a_listed_node_computes_its_names_once_and_copies_that_have_not_do_too():
+    raw = encode_entry(EntryInfo(address="data/aa/x", size=1))
+    fresh = node_from_item(b"d/x", raw)
+    copies = [pickle.loads(pickle.dumps(fresh)), copy.deepcopy(fresh)]
+    assert fresh.fs_name == b"x" and fresh.fs_name is fresh.fs_name
+    assert fresh.listing_key == b"x" and fresh.foreign is None
+    for c in copies:  # copied before anything was computed
+        assert (c.fs_name, c.listing_key, c.foreign) == (b"x", b"x", None)
+    odd = node_from_item(b"d/a\x00b", raw)  # a name POSIX cannot show: escaped
+    assert odd.foreign is not None and odd.fs_name != b"a\x00b"
