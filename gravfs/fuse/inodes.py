@@ -47,14 +47,21 @@ FIRST_DYNAMIC = 16
 GROUP_INOS = 1 << 62  # link groups' derived numbers: [2**62, 2**63)
 LINKED_HERE = 1 << 16  # link groups made through the mount whose numbers are noted
 MAX_ENTRIES = 4096  # remembered entries (attributes last seen), over all inodes
-LINKED, PINNED, FOREIGN = 1, 2, 4  # Inode._flags; the bits above them count open handles
-OPENS = 8  # Inode._flags: one open handle
+# Inode._flags: three flags, the kind (KINDS[flags >> 3 & 7]), and above them the open
+# handles; an inode without handles keeps its flags under 64, a number CPython shares
+LINKED, PINNED, FOREIGN = 1, 2, 4
+KINDS = ("file", "dir", "symlink", "fifo", "socket", "chardev", "blockdev")
+_KIND_SHIFT = 3
+_KIND_BITS = {kind: i << _KIND_SHIFT for i, kind in enumerate(KINDS)}
+_KIND_MASK = 7 << _KIND_SHIFT
+_DIR = _KIND_BITS["dir"]
+OPENS = 64  # one open handle
 
 
 class Inode:
-    # eight slots: 96 bytes an object with its GC header (ten took 112), and a
+    # six slots: 80 bytes an object with its GC header (ten took 112), and a
     # traversal makes one per name it passes
-    __slots__ = ("ino", "tree", "key", "kind", "parent", "lookups", "_flags", "_extra")
+    __slots__ = ("ino", "tree", "key", "lookups", "_flags", "_extra")
 
     def __init__(self, ino: int, tree: Optional[Tree], key: bytes, kind: str, parent: int,
                  name: bytes, virtual: Optional[str] = None, lookups: int = 0,
@@ -62,12 +69,11 @@ class Inode:
         self.ino = ino
         self.tree = tree  # None for virtual directories
         self.key = key  # path inside the tree, no trailing '/'; b"" for the tree root
-        self.kind = kind  # "dir" | "file" | "symlink"
-        self.parent = parent
         self.lookups = lookups
-        self._flags = LINKED | (PINNED if pinned else 0)
-        self._extra: Optional[dict] = None  # rare notes: virtual, group, names, name, lookahead
-        self.name = name  # name inside the parent directory
+        self._flags = LINKED | (PINNED if pinned else 0) | _KIND_BITS[kind]
+        self._extra: Optional[dict] = None  # rare notes: virtual, group, names, name,
+        # a tree root's parent, lookahead
+        self.place(parent, name)
         if group:
             self.group = group
         if virtual is not None:
@@ -122,6 +128,18 @@ class Inode:
     @foreign.setter
     def foreign(self, on: bool) -> None:
         self._flag(FOREIGN, on)
+
+    @property
+    def kind(self) -> str:
+        """One of KINDS (fixed: a kind change makes a new inode)."""
+        return KINDS[(self._flags & _KIND_MASK) >> _KIND_SHIFT]
+
+    def place(self, parent: int, name: bytes) -> None:
+        """Where the kernel last found the inode. Only a tree's root keeps the parent:
+        the others' is the directory of their key (InodeTable.parent_of)."""
+        if not self.key:
+            self.extra["parent"] = parent
+        self.name = name
 
     @property
     def opens(self) -> int:
@@ -180,7 +198,7 @@ class Inode:
 
     @property
     def is_dir(self) -> bool:
-        return self.kind == "dir"
+        return self._flags & _KIND_MASK == _DIR
 
     def child_key(self, name: bytes) -> bytes:
         return name if not self.key else self.key + b"/" + name
@@ -262,7 +280,7 @@ class InodeTable:
             else:
                 node = None
         if node is not None:
-            node.parent, node.name = parent, name
+            node.place(parent, name)
             return node
         ino = self._group_ino(tree, group) if group else None
         if ino is None:
@@ -278,6 +296,19 @@ class InodeTable:
         if group:
             self._by_group[(tree.ident, group)] = ino
         return node
+
+    def parent_of(self, node: Inode) -> int:
+        """The number of the directory holding the inode: a tree root's (or virtual
+        directory's) noted parent, else the inode of its key's directory, which the
+        kernel knows while it knows a name in it (the tree's root when it has gone)."""
+        key = node.key
+        if not key or node.tree is None:
+            x = node._extra
+            return x.get("parent", ROOT) if x else ROOT
+        d = self.find(node.tree, key[:max(0, key.rfind(b"/"))], "dir")
+        if d is None:
+            d = self.find(node.tree, b"", "dir")
+        return ROOT if d is None else d.ino
 
     def _group_ino(self, tree: Tree, group: str) -> Optional[int]:
         """The stable number of a link group's inode; None when another inode has it
@@ -414,7 +445,7 @@ class InodeTable:
             at_old = hit(node.key) and node.key == old
             node.key, node.names = keys[0], set(keys[1:])
             if at_old:
-                node.parent, node.name = parent, name
+                node.place(parent, name)
             for key in keys:
                 index = self._index(tree, node.kind)
                 other = index.get(key)

@@ -566,7 +566,7 @@ class GravfsOperations(pyfuse3.Operations):
         if name == b".":
             node = parent
         elif name == b"..":
-            node = self._node(parent.parent)
+            node = self._node(self.inodes.parent_of(parent))
         else:
             node, entry = await self._lookup_child(parent, name)
             node.lookups += 1

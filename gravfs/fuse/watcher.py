@@ -115,7 +115,7 @@ class Watcher:
         nodes = self.ops.inodes.tree_inodes(tree.ident)
         for n in nodes:
             self.ops.inodes.outdate(n)  # remembered entries are no longer current
-        targets = [(n.ino, n.parent, n.name, n.key) for n in nodes]
+        targets = [(n.ino, self.ops.inodes.parent_of(n), n.name, n.key) for n in nodes]
         await trio.to_thread.run_sync(_invalidate, targets, limiter=self.limiter)
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 
-from gravfs.fuse.inodes import FIRST_DYNAMIC, InodeTable
+import pytest
+
+from gravfs.fuse.inodes import FIRST_DYNAMIC, KINDS, ROOT, InodeTable
 from gravfs.fuse.trees import Tree
 from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
 from tests.fuse_util import wait_for
@@ -90,23 +92,45 @@ def test_link_group_keeps_its_number_after_forget():
     assert table.ensure(other, b"a", "file", 1, b"a", group="g1").ino != first  # per tree
 
 
-def test_open_count_and_flags_share_a_slot_without_mixing():
-    """Inode keeps its open count in the bits above its flags, and a name that is not
-    its key's tail in its rare notes (eight slots, not ten)."""
+def test_open_count_kind_and_flags_share_a_slot_without_mixing():
+    """Inode keeps its kind and open count in the bits above its flags, and a name that
+    is not its key's tail in its rare notes (six slots, not ten)."""
     tree = Tree("branch", "main", writable=True)
-    n = InodeTable().ensure(tree, b"a/b", "file", 1, b"b")
-    assert (n.opens, n.linked, n.pinned, n.foreign, n.name, n._extra) == (0, True, False, False,
-                                                                         b"b", None)
-    n.opens += 3
-    n.foreign, n.linked = True, False
-    assert (n.opens, n.linked, n.pinned, n.foreign) == (3, False, False, True)
-    n.opens -= 3
-    n.pinned = True
-    assert (n.opens, n.linked, n.pinned, n.foreign) == (0, False, True, True)
+    table = InodeTable()
+    for kind in KINDS:
+        n = table.ensure(tree, b"a/" + kind.encode(), kind, 1, kind.encode())
+        assert (n.kind, n.is_dir, n.opens, n.linked, n.pinned, n.foreign, n._extra) == (
+            kind, kind == "dir", 0, True, False, False, None)
+        n.opens += 3
+        n.foreign, n.linked = True, False
+        assert (n.kind, n.opens, n.linked, n.pinned, n.foreign) == (kind, 3, False, False, True)
+        n.opens -= 3
+        n.pinned = True
+        assert (n.kind, n.opens, n.linked, n.pinned, n.foreign) == (kind, 0, False, True, True)
     n.name = b"shown%2Fescaped"  # not the key's tail: kept
     assert n.name == b"shown%2Fescaped"
     n.key, n.name = b"a/c", b"c"
     assert n.name == b"c" and not n._extra
+    with pytest.raises(KeyError):
+        table.ensure(tree, b"x", "door", 1, b"x")
+
+
+def test_parent_is_the_directory_of_the_key_or_a_roots_noted_one():
+    tree = Tree("branch", "main", writable=True)
+    table = InodeTable()
+    table.add_virtual(ROOT, b"", "root", ROOT)
+    table.add_virtual(2, b"branches", "branches", ROOT)
+    root = table.ensure(tree, b"", "dir", 2, b"main")
+    a = table.ensure(tree, b"a", "dir", root.ino, b"a")
+    ab = table.ensure(tree, b"a/b", "dir", a.ino, b"b")
+    f = table.ensure(tree, b"a/b/f", "file", ab.ino, b"f")
+    assert [table.parent_of(n) for n in (table.get(2), root, a, ab, f)] == [
+        ROOT, 2, root.ino, a.ino, ab.ino]
+    assert root.name == b"main" and a._extra is None and f._extra is None
+    table.rekey(tree, b"a/b", b"c", root.ino, b"c")  # moved up: the parent follows the key
+    assert (table.parent_of(ab), table.parent_of(f), f.key) == (root.ino, ab.ino, b"c/f")
+    table.unlink(ab)  # its directory gone (f is still open, say): the tree's root stands in
+    assert table.find(tree, b"c", "dir") is None and table.parent_of(f) == root.ino
 
 
 def test_forget_tells_when_the_table_fell_to_a_quarter_of_its_peak():
