@@ -1,4 +1,5 @@
-"""How much memory this process may use: physical memory, or less under a cgroup limit.
+"""How much memory this process may use (physical memory, or less under a cgroup
+limit), and giving back what it has freed.
 
 Caches sized from physical memory alone overrun a container's limit (a 4 GiB pod
 on a 256 GiB host sees the host's memory in sysconf), and the kernel then kills
@@ -10,6 +11,7 @@ too.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from typing import Optional
 
@@ -76,3 +78,24 @@ def memory_limit() -> Optional[int]:
     (None when neither can be read)."""
     known = [v for v in (physical_memory(), cgroup_limit()) if v is not None]
     return min(known) if known else None
+
+
+def release_free_heap() -> bool:
+    """Hand the C heap's free pages back to the system (glibc's malloc_trim); False
+    where there is no such call (another C library).
+
+    glibc returns freed memory by itself only from the top of its heap: blocks freed
+    below a live one (a daemon's indexes, after the inodes they served are
+    forgotten) stay in the process's memory until this is called."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+def _libc():
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None

@@ -51,6 +51,7 @@ from gravfs.fs.paths import MAX_NAME_BYTES
 from gravfs.quoting import quote
 from gravfs.sstable import DEFAULT_CACHE
 from gravfs.waits import WouldWait, no_waiting
+from gravfs.sysmem import release_free_heap
 from gravfs.fs.repository import KIND_NAMES, Node, group_items
 from gravfs.version.staging.area import MAX_PATH_BYTES
 
@@ -493,12 +494,13 @@ class GravfsOperations(pyfuse3.Operations):
             mtime = of.mtime_ns
             atime, ctime = of.atime_ns, of.ctime_ns or mtime  # (the epoch is an atime)
         elif entry is not None:
+            kind = node.kind
             a.st_mode = entry.mode
-            if node.kind == "dir":
+            if kind == "dir":
                 a.st_mode = statmod.S_IFDIR | (entry.mode & 0o7777)
             a.st_nlink = entry.nlink
-            a.st_size = entry.size if node.kind != "dir" else 0
-            if node.kind == "symlink":
+            a.st_size = entry.size if kind != "dir" else 0
+            if kind == "symlink":
                 a.st_size = len(entry.symlink_target.encode("utf-8", "surrogateescape"))
             a.st_rdev = entry.rdev
             a.st_uid, a.st_gid = entry.uid, entry.gid
@@ -654,6 +656,7 @@ class GravfsOperations(pyfuse3.Operations):
         self.statcache.drop()
         self.repo.committed.ranges.drop_parsed()
         gc.collect()  # the daemon may sit idle now: what is garbage only in cycles goes too
+        release_free_heap()  # the number index's lists and the big dicts' old tables
         log.info("kernel forgot most inodes (%d known now): dropped the stat cache and "
                  "parsed ranges in %.0f ms", len(self.inodes), (time.monotonic() - t) * 1e3)
 
