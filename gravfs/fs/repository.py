@@ -156,7 +156,7 @@ def group_items(entry: EntryInfo, renamed: dict, ctime_ns: int = 0
 
 def node_from_item(key: bytes, data: bytes, base: Optional[bytes] = None) -> Node:
     """Every listed entry is made here: filled directly, as decode_entry fills an
-    EntryInfo (the frozen dataclass's ``__init__`` costs 0.6 us)."""
+    EntryInfo (the dataclass's ``__init__`` costs more)."""
     e = decode_entry(data)
     n = _new(Node)
     n.key = key
