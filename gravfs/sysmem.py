@@ -80,6 +80,18 @@ def memory_limit() -> Optional[int]:
     return min(known) if known else None
 
 
+def resident() -> dict[str, int]:
+    """This process's resident memory in bytes: ``rss`` (all) and ``anon`` (without
+    mapped files, whose pages the kernel can drop and read again)."""
+    kb = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "RssAnon"):
+                kb[name] = int(value.split()[0])
+    return {"rss": kb.get("VmRSS", 0) << 10, "anon": kb.get("RssAnon", 0) << 10}
+
+
 def release_free_heap() -> bool:
     """Hand the C heap's free pages back to the system (glibc's malloc_trim); False
     where there is no such call (another C library).

@@ -58,20 +58,13 @@ def test_block_cache_takes_a_quarter_within_bounds():
     assert default_capacity(None) == 512 << 20
 
 
-def _anon_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no RssAnon in /proc/self/status")
-
-
 def test_release_free_heap_gives_back_blocks_freed_below_a_live_one():
     """glibc keeps blocks freed below the top of its heap; trimming hands them back."""
+    assert 0 < sysmem.resident()["anon"] < sysmem.resident()["rss"]
     blocks = [bytearray(2000) for _ in range(50_000)]  # ~100 MB of C heap, not pymalloc
     pin = bytearray(2000)  # a live block above them: free() alone cannot shrink the heap
     del blocks
-    before = _anon_bytes()
+    before = sysmem.resident()["anon"]
     assert sysmem.release_free_heap() is True  # glibc: Debian, the machines gravfs runs on
-    assert before - _anon_bytes() > 50 * (1 << 20)
+    assert before - sysmem.resident()["anon"] > 50 * (1 << 20)
     del pin

@@ -51,7 +51,7 @@ from gravfs.fs.paths import MAX_NAME_BYTES
 from gravfs.quoting import quote
 from gravfs.sstable import DEFAULT_CACHE
 from gravfs.waits import WouldWait, no_waiting
-from gravfs.sysmem import release_free_heap
+from gravfs.sysmem import release_free_heap, resident
 from gravfs.fs.repository import KIND_NAMES, Node, group_items
 from gravfs.version.staging.area import MAX_PATH_BYTES
 
@@ -1717,13 +1717,8 @@ class GravfsOperations(pyfuse3.Operations):
         """Resident memory (all, and anonymous: without the mapped SSTable pages the
         kernel can drop), and what of it the bounded caches hold: the rest grows with
         the inodes the kernel knows (what an operator watching a traversal asks)."""
-        kb = {}
-        with open("/proc/self/status") as f:
-            for line in f:
-                name, _, value = line.partition(":")
-                if name in ("VmRSS", "RssAnon"):
-                    kb[name] = int(value.split()[0])
-        return {"rss_bytes": kb.get("VmRSS", 0) << 10, "rss_anon_bytes": kb.get("RssAnon", 0) << 10,
+        mem = resident()
+        return {"rss_bytes": mem["rss"], "rss_anon_bytes": mem["anon"],
                 "inodes": len(self.inodes),
                 "block_cache_bytes": DEFAULT_CACHE.used_bytes,
                 "block_cache_capacity": DEFAULT_CACHE.capacity_bytes,
