@@ -672,6 +672,15 @@ def cold_probes(top: str, n: int, mount, umount) -> dict:
     return out
 
 
+def daemon_memory(mnt: str) -> dict:
+    """The daemon's memory report (``user.gravfs.memory``), with ``outside``: its
+    anonymous memory (no mapped SSTable pages, which are page cache) less what the
+    bounded caches hold, which are sized by budget, not by the inodes the kernel knows."""
+    m = json.loads(os.getxattr(mnt, "user.gravfs.memory"))
+    m["outside"] = m["rss_anon_bytes"] - m["block_cache_bytes"] - m["read_cache_bytes"]
+    return m
+
+
 def marginal_memory(top: str, mnt: str, mount, umount) -> dict:
     """Anonymous memory a known inode adds, outside the bounded caches: the slope
     between ``find`` over the first half of the day directories and over the rest,
@@ -680,8 +689,8 @@ def marginal_memory(top: str, mnt: str, mount, umount) -> dict:
     mount()
     try:
         def sample() -> tuple[int, int]:
-            m = json.loads(os.getxattr(mnt, "user.gravfs.memory"))
-            return m["inodes"], m["rss_anon_bytes"] - m["block_cache_bytes"] - m["read_cache_bytes"]
+            m = daemon_memory(mnt)
+            return m["inodes"], m["outside"]
         events = os.path.join(top, "tables", "events")
         days = sorted(os.listdir(events))
         half = len(days) // 2
@@ -720,36 +729,29 @@ def bench_scale(a, base: str, n: int) -> dict:
     out["mount_s"] = time.perf_counter() - t
     try:
         counts = lambda: json.loads(os.getxattr(g.mnt, "user.gravfs.inodes"))  # noqa: E731
-        memory = lambda: json.loads(os.getxattr(g.mnt, "user.gravfs.memory"))  # noqa: E731
-        m0 = memory()
+        m0 = daemon_memory(g.mnt)
         out["rss_start"] = m0["rss_bytes"]
         out["find_s"], files = find_files(top)
         out["find_files"] = files
         out["find_rate"] = files / out["find_s"]
-        m1 = memory()
+        m1 = daemon_memory(g.mnt)
         out["known_inodes"] = m1["inodes"]
         out["rss_after_find"] = m1["rss_bytes"]
         out["rss_per_inode"] = (out["rss_after_find"] - out["rss_start"]) / max(1, out["known_inodes"])
-        # the bounded caches (decoded metadata blocks, read chunks) are sized by budget,
-        # not by the inodes the kernel knows: what grows with those is the rest
         out["caches_after_find"] = m1["block_cache_bytes"] + m1["read_cache_bytes"]
         out["cache_capacity"] = m1["block_cache_capacity"]
-        # anonymous memory: without the mapped SSTable pages, which are page cache
-        caches0 = m0["block_cache_bytes"] + m0["read_cache_bytes"]
         out["anon_start"], out["anon_after_find"] = m0["rss_anon_bytes"], m1["rss_anon_bytes"]
-        out["rss_per_inode_outside_caches"] = (
-            m1["rss_anon_bytes"] - m0["rss_anon_bytes"] - (out["caches_after_find"] - caches0)
-        ) / max(1, out["known_inodes"])
+        out["rss_per_inode_outside_caches"] = (m1["outside"] - m0["outside"]) / max(
+            1, out["known_inodes"])
         out["find2_s"] = find_files(top)[0]  # the kernel's dentries, as far as they stayed
         if forget_dentries():
             deadline = time.monotonic() + 60
             while counts()["inodes"] > 100 and time.monotonic() < deadline:
                 time.sleep(0.5)
-            m2 = memory()
+            m2 = daemon_memory(g.mnt)
             out["known_after_drop"] = m2["inodes"]
             out["rss_after_drop"] = m2["rss_bytes"]
-            out["rss_after_drop_outside_caches"] = (
-                m2["rss_anon_bytes"] - m2["block_cache_bytes"] - m2["read_cache_bytes"])
+            out["rss_after_drop_outside_caches"] = m2["outside"]
         out["daemon_cpu_s"] = g.daemon_cpu()
     finally:
         g.umount()

@@ -46,12 +46,6 @@ class InoIndex(Generic[T]):
                 return value
         return self._sparse.get(ino) if self._sparse else None
 
-    def __getitem__(self, ino: int) -> T:
-        value = self.get(ino)
-        if value is None:
-            raise KeyError(ino)
-        return value
-
     def __contains__(self, ino: int) -> bool:
         return self.get(ino) is not None
 
