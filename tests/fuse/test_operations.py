@@ -902,6 +902,13 @@ def test_lookups_list_ahead_only_in_ascending_runs():
         listed += ahead(d, b"d/" + name, 0) > 0  # (nothing listed is ever looked up)
     assert listed <= 5  # wasted listings make the parent wait for longer runs
 
+    # the same 2000 random lookups spread over 50 directories (40 each, as random
+    # stats over a partitioned table): each directory's first chance run counts
+    dirs = [Inode(100 + i, None, b"d%d" % i, "dir", 1, b"d%d" % i) for i in range(50)]
+    rnd = random.Random(8)
+    listed = sum(ahead(dirs[i % 50], b"d/" + rnd.choice(names), 0) > 0 for i in range(2000))
+    assert listed <= 3
+
     d = Inode(21, None, b"d", "dir", 1, b"d")
     hits = 0
     got = [ahead(d, b"d/" + n, hits) for n in names[:ASCENDING_RUN + 1]]
