@@ -71,8 +71,8 @@ class Inode:
         self.key = key  # path inside the tree, no trailing '/'; b"" for the tree root
         self.lookups = lookups
         self._flags = LINKED | (PINNED if pinned else 0) | _KIND_BITS[kind]
-        self._extra: Optional[dict] = None  # rare notes: virtual, group, names, name,
-        # a tree root's parent, lookahead
+        # rare notes: virtual, group, names, name, a tree root's parent, lookahead
+        self._extra: Optional[dict] = None
         self.place(parent, name)
         if group:
             self.group = group

@@ -1070,7 +1070,8 @@ def test_a_kernel_that_forgets_most_inodes_makes_the_daemon_drop_its_caches(tmp_
         assert listed == n and len(ops.inodes) > n
         assert DEFAULT_CACHE.used_bytes <= cached
         assert ops.statcache._nodes["main"] and len(ranges._states) > 0
-        known = [(node.ino, node.lookups) for node in ops.inodes.all() if ops.inodes.parent_of(node) == d.st_ino]
+        known = [(node.ino, node.lookups) for node in ops.inodes.all()
+                 if ops.inodes.parent_of(node) == d.st_ino]
         assert len(known) == n
         await ops.forget(known[: n // 2])  # half: the caches stay
         assert ops.statcache._nodes["main"] and len(ranges._states) > 0
