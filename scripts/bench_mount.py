@@ -73,6 +73,53 @@ def drop_caches() -> bool:
         return False
 
 
+class _Pair:
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: int, b: int):
+        self.a, self.b = a, b
+
+
+def _python_work(n: int) -> int:
+    d: dict = {}
+    for i in range(n):
+        p = _Pair(i, i & 255)
+        d[p.b] = d.get(p.b, 0) + p.a
+    return len(d)
+
+
+def host() -> dict:
+    """What the figures depend on besides gravfs: the CPU, the kernel, the libraries,
+    and how fast this host runs Python bytecode (``python_loop_ms``: a fixed loop of
+    calls, objects and dict updates, median of 5). The daemon's handlers scale with
+    that figure and the floor's kernel round trips do not, so a run on a host where it
+    is slower shows lower ratios to the floor for the same code."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    info: dict = {}
+    try:  # the first processor's lines; a VM's model name may be generic, its model number not
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break
+                k, _, v = line.partition(":")
+                info[k.strip()] = v.strip()
+    except OSError:
+        pass
+    cpu = " ".join(x for x in (info.get("model name", ""), info.get("cpu family") and
+                               f"(family {info['cpu family']} model {info.get('model', '?')})")
+                   if x)
+    packages = {}
+    for name in ("pyfuse3", "trio", "lmdb", "protobuf", "rocksdict"):
+        try:
+            packages[name] = version(name)
+        except PackageNotFoundError:
+            packages[name] = None
+    loops = [timed(lambda: _python_work(200_000)) * 1e3 for _ in range(5)]
+    return {"cpu": cpu, "kernel": os.uname().release, "python": sys.version.split()[0],
+            "packages": packages, "python_loop_ms": round(statistics.median(loops), 1)}
+
+
 def read_file(path: str, bs: int = MiB) -> int:
     n = 0
     fd = os.open(path, os.O_RDONLY)
@@ -839,7 +886,7 @@ def main() -> int:
         data[k] = os.path.join(data["base"], k)
     os.makedirs(data["base"])
     results: dict = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "params": vars(a), "targets": {},
-                     "drop_caches": drop_caches(), "nproc": os.cpu_count()}
+                     "drop_caches": drop_caches(), "nproc": os.cpu_count(), "host": host()}
     spark = server = None
     mounts = []
     try:
@@ -927,6 +974,10 @@ def main() -> int:
     print(f"{a.big_mb} MiB file, {a.stats} files stat'ed, {a.creates} creates, "
           f"{a.list_entries}-entry directory, {a.runs} run(s), medians; page cache dropped: "
           f"{results['drop_caches']}")
+    h = results["host"]
+    print(f"host: {h['cpu'] or 'CPU unknown'}, kernel {h['kernel']}, Python {h['python']} "
+          f"(fixed loop {h['python_loop_ms']} ms), "
+          + ", ".join(f"{k} {v}" for k, v in h["packages"].items()))
     print(table(results))
     if results.get("scale"):
         print(scale_table(results["scale"]))
