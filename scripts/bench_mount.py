@@ -91,9 +91,10 @@ def _python_work(n: int) -> int:
 def host() -> dict:
     """What the figures depend on besides gravfs: the CPU, the kernel, the libraries,
     and how fast this host runs Python bytecode (``python_loop_ms``: a fixed loop of
-    calls, objects and dict updates, median of 5). The daemon's handlers scale with
-    that figure and the floor's kernel round trips do not, so a run on a host where it
-    is slower shows lower ratios to the floor for the same code."""
+    calls, objects and dict updates; main adds ``python_loop_ms_after``, taken after
+    the runs). The daemon's handlers scale with that figure and the floor's kernel
+    round trips do not, so a run on a host where it is slower shows lower ratios to
+    the floor for the same code."""
     from importlib.metadata import PackageNotFoundError, version
 
     info: dict = {}
@@ -106,18 +107,23 @@ def host() -> dict:
                 info[k.strip()] = v.strip()
     except OSError:
         pass
-    cpu = " ".join(x for x in (info.get("model name", ""), info.get("cpu family") and
-                               f"(family {info['cpu family']} model {info.get('model', '?')})")
-                   if x)
+    cpu = info.get("model name", "")
+    if "cpu family" in info:
+        cpu += f" (family {info['cpu family']} model {info.get('model', '?')})"
     packages = {}
     for name in ("pyfuse3", "trio", "lmdb", "protobuf", "rocksdict"):
         try:
             packages[name] = version(name)
         except PackageNotFoundError:
             packages[name] = None
-    loops = [timed(lambda: _python_work(200_000)) * 1e3 for _ in range(5)]
-    return {"cpu": cpu, "kernel": os.uname().release, "python": sys.version.split()[0],
-            "packages": packages, "python_loop_ms": round(statistics.median(loops), 1)}
+    return {"cpu": cpu.strip(), "kernel": os.uname().release, "python": sys.version.split()[0],
+            "packages": packages, "python_loop_ms": python_loop_ms()}
+
+
+def python_loop_ms() -> float:
+    """Median of 5 timings of the fixed loop (see ``host``), in milliseconds."""
+    return round(statistics.median(timed(lambda: _python_work(200_000)) * 1e3
+                                   for _ in range(5)), 1)
 
 
 def read_file(path: str, bs: int = MiB) -> int:
@@ -967,6 +973,7 @@ def main() -> int:
         shutil.rmtree(base, ignore_errors=True)
 
     results["medians"] = {t: {k: median(v) for k, v in r.items()} for t, r in results["targets"].items()}
+    results["host"]["python_loop_ms_after"] = python_loop_ms()  # the host's speed may drift
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, f"mount-{time.strftime('%Y%m%d-%H%M%S')}{'-quick' if q else ''}.json")
     with open(path, "w") as f:
@@ -976,7 +983,7 @@ def main() -> int:
           f"{results['drop_caches']}")
     h = results["host"]
     print(f"host: {h['cpu'] or 'CPU unknown'}, kernel {h['kernel']}, Python {h['python']} "
-          f"(fixed loop {h['python_loop_ms']} ms), "
+          f"(fixed loop {h['python_loop_ms']} ms before, {h['python_loop_ms_after']} ms after), "
           + ", ".join(f"{k} {v}" for k, v in h["packages"].items()))
     print(table(results))
     if results.get("scale"):
