@@ -433,6 +433,9 @@ class Rclone:
 
 # -- measurement ---------------------------------------------------------------------------
 
+GROUPS = {"read", "stat", "create", "ls", "spark", "scale"}  # what --only may name
+
+
 def wanted(a, group: str) -> bool:
     return not a.only or group in a.only
 
@@ -875,6 +878,10 @@ def main() -> int:
     a = ap.parse_args()
     q = a.quick
     a.only = sorted(filter(None, a.only.split(",")))
+    unknown = set(a.only) - GROUPS
+    if unknown:  # a typo would measure nothing and still write a result file
+        ap.error(f"--only: unknown group(s) {', '.join(sorted(unknown))} "
+                 f"(known: {', '.join(sorted(GROUPS))})")
     a.runs = a.runs or (1 if q else 3)
     a.big_mb = a.big_mb or (128 if q else 1024)
     a.creates = a.creates or (1000 if q else 10000)
