@@ -6,7 +6,8 @@
                            [--big-mb M] [--creates N] [--list-entries N] [--stats N] [--no-spark]
                            [--only read,stat,create,ls,spark] [--slow-once]
 
-Targets (all measured in the same run, so ratios share the machine's state):
+Targets (all measured in the same run, taking turns: run 1 of each, then run 2 of
+each, so ratios share the machine's state even while its speed drifts):
   native        a plain directory on the local disk (the baseline of every ratio)
   pyfuse3-floor scripts/fuse_floor.py: an in-memory pyfuse3 + trio filesystem whose
                 handlers do no work, i.e. the kernel round trip and the framework's
@@ -28,7 +29,9 @@ Measurements (each the median of --runs repetitions):
   through the mount); a Spark (local[2]) scan of a Parquet dataset, once after the
   page cache is dropped (cold) and once more right after (warm).
 
-Prints a table and writes bench/results/mount-<timestamp>.json.
+Prints a table and writes bench/results/mount-<timestamp>.json, with the host (CPU,
+kernel, library versions, a fixed Python loop's time before, after, and at the start
+of each floor and gravfs run).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -440,7 +444,28 @@ def wanted(a, group: str) -> bool:
     return not a.only or group in a.only
 
 
-def bench_native(a, data: dict, spark, out: dict) -> dict:
+def take_turns(n: int, runs: dict[str, Iterator[None]], out: dict, tolerated: dict) -> None:
+    """Run 1 of every target, then run 2 of every target, and so on. This host's speed
+    drifts by the minute (the fixed loop's time moved 1.5x within a 3-minute run), so
+    targets measured one after another would each meet a different machine, and their
+    ratios would show the drift. ``tolerated``: baselines whose failure (reported in
+    their figures as ``error``) must not stop the others, with what to unmount then."""
+    live = dict(runs)
+    for r in range(n):
+        for name, steps in list(live.items()):
+            print(f"{name}: run {r + 1} of {n} ...", flush=True)
+            try:
+                next(steps, None)
+            except (Exception, SystemExit) as exc:
+                if name not in tolerated:
+                    raise
+                out[name]["error"] = repr(exc)
+                print(f"{name} stopped: {exc!r}", file=sys.stderr)
+                tolerated[name].umount()
+                del live[name]
+
+
+def bench_native(a, data: dict, spark, out: dict) -> Iterator[None]:
     out.update({k: [] for k in ("read_cold_MBps", "read_warm_MBps", "read_warm3_MBps",
                                  "stat_per_s", "create_per_s", "ls_l_s", "spark_cold_s", "spark_warm_s")})
     smalls = [os.path.join(data["small"], n) for n in sorted(os.listdir(data["small"]))]
@@ -460,16 +485,17 @@ def bench_native(a, data: dict, spark, out: dict) -> dict:
             out["ls_l_s"].append(ls_l_seconds(data["many"]))
         if spark and wanted(a, "spark"):
             spark.measure(data["parquet"], out)
-    return out
+        yield
 
 
-def bench_gravfs(a, g: Gravfs, spark, out: dict) -> dict:
+def bench_gravfs(a, g: Gravfs, spark, out: dict) -> Iterator[None]:
     out.update({k: [] for k in ("read_cold_store_MBps", "read_cold_tier_MBps", "read_warm_MBps",
                                  "read_warm3_MBps", "read_warm_branch_MBps", "first_byte_ms",
                                  "stat_commit_per_s", "stat_branch_first_per_s", "stat_branch_per_s",
                                  "create_per_s", "writeback_s", "writeback_cpu_s", "ls_l_s",
                                  "spark_cold_s", "spark_warm_s", "daemon_cpu_s")})
     for r in range(a.runs):
+        out.setdefault("python_loop_ms", []).append(python_loop_ms())  # the host's speed now
         p = g.paths()
         big = os.path.join(p["commit"], "big")
         if wanted(a, "read"):
@@ -511,13 +537,14 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict) -> dict:
             spark.measure(os.path.join(p["commit"], "parquet"), out)
         out["daemon_cpu_s"].append(g.daemon_cpu() - cpu0)
         g.umount()
-    return out
+        yield
 
 
-def bench_floor(a, fl: Floor, out: dict) -> dict:
+def bench_floor(a, fl: Floor, out: dict) -> Iterator[None]:
     out.update({k: [] for k in ("read_cold_MBps", "read_warm_MBps", "read_warm3_MBps",
                                 "stat_first_per_s", "stat_per_s", "create_per_s", "ls_l_s")})
     for r in range(a.runs):
+        out.setdefault("python_loop_ms", []).append(python_loop_ms())  # the host's speed now
         mnt = fl.mount()
         big = os.path.join(mnt, "big")
         if wanted(a, "read"):
@@ -532,10 +559,10 @@ def bench_floor(a, fl: Floor, out: dict) -> dict:
             if wanted(a, "ls"):
                 out["ls_l_s"].append(ls_l_seconds(os.path.join(mnt, "many")))
         fl.umount()
-    return out
+        yield
 
 
-def bench_rclone(a, rc: Rclone, spark, out: dict) -> dict:
+def bench_rclone(a, rc: Rclone, spark, out: dict) -> Iterator[None]:
     out.update({k: [] for k in ("read_cold_store_MBps", "read_warm_MBps", "first_byte_ms",
                                 "stat_per_s", "create_per_s", "spark_cold_s", "spark_warm_s")})
     for r in range(a.runs):
@@ -556,7 +583,7 @@ def bench_rclone(a, rc: Rclone, spark, out: dict) -> dict:
         if spark and wanted(a, "spark"):
             spark.measure(os.path.join(mnt, "parquet"), out)
         rc.umount()
-    return out
+        yield
 
 
 # -- report --------------------------------------------------------------------------------
@@ -579,6 +606,9 @@ ROWS = [  # label, native key, gravfs key, rclone key, pyfuse3-floor key, higher
     ("ls -l of big dir (s)", "ls_l_s", "ls_l_s", None, "ls_l_s", False),
     ("Spark Parquet scan, cold (s)", "spark_cold_s", "spark_cold_s", "spark_cold_s", None, False),
     ("Spark Parquet scan, warm (s)", "spark_warm_s", "spark_warm_s", "spark_warm_s", None, False),
+    # the host's speed at each run's start: ratios of targets measured minutes apart
+    # mean little when it moved between them
+    ("fixed Python loop, run start (ms)", None, "python_loop_ms", None, "python_loop_ms", False),
 ]
 
 
@@ -637,7 +667,7 @@ def s3_get_MBps(client, bucket: str, key: str, size: int) -> float:
     return n / MiB / el
 
 
-def bench_s3_floor(a, server, big_local: str, out: dict) -> dict:
+def bench_s3_floor(a, server, big_local: str, out: dict) -> Iterator[None]:
     import boto3
     from botocore.config import Config
     from gravfs.data.reader import MAX_AHEAD
@@ -648,9 +678,10 @@ def bench_s3_floor(a, server, big_local: str, out: dict) -> dict:
     key = f"s3-get-floor-{uuid.uuid4().hex[:8]}/big"
     client.upload_file(big_local, server.bucket, key)
     size = os.path.getsize(big_local)
-    out["read_cold_store_MBps"] = [s3_get_MBps(client, server.bucket, key, size)
-                                   for _ in range(a.runs)]
-    return out
+    out["read_cold_store_MBps"] = []
+    for _ in range(a.runs):
+        out["read_cold_store_MBps"].append(s3_get_MBps(client, server.bucket, key, size))
+        yield
 
 
 
@@ -920,25 +951,20 @@ def main() -> int:
             spark = Spark()
             spark.make_dataset(data["parquet"], a.spark_rows)
         spark_local = data["parquet"] if spark else None
-        print("native ...", flush=True)
+        out = results["targets"]
+        runs: dict[str, Iterator[None]] = {}  # each target's runs, taken in turn below
         if "native" in targets:
-            bench_native(a, data, spark, results["targets"].setdefault("native", {}))
+            runs["native"] = bench_native(a, data, spark, out.setdefault("native", {}))
         if "pyfuse3-floor" in targets:
-            print("pyfuse3-floor ...", flush=True)
             fl = Floor(os.path.join(base, "floor"), a)
             mounts.append(fl)
-            try:
-                bench_floor(a, fl, results["targets"].setdefault("pyfuse3-floor", {}))
-            except (Exception, SystemExit) as exc:  # a baseline failing must not stop gravfs's
-                results["targets"]["pyfuse3-floor"]["error"] = repr(exc)
-                print(f"pyfuse3-floor stopped: {exc!r}", file=sys.stderr)
-                fl.umount()
+            runs["pyfuse3-floor"] = bench_floor(a, fl, out.setdefault("pyfuse3-floor", {}))
         if "gravfs-local" in targets:
-            print("gravfs-local ...", flush=True)
+            print("gravfs-local: setup ...", flush=True)
             g = Gravfs("gravfs-local", os.path.join(base, "gl", "store"), os.path.join(base, "gl"), {})
             mounts.append(g)
             g.setup(data["big"], data["small"], spark_local, a.list_entries)
-            bench_gravfs(a, g, spark, results["targets"].setdefault("gravfs-local", {}))
+            runs["gravfs-local"] = bench_gravfs(a, g, spark, out.setdefault("gravfs-local", {}))
         if {"gravfs-s3", "rclone-s3", "s3-get-floor"} & set(targets):
             sys.path.insert(0, os.path.join(ROOT, "tests"))
             from s3server import SeaweedServer, find_weed
@@ -948,22 +974,24 @@ def main() -> int:
             s3env = {"GRAVFS_S3_ENDPOINT": server.endpoint_url, "AWS_ACCESS_KEY_ID": server.access_key,
                      "AWS_SECRET_ACCESS_KEY": server.secret_key}
             if "gravfs-s3" in targets:
-                print("gravfs-s3 ...", flush=True)
+                print("gravfs-s3: setup ...", flush=True)
                 g = Gravfs("gravfs-s3", f"s3://{server.bucket}/bench-{uuid.uuid4().hex[:8]}",
                            os.path.join(base, "gs"), s3env)
                 mounts.append(g)
                 g.setup(data["big"], data["small"], spark_local, a.list_entries)
-                bench_gravfs(a, g, spark, results["targets"].setdefault("gravfs-s3", {}))
+                runs["gravfs-s3"] = bench_gravfs(a, g, spark, out.setdefault("gravfs-s3", {}))
             if "rclone-s3" in targets:
-                print("rclone-s3 ...", flush=True)
+                print("rclone-s3: setup ...", flush=True)
                 rc = Rclone(os.path.join(base, "rc"), server.endpoint_url, server.bucket,
                             server.access_key, server.secret_key)
                 mounts.append(rc)
                 rc.setup(data["big"], data["small"], spark_local)
-                bench_rclone(a, rc, spark, results["targets"].setdefault("rclone-s3", {}))
+                runs["rclone-s3"] = bench_rclone(a, rc, spark, out.setdefault("rclone-s3", {}))
             if "s3-get-floor" in targets and wanted(a, "read"):
-                print("s3-get-floor ...", flush=True)
-                bench_s3_floor(a, server, data["big"], results["targets"].setdefault("s3-get-floor", {}))
+                runs["s3-get-floor"] = bench_s3_floor(a, server, data["big"],
+                                                      out.setdefault("s3-get-floor", {}))
+        take_turns(a.runs, runs, out, tolerated={"pyfuse3-floor": fl} if "pyfuse3-floor" in runs
+                   else {})
     except BaseException as exc:
         results["error"] = repr(exc)
         print(f"benchmark stopped: {exc!r}", file=sys.stderr)
