@@ -445,7 +445,7 @@ def wanted(a, group: str) -> bool:
 
 
 def take_turns(n: int, runs: dict[str, Iterator[None]], out: dict, tolerated: dict) -> None:
-    """Run 1 of every target, then run 2 of every target, and so on. This host's speed
+    """Run 1 of every target, then run 2 of every target, and so on. A shared VM's speed
     drifts by the minute (the fixed loop's time moved 1.5x within a 3-minute run), so
     targets measured one after another would each meet a different machine, and their
     ratios would show the drift. ``tolerated``: baselines whose failure (reported in
