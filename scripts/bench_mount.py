@@ -126,8 +126,7 @@ def host() -> dict:
 
 def python_loop_ms() -> float:
     """Median of 5 timings of the fixed loop (see ``host``), in milliseconds."""
-    return round(statistics.median(timed(lambda: _python_work(200_000)) * 1e3
-                                   for _ in range(5)), 1)
+    return round(median([timed(lambda: _python_work(200_000)) * 1e3 for _ in range(5)]), 1)
 
 
 def read_file(path: str, bs: int = MiB) -> int:
@@ -914,6 +913,8 @@ def main() -> int:
         ap.error(f"--only: unknown group(s) {', '.join(sorted(unknown))} "
                  f"(known: {', '.join(sorted(GROUPS))})")
     a.runs = a.runs or (1 if q else 3)
+    if a.runs < 1:  # no turns at all: an empty result file
+        ap.error(f"--runs: at least 1 (got {a.runs})")
     a.big_mb = a.big_mb or (128 if q else 1024)
     a.creates = a.creates or (1000 if q else 10000)
     a.list_entries = a.list_entries or (10000 if q else 100000)
