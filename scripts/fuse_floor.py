@@ -10,7 +10,19 @@ memory) and new directories. Timeouts and cache flags are gravfs's for branch
 paths (10 s, keep_cache). Whatever gravfs costs above this column is gravfs's;
 what this column costs is the kernel round trip plus pyfuse3 and trio.
 
+With ``--work DIR`` it is the "contracts' floor" (bench_mount's "pyfuse3-work-floor"):
+the same tree, plus the least work gravfs's promises ask of a create and of a cold
+read, done with no code of gravfs's. A created file's bytes go to a local file in DIR
+as they arrive (hashed with SHA-256 as they come), and its close puts the name, the
+hash and the size into an LMDB environment in DIR (one write transaction, not synced,
+as the daemon's staging): a closed file survives kill -9. ``big`` is read from
+``--big-file`` (pread, the kernel's read-ahead) and checked against ``--big-sha256``
+by one background pass that starts at its first read; the read that reaches the last
+byte waits for that pass (no whole-file reader gets unchecked content to EOF). What
+gravfs costs above this column is its own; below the plain floor, the promises'.
+
     scripts/fuse_floor.py MOUNTPOINT [--small N] [--many M] [--big-mb B]
+                          [--work DIR --big-file PATH --big-sha256 HEX]
 
 Runs in the foreground until unmounted (fusermount3 -u MOUNTPOINT).
 """
@@ -19,9 +31,14 @@ from __future__ import annotations
 
 import argparse
 import errno
+import hashlib
 import os
 import stat
+import struct
+import threading
 import time
+
+import lmdb
 
 import pyfuse3
 import trio
@@ -164,6 +181,118 @@ class FloorFS(pyfuse3.Operations):
         return s
 
 
+class _Written:
+    """A written file's local copy, hashed as its bytes arrive in order."""
+    __slots__ = ("fd", "key", "node", "sha", "hashed", "dirty")
+
+    def __init__(self, fd: int, key: bytes, node: _Node, fresh: bool):
+        self.fd, self.key, self.node = fd, key, node
+        self.sha = hashlib.sha256()
+        self.hashed = 0 if fresh else -1  # bytes hashed so far; -1: rehash at close
+        self.dirty = fresh
+
+
+class WorkFloorFS(FloorFS):
+    """The floor plus what gravfs's promises cost at the least (see the module's doc)."""
+
+    def __init__(self, small: int, many: int, big_mb: int, lake: int, work: str,
+                 big_file: str, big_sha256: str):
+        super().__init__(small, many, big_mb, lake)
+        self.spool = os.path.join(work, "spool")
+        os.makedirs(self.spool, exist_ok=True)
+        self.env = lmdb.open(os.path.join(work, "staging"), map_size=1 << 30, sync=False)
+        self.written: dict[int, _Written] = {}  # fh -> the handle's local copy
+        self.keys: dict[int, bytes] = {}  # ino -> its staging key (files created here)
+        self.big_ino = self.root.children[b"big"].ino
+        self.big_fd = os.open(big_file, os.O_RDONLY | os.O_CLOEXEC)
+        os.posix_fadvise(self.big_fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        self.big_sha256 = big_sha256
+        self.checked = threading.Event()
+        self.check_failed = False
+        self.check_started = False
+
+    async def create(self, parent_inode, name, mode, flags, ctx):
+        fi, attr = await super().create(parent_inode, name, mode, flags, ctx)
+        fd = os.open(self._local(attr.st_ino), os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                     0o600)
+        key = self.keys[attr.st_ino] = b"%d/%s" % (parent_inode, name)
+        self.written[fi.fh] = _Written(fd, key, self.fhs[fi.fh], fresh=True)
+        return fi, attr
+
+    async def open(self, inode, flags, ctx):
+        fi = await super().open(inode, flags, ctx)
+        key = self.keys.get(inode)
+        if key is not None and flags & os.O_ACCMODE != os.O_RDONLY:
+            fd = os.open(self._local(inode), os.O_RDWR | os.O_CLOEXEC)
+            w = self.written[fi.fh] = _Written(fd, key, self.nodes[inode], fresh=False)
+            if flags & os.O_TRUNC:
+                os.ftruncate(fd, 0)
+                w.node.size, w.hashed, w.dirty = 0, 0, True
+        return fi
+
+    def _local(self, ino: int) -> str:
+        return os.path.join(self.spool, str(ino))
+
+    async def write(self, fh, off, buf):
+        w = self.written.get(fh)
+        if w is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        n = os.pwrite(w.fd, buf, off)
+        if off == w.hashed:
+            w.sha.update(buf)
+            w.hashed += n
+        else:
+            w.hashed = -1
+        w.dirty = True
+        w.node.size = max(w.node.size, off + n)
+        return n
+
+    async def flush(self, fh):
+        w = self.written.get(fh)
+        if w is None or not w.dirty:
+            return
+        size = w.node.size
+        if w.hashed != size:  # written out of order: hash the local copy
+            w.sha = hashlib.sha256(os.pread(w.fd, size, 0))
+            w.hashed = size
+        with self.env.begin(write=True) as txn:
+            txn.put(w.key, w.sha.digest() + struct.pack("<QQ", size, time.time_ns()))
+        w.dirty = False
+
+    async def release(self, fh):
+        w = self.written.pop(fh, None)
+        if w is not None:
+            os.close(w.fd)
+        await super().release(fh)
+
+    async def read(self, fh, off, size):
+        node = self.fhs[fh]
+        if node.ino in self.keys:  # created here: its local copy
+            fd = os.open(self._local(node.ino), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                return os.pread(fd, size, off)
+            finally:
+                os.close(fd)
+        if node.ino != self.big_ino:
+            return await super().read(fh, off, size)
+        if not self.check_started:
+            self.check_started = True
+            threading.Thread(target=self._check_big, daemon=True).start()
+        if off + size >= node.size:
+            await trio.to_thread.run_sync(self.checked.wait)
+            if self.check_failed:
+                raise pyfuse3.FUSEError(errno.EIO)
+        return os.pread(self.big_fd, size, off)
+
+    def _check_big(self) -> None:
+        sha, off = hashlib.sha256(), 0
+        while chunk := os.pread(self.big_fd, 4 * MiB, off):
+            sha.update(chunk)
+            off += len(chunk)
+        self.check_failed = sha.hexdigest() != self.big_sha256
+        self.checked.set()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mountpoint")
@@ -172,10 +301,21 @@ def main() -> None:
     ap.add_argument("--big-mb", type=int, default=1024)
     ap.add_argument("--lake", type=int, default=0,
                     help="also tables/events/day=*/part-*.parquet: N files as bench_repo.build_branch")
+    ap.add_argument("--work", metavar="DIR",
+                    help="the contracts' floor: creates staged in DIR, big read from --big-file")
+    ap.add_argument("--big-file", metavar="PATH", help="with --work: big's content (--big-mb MiB)")
+    ap.add_argument("--big-sha256", metavar="HEX", help="with --work: big's SHA-256, checked")
     a = ap.parse_args()
     if not os.path.isdir(a.mountpoint):
         ap.error(f"{a.mountpoint}: not a directory")
-    fs = FloorFS(a.small, a.many, a.big_mb, a.lake)
+    if a.work:
+        if not (a.big_file and a.big_sha256):
+            ap.error("--work needs --big-file and --big-sha256")
+        if os.path.getsize(a.big_file) != a.big_mb * MiB:
+            ap.error(f"{a.big_file} does not hold --big-mb {a.big_mb} MiB")
+        fs = WorkFloorFS(a.small, a.many, a.big_mb, a.lake, a.work, a.big_file, a.big_sha256)
+    else:
+        fs = FloorFS(a.small, a.many, a.big_mb, a.lake)
     try:
         pyfuse3.init(fs, a.mountpoint, {"fsname=fusefloor", "subtype=fusefloor"})
     except RuntimeError as exc:
