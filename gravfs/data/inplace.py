@@ -24,6 +24,11 @@ from gravfs.data.objects import DataObjects, digest_of, hash_file
 from gravfs.errors import CorruptDataError, NotFoundError
 
 log = logging.getLogger(__name__)
+# Read this much of an object (or half of a smaller one) and the pass starts: whoever
+# has read 64 MiB most likely reads it all (cp, a scan), and the pass then runs beside
+# the reads (it fetches ahead of them, too) instead of after half of them.
+VERIFY_AFTER = 64 << 20
+_NOWAIT = getattr(os, "RWF_NOWAIT", 0)  # Linux 4.14+: a read that fails rather than waits
 
 
 def open_sequential(path: str) -> int:
@@ -42,10 +47,12 @@ class InPlaceObject:
 
     Checked against the chunk sums an earlier full verification recorded, when
     there are any (CRC32C per chunk on first read). Otherwise reads are served at
-    once, and once half of the object has been read (by any handles) one
-    background pass hashes the whole file; it records the sums for later
-    processes, or marks the object corrupt. Reading a few bytes of a 10 GiB file
-    does not start a 10 GiB hash; as on the ranged path, such reads go unverified.
+    once, and once half of the object or ``VERIFY_AFTER`` bytes, whichever is less,
+    have been read (by any handles) one background pass hashes the whole file; it
+    records the sums for later processes, or marks the object corrupt. Reading a
+    few bytes of a 10 GiB file does not start a 10 GiB hash; as on the ranged path,
+    such reads go unverified. Reads the page cache can answer at once are served
+    on the event loop's thread (``read_nowait``), the others on a worker.
     A whole-file reader learns of damage before it finishes: a handle that has
     read at least half of the object waits for that pass before its read of the
     last byte, so ``cp`` or ``cat`` of a damaged object fails. (Half, not all: the
@@ -130,13 +137,35 @@ class InPlaceReads:
                 raise CorruptDataError(f"data object {address} does not match its hash")
         return os.pread(fd, length, offset)
 
+    def read_nowait(self, obj: InPlaceObject, address: str, fd: int, offset: int, length: int,
+                    count: Callable[[int], int]) -> bytes | bytearray | None:
+        """``read`` on the event loop's thread, when it waits for nothing: no chunk sums
+        to check, no verification to wait for, and the bytes in the page cache already
+        (``RWF_NOWAIT``: a miss starts the kernel's read-ahead and returns at once).
+        None: use ``read`` on a worker."""
+        if not _NOWAIT or obj.checks is not None or offset + length >= obj.size:
+            return None
+        buf = bytearray(length)
+        try:
+            n = os.preadv(fd, (buf,), offset, _NOWAIT)
+        except BlockingIOError:
+            return None
+        except OSError:  # EOPNOTSUPP, EINVAL: read() says what is wrong, if anything
+            return None
+        if n != length:  # partly cached: a short reply would read as the end of the file
+            return None
+        count(length)
+        if not obj.started:
+            self._verify_in_background(address, obj, length)
+        return buf
+
     def _verify_in_background(self, address: str, obj: InPlaceObject, length: int) -> None:
-        """Count a read of the object; the one that passes half of it queues the pass."""
+        """Count a read; the one that passes VERIFY_AFTER (or half) queues the pass."""
         with self._lock:
             if obj.started:
                 return
             obj.bytes_read += length
-            if 2 * obj.bytes_read < obj.size:
+            if obj.bytes_read < min(obj.size // 2, VERIFY_AFTER):
                 return
             obj.started = True
             if self._thread is None:  # a daemon thread: a long hash never holds up exit

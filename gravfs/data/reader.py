@@ -246,12 +246,21 @@ class DataReader:
     def read_cached(self, state: ReadState, address: str, size: int, offset: int,
                     length: int) -> bytes | memoryview | None:
         """The bytes, if this object is read by ranges and every chunk they need is
-        cached already; else None (use ``read``). Never waits on I/O or a running
-        hash, so the mount answers the common read of a sequential reader (read
-        ahead filled the cache) on its event loop, without a worker-thread trip."""
-        if not state.ranged or offset >= size or length <= 0:
+        cached already, or read in place and in the page cache; else None (use
+        ``read``). Never waits on I/O or a running hash, so the mount answers the
+        common read of a sequential reader (read ahead filled the cache) on its event
+        loop, without a worker-thread trip."""
+        if offset >= size or length <= 0 or address in self._corrupt:
             return None
         length = min(length, size - offset)
+        if state.in_place is not None:  # bytes the page cache holds (inplace.read_nowait)
+            data = self._in_place.read_nowait(state.in_place, address, state.fd, offset, length,
+                                              state.count)
+            if data is not None:
+                self.stats["in_place_reads"] += 1
+            return data
+        if not state.ranged:
+            return None
         first, last = offset // self.chunk, (offset + length - 1) // self.chunk
         with self._lock:
             v = self._verifiers.get(address)

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from gravfs.data import inplace
 from gravfs.data.reader import CHUNK, DataReader, ReadState
 from gravfs.errors import CorruptDataError
 from gravfs.fs.repository import Repository
@@ -120,6 +121,72 @@ def test_in_place_reads_are_verified_once_half_is_read(local_repo):
         assert repo.tier.load_sums(address, size) is not None
         assert not repo.tier.cached(address)  # no second copy in the tier
     finally:
+        reader.close()
+
+
+def _fs_type(path: str) -> str:
+    """The type of the filesystem holding path (the longest mount point above it)."""
+    best, kind = "", ""
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            _, mnt, fstype = line.split()[:3]
+            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
+                best, kind = mnt, fstype
+    return kind
+
+
+def test_in_place_reads_of_cached_pages_need_no_worker(local_repo):
+    """read_cached answers an in-place object's read from the page cache (RWF_NOWAIT),
+    and declines (None: a worker's read) when the pages are not cached or the read
+    reaches the last byte while the verification has not finished."""
+    repo = local_repo
+    data = os.urandom(20 * MiB + 77)
+    address, size = repo.data.put_bytes(data)
+    path = repo.store.local_path(address)
+    reader = DataReader(repo.data)
+    state = ReadState()
+    try:
+        assert reader.read_cached(state, address, size, 0, MiB) is None  # not opened yet
+        assert reader.read(state, address, size, 0, MiB) == data[:MiB]  # opens it in place
+        with open(path, "rb") as f:
+            f.read()  # every page cached
+        assert bytes(reader.read_cached(state, address, size, MiB, MiB)) == data[MiB:2 * MiB]
+        assert reader.stats["in_place_reads"] == 2
+        assert reader.read_cached(state, address, size, size - 100, 100) is None  # unverified end
+        if _fs_type(path) in ("tmpfs", "ramfs"):
+            pytest.skip("the store is on tmpfs, whose pages are its storage: none to drop")
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # the pages gone
+        finally:
+            os.close(fd)
+        assert reader.read_cached(state, address, size, 8 * MiB, MiB) is None
+        assert reader.read(state, address, size, 8 * MiB, MiB) == data[8 * MiB:9 * MiB]
+    finally:
+        state.close()
+        reader.close()
+
+
+def test_in_place_verification_starts_after_verify_after_bytes(local_repo, monkeypatch):
+    """An object bigger than twice VERIFY_AFTER is hashed once that much of it is read
+    (not half): the pass runs beside a whole-file reader's reads."""
+    monkeypatch.setattr(inplace, "VERIFY_AFTER", 3 * MiB)
+    repo = local_repo
+    data = os.urandom(20 * MiB + 5)
+    address, size = repo.data.put_bytes(data)
+    reader = DataReader(repo.data)
+    state = ReadState()
+    try:
+        for off in (0, MiB):
+            assert reader.read(state, address, size, off, MiB) == data[off:off + MiB]
+        obj = state.in_place
+        assert obj is not None and not obj.started  # 2 MiB read
+        assert reader.read(state, address, size, 2 * MiB, MiB) == data[2 * MiB:3 * MiB]
+        assert obj.started and obj.done.wait(30)
+        assert repo.tier.load_sums(address, size) is not None  # verified, sums kept
+    finally:
+        state.close()
         reader.close()
 
 
