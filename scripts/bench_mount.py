@@ -3,7 +3,7 @@
 
     scripts/bench_mount.py [--quick] [--runs N]
                            [--targets native,pyfuse3-floor,pyfuse3-work-floor,gravfs-local,
-                                      gravfs-s3,rclone-s3,s3-get-floor]
+                                      pyfuse3-work-floor-s3,gravfs-s3,rclone-s3,s3-get-floor]
                            [--big-mb M] [--creates N] [--list-entries N] [--stats N] [--no-spark]
                            [--only read,stat,create,ls,spark] [--slow-once]
 
@@ -19,6 +19,10 @@ each, so ratios share the machine's state even while its speed drifts):
                 gravfs's promises (a closed file survives kill -9, no unchecked
                 content to EOF) cost on this host, with none of gravfs's code; only
                 the read and create groups
+  pyfuse3-work-floor-s3  the work floor with the big file in the SeaweedFS bucket,
+                fetched as gravfs's reader does (ranged GETs of 4 MiB, 8 ahead),
+                hashed in order as the chunks arrive; the floor of gravfs-s3's cold
+                read
   gravfs-local  gravfs mounted over a local-directory store
   gravfs-s3     gravfs mounted over a SeaweedFS bucket (``weed mini`` on loopback)
   rclone-s3     ``rclone mount`` of the same SeaweedFS bucket (--vfs-cache-mode full)
@@ -381,17 +385,30 @@ class Gravfs:
 
 class Floor:
     """scripts/fuse_floor.py mounted with the benchmark's sizes (read-ahead as gravfs's);
-    ``big``: the native big file, for the work floor (``--work``)."""
+    ``big``: the native big file, for a work floor (``--work``), read from the disk or,
+    with ``s3`` (a SeaweedServer), from that server (uploaded here)."""
 
-    def __init__(self, base: str, a, big: str | None = None):
+    def __init__(self, base: str, a, big: str | None = None, s3=None):
         self.base = base
         self.mnt = os.path.join(base, "mnt")
         os.makedirs(self.mnt, exist_ok=True)
         self.args = ["--small", str(a.stats), "--many", str(a.list_entries), "--big-mb", str(a.big_mb)]
+        self.env = None
         if big is not None:
             with open(big, "rb") as f:
-                self.args += ["--big-file", big, "--big-sha256", hashlib.file_digest(f, "sha256").hexdigest()]
+                self.args += ["--big-sha256", hashlib.file_digest(f, "sha256").hexdigest()]
+            if s3 is None:
+                self.args += ["--big-file", big]
+            else:
+                key = f"work-floor-{uuid.uuid4().hex[:8]}/big"
+                s3_client(s3).upload_file(big, s3.bucket, key)
+                self.args += ["--big-s3-endpoint", s3.endpoint_url, "--big-s3-bucket", s3.bucket,
+                              "--big-s3-key", key]
+                self.env = {**os.environ, "AWS_ACCESS_KEY_ID": s3.access_key,
+                            "AWS_SECRET_ACCESS_KEY": s3.secret_key}
         self.work = big is not None
+        # what a work floor adds to the floor's figures: a create's work and a cold read's
+        self.groups = ({"read"} if s3 else {"read", "create"}) if self.work else set(GROUPS)
         self.mounts = 0
         self.proc = None
 
@@ -401,7 +418,7 @@ class Floor:
             self.mounts += 1
             extra = ["--work", os.path.join(self.base, f"work{self.mounts}")]
         self.proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "fuse_floor.py"),
-                                      self.mnt, *self.args, *extra])
+                                      self.mnt, *self.args, *extra], env=self.env)
         wait_mounted(self.mnt, timeout=120)
         from gravfs.fuse.launch import tune_readahead
         from gravfs.fuse.options import MountOptions
@@ -567,14 +584,14 @@ def bench_floor(a, fl: Floor, out: dict) -> Iterator[None]:
         big = os.path.join(mnt, "big")
         if wanted(a, "read"):
             read_cold_then_warm(big, out, "read_cold_MBps")
-        if wanted(a, "stat") and not fl.work:  # the work floor's lookups are the floor's
+        if wanted(a, "stat") and "stat" in fl.groups:
             smalls = [os.path.join(mnt, "small", f"f{i:06d}") for i in range(a.stats)]
             out["stat_first_per_s"].append(stat_rate(smalls))  # not listed: a lookup each
             out["stat_per_s"].append(stat_rate(smalls, 3.0))
         if r == 0 or not a.slow_once:
-            if wanted(a, "create"):
+            if wanted(a, "create") and "create" in fl.groups:
                 out["create_per_s"].append(create_rate(os.path.join(mnt, f"creates{r}"), a.creates))
-            if wanted(a, "ls") and not fl.work:
+            if wanted(a, "ls") and "ls" in fl.groups:
                 out["ls_l_s"].append(ls_l_seconds(os.path.join(mnt, "many")))
         fl.umount()
         yield
@@ -606,9 +623,11 @@ def bench_rclone(a, rc: Rclone, spark, out: dict) -> Iterator[None]:
 
 # -- report --------------------------------------------------------------------------------
 
-TARGETS = ("native", "pyfuse3-floor", "pyfuse3-work-floor", "gravfs-local", "gravfs-s3", "rclone-s3",
-           "s3-get-floor")
-FLOORS = ("pyfuse3-floor", "pyfuse3-work-floor")  # the columns of the floor key in ROWS
+TARGETS = ("native", "pyfuse3-floor", "pyfuse3-work-floor", "gravfs-local", "pyfuse3-work-floor-s3",
+           "gravfs-s3", "rclone-s3", "s3-get-floor")
+# the columns of the floor key in ROWS, and the gravfs targets each is the floor of
+FLOORS = {"pyfuse3-floor": ("gravfs-local", "gravfs-s3"), "pyfuse3-work-floor": ("gravfs-local",),
+          "pyfuse3-work-floor-s3": ("gravfs-s3",)}
 
 ROWS = [  # label, native key, gravfs key, rclone key, pyfuse3-floor key, higher is better
     ("seq read cold, store (MB/s)", "read_cold_MBps", "read_cold_store_MBps", "read_cold_store_MBps",
@@ -665,11 +684,10 @@ def table(results: dict) -> str:
         lines.append("cold store read against rclone on the same bucket: " + ", ".join(
             f"{t} {med[t]['read_cold_store_MBps'] / rc:.2f}x" for t in ("gravfs-s3", "s3-get-floor")
             if med.get(t, {}).get("read_cold_store_MBps")))
-    for fl in FLOORS:
+    for fl, of in FLOORS.items():
         f = med.get(fl, {})
         parts = [f"{label} {t} {med[t][gk] / f[fk]:.2f}x" for label, gk, fk in FLOOR_RATIOS
-                 for t in ("gravfs-local", "gravfs-s3")
-                 if f.get(fk) and med.get(t, {}).get(gk)]
+                 for t in of if f.get(fk) and med.get(t, {}).get(gk)]
         if parts:
             lines.append(f"against {fl}: " + ", ".join(parts))
     return "\n".join(lines)
@@ -702,14 +720,18 @@ def s3_get_MBps(client, bucket: str, key: str, size: int) -> float:
     return n / MiB / el
 
 
-def bench_s3_floor(a, server, big_local: str, out: dict) -> Iterator[None]:
+def s3_client(server):
+    """A boto3 client of the bench's SeaweedFS, with a connection for every GET in flight."""
     import boto3
     from botocore.config import Config
     from gravfs.data.reader import MAX_AHEAD
-    client = boto3.client("s3", endpoint_url=server.endpoint_url, region_name="us-east-1",
-                          aws_access_key_id=server.access_key,
-                          aws_secret_access_key=server.secret_key,
-                          config=Config(max_pool_connections=2 * MAX_AHEAD))
+    return boto3.client("s3", endpoint_url=server.endpoint_url, region_name="us-east-1",
+                        aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key,
+                        config=Config(max_pool_connections=2 * MAX_AHEAD))
+
+
+def bench_s3_floor(a, server, big_local: str, out: dict) -> Iterator[None]:
+    client = s3_client(server)
     key = f"s3-get-floor-{uuid.uuid4().hex[:8]}/big"
     client.upload_file(big_local, server.bucket, key)
     size = os.path.getsize(big_local)
@@ -970,7 +992,7 @@ def main() -> int:
                      "drop_caches": drop_caches(), "nproc": os.cpu_count(), "host": host()}
     spark = server = None
     mounts = []
-    fl = wf = None  # the floors, when measured (tolerated failures)
+    fl = wf = wf3 = None  # the floors, when measured (tolerated failures)
     try:
         if a.scale:
             sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -1007,7 +1029,7 @@ def main() -> int:
             mounts.append(g)
             g.setup(data["big"], data["small"], spark_local, a.list_entries)
             runs["gravfs-local"] = bench_gravfs(a, g, spark, out.setdefault("gravfs-local", {}))
-        if {"gravfs-s3", "rclone-s3", "s3-get-floor"} & set(targets):
+        if {"gravfs-s3", "rclone-s3", "s3-get-floor", "pyfuse3-work-floor-s3"} & set(targets):
             sys.path.insert(0, os.path.join(ROOT, "tests"))
             from s3server import SeaweedServer, find_weed
             server = SeaweedServer(os.path.join(base, "weed"), find_weed())
@@ -1015,6 +1037,11 @@ def main() -> int:
             server.start()
             s3env = {"GRAVFS_S3_ENDPOINT": server.endpoint_url, "AWS_ACCESS_KEY_ID": server.access_key,
                      "AWS_SECRET_ACCESS_KEY": server.secret_key}
+            if "pyfuse3-work-floor-s3" in targets:
+                print("pyfuse3-work-floor-s3: setup ...", flush=True)
+                wf3 = Floor(os.path.join(base, "workfloor-s3"), a, big=data["big"], s3=server)
+                mounts.append(wf3)
+                runs["pyfuse3-work-floor-s3"] = bench_floor(a, wf3, out.setdefault("pyfuse3-work-floor-s3", {}))
             if "gravfs-s3" in targets:
                 print("gravfs-s3: setup ...", flush=True)
                 g = Gravfs("gravfs-s3", f"s3://{server.bucket}/bench-{uuid.uuid4().hex[:8]}",
@@ -1033,7 +1060,8 @@ def main() -> int:
                 runs["s3-get-floor"] = bench_s3_floor(a, server, data["big"],
                                                       out.setdefault("s3-get-floor", {}))
         take_turns(a.runs, runs, out, tolerated={t: m for t, m in (("pyfuse3-floor", fl),
-                                                                    ("pyfuse3-work-floor", wf))
+                                                                    ("pyfuse3-work-floor", wf),
+                                                                    ("pyfuse3-work-floor-s3", wf3))
                                                  if t in runs})
     except BaseException as exc:
         results["error"] = repr(exc)

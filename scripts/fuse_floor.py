@@ -18,11 +18,16 @@ hash and the size into an LMDB environment in DIR (one write transaction, not sy
 as the daemon's staging): a closed file survives kill -9. ``big`` is read from
 ``--big-file`` (pread, the kernel's read-ahead) and checked against ``--big-sha256``
 by one background pass that starts at its first read; the read that reaches the last
-byte waits for that pass (no whole-file reader gets unchecked content to EOF). What
-gravfs costs above this column is its own; below the plain floor, the promises'.
+byte waits for that pass (no whole-file reader gets unchecked content to EOF). With
+``--big-s3-endpoint/-bucket/-key`` (credentials from AWS_ACCESS_KEY_ID and
+AWS_SECRET_ACCESS_KEY) ``big`` is that object instead, read as gravfs's reader fetches
+it: ranged GETs of its chunk size, as many ahead as its read-ahead keeps, each chunk
+hashed in order as it arrives. What gravfs costs above this column is its own; above
+the plain floor, the promises'.
 
     scripts/fuse_floor.py MOUNTPOINT [--small N] [--many M] [--big-mb B]
-                          [--work DIR --big-file PATH --big-sha256 HEX]
+                          [--work DIR --big-sha256 HEX
+                           (--big-file PATH | --big-s3-endpoint URL --big-s3-bucket B --big-s3-key K)]
 
 Runs in the foreground until unmounted (fusermount3 -u MOUNTPOINT).
 """
@@ -192,11 +197,94 @@ class _Written:
         self.dirty = fresh
 
 
+class _S3Big:
+    """One object read by ranged GETs of CHUNK bytes, AHEAD chunks ahead of the reader,
+    hashed in order by one thread as the chunks arrive; chunks both served past and
+    hashed are dropped."""
+
+    CHUNK = 4 * MiB
+    AHEAD = 8
+
+    def __init__(self, endpoint: str, bucket: str, key: str, size: int, sha256: str):
+        import boto3
+        from botocore.config import Config
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                                   config=Config(max_pool_connections=2 * self.AHEAD))
+        self.bucket, self.key, self.size, self.sha256 = bucket, key, size, sha256
+        self.pool = ThreadPoolExecutor(self.AHEAD)
+        self.chunks: dict = {}  # index -> Future of its bytes
+        self.lock = threading.Lock()
+        self.nchunks = (size + self.CHUNK - 1) // self.CHUNK
+        self.hashed_to = 0  # chunks below this are hashed
+        self.served_to = 0  # the reader is past the chunks below this
+        self.checked = threading.Event()
+        self.failed = False
+        self.hasher: threading.Thread | None = None
+
+    def _get(self, i: int) -> bytes:
+        end = min(self.size, (i + 1) * self.CHUNK) - 1
+        body = self.client.get_object(Bucket=self.bucket, Key=self.key,
+                                      Range=f"bytes={i * self.CHUNK}-{end}")["Body"]
+        return body.read()
+
+    def _future(self, i: int):
+        """Chunk i's fetch, started if it was not (under the lock)."""
+        f = self.chunks.get(i)
+        if f is None:
+            f = self.chunks[i] = self.pool.submit(self._get, i)
+        return f
+
+    def _hash_all(self) -> None:
+        sha = hashlib.sha256()
+        for i in range(self.nchunks):
+            with self.lock:
+                f = self._future(i)
+            sha.update(f.result())
+            with self.lock:
+                self.hashed_to = i + 1
+                self._drop()
+        self.failed = sha.hexdigest() != self.sha256
+        self.checked.set()
+
+    def _drop(self) -> None:
+        for i in [i for i in self.chunks if i < min(self.hashed_to, self.served_to)]:
+            del self.chunks[i]
+
+    async def read(self, off: int, size: int) -> bytes:
+        size = min(size, self.size - off)
+        if size <= 0:
+            return b""
+        first, last = off // self.CHUNK, (off + size - 1) // self.CHUNK
+        with self.lock:
+            if self.hasher is None:
+                self.hasher = threading.Thread(target=self._hash_all, daemon=True)
+                self.hasher.start()
+            futures = [self._future(i) for i in range(first, last + 1)]
+            for i in range(last + 1, min(self.nchunks, last + 1 + self.AHEAD)):
+                self._future(i)
+        parts = []
+        for f in futures:
+            parts.append(f.result() if f.done() else await trio.to_thread.run_sync(f.result))
+        if off + size >= self.size:
+            await trio.to_thread.run_sync(self.checked.wait)
+            if self.failed:
+                raise pyfuse3.FUSEError(errno.EIO)
+        with self.lock:
+            self.served_to = max(self.served_to, first)
+            self._drop()
+        base = first * self.CHUNK
+        if len(parts) == 1:
+            return memoryview(parts[0])[off - base:off - base + size]
+        return b"".join(parts)[off - base:off - base + size]
+
+
 class WorkFloorFS(FloorFS):
     """The floor plus what gravfs's promises cost at the least (see the module's doc)."""
 
     def __init__(self, small: int, many: int, big_mb: int, lake: int, work: str,
-                 big_file: str, big_sha256: str):
+                 big_file: str | None, big_sha256: str, big_s3: tuple | None = None):
         super().__init__(small, many, big_mb, lake)
         self.spool = os.path.join(work, "spool")
         os.makedirs(self.spool, exist_ok=True)
@@ -204,8 +292,10 @@ class WorkFloorFS(FloorFS):
         self.written: dict[int, _Written] = {}  # fh -> the handle's local copy
         self.keys: dict[int, bytes] = {}  # ino -> its staging key (files created here)
         self.big_ino = self.root.children[b"big"].ino
-        self.big_fd = os.open(big_file, os.O_RDONLY | os.O_CLOEXEC)
-        os.posix_fadvise(self.big_fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        self.big_s3 = _S3Big(*big_s3, big_mb * MiB, big_sha256) if big_s3 else None
+        if big_file:
+            self.big_fd = os.open(big_file, os.O_RDONLY | os.O_CLOEXEC)
+            os.posix_fadvise(self.big_fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
         self.big_sha256 = big_sha256
         self.checked = threading.Event()
         self.check_failed = False
@@ -275,6 +365,8 @@ class WorkFloorFS(FloorFS):
                 os.close(fd)
         if node.ino != self.big_ino:
             return await super().read(fh, off, size)
+        if self.big_s3 is not None:
+            return await self.big_s3.read(off, size)
         if not self.check_started:
             self.check_started = True
             threading.Thread(target=self._check_big, daemon=True).start()
@@ -305,15 +397,22 @@ def main() -> None:
                     help="the contracts' floor: creates staged in DIR, big read from --big-file")
     ap.add_argument("--big-file", metavar="PATH", help="with --work: big's content (--big-mb MiB)")
     ap.add_argument("--big-sha256", metavar="HEX", help="with --work: big's SHA-256, checked")
+    ap.add_argument("--big-s3-endpoint", metavar="URL", help="with --work: big from this S3 server")
+    ap.add_argument("--big-s3-bucket", metavar="BUCKET")
+    ap.add_argument("--big-s3-key", metavar="KEY")
     a = ap.parse_args()
     if not os.path.isdir(a.mountpoint):
         ap.error(f"{a.mountpoint}: not a directory")
+    s3 = (a.big_s3_endpoint, a.big_s3_bucket, a.big_s3_key)
     if a.work:
-        if not (a.big_file and a.big_sha256):
-            ap.error("--work needs --big-file and --big-sha256")
-        if os.path.getsize(a.big_file) != a.big_mb * MiB:
+        if not a.big_sha256 or bool(a.big_file) == any(s3):
+            ap.error("--work needs --big-sha256 and either --big-file or the --big-s3-* options")
+        if any(s3) and not all(s3):
+            ap.error("--big-s3-endpoint, --big-s3-bucket and --big-s3-key go together")
+        if a.big_file and os.path.getsize(a.big_file) != a.big_mb * MiB:
             ap.error(f"{a.big_file} does not hold --big-mb {a.big_mb} MiB")
-        fs = WorkFloorFS(a.small, a.many, a.big_mb, a.lake, a.work, a.big_file, a.big_sha256)
+        fs = WorkFloorFS(a.small, a.many, a.big_mb, a.lake, a.work, a.big_file, a.big_sha256,
+                         s3 if all(s3) else None)
     else:
         fs = FloorFS(a.small, a.many, a.big_mb, a.lake)
     try:
