@@ -10,7 +10,7 @@ memory) and new directories. Timeouts and cache flags are gravfs's for branch
 paths (10 s, keep_cache). Whatever gravfs costs above this column is gravfs's;
 what this column costs is the kernel round trip plus pyfuse3 and trio.
 
-With ``--work DIR`` it is the "contracts' floor" (bench_mount's "pyfuse3-work-floor"):
+With ``--work DIR`` it is the work floor (bench_mount's "pyfuse3-work-floor"):
 the same tree, plus the least work gravfs's promises ask of a create and of a cold
 read, done with no code of gravfs's. A created file's bytes go to a local file in DIR
 as they arrive (hashed with SHA-256 as they come), and its close puts the name, the
@@ -394,7 +394,8 @@ def main() -> None:
     ap.add_argument("--lake", type=int, default=0,
                     help="also tables/events/day=*/part-*.parquet: N files as bench_repo.build_branch")
     ap.add_argument("--work", metavar="DIR",
-                    help="the contracts' floor: creates staged in DIR, big read from --big-file")
+                    help="the work floor: creates staged in DIR, big read from --big-file or "
+                         "S3 and checked against --big-sha256")
     ap.add_argument("--big-file", metavar="PATH", help="with --work: big's content (--big-mb MiB)")
     ap.add_argument("--big-sha256", metavar="HEX", help="with --work: big's SHA-256, checked")
     ap.add_argument("--big-s3-endpoint", metavar="URL", help="with --work: big from this S3 server")
