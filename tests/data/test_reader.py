@@ -3,11 +3,13 @@ from a local store, and how each checks what it serves before a whole read ends.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 
 import pytest
 
+from gravfs import hashing
 from gravfs.data import inplace
 from gravfs.data.reader import CHUNK, DataReader, ReadState
 from gravfs.errors import CorruptDataError
@@ -101,6 +103,39 @@ def test_whole_ranged_read_of_a_damaged_object_fails_before_its_end(s3_repo):
         with pytest.raises(CorruptDataError):
             for off in range(MiB, size, MiB):
                 reader.read(state, address, size, off, MiB)
+    finally:
+        reader.close()
+
+
+class _SlowHasher:
+    """SHA-256 at a crawl: a CPU too busy to hash as fast as chunks arrive."""
+
+    def __init__(self):
+        self._h = hashlib.sha256()
+
+    def update(self, data) -> None:
+        time.sleep(0.04)
+        self._h.update(data)
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+def test_a_hash_slower_than_the_fetches_gets_each_chunk_once(s3_repo, monkeypatch):
+    """Fetches far ahead of the running hash help it hash before they fetch more, so the
+    cache never evicts a chunk the hash has not reached. Before, a cold 1 GiB read
+    through the mount fetched 1.4-1.6x its size: the hash fell behind, stalled at an
+    evicted chunk, and the last read fetched the rest again, one chunk at a time."""
+    repo, _ = s3_repo
+    chunk = MiB
+    data = os.urandom(40 * chunk + 3)
+    address, size = repo.data.put_bytes(data)
+    monkeypatch.setattr(hashing, "hasher", _SlowHasher)
+    reader = DataReader(repo.data, chunk_size=chunk, cache_bytes=24 * chunk)
+    try:
+        assert _read_whole(reader, address, size) == data
+        assert reader.stats["chunk_fetches"] == 41  # each chunk once
+        assert repo.tier.load_sums(address, size) is not None  # verified
     finally:
         reader.close()
 
