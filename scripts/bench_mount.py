@@ -385,18 +385,18 @@ class Gravfs:
 
 class Floor:
     """scripts/fuse_floor.py mounted with the benchmark's sizes (read-ahead as gravfs's);
-    ``big``: the native big file, for a work floor (``--work``), read from the disk or,
-    with ``s3`` (a SeaweedServer), from that server (uploaded here)."""
+    ``big``: the native big file and its SHA-256, for a work floor (``--work``), read
+    from the disk or, with ``s3`` (a SeaweedServer), from that server (uploaded here)."""
 
-    def __init__(self, base: str, a, big: str | None = None, s3=None):
+    def __init__(self, base: str, a, big: tuple[str, str] | None = None, s3=None):
         self.base = base
         self.mnt = os.path.join(base, "mnt")
         os.makedirs(self.mnt, exist_ok=True)
         self.args = ["--small", str(a.stats), "--many", str(a.list_entries), "--big-mb", str(a.big_mb)]
         self.env = None
         if big is not None:
-            with open(big, "rb") as f:
-                self.args += ["--big-sha256", hashlib.file_digest(f, "sha256").hexdigest()]
+            big, digest = big
+            self.args += ["--big-sha256", digest]
             if s3 is None:
                 self.args += ["--big-file", big]
             else:
@@ -992,7 +992,7 @@ def main() -> int:
                      "drop_caches": drop_caches(), "nproc": os.cpu_count(), "host": host()}
     spark = server = None
     mounts = []
-    fl = wf = wf3 = None  # the floors, when measured (tolerated failures)
+    floors: dict[str, Floor] = {}  # a floor's failure must not stop the others (take_turns)
     try:
         if a.scale:
             sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -1016,13 +1016,13 @@ def main() -> int:
         if "native" in targets:
             runs["native"] = bench_native(a, data, spark, out.setdefault("native", {}))
         if "pyfuse3-floor" in targets:
-            fl = Floor(os.path.join(base, "floor"), a)
-            mounts.append(fl)
-            runs["pyfuse3-floor"] = bench_floor(a, fl, out.setdefault("pyfuse3-floor", {}))
+            floors["pyfuse3-floor"] = Floor(os.path.join(base, "floor"), a)
+        big = None  # the big file and its digest, for the work floors
+        if {"pyfuse3-work-floor", "pyfuse3-work-floor-s3"} & set(targets):
+            with open(data["big"], "rb") as f:
+                big = (data["big"], hashlib.file_digest(f, "sha256").hexdigest())
         if "pyfuse3-work-floor" in targets:
-            wf = Floor(os.path.join(base, "workfloor"), a, big=data["big"])
-            mounts.append(wf)
-            runs["pyfuse3-work-floor"] = bench_floor(a, wf, out.setdefault("pyfuse3-work-floor", {}))
+            floors["pyfuse3-work-floor"] = Floor(os.path.join(base, "workfloor"), a, big=big)
         if "gravfs-local" in targets:
             print("gravfs-local: setup ...", flush=True)
             g = Gravfs("gravfs-local", os.path.join(base, "gl", "store"), os.path.join(base, "gl"), {})
@@ -1039,9 +1039,8 @@ def main() -> int:
                      "AWS_SECRET_ACCESS_KEY": server.secret_key}
             if "pyfuse3-work-floor-s3" in targets:
                 print("pyfuse3-work-floor-s3: setup ...", flush=True)
-                wf3 = Floor(os.path.join(base, "workfloor-s3"), a, big=data["big"], s3=server)
-                mounts.append(wf3)
-                runs["pyfuse3-work-floor-s3"] = bench_floor(a, wf3, out.setdefault("pyfuse3-work-floor-s3", {}))
+                floors["pyfuse3-work-floor-s3"] = Floor(os.path.join(base, "workfloor-s3"), a, big=big,
+                                                        s3=server)
             if "gravfs-s3" in targets:
                 print("gravfs-s3: setup ...", flush=True)
                 g = Gravfs("gravfs-s3", f"s3://{server.bucket}/bench-{uuid.uuid4().hex[:8]}",
@@ -1059,10 +1058,10 @@ def main() -> int:
             if "s3-get-floor" in targets and wanted(a, "read"):
                 runs["s3-get-floor"] = bench_s3_floor(a, server, data["big"],
                                                       out.setdefault("s3-get-floor", {}))
-        take_turns(a.runs, runs, out, tolerated={t: m for t, m in (("pyfuse3-floor", fl),
-                                                                    ("pyfuse3-work-floor", wf),
-                                                                    ("pyfuse3-work-floor-s3", wf3))
-                                                 if t in runs})
+        for name, floor in floors.items():
+            mounts.append(floor)
+            runs[name] = bench_floor(a, floor, out.setdefault(name, {}))
+        take_turns(a.runs, runs, out, tolerated=floors)
     except BaseException as exc:
         results["error"] = repr(exc)
         print(f"benchmark stopped: {exc!r}", file=sys.stderr)

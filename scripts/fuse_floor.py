@@ -197,6 +197,37 @@ class _Written:
         self.dirty = fresh
 
 
+class _LocalBig:
+    """One local file read with pread on the event loop, checked by one background
+    SHA-256 pass that starts at the first read; the read of the last byte waits for it."""
+
+    def __init__(self, path: str, size: int, sha256: str):
+        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        self.size, self.sha256 = size, sha256
+        self.checked = threading.Event()
+        self.failed = False
+        self.started = False
+
+    def _check(self) -> None:
+        sha, off = hashlib.sha256(), 0
+        while chunk := os.pread(self.fd, 4 * MiB, off):
+            sha.update(chunk)
+            off += len(chunk)
+        self.failed = sha.hexdigest() != self.sha256
+        self.checked.set()
+
+    async def read(self, off: int, size: int) -> bytes:
+        if not self.started:
+            self.started = True
+            threading.Thread(target=self._check, daemon=True).start()
+        if off + size >= self.size:
+            await trio.to_thread.run_sync(self.checked.wait)
+            if self.failed:
+                raise pyfuse3.FUSEError(errno.EIO)
+        return os.pread(self.fd, size, off)
+
+
 class _S3Big:
     """One object read by ranged GETs of CHUNK bytes, AHEAD chunks ahead of the reader,
     hashed in order by one thread as the chunks arrive; chunks both served past and
@@ -292,14 +323,8 @@ class WorkFloorFS(FloorFS):
         self.written: dict[int, _Written] = {}  # fh -> the handle's local copy
         self.keys: dict[int, bytes] = {}  # ino -> its staging key (files created here)
         self.big_ino = self.root.children[b"big"].ino
-        self.big_s3 = _S3Big(*big_s3, big_mb * MiB, big_sha256) if big_s3 else None
-        if big_file:
-            self.big_fd = os.open(big_file, os.O_RDONLY | os.O_CLOEXEC)
-            os.posix_fadvise(self.big_fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        self.big_sha256 = big_sha256
-        self.checked = threading.Event()
-        self.check_failed = False
-        self.check_started = False
+        self.big = (_S3Big(*big_s3, big_mb * MiB, big_sha256) if big_s3
+                    else _LocalBig(big_file, big_mb * MiB, big_sha256))
 
     async def create(self, parent_inode, name, mode, flags, ctx):
         fi, attr = await super().create(parent_inode, name, mode, flags, ctx)
@@ -365,24 +390,7 @@ class WorkFloorFS(FloorFS):
                 os.close(fd)
         if node.ino != self.big_ino:
             return await super().read(fh, off, size)
-        if self.big_s3 is not None:
-            return await self.big_s3.read(off, size)
-        if not self.check_started:
-            self.check_started = True
-            threading.Thread(target=self._check_big, daemon=True).start()
-        if off + size >= node.size:
-            await trio.to_thread.run_sync(self.checked.wait)
-            if self.check_failed:
-                raise pyfuse3.FUSEError(errno.EIO)
-        return os.pread(self.big_fd, size, off)
-
-    def _check_big(self) -> None:
-        sha, off = hashlib.sha256(), 0
-        while chunk := os.pread(self.big_fd, 4 * MiB, off):
-            sha.update(chunk)
-            off += len(chunk)
-        self.check_failed = sha.hexdigest() != self.big_sha256
-        self.checked.set()
+        return await self.big.read(off, size)
 
 
 def main() -> None:

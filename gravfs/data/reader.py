@@ -253,10 +253,12 @@ class DataReader:
         ``read``). Never waits on I/O or a running hash, so the mount answers the
         common read of a sequential reader (read ahead filled the cache) on its event
         loop, without a worker-thread trip."""
-        if offset >= size or length <= 0 or address in self._corrupt:
+        if offset >= size or length <= 0:
             return None
         length = min(length, size - offset)
         if state.in_place is not None:  # bytes the page cache holds (inplace.read_nowait)
+            if address in self._corrupt:
+                return None
             data = self._in_place.read_nowait(state.in_place, address, state.fd, offset, length,
                                               state.count)
             if data is not None:
