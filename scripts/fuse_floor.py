@@ -418,6 +418,8 @@ def main() -> None:
             ap.error("--work needs --big-sha256 and either --big-file or the --big-s3-* options")
         if any(s3) and not all(s3):
             ap.error("--big-s3-endpoint, --big-s3-bucket and --big-s3-key go together")
+        if a.big_file and not os.path.isfile(a.big_file):
+            ap.error(f"--big-file {a.big_file}: no such file")
         if a.big_file and os.path.getsize(a.big_file) != a.big_mb * MiB:
             ap.error(f"{a.big_file} does not hold --big-mb {a.big_mb} MiB")
         fs = WorkFloorFS(a.small, a.many, a.big_mb, a.lake, a.work, a.big_file, a.big_sha256,
