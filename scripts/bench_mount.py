@@ -3,7 +3,8 @@
 
     scripts/bench_mount.py [--quick] [--runs N]
                            [--targets native,pyfuse3-floor,pyfuse3-work-floor,gravfs-local,
-                                      pyfuse3-work-floor-s3,gravfs-s3,rclone-s3,s3-get-floor]
+                                      gravfs-local-nospin,pyfuse3-work-floor-s3,gravfs-s3,rclone-s3,
+                                      s3-get-floor]
                            [--big-mb M] [--creates N] [--list-entries N] [--stats N] [--no-spark]
                            [--only read,stat,create,ls,spark] [--slow-once]
 
@@ -24,6 +25,9 @@ each, so ratios share the machine's state even while its speed drifts):
                 hashed in order as the chunks arrive; the floor of gravfs-s3's cold
                 read
   gravfs-local  gravfs mounted over a local-directory store
+  gravfs-local-nospin  the same mounted with ``-o spin_us=0``: an event loop that
+                sleeps between requests (gravfs.fuse.spin), for the share of the
+                busy-poll; not measured unless named in --targets
   gravfs-s3     gravfs mounted over a SeaweedFS bucket (``weed mini`` on loopback)
   rclone-s3     ``rclone mount`` of the same SeaweedFS bucket (--vfs-cache-mode full)
   s3-get-floor  the big file read straight from the same SeaweedFS with boto3, as many
@@ -303,8 +307,9 @@ class Spark:
 class Gravfs:
     """A repository on a store, mounted from a CLI daemon per workspace."""
 
-    def __init__(self, name: str, store: str, base: str, env: dict):
+    def __init__(self, name: str, store: str, base: str, env: dict, options: tuple = ()):
         self.name, self.store, self.base = name, store, base
+        self.options = [x for o in options for x in ("-o", o)]  # gravfs mount -o
         self.env = dict(os.environ, **env, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.mnt = os.path.join(base, "mnt")
         os.makedirs(self.mnt, exist_ok=True)
@@ -358,7 +363,7 @@ class Gravfs:
         if fresh:
             self.workspaces += 1
             state = os.path.join(self.base, f"ws{self.workspaces}")
-        self.cli(state or self.state, "mount", self.mnt)
+        self.cli(state or self.state, "mount", self.mnt, *self.options)
         wait_mounted(self.mnt)
         return self.mnt
 
@@ -623,10 +628,12 @@ def bench_rclone(a, rc: Rclone, spark, out: dict) -> Iterator[None]:
 
 # -- report --------------------------------------------------------------------------------
 
-TARGETS = ("native", "pyfuse3-floor", "pyfuse3-work-floor", "gravfs-local", "pyfuse3-work-floor-s3",
-           "gravfs-s3", "rclone-s3", "s3-get-floor")
+TARGETS = ("native", "pyfuse3-floor", "pyfuse3-work-floor", "gravfs-local", "gravfs-local-nospin",
+           "pyfuse3-work-floor-s3", "gravfs-s3", "rclone-s3", "s3-get-floor")
+DEFAULT_TARGETS = tuple(t for t in TARGETS if t != "gravfs-local-nospin")
 # the columns of the floor key in ROWS, and the gravfs targets each is the floor of
-FLOORS = {"pyfuse3-floor": ("gravfs-local", "gravfs-s3"), "pyfuse3-work-floor": ("gravfs-local",),
+FLOORS = {"pyfuse3-floor": ("gravfs-local", "gravfs-local-nospin", "gravfs-s3"),
+          "pyfuse3-work-floor": ("gravfs-local", "gravfs-local-nospin"),
           "pyfuse3-work-floor-s3": ("gravfs-s3",)}
 
 ROWS = [  # label, native key, gravfs key, rclone key, pyfuse3-floor key, higher is better
@@ -948,7 +955,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes, one run, no Spark (< 3 min)")
     ap.add_argument("--runs", type=int)
-    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--targets", default=",".join(DEFAULT_TARGETS))
     ap.add_argument("--big-mb", type=int)
     ap.add_argument("--creates", type=int)
     ap.add_argument("--list-entries", type=int)
@@ -1023,12 +1030,14 @@ def main() -> int:
                 big = (data["big"], hashlib.file_digest(f, "sha256").hexdigest())
         if "pyfuse3-work-floor" in targets:
             floors["pyfuse3-work-floor"] = Floor(os.path.join(base, "workfloor"), a, big=big)
-        if "gravfs-local" in targets:
-            print("gravfs-local: setup ...", flush=True)
-            g = Gravfs("gravfs-local", os.path.join(base, "gl", "store"), os.path.join(base, "gl"), {})
-            mounts.append(g)
-            g.setup(data["big"], data["small"], spark_local, a.list_entries)
-            runs["gravfs-local"] = bench_gravfs(a, g, spark, out.setdefault("gravfs-local", {}))
+        for name, options in (("gravfs-local", ()), ("gravfs-local-nospin", ("spin_us=0",))):
+            if name in targets:
+                print(f"{name}: setup ...", flush=True)
+                g = Gravfs(name, os.path.join(base, name, "store"), os.path.join(base, name), {},
+                           options)
+                mounts.append(g)
+                g.setup(data["big"], data["small"], spark_local, a.list_entries)
+                runs[name] = bench_gravfs(a, g, spark, out.setdefault(name, {}))
         if {"gravfs-s3", "rclone-s3", "s3-get-floor", "pyfuse3-work-floor-s3"} & set(targets):
             sys.path.insert(0, os.path.join(ROOT, "tests"))
             from s3server import SeaweedServer, find_weed

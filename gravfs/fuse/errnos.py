@@ -20,6 +20,7 @@ from gravfs.errors import (AlreadyExistsError, AmbiguousRefError, BadNameError, 
                            CorruptDataError, GravfsError, NotFoundError,
                            PreconditionFailedError, ReadOnlyError, StoreUnavailableError)
 from gravfs.fuse import opstats
+from gravfs.fuse.spin import ACTIVITY
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +66,12 @@ def fail(code: int) -> pyfuse3.FUSEError:
 
 
 def guarded(fn):
-    """Wrap an async request handler: only FUSEError ever leaves it."""
+    """Wrap an async request handler: only FUSEError ever leaves it (and the request
+    keeps the event loop polling, see gravfs.fuse.spin)."""
 
     @functools.wraps(fn)
     async def wrapper(*args, **kwargs):
+        ACTIVITY.note()
         try:
             return await fn(*args, **kwargs)
         except pyfuse3.FUSEError:
@@ -109,6 +112,7 @@ def quiet(fn):
 
     @functools.wraps(fn)
     async def wrapper(*args, **kwargs):
+        ACTIVITY.note()
         try:
             return await fn(*args, **kwargs)
         except Exception:

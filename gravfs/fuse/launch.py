@@ -345,6 +345,7 @@ async def _main(ops, announce) -> None:
     import pyfuse3
     import trio
 
+    from gravfs.fuse.spin import ACTIVITY
     from gravfs.fuse.watcher import Watcher
 
     watcher = Watcher(ops)
@@ -354,6 +355,10 @@ async def _main(ops, announce) -> None:
         nursery.start_soon(_signals, nursery)
         nursery.start_soon(_self_check, ops, announce)
         nursery.start_soon(_sync_loop, ops.repo)
+        if ops.settings.spin_us:
+            log.info("polling for %d us after each request (-o spin_us=0: never)",
+                     ops.settings.spin_us)
+            nursery.start_soon(ACTIVITY.run, ops.settings.spin_us / 1e6)
         await pyfuse3.main(min_tasks=4, max_tasks=64)
         log.info("kernel ended the session; staging open files")
         nursery.cancel_scope.cancel()

@@ -13,11 +13,13 @@ def test_numbers_and_flags():
     assert (o.meta_cache_mb, o.cache_mb, o.poll, o.read_only) == (64, 32, 0.25, True)
     assert {"ro", "allow_other", "default_permissions"} <= o.fuse
     assert options.parse([]).meta_cache_mb is None  # the daemon's default budget
+    assert (options.parse([]).spin_us, options.parse(["spin_us=0"]).spin_us) == (100, 0)
 
 
 @pytest.mark.parametrize("bad, needle", [
     ("meta_cache_mb=lots", "not a number"),
     ("meta_cache_mb=-1", "must not be negative"),
+    ("spin_us=short", "not a number"),
     ("meta_cache_mb", "unknown mount option"),
     ("bogus=1", "unknown mount option"),
 ])
