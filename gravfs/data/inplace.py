@@ -19,6 +19,7 @@ import threading
 from array import array
 from collections.abc import Callable
 
+from gravfs import threadwork
 from gravfs.data import chunksums
 from gravfs.data.objects import DataObjects, digest_of, hash_file
 from gravfs.errors import CorruptDataError, NotFoundError
@@ -179,17 +180,20 @@ class InPlaceReads:
             item = self._to_verify.get()
             if item is None:
                 return
-            address, obj = item
-            sums = array("I")
-            try:
-                digest, size = hash_file(obj.path, sums=sums)
-            except OSError as exc:  # its reads will most likely fail too; none waits forever
-                log.warning("could not verify %s in place: %s", address, exc)
-                obj.done.set()
-                continue
-            if digest != digest_of(address) or size != obj.size:
-                self._refuse(address, f"its file in the store hashes to {digest[:16]}...")
-            else:
-                self.data.keep_sums(address, size, sums)
-                log.debug("verified %s in place (%d bytes)", address, size)
+            self._verify(*item)
+
+    @threadwork.marked  # a read may wait for it: the event loop does not busy-poll meanwhile
+    def _verify(self, address: str, obj: InPlaceObject) -> None:
+        sums = array("I")
+        try:
+            digest, size = hash_file(obj.path, sums=sums)
+        except OSError as exc:  # its reads will most likely fail too; none waits forever
+            log.warning("could not verify %s in place: %s", address, exc)
             obj.done.set()
+            return
+        if digest != digest_of(address) or size != obj.size:
+            self._refuse(address, f"its file in the store hashes to {digest[:16]}...")
+        else:
+            self.data.keep_sums(address, size, sums)
+            log.debug("verified %s in place (%d bytes)", address, size)
+        obj.done.set()

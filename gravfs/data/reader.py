@@ -32,7 +32,7 @@ from array import array
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Optional
 
-from gravfs import hashing
+from gravfs import hashing, threadwork
 from gravfs.data import chunksums, sparse
 from gravfs.data.inplace import InPlaceObject, InPlaceReads, open_sequential
 from gravfs.data.external import Source, reader_for
@@ -396,6 +396,7 @@ class DataReader:
                 self._recorded.clear()
             return self._recorded.setdefault(address, checks)
 
+    @threadwork.marked  # a read may wait for it: the event loop does not busy-poll meanwhile
     def _fetch(self, address: str, size: int, idx: int, f: Future,
                fetch: Optional[Fetch] = None) -> None:
         key = (address, idx)

@@ -20,7 +20,7 @@ from gravfs.errors import (AlreadyExistsError, AmbiguousRefError, BadNameError, 
                            CorruptDataError, GravfsError, NotFoundError,
                            PreconditionFailedError, ReadOnlyError, StoreUnavailableError)
 from gravfs.fuse import opstats
-from gravfs.fuse.spin import ACTIVITY
+from gravfs.fuse.spin import noter
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +68,11 @@ def fail(code: int) -> pyfuse3.FUSEError:
 def guarded(fn):
     """Wrap an async request handler: only FUSEError ever leaves it (and the request
     keeps the event loop polling, see gravfs.fuse.spin)."""
+    note = noter(fn.__name__)
 
     @functools.wraps(fn)
     async def wrapper(*args, **kwargs):
-        ACTIVITY.note()
+        note()
         try:
             return await fn(*args, **kwargs)
         except pyfuse3.FUSEError:
@@ -109,10 +110,11 @@ def _timed(wrapper, name: str):
 
 def quiet(fn):
     """Wrap a handler that must not raise at all (forget, release, releasedir)."""
+    note = noter(fn.__name__)
 
     @functools.wraps(fn)
     async def wrapper(*args, **kwargs):
-        ACTIVITY.note()
+        note()
         try:
             return await fn(*args, **kwargs)
         except Exception:

@@ -50,6 +50,7 @@ from gravfs.fuse.trees import Tree
 from gravfs.fs.paths import MAX_NAME_BYTES
 from gravfs.quoting import quote
 from gravfs.sstable import DEFAULT_CACHE
+from gravfs import threadwork
 from gravfs.waits import WouldWait, no_waiting
 from gravfs.sysmem import release_free_heap, resident
 from gravfs.fs.repository import KIND_NAMES, Node, group_items
@@ -231,7 +232,8 @@ class GravfsOperations(pyfuse3.Operations):
 
     async def run(self, fn, *args, **kw):
         try:
-            return await trio.to_thread.run_sync(partial(fn, *args, **kw), limiter=self.limiter)
+            with threadwork.working():  # the loop does not busy-poll meanwhile
+                return await trio.to_thread.run_sync(partial(fn, *args, **kw), limiter=self.limiter)
         except Exception as exc:
             _drop_locals(exc)
             raise

@@ -8,6 +8,7 @@ import time
 
 import trio
 
+from gravfs import threadwork
 from gravfs.fuse.spin import Activity
 from tests.fuse_util import gravfs_mount  # noqa: F401 (fixture)
 
@@ -23,7 +24,7 @@ def test_polls_while_requests_come_and_sleeps_after_the_window():
             await trio.sleep(3 * window)  # no request yet: the first window ran out
             seen["idle at start"] = act.polling
             act.note()
-            await trio.sleep(0)
+            await trio.sleep(0.01)  # (trio runs a batch of tasks in random order)
             seen["woken"] = act.polling
             polled = True
             for _ in range(20):  # 1 s of requests 50 ms apart: three windows and more
@@ -56,6 +57,29 @@ def test_other_tasks_run_while_it_polls():
 
     trio.run(main)
     assert ticks == [True] * 5
+
+
+def test_it_stands_aside_while_work_runs_on_threads():
+    act = Activity()
+    seen = {}
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(act.run, 10.0)
+            act.note()
+            await trio.sleep(0.01)
+            seen["before"] = act.polling
+            with threadwork.working():  # e.g. a worker's pread that a read waits for
+                act.note()
+                await trio.sleep(0.05)
+                seen["while it runs"] = act.polling
+            act.note()  # the next request: polling again
+            await trio.sleep(0.01)
+            seen["after"] = act.polling
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert seen == {"before": True, "while it runs": False, "after": True}
 
 
 def _cpu_seconds(pid: int) -> float:
