@@ -63,10 +63,12 @@ class Activity:
             until = clock() + window_s
             while True:
                 await checkpoint()
+                if not idle():  # even while requests come: those threads need the GIL
+                    break
                 if self.count != seen:
                     seen = self.count
                     until = clock() + window_s
-                elif clock() >= until or not idle():
+                elif clock() >= until:
                     break
             self.polling = False
             self._asleep = asleep = trio.Event()
