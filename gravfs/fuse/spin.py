@@ -5,8 +5,9 @@ A request that finds the loop asleep pays for waking an idle CPU (on a virtual
 machine, a halted vCPU) and for the caches that emptied meanwhile. A program
 that stats, creates or lists one file after another leaves only tens of
 microseconds between requests, so with a window of 100 µs the loop never sleeps
-while it runs: on the benchmark host a first-pass stat of branch paths went from
-8.3k/s to 11.9k/s (docs/benchmarks-mount.md). The price is CPU: while requests
+while it runs: on the benchmark host first-pass stats of branch paths went from
+0.72-0.77x to 0.92-0.98x of the pyfuse3 floor (docs/benchmarks-mount.md, thirteenth
+round). The price is CPU: while requests
 come closer together than the window, the event loop's thread keeps one core
 busy; once they stop, it sleeps again within the window (``-o spin_us=0``: never
 polls).
