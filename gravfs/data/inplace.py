@@ -189,11 +189,10 @@ class InPlaceReads:
             digest, size = hash_file(obj.path, sums=sums)
         except OSError as exc:  # its reads will most likely fail too; none waits forever
             log.warning("could not verify %s in place: %s", address, exc)
-            obj.done.set()
-            return
-        if digest != digest_of(address) or size != obj.size:
-            self._refuse(address, f"its file in the store hashes to {digest[:16]}...")
         else:
-            self.data.keep_sums(address, size, sums)
-            log.debug("verified %s in place (%d bytes)", address, size)
+            if digest != digest_of(address) or size != obj.size:
+                self._refuse(address, f"its file in the store hashes to {digest[:16]}...")
+            else:
+                self.data.keep_sums(address, size, sums)
+                log.debug("verified %s in place (%d bytes)", address, size)
         obj.done.set()

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from gravfs.errors import GravfsError
-from gravfs.fuse.spin import DEFAULT_US as DEFAULT_SPIN_US
 
 # mount(8)/fstab options that mean nothing to a FUSE daemon.
 IGNORED = {"defaults", "auto", "noauto", "user", "users", "nouser", "owner", "group", "nofail",
@@ -57,7 +56,7 @@ class MountOptions:
     # of the memory the daemon may use (physical, or its cgroup's limit)
     meta_cache_mb: Optional[int] = None
     readahead_kb: int = 4096  # 4 x 1 MiB requests in flight: parallel preads of the tier
-    spin_us: int = DEFAULT_SPIN_US  # the event loop polls this long after a request (gravfs.fuse.spin)
+    spin_us: int = 100  # the event loop polls this long after a request (gravfs.fuse.spin)
     threads: int = 24
     debug: bool = False
     log_file: Optional[str] = None

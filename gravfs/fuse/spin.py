@@ -7,10 +7,9 @@ that stats, creates or lists one file after another leaves only tens of
 microseconds between requests, so with a window of 100 µs the loop never sleeps
 while it runs: on the benchmark host first-pass stats of branch paths went from
 0.72-0.77x to 0.92-0.98x of the pyfuse3 floor (docs/benchmarks-mount.md, thirteenth
-round). The price is CPU: while requests
-come closer together than the window, the event loop's thread keeps one core
-busy; once they stop, it sleeps again within the window (``-o spin_us=0``: never
-polls).
+round). The price is CPU: while requests come closer together than the window,
+the event loop's thread keeps one core busy; once they stop, it sleeps again
+within the window (``-o spin_us=0``: never polls; the default is MountOptions').
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import trio
 
 from gravfs import threadwork
 
-DEFAULT_US = 100
 # Requests that move file content keep no poll going: a stream of them is paced by
 # the data (the kernel keeps several in flight, so the loop seldom sleeps), and on a
 # small machine a polling core is one that the reader, the kernel's I/O and the
