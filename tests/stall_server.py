@@ -96,7 +96,14 @@ class StallingServer(_Server):
         super().__init__()
 
     def serve(self, conn: socket.socket) -> None:
-        method, headers = _read_request(conn)
+        # "slow" completes each body, so it serves the next request on the same
+        # connection as any HTTP/1.1 server would: a client reuses a pooled one
+        while self._answer(conn, *_read_request(conn)) and self.mode == "slow":
+            pass
+        self.closed.wait()
+
+    def _answer(self, conn: socket.socket, method: str, headers: dict[str, str]) -> bool:
+        """Answer one request; True if its whole body was sent."""
         size = self.size
         status = "200 OK"
         extra = ""
@@ -108,16 +115,16 @@ class StallingServer(_Server):
         conn.sendall((f"HTTP/1.1 {status}\r\nContent-Length: {size}\r\nETag: \"0123\"\r\n"
                       f"Content-Type: application/octet-stream\r\n{extra}\r\n").encode())
         if method == "HEAD":
-            return self.closed.wait()
+            return False
         sent = min(self.first, size)
         conn.sendall(b"x" * sent)
         if self.mode == "stall":
-            return self.closed.wait()
+            return False
         while sent < size and not self.closed.wait(self.interval):
             n = min(self.step, size - sent)
             conn.sendall(b"x" * n)
             sent += n
-        self.closed.wait()
+        return sent == size
 
 
 class Proxy(_Server):
