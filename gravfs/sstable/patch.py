@@ -182,7 +182,7 @@ class TablePatch:
         pieces.append(block_with_trailer(index_block, ck))
         pos += len(index_block) + BLOCK_TRAILER_SIZE
 
-        props = {name.encode(): value for name, value in r._props.items()
+        props = {name: value for name, value in r._props.items()
                  if name.startswith(RESERVED_PREFIX)}
         old_counts = {n: read_varint(v, 0, len(v))[0]
                       for n in _COUNTS for v in [props.get(n.encode(), b"\x00")]}

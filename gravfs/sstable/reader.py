@@ -58,8 +58,8 @@ from .properties import (
     LEGACY_PROPERTIES_BLOCK,
     PROPERTIES_BLOCK,
     RANGE_DEL_BLOCK,
-    RESERVED_PREFIX,
     TableProperties,
+    named,
     parse_table_properties,
     prop_name,
 )
@@ -158,7 +158,7 @@ class _LazyIndex(_Index):
 
 _STATE_FIELDS = (
     "_footer", "_data_end", "_format_version", "_checksum_type", "_meta", "_props",
-    "_table_props", "_user_props", "_table", "_blocks", "_kv", "_key_is_user",
+    "_table_props", "_table", "_blocks", "_kv", "_key_is_user",
     "_value_delta", "_top", "_two_level", "_partitions", "_cache", "_size",
 )
 
@@ -310,7 +310,7 @@ class SSTReader:
         except FormatError as e:
             raise self._corrupt(f"metaindex block: {e}", footer.metaindex_offset) from None
 
-        self._props: dict[str, bytes] = {}
+        self._props: dict[bytes, bytes] = {}  # stored names (see properties.named)
         handle = self._meta.get(PROPERTIES_BLOCK) or self._meta.get(LEGACY_PROPERTIES_BLOCK)
         if handle is not None:
             raw = self._read_block(handle[0], handle[1], "properties")
@@ -318,13 +318,12 @@ class SSTReader:
                 names, values = decode_entries(raw)
             except FormatError as e:
                 raise self._corrupt(f"properties block: {e}", handle[0]) from None
-            self._props = {prop_name(n): v for n, v in zip(names, values)}
+            self._props = dict(zip(names, values))
         try:
             tp = parse_table_properties(self._props, footer.format_version, footer.checksum_type)
         except FormatError as e:
             raise self._corrupt(f"properties block: {e}", handle[0] if handle else None) from None
         self._table_props = tp
-        self._user_props = {k: v for k, v in self._props.items() if not k.startswith(RESERVED_PREFIX)}
 
         if tp.comparator is not None and tp.comparator != BYTEWISE_COMPARATOR:
             raise self._corrupt(f"unsupported comparator {tp.comparator!r}", handle[0] if handle else None)
@@ -338,7 +337,7 @@ class SSTReader:
         # are also published in a key -> value map that serves warm lookups
         # with one hash probe.
         unique = (
-            "rocksdb.external_sst_file.version" in self._props
+            b"rocksdb.external_sst_file.version" in self._props
             and tp.num_deletions == 0
             and not tp.num_merge_operands
         )
@@ -489,12 +488,12 @@ class SSTReader:
     @property
     def properties(self) -> dict[str, bytes]:
         """Every entry of the properties block, values as stored."""
-        return dict(self._props)
+        return named(self._props)
 
     @property
     def user_properties(self) -> dict[str, bytes]:
         """Properties whose names do not start with ``rocksdb.``."""
-        return dict(self._user_props)
+        return named(self._props, reserved=False)
 
     @property
     def table_properties(self) -> TableProperties:

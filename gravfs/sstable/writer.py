@@ -77,13 +77,14 @@ def _normalize_properties(properties: Mapping[str, bytes] | None) -> dict[bytes,
     for name, value in (properties or {}).items():
         if not isinstance(name, str):
             raise TypeError(f"property name must be str, not {type(name).__name__}")
-        if name.startswith(RESERVED_PREFIX):
+        raw = name.encode("utf-8")
+        if raw.startswith(RESERVED_PREFIX):
             raise ValueError(f"property name {name!r} is reserved for RocksDB")
         if not name:
             raise ValueError("property name must not be empty")
         if isinstance(value, str):
             raise TypeError(f"property {name!r} must be bytes, not str")
-        out[name.encode("utf-8")] = bytes(value)
+        out[raw] = bytes(value)
     return out
 
 

@@ -289,6 +289,30 @@ def test_a_branch_state_is_parsed_once_per_stored_value_and_handed_out_as_copies
         ours.close()
 
 
+def test_a_branch_with_nothing_stored_keeps_one_fresh_token_until_a_state_is_saved(tmp_path):
+    """Reads of a branch with nothing staged share one fresh token (no random token
+    per lookup); once a state is saved and the branch dropped, its fresh token is a
+    new one: a token that was stored is never handed out as fresh again."""
+    from gravfs.version.staging.area import StagingArea
+    area = StagingArea(str(tmp_path / "lmdb"))
+    try:
+        with area.read_txn() as txn:
+            a, b = area.state(txn, "main"), area.state(txn, "main")
+            other = area.state(txn, "dev")
+        assert a.staging == b.staging and a is not b and other.staging != a.staging
+        assert area.stored_state("main") is None  # reading stored nothing
+        area.put_many("main", [(b"k", b"v")], "c0")
+        stored = area.stored_state("main")
+        assert stored is not None and stored.staging == a.staging  # the writer used it
+        area.write(lambda txn: area.drop_branch(txn, "main"))
+        with area.read_txn() as txn:
+            again = area.state(txn, "main")
+            assert area.lookup(txn, again.tokens(), b"k") is None
+        assert again.staging != a.staging
+    finally:
+        area.close()
+
+
 def test_a_map_another_process_outgrew_is_a_clear_error(tmp_path, monkeypatch):
     """(With maps made small for the test.) Another process grows the database past
     this process's map: this process's transactions fail with one clear error that

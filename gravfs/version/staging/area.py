@@ -165,6 +165,10 @@ class StagingArea:
         self._resize_lock = threading.Lock()
         # branch -> (stored bytes, state): the state this process last read or wrote
         self._last_state: dict[str, tuple[bytes, BranchState]] = {}
+        # branch -> the staging token of its fresh state while none is stored: a read
+        # of a branch with nothing staged costs no random token (an urandom call) each
+        # time; dropped when a state is saved, so a token once stored is never fresh again
+        self._fresh: dict[str, str] = {}
         # called with each write transaction's number (the change_counter() it commits
         # as; a retried try keeps it) inside the transaction, on the writing thread
         self.on_write: Optional[Callable[[int], None]] = None
@@ -251,7 +255,10 @@ class StagingArea:
     def state(self, txn, branch: str) -> BranchState:
         raw = txn.get(branch.encode(), db=self.branches_db)
         if raw is None:
-            return BranchState(staging=new_token())
+            token = self._fresh.get(branch)
+            if token is None:
+                token = self._fresh[branch] = new_token()
+            return BranchState(staging=token)
         last = self._last_state.get(branch)
         if last is not None and last[0] == raw:  # unchanged since this process saw it: no JSON
             return last[1].copy()
@@ -262,6 +269,7 @@ class StagingArea:
     def save_state(self, txn, branch: str, st: BranchState) -> None:
         raw = st.dump()
         txn.put(branch.encode(), raw, db=self.branches_db)
+        self._fresh.pop(branch, None)
         # kept even if the transaction aborts: state() compares the stored bytes
         self._last_state[branch] = (raw, st.copy())
 
