@@ -693,12 +693,11 @@ def test_staging_by_another_process_shows_before_the_attr_timeout(gravfs_mount):
     assert not os.path.exists(m.branch_path("d/new"))  # the mount knows d is empty
     local = os.path.join(m.base, "local")
     _write(local, b"much longer content")
-    t = time.monotonic()
     m.cli("put", local, "main:f")
     m.cli("put", local, "main:d/new")
+    # from the CLI's exit: its own start-up time on a loaded machine is not the mount's
     wait_for(lambda: os.stat(m.branch_path("f")).st_size == 19, timeout=4)
     wait_for(lambda: os.path.exists(m.branch_path("d/new")), timeout=4)
-    assert time.monotonic() - t < 8
     assert _read(m.branch_path("f")) == b"much longer content"
     assert _read(m.branch_path("d/new")) == b"much longer content"
     m.assert_clean_log()
