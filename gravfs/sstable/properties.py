@@ -91,7 +91,7 @@ def prop_name(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
-def named(props: dict[bytes, bytes], reserved: bool | None = None) -> dict[str, bytes]:
-    """The map with text names: all (None), only rocksdb.* (True) or only the others."""
+def named(props: dict[bytes, bytes], user_only: bool = False) -> dict[str, bytes]:
+    """The map with text names (``user_only``: without RocksDB's own, rocksdb.*)."""
     return {prop_name(n): v for n, v in props.items()
-            if reserved is None or n.startswith(RESERVED_PREFIX) == reserved}
+            if not (user_only and n.startswith(RESERVED_PREFIX))}

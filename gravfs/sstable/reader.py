@@ -493,7 +493,7 @@ class SSTReader:
     @property
     def user_properties(self) -> dict[str, bytes]:
         """Properties whose names do not start with ``rocksdb.``."""
-        return named(self._props, reserved=False)
+        return named(self._props, user_only=True)
 
     @property
     def table_properties(self) -> TableProperties:
