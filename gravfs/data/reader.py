@@ -29,13 +29,14 @@ import logging
 import os
 import threading
 from array import array
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Callable, Optional
 
 from gravfs import hashing, threadwork
 from gravfs.data import chunksums, sparse
 from gravfs.data.inplace import InPlaceObject, InPlaceReads, open_sequential
 from gravfs.data.external import Source, reader_for
+from gravfs.data.fetchqueue import FetchQueue
 from gravfs.data.objects import DataObjects, digest_of
 from gravfs.errors import CorruptDataError, NotFoundError
 from gravfs.lru import LRU
@@ -132,7 +133,7 @@ class DataReader:
         self._recorded: dict[str, chunksums.ChunkChecks | None] = {}  # sums found in the tier
         self._manifests: LRU[str, sparse.Manifest] = LRU()  # verified, by address
         self._in_place = InPlaceReads(data, self._refuse, self._corrupt, self._recorded_sums)
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="gravfs-readahead")
+        self._pool = FetchQueue(workers, "gravfs-readahead")  # reads before read-ahead
         # chunks a fetch may land ahead of the running hash before it helps hash: half
         # the cache, so those it has not reached are not the ones evicted
         self._lag_max = max(1, cache_bytes // chunk_size // 2)
@@ -140,7 +141,7 @@ class DataReader:
                       "in_place_reads": 0}
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.close()
         self._in_place.close()
 
     @property
@@ -374,11 +375,12 @@ class DataReader:
                 return f
             f = self._inflight.get(key)
             if f is not None:
+                if need:  # a read waits for it now: before any read-ahead still queued
+                    self._pool.promote(key)
                 return f
-            f = Future()
-            self._inflight[key] = f
+            f = self._inflight[key] = Future()
         try:
-            self._pool.submit(self._fetch, address, size, idx, f, fetch)
+            self._pool.submit(key, lambda: self._fetch(address, size, idx, f, fetch), need)
         except RuntimeError:  # pool shut down: fetch inline
             self._fetch(address, size, idx, f, fetch)
         return f
