@@ -78,22 +78,30 @@ def test_closing_drops_queued_fetches_and_refuses_new_ones():
     assert rec.order == ["running"]
 
 
-def test_threads_start_only_as_work_comes_and_stay_within_the_limit():
-    q = FetchQueue(3, "test-fetch")
+def test_read_ahead_leaves_a_worker_for_reads_and_threads_start_as_work_comes():
+    q = FetchQueue(3, "test-fetch", reserve=1)
+    gate = threading.Event()
+    started: list[str] = []
+    ran = threading.Semaphore(0)
+
+    def job(name):
+        def run():
+            started.append(name)
+            ran.release()
+            assert gate.wait(10)
+        return run
+
     try:
         assert q._threads == []
-        gate = threading.Event()
-        started = threading.Semaphore(0)
-
-        def wait():
-            started.release()
-            gate.wait(10)
-
         for i in range(6):
-            q.submit(i, wait, demand=False)
-        for _ in range(3):
-            assert started.acquire(timeout=10)
+            q.submit(i, job(f"ahead-{i}"), demand=False)
+        for _ in range(2):
+            assert ran.acquire(timeout=10)
+        assert not ran.acquire(timeout=0.2)  # two of three workers at most for read-ahead
+        q.submit("read", job("read"), demand=True)
+        assert ran.acquire(timeout=10)  # the third takes the read at once
+        assert started == ["ahead-0", "ahead-1", "read"]
         assert len(q._threads) == 3
-        gate.set()
     finally:
+        gate.set()
         q.close()

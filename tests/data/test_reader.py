@@ -460,13 +460,13 @@ def test_a_new_readers_fetch_goes_before_another_streams_read_ahead(s3_repo, mon
         t.start()
         assert busy.wait(10)  # the worker fetches one of a's chunks; the rest wait in the queue
         deadline = time.monotonic() + 10
-        while reader._pool._queue.qsize() < 8 and time.monotonic() < deadline:  # a 2-8, a 0
+        while len(reader._pool._jobs) < 8 and time.monotonic() < deadline:  # a 2-8, a 0
             time.sleep(0.001)
         fresh = ReadState()
         reader_b = threading.Thread(
             target=lambda: got.setdefault("b", reader.read(fresh, b, b_size, 0, MiB)), daemon=True)
         reader_b.start()
-        while reader._pool._queue.qsize() < 10 and time.monotonic() < deadline:  # + b 0, b 1
+        while len(reader._pool._jobs) < 10 and time.monotonic() < deadline:  # + b 0, b 1
             time.sleep(0.001)
         gate.set()
         t.join(10)
