@@ -11,9 +11,12 @@ starts at once instead of after a running one.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from typing import Callable, Hashable, Optional
+
+log = logging.getLogger(__name__)
 
 
 class FetchQueue:
@@ -90,6 +93,8 @@ class FetchQueue:
                 self._running_ahead += not demand
             try:
                 job()
+            except Exception:  # a fetch reports its errors to its readers; this is a bug
+                log.exception("%s: a fetch failed outside its readers' future", self._name)
             finally:
                 with self._cond:
                     self._running -= 1

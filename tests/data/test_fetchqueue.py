@@ -105,3 +105,19 @@ def test_read_ahead_leaves_a_worker_for_reads_and_threads_start_as_work_comes():
     finally:
         gate.set()
         q.close()
+
+
+def test_a_job_that_raises_leaves_its_worker_running(caplog):
+    q = FetchQueue(1, "test-fetch")
+    done = threading.Event()
+
+    def broken():
+        raise ValueError("a bug in a fetch")
+
+    try:
+        q.submit("broken", broken, demand=True)
+        q.submit("next", done.set, demand=False)
+        assert done.wait(10)  # the only worker survived the first job
+        assert "a fetch failed outside" in caplog.text
+    finally:
+        q.close()
