@@ -431,7 +431,8 @@ class Gravfs:
 
 
 class Floor:
-    """scripts/fuse_floor.py mounted with the benchmark's sizes (read-ahead as gravfs's);
+    """scripts/fuse_floor.py mounted with the benchmark's sizes (mount options and read-ahead
+    as gravfs's);
     ``big``: the native big file and its SHA-256, for a work floor (``--work``), read
     from the disk or, with ``s3`` (a SeaweedServer), from that server (uploaded here)."""
 
@@ -464,11 +465,12 @@ class Floor:
         if self.work:  # a new directory each mount: its creates go to fresh names
             self.mounts += 1
             extra = ["--work", os.path.join(self.base, f"work{self.mounts}")]
-        self.proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "fuse_floor.py"),
-                                      self.mnt, *self.args, *extra], env=self.env)
-        wait_mounted(self.mnt, timeout=120)
         from gravfs.fuse.launch import tune_readahead
-        from gravfs.fuse.options import MountOptions
+        from gravfs.fuse.options import MountOptions, parse
+        options = ",".join(sorted(parse([]).fuse))  # a gravfs mount's: default_permissions
+        self.proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "fuse_floor.py"),
+                                      self.mnt, "-o", options, *self.args, *extra], env=self.env)
+        wait_mounted(self.mnt, timeout=120)
         tune_readahead(self.mnt, MountOptions().readahead_kb)  # as a gravfs daemon does
         return self.mnt
 

@@ -7,7 +7,10 @@ staging and no thread hops: ``small/`` and ``many/`` hold N and M 100-byte files
 named like bench_mount's native trees, ``big`` is a file of B MiB (1 MiB reads
 served from one prebuilt buffer), and any directory accepts new files (kept in
 memory) and new directories. Timeouts and cache flags are gravfs's for branch
-paths (10 s, keep_cache). Whatever gravfs costs above this column is gravfs's;
+paths (10 s, keep_cache), and so are the mount options when given (``-o``;
+bench_mount passes gravfs's defaults: ``default_permissions`` makes the kernel
+check permissions, so a create's next path walk asks for the directory's changed
+attributes). Whatever gravfs costs above this column is gravfs's;
 what this column costs is the kernel round trip plus pyfuse3 and trio.
 
 With ``--work DIR`` it is the work floor (bench_mount's "pyfuse3-work-floor"):
@@ -25,7 +28,7 @@ it: ranged GETs of its chunk size, as many ahead as its read-ahead keeps, each c
 hashed in order as it arrives. What gravfs costs above this column is its own; above
 the plain floor, the promises'.
 
-    scripts/fuse_floor.py MOUNTPOINT [--small N] [--many M] [--big-mb B]
+    scripts/fuse_floor.py MOUNTPOINT [-o OPT[,OPT...]] [--small N] [--many M] [--big-mb B]
                           [--work DIR --big-sha256 HEX
                            (--big-file PATH | --big-s3-endpoint URL --big-s3-bucket B --big-s3-key K)]
 
@@ -396,6 +399,8 @@ class WorkFloorFS(FloorFS):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mountpoint")
+    ap.add_argument("-o", dest="options", default="", metavar="OPT[,OPT...]",
+                    help="FUSE mount options (flags such as default_permissions)")
     ap.add_argument("--small", type=int, default=10000)
     ap.add_argument("--many", type=int, default=100000)
     ap.add_argument("--big-mb", type=int, default=1024)
@@ -426,8 +431,9 @@ def main() -> None:
                          s3 if all(s3) else None)
     else:
         fs = FloorFS(a.small, a.many, a.big_mb, a.lake)
+    options = {"fsname=fusefloor", "subtype=fusefloor"} | {o for o in a.options.split(",") if o}
     try:
-        pyfuse3.init(fs, a.mountpoint, {"fsname=fusefloor", "subtype=fusefloor"})
+        pyfuse3.init(fs, a.mountpoint, options)
     except RuntimeError as exc:
         ap.error(f"cannot mount on {a.mountpoint}: {exc} (is /dev/fuse usable, the directory empty?)")
     try:
