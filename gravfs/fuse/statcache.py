@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import threading
 import time
+from itertools import islice
 from typing import Iterable, Optional
 
 MISSING = object()  # "not cached" (None is a cached "no such path")
@@ -236,9 +237,9 @@ class BranchStatCache:
             return
         nodes = self._nodes[branch]
         nodes.update(items)
-        if len(nodes) > self.max_entries:  # evict the oldest, give the memory back
-            keep = list(nodes.items())[len(nodes) - self.max_entries * 3 // 4:]
-            self._nodes[branch] = dict(keep)
+        if len(nodes) > self.max_entries:  # evict the oldest quarter (insertion order)
+            for key in list(islice(nodes, len(nodes) - self.max_entries * 3 // 4)):
+                del nodes[key]
 
     def put_listing(self, branch: str, version: tuple, key: bytes, names: set) -> None:
         """Every name in directory ``key`` (listed whole at version)."""
