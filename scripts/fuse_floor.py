@@ -435,7 +435,7 @@ def main() -> None:
     try:
         pyfuse3.init(fs, a.mountpoint, options)
     except RuntimeError as exc:
-        ap.error(f"cannot mount on {a.mountpoint}: {exc} (is /dev/fuse usable, the directory empty?)")
+        ap.error(f"cannot mount on {a.mountpoint}: {exc} (an unknown -o option, /dev/fuse not usable, or the directory not empty?)")
     try:
         trio.run(lambda: pyfuse3.main(min_tasks=4, max_tasks=64))  # as gravfs
     finally:
