@@ -544,8 +544,12 @@ class GravfsOperations(pyfuse3.Operations):
     def _remember(self, node: Inode, n: Node, key: Optional[bytes] = None) -> None:
         """``key``: the name n was found at (a hard-linked inode has several)."""
         self._remember_entry(node, n.entry)
-        # at or under a name another writer made: shown escaped, and read-only (a write
-        # would stage the escaped name as a new key beside it)
+        self._mark_foreign(node, n, key)
+
+    @staticmethod
+    def _mark_foreign(node: Inode, n: Node, key: Optional[bytes] = None) -> None:
+        """At or under a name another writer made: shown escaped, and read-only (a write
+        would stage the escaped name as a new key beside it)."""
         own = n.key[:-1] if n.kind == "dir" and n.key.endswith(b"/") else n.key
         node.foreign = own != (node.key if key is None else key)
 
@@ -723,14 +727,15 @@ class GravfsOperations(pyfuse3.Operations):
             pending = h.pending
             h.pending = None
             if pending is not None and pending[0] == start_after:
-                batch, more = pending[1], pending[2]
+                batch, more, filed = pending[1], pending[2], pending[3]
             else:
                 try:
                     version, batch = await self._next_batch(h, tree, node.key, start_after)
                 except NotFoundError:
                     return
                 more = len(batch) >= READDIR_BATCH
-                if version is not None:
+                filed = version is not None
+                if filed:
                     self._cache_listed(tree.name, version, node.key, batch,
                                        start_after is None and not more)
             for i, n in enumerate(batch):
@@ -743,15 +748,21 @@ class GravfsOperations(pyfuse3.Operations):
                 if n.key == key:  # share the listed key (the stat cache's node's): one copy
                     key = n.key
                 child = self.inodes.ensure(tree, key, n.kind, node.ino, name, _group(n))
-                self._remember(child, n, key)
+                if filed and n.kind != "dir" and self.inodes.remembered(child) is None:
+                    # the stat cache holds it (filed above, with the batch), where a
+                    # getattr or an open finds it: remembering it too was a tenth of a
+                    # traversal's time (one remembered already is refreshed below)
+                    self._mark_foreign(child, n, key)
+                else:
+                    self._remember(child, n, key)
                 if not self._reply(h, token, name, child, n.entry, cont):
-                    h.pending = (start_after, batch[i:], more)
+                    h.pending = (start_after, batch[i:], more, filed)
                     if more:
                         self._list_ahead(h, tree, node.key, batch[-1].listing_key)
                     return
                 start_after = cont
             if not more:  # the end: the kernel's next readdir gets it without a listing
-                h.pending = (start_after, (), False)
+                h.pending = (start_after, (), False, filed)
                 return
 
     async def _next_batch(self, h: DirHandle, tree: Tree, key: bytes,

@@ -1027,6 +1027,67 @@ def test_readdir_lists_the_next_batch_while_the_kernel_takes_a_reply(tmp_path, m
         repo.close()
 
 
+def test_listed_files_are_answered_from_the_stat_cache_and_stay_current(tmp_path, monkeypatch):
+    """A branch listing files its files in the stat cache and does not remember them a
+    second time per inode; getattr and open of a listed file answer what the listing
+    showed, an entry remembered before the listing is refreshed by it (not left stale),
+    and a listed directory is remembered as before (the stat cache holds no
+    directories from listings)."""
+    import trio
+
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
+    from gravfs.fs.repository import Repository
+    from gravfs.fuse import operations as ops_mod
+    from gravfs.fuse.inodes import ROOT
+    from gravfs.fuse.options import MountOptions
+
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    repo = Repository.init(store, state)
+
+    def entry(size: int) -> EntryInfo:
+        return EntryInfo(address="data/00/" + "0" * 64, size=size, mtime_ns=size,
+                         mode=0o100644, kind=KIND_FILE)
+
+    repo.stage("main", [(b"d/f%d" % i, entry(10 + i)) for i in range(5)]
+               + [(b"d/sub/x", entry(1))])
+    ops = ops_mod.GravfsOperations(repo, MountOptions())
+    monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply",
+                        lambda token, name, attrs, off: token.append((name, attrs)) or True)
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            ops.nursery = nursery
+            d = await ops.lookup(ROOT, b"branches")
+            d = await ops.lookup(d.st_ino, b"main")
+            d = await ops.lookup(d.st_ino, b"d")
+            f0 = await ops.lookup(d.st_ino, b"f0")  # remembered: size 10
+            assert ops.inodes.remembered(ops._node(f0.st_ino))[0].size == 10
+            repo.stage("main", [(b"d/f0", entry(99))])  # as another process would
+            fh = await ops.opendir(d.st_ino, None)
+            token: list = []
+            await ops.readdir(fh, 0, token)
+            await ops.releasedir(fh)
+            listed = dict(token)
+            assert sorted(listed) == [b"f0", b"f1", b"f2", b"f3", b"f4", b"sub"]
+            assert listed[b"f0"].st_size == 99 and listed[b"f3"].st_size == 13
+            # the entry remembered before the listing follows it
+            assert ops.inodes.remembered(ops._node(f0.st_ino))[0].size == 99
+            assert (await ops.getattr(f0.st_ino)).st_size == 99
+            # a file met first in the listing: not remembered, answered all the same
+            f3 = ops._node(listed[b"f3"].st_ino)
+            assert ops.inodes.remembered(f3) is None
+            assert (await ops.getattr(f3.ino)).st_size == 13
+            fi = await ops.open(f3.ino, os.O_RDONLY, None)
+            await ops.release(fi.fh)
+            assert ops.inodes.remembered(ops._node(listed[b"sub"].st_ino)) is not None
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        repo.close()
+
+
 def test_a_kernel_that_forgets_most_inodes_makes_the_daemon_drop_its_caches(tmp_path,
                                                                              monkeypatch):
     """After a walk the kernel forgets (its dentries reclaimed or dropped): the stat
