@@ -1038,7 +1038,6 @@ def test_listed_files_are_answered_from_the_stat_cache_and_stay_current(tmp_path
     from gravfs.fs.entry import KIND_FILE, EntryInfo
     from gravfs.fs.repository import Repository
     from gravfs.fuse import operations as ops_mod
-    from gravfs.fuse.inodes import ROOT
     from gravfs.fuse.options import MountOptions
 
     store, state = str(tmp_path / "store"), str(tmp_path / "state")
@@ -1057,13 +1056,11 @@ def test_listed_files_are_answered_from_the_stat_cache_and_stay_current(tmp_path
     async def main():
         async with trio.open_nursery() as nursery:
             ops.nursery = nursery
-            d = await ops.lookup(ROOT, b"branches")
-            d = await ops.lookup(d.st_ino, b"main")
-            d = await ops.lookup(d.st_ino, b"d")
-            f0 = await ops.lookup(d.st_ino, b"f0")  # remembered: size 10
+            d = await _dir_d(ops)
+            f0 = await ops.lookup(d, b"f0")  # remembered: size 10
             assert ops.inodes.remembered(ops._node(f0.st_ino))[0].size == 10
             repo.stage("main", [(b"d/f0", entry(99))])  # as another process would
-            fh = await ops.opendir(d.st_ino, None)
+            fh = await ops.opendir(d, None)
             token: list = []
             await ops.readdir(fh, 0, token)
             await ops.releasedir(fh)
