@@ -273,7 +273,7 @@ class DirHandle:
         self.next_offset = 1
         self.snapshot: Optional[list] = None  # virtual directories list once per open
         # the rest of a listed batch the kernel's last readdir had no room for:
-        # (listed after, nodes, more follow, the nodes are in the stat cache)
+        # (listed after, nodes, more follow)
         self.pending: Optional[tuple] = None
         self.ahead: Optional[ListingAhead] = None  # the next batch, listed in the background
 

@@ -721,21 +721,21 @@ class GravfsOperations(pyfuse3.Operations):
             await self._readdir_virtual(h, start_after, token)
             return
         tree = node.tree
+        filed = tree.kind == "branch"  # a branch's listed batches go to the stat cache
         while True:
             # a kernel readdir takes a few dozen entries: the rest of a listed batch
             # waits on the handle for the next call instead of being listed again
             pending = h.pending
             h.pending = None
             if pending is not None and pending[0] == start_after:
-                batch, more, filed = pending[1], pending[2], pending[3]
+                batch, more = pending[1], pending[2]
             else:
                 try:
                     version, batch = await self._next_batch(h, tree, node.key, start_after)
                 except NotFoundError:
                     return
                 more = len(batch) >= READDIR_BATCH
-                filed = version is not None
-                if filed:
+                if version is not None:
                     self._cache_listed(tree.name, version, node.key, batch,
                                        start_after is None and not more)
             for i, n in enumerate(batch):
@@ -756,13 +756,13 @@ class GravfsOperations(pyfuse3.Operations):
                 else:
                     self._remember(child, n, key)
                 if not self._reply(h, token, name, child, n.entry, cont):
-                    h.pending = (start_after, batch[i:], more, filed)
+                    h.pending = (start_after, batch[i:], more)
                     if more:
                         self._list_ahead(h, tree, node.key, batch[-1].listing_key)
                     return
                 start_after = cont
             if not more:  # the end: the kernel's next readdir gets it without a listing
-                h.pending = (start_after, (), False, filed)
+                h.pending = (start_after, (), False)
                 return
 
     async def _next_batch(self, h: DirHandle, tree: Tree, key: bytes,
