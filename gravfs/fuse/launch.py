@@ -217,6 +217,7 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     """Open, mount, serve until unmounted; returns the exit code."""
     os.umask(0o077)  # what the daemon writes (logs, local files) is its owner's only
     _setup_daemon_logging(cfg, daemon)
+    _reserve_descriptors()  # before any thread starts
 
     def report(code: int, message: str) -> int:
         log.error("mount failed: %s", message)
@@ -303,6 +304,43 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
         _notify_systemd(b"STOPPING=1")
     log.info("unmounted %s", cfg["mountpoint"])
     return code
+
+
+# Descriptor-table slots reserved at start-up: the range readers take up to 4,096
+# descriptors (gravfs.version.committed.reader), open files and sockets the rest.
+FD_TABLE_SLOTS = 8192
+
+
+def _reserve_descriptors(slots: int = FD_TABLE_SLOTS) -> None:
+    """Grow the descriptor table to its working size while the daemon has one thread.
+
+    Every mapped range SST holds a descriptor (mmap keeps a duplicate), and the
+    kernel doubles the table as they pass 64, 128, 256, ...; in a process with
+    threads each doubling waits for an RCU grace period (8-15 ms measured here),
+    paid by whichever lookup opened the range. The table never shrinks, so the
+    slots cost 8 bytes each, once. Within the descriptor limit."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    top = slots if soft == resource.RLIM_INFINITY else min(slots, soft)
+    if top <= 64:  # the table a process starts with
+        return
+    try:
+        os.fstat(top - 1)
+        return  # in use: the table is that large already (and the descriptor not ours)
+    except OSError:
+        pass
+    try:
+        fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.dup2(fd, top - 1, inheritable=False)
+            os.close(top - 1)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.debug("descriptor table not reserved (%d slots): %s", top, exc)
+        return
+    log.debug("descriptor table reserved: %d slots", top)
 
 
 # CPython collects its youngest generation every 700 net allocations and walks the

@@ -217,3 +217,46 @@ def test_empty_files_made_ahead_go_quietly_with_their_daemon(gravfs_mount):
     assert _read(m.branch_path("made")) == b"x"
     m.umount()
     assert _local_files(m) == []  # a clean unmount removes its own
+
+
+def _limit(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/{'status' if field == 'FDSize' else 'limits'}") as f:
+        for line in f:
+            if field == "FDSize" and line.startswith("FDSize:"):
+                return int(line.split()[1])
+            if field == "nofile" and line.startswith("Max open files"):
+                soft = line.split()[3]
+                return 1 << 62 if soft == "unlimited" else int(soft)
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def test_the_daemon_reserves_its_descriptor_table_at_start(gravfs_mount):
+    """Each mapped range holds a descriptor; growing the table later, with threads
+    running, stalls the lookup that opened the range (an RCU grace period)."""
+    from gravfs.fuse.launch import FD_TABLE_SLOTS
+
+    pid = gravfs_mount.pid()
+    assert _limit(pid, "FDSize") >= min(FD_TABLE_SLOTS, _limit(pid, "nofile"))
+    assert len(os.listdir(f"/proc/{pid}/fd")) < 200  # the slots, not descriptors
+
+
+def test_reserving_descriptors_leaves_an_open_descriptor_alone(tmp_path):
+    from gravfs.fuse.launch import _reserve_descriptors
+
+    p = tmp_path / "held"
+    p.write_bytes(b"mine")
+    fd = os.open(p, os.O_RDONLY)
+    top = _limit(os.getpid(), "FDSize") * 2  # past the table: the reservation's own slot
+    try:
+        os.dup2(fd, top - 1)
+        _reserve_descriptors(top)
+        assert os.pread(top - 1, 4, 0) == b"mine"
+        os.close(top - 1)
+        _reserve_descriptors(top)
+        try:
+            os.fstat(top - 1)
+            raise AssertionError("the reserved slot was left open")
+        except OSError:
+            pass
+    finally:
+        os.close(fd)
