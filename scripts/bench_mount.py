@@ -911,10 +911,46 @@ def marginal_memory(top: str, mnt: str, mount, umount) -> dict:
     return {"marginal_inodes": i2 - i1, "rss_per_inode_marginal": (b2 - b1) / max(1, i2 - i1)}
 
 
+def lake_db(store: str, state: str, dest: str) -> None:
+    """A RocksDB holding the branch's committed records: the range SSTs of main's
+    metarange ingested as gravfs wrote them (copied), for the lake work floor."""
+    import rocksdict
+    from gravfs.fs.repository import Repository
+    repo = Repository.open(store, state)
+    try:
+        with repo.staging.read_txn() as txn:
+            metarange = repo.layers("main", txn).metarange
+        ranges = [os.path.join(store, "_gravfs", "ranges", r.id)
+                  for r in repo.committed.iter_ranges(metarange)]
+    finally:
+        repo.close()
+    shutil.rmtree(dest, ignore_errors=True)
+    db = rocksdict.Rdict(dest, options=rocksdict.Options(raw_mode=True))
+    try:
+        db.ingest_external_file(ranges)
+    finally:
+        db.close()
+
+
+def floor_scale(base: str, name: str, n: int, lake: list[str]) -> dict:
+    """find (rate, files), cold stats and ls -l of a day directory on a floor whose
+    lake the arguments ``lake`` give (fuse_floor.py --lake N or --lake-db DIR)."""
+    fl = Floor(os.path.join(base, f"{name}-scale{n}"), argparse.Namespace(stats=0, list_entries=0, big_mb=1))
+    fl.args += lake
+    fl.mount()
+    try:
+        seconds, files = find_files(os.path.join(fl.mnt, "tables"))
+    finally:
+        fl.umount()
+    return {"find_s": seconds, "find_files": files, "find_rate": files / seconds,
+            **cold_probes(fl.mnt, n, fl.mount, fl.umount)}
+
+
 def bench_scale(a, base: str, n: int) -> dict:
     """A branch of n entries (bench_repo.build_branch: 20k files per day directory) on a
     local store: ``find``, random cold stats and ``ls -l`` of a day directory against
-    the floor on the same shape, and the daemon's memory per inode the kernel knows,
+    the floor on the same shape and against the lake work floor on the same records
+    (``fuse_floor.py --lake-db``), and the daemon's memory per inode the kernel knows,
     before and after the kernel forgets them (with the part its bounded caches hold)."""
     from bench_repo import build_branch
     from gravfs.fs.repository import Repository
@@ -964,17 +1000,19 @@ def bench_scale(a, base: str, n: int) -> dict:
     out.update(cold_probes(top, n, g.mount, g.umount))
     out.update(marginal_memory(top, g.mnt, g.mount, g.umount))
     out["disk_random_read_per_s"] = disk_random_reads(os.path.join(g.store, "_gravfs", "ranges"))
+    db = os.path.join(base, f"lake-db{n}")
+    lake_db(g.store, g.state, db)
     shutil.rmtree(root, ignore_errors=True)
-    fl = Floor(os.path.join(base, f"floor-scale{n}"), argparse.Namespace(stats=0, list_entries=0, big_mb=1))
-    fl.args += ["--lake", str(n)]
-    fl.mount()
-    try:
-        out["floor_find_s"], ffiles = find_files(os.path.join(fl.mnt, "tables"))
-        out["floor_find_rate"] = ffiles / out["floor_find_s"]
-    finally:
-        fl.umount()
-    floor = cold_probes(fl.mnt, n, fl.mount, fl.umount)
-    out["floor_cold_stat_per_s"], out["floor_ls_l_day_s"] = floor["cold_stat_per_s"], floor["ls_l_day_s"]
+    for prefix, name, lake in (("floor", "floor", ["--lake", str(n)]),
+                               ("work_floor", "workfloor", ["--lake-db", db])):
+        out.update({f"{prefix}_{k}": v for k, v in floor_scale(base, name, n, lake).items()})
+    shutil.rmtree(db, ignore_errors=True)
+    if out["work_floor_find_files"] != files:
+        raise SystemExit(f"the lake work floor found {out['work_floor_find_files']:,} files, "
+                         f"gravfs {files:,}")
+    out["work_floor_find_vs_floor"] = out["work_floor_find_rate"] / out["floor_find_rate"]
+    out["find_vs_work_floor"] = out["find_rate"] / out["work_floor_find_rate"]
+    out["work_floor_cold_stat_vs_floor"] = out["work_floor_cold_stat_per_s"] / out["floor_cold_stat_per_s"]
     out["find_vs_floor"] = out["find_rate"] / out["floor_find_rate"]
     out["cold_stat_vs_floor"] = out["cold_stat_per_s"] / out["floor_cold_stat_per_s"]
     out["ls_l_day_vs_floor"] = out["ls_l_day_s"] / out["floor_ls_l_day_s"]
@@ -993,6 +1031,15 @@ def scale_table(rows: list[dict]) -> str:
             f"{r.get('rss_per_inode_marginal', float('nan')):>8.0f}  "
             f"{r.get('rss_after_drop', 0) / MiB:>8.0f} MB ({r.get('known_after_drop', '-')}), "
             f"{r.get('rss_after_drop_outside_caches', 0) / MiB:.0f} MB")
+    lines.append("entries    lake work floor: find/s  vs floor  gravfs vs it  cold stats/s  vs floor  "
+                 "ls -l 20k dir s")
+    for r in rows:
+        if "work_floor_find_rate" in r:
+            lines.append(
+                f"{r['entries']:>9,} {r['work_floor_find_rate']:>24,.0f} "
+                f"{r['work_floor_find_vs_floor']:>8.2f}x {r['find_vs_work_floor']:>11.2f}x "
+                f"{r['work_floor_cold_stat_per_s']:>13,.0f} {r['work_floor_cold_stat_vs_floor']:>8.2f}x "
+                f"{r['work_floor_ls_l_day_s']:>15.2f}")
     lines.append("entries    mount s  cold stats/s  floor/s  ratio  disk 4K reads/s  ls -l 20k dir s  "
                  "floor s  time ratio  metadata cache after find / budget")
     for r in rows:

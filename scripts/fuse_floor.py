@@ -28,9 +28,21 @@ it: ranged GETs of its chunk size, as many ahead as its read-ahead keeps, each c
 hashed in order as it arrives. What gravfs costs above this column is its own; above
 the plain floor, the promises'.
 
+With ``--lake-db DIR`` it is the lake work floor (bench_mount's scale section): the
+floor whose lake is a branch's committed entries, in a RocksDB that holds the branch's
+range SSTs as gravfs wrote them (ingested by the benchmark). A listing iterates the
+database from the directory's prefix (RocksDB's reader: each block's checksum checked,
+tables opened on first use) and decodes each entry's attributes (size, mode, owner,
+mtime: a protobuf class declaring only those fields of DESIGN.md's Entry); every
+listed or looked-up name gets an inode number kept both ways, returned on forget; a
+lookup is a point read, and a directory one seek. That is the least a mount of a
+committed tree does per name, with no code of gravfs's: RocksDB's C++ reader, not an
+SST reader in Python.
+
     scripts/fuse_floor.py MOUNTPOINT [-o OPT[,OPT...]] [--small N] [--many M] [--big-mb B]
                           [--work DIR --big-sha256 HEX
                            (--big-file PATH | --big-s3-endpoint URL --big-s3-bucket B --big-s3-key K)]
+                          [--lake-db DIR]
 
 Runs in the foreground until unmounted (fusermount3 -u MOUNTPOINT).
 """
@@ -188,6 +200,223 @@ class FloorFS(pyfuse3.Operations):
         s.f_namemax = 255
         return s
 
+
+def _attrs_message():
+    """A protobuf class declaring only the fields of the branch's entries (the Entry
+    schema of DESIGN.md) that a stat shows; a parse skips the others."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, timestamp_pb2
+    from google.protobuf.message_factory import GetMessageClass
+
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    f = descriptor_pb2.FileDescriptorProto(name="fusefloor_attrs.proto", package="fusefloor",
+                                           syntax="proto3",
+                                           dependency=["google/protobuf/timestamp.proto"])
+    m = f.message_type.add(name="Attrs")
+    F = descriptor_pb2.FieldDescriptorProto
+    for name, number, ftype in (("size", 3, F.TYPE_INT64), ("mode", 20, F.TYPE_UINT32),
+                                ("uid", 24, F.TYPE_UINT32), ("gid", 25, F.TYPE_UINT32)):
+        m.field.add(name=name, number=number, type=ftype, label=F.LABEL_OPTIONAL)
+    m.field.add(name="last_modified", number=2, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                type_name=".google.protobuf.Timestamp")
+    pool.Add(f)
+    return GetMessageClass(pool.FindMessageTypeByName("fusefloor.Attrs"))
+
+
+def _zigzag_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (value >> 1) ^ -(value & 1), pos
+        shift += 7
+
+
+def _record_data(value: bytes) -> bytes:
+    """The entry of a record value: zigzag len(identity) | identity | zigzag len(data) | data."""
+    b = value[0]
+    if b < 0x80:  # the usual lengths: an identity under 64 bytes, an entry under 8 KiB
+        p = 1 + (b >> 1)
+        c = value[p]
+        if c < 0x80:
+            return value[p + 1:p + 1 + (c >> 1)]
+        d = value[p + 1]
+        if d < 0x80:
+            return value[p + 2:p + 2 + (((c & 0x7F) | d << 7) >> 1)]
+    n, pos = _zigzag_varint(value, 0)
+    n, pos = _zigzag_varint(value, pos + n)
+    return value[pos:pos + n]
+
+
+class _Listing:
+    """A lake directory being listed: where the next readdir goes on."""
+    __slots__ = ("prefix", "own", "entries", "next_id", "pending")
+
+    def __init__(self, prefix: bytes, own: list):
+        self.prefix, self.own = prefix, own  # own: the floor's names in it (the root's)
+        self.entries, self.next_id, self.pending = None, 0, None
+
+
+class LakeWorkFloorFS(FloorFS):
+    """The floor with its lake read from a branch's records (``--lake-db``): the least
+    a listing, a lookup and a stat of committed entries cost (see the module's doc)."""
+
+    def __init__(self, small: int, many: int, big_mb: int, db_path: str):
+        import rocksdict
+
+        super().__init__(small, many, big_mb)
+        opts = rocksdict.Options(raw_mode=True)
+        opts.set_max_open_files(4096)  # tables opened on first use, as gravfs opens ranges
+        self.db = rocksdict.Rdict(db_path, options=opts, access_type=rocksdict.AccessType.read_only())
+        self.read_opts = rocksdict.ReadOptions()  # block checksums verified (RocksDB's default)
+        self.Attrs = _attrs_message()
+        self.lake: dict[int, bytes] = {}  # ino -> key (a directory's ends with "/")
+        self.inos: dict[bytes, int] = {}  # key -> ino, so a name keeps its number
+        self.counts: dict[int, int] = {}  # lookups the kernel holds (forget returns them)
+        self.dir_listings: dict[int, _Listing] = {}
+        self.started_ns = time.time_ns()
+
+    # -- the lake's names ---------------------------------------------------------------
+
+    def _entries(self, prefix: bytes):
+        """(name, key, record value or None for a directory) under prefix, key order."""
+        it = self.db.iter(self.read_opts)
+        it.seek(prefix)
+        n = len(prefix)
+        while it.valid():
+            k = it.key()
+            if not k.startswith(prefix):
+                return
+            slash = k.find(b"/", n)
+            if slash >= 0:
+                yield k[n:slash], k[:slash + 1], None
+                it.seek(k[:slash] + b"0")  # past the subdirectory ("0" follows "/")
+            else:
+                yield k[n:], k, it.value()
+                it.next()
+
+    def _ino(self, key: bytes) -> int:
+        ino = self.inos.get(key)
+        if ino is None:
+            ino = self.inos[key] = self.last_ino = self.last_ino + 1
+            self.lake[ino] = key
+        return ino
+
+    def _lake_attr(self, ino: int, value: bytes | None) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = ino
+        a.st_blksize = 4096
+        a.entry_timeout = a.attr_timeout = TIMEOUT
+        if value is None:
+            a.st_mode, a.st_nlink = stat.S_IFDIR | 0o755, 2
+            a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = self.started_ns
+            return a
+        m = self.Attrs.FromString(_record_data(value))
+        a.st_mode = m.mode or stat.S_IFREG | 0o644
+        a.st_nlink = 1
+        a.st_size = m.size
+        a.st_blocks = (m.size + 511) // 512
+        ts = m.last_modified
+        a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = ts.seconds * 1_000_000_000 + ts.nanos
+        a.st_uid, a.st_gid = m.uid, m.gid
+        return a
+
+    def _looked_up(self, ino: int) -> None:
+        self.counts[ino] = self.counts.get(ino, 0) + 1
+
+    def _dir_prefix(self, inode: int) -> bytes | None:
+        """The key prefix of a lake directory (b"" for the root), None for the floor's own."""
+        if inode == pyfuse3.ROOT_INODE:
+            return b""
+        key = self.lake.get(inode)
+        return key if key is not None and key.endswith(b"/") else None
+
+    # -- requests -------------------------------------------------------------------------
+
+    async def lookup(self, parent_inode, name, ctx=None):
+        if parent_inode in self.nodes and name in self.nodes[parent_inode].children:
+            return await super().lookup(parent_inode, name, ctx)
+        prefix = self._dir_prefix(parent_inode)
+        if prefix is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        key = prefix + name
+        value = self.db.get(key, read_opt=self.read_opts)
+        if value is None:
+            key += b"/"
+            it = self.db.iter(self.read_opts)
+            it.seek(key)
+            if not (it.valid() and it.key().startswith(key)):
+                raise pyfuse3.FUSEError(errno.ENOENT)
+        ino = self._ino(key)
+        self._looked_up(ino)
+        return self._lake_attr(ino, value)
+
+    async def getattr(self, inode, ctx=None):
+        key = self.lake.get(inode)
+        if key is None:
+            return await super().getattr(inode, ctx)
+        return self._lake_attr(inode, None if key.endswith(b"/")
+                               else self.db.get(key, read_opt=self.read_opts))
+
+    async def forget(self, inode_list):
+        for ino, n in inode_list:
+            left = self.counts.get(ino, 0) - n
+            if left > 0:
+                self.counts[ino] = left
+            elif ino in self.lake:
+                self.counts.pop(ino, None)
+                del self.inos[self.lake.pop(ino)]
+
+    async def opendir(self, inode, ctx):
+        prefix = self._dir_prefix(inode)
+        if prefix is None:
+            return await super().opendir(inode, ctx)
+        fh = self.next_fh
+        self.next_fh += 1
+        own = list(self.nodes[inode].children.items()) if inode in self.nodes else []
+        self.dir_listings[fh] = _Listing(prefix, own)
+        return fh
+
+    async def releasedir(self, fh):
+        self.dir_listings.pop(fh, None)
+        await super().releasedir(fh)
+
+    def _listed(self, lst: _Listing):
+        """(name, floor node or None, key, value) of every entry: the floor's, then the lake's."""
+        for name, node in lst.own:
+            yield name, node, None, None
+        for name, key, value in self._entries(lst.prefix):
+            yield name, None, key, value
+
+    async def readdir(self, fh, start_id, token):
+        lst = self.dir_listings.get(fh)
+        if lst is None:
+            return await super().readdir(fh, start_id, token)
+        if lst.entries is None or lst.next_id != start_id:  # a new pass, or a seek: list again
+            lst.entries, lst.next_id, lst.pending = self._listed(lst), 0, None
+            for _ in range(start_id):
+                if next(lst.entries, None) is None:
+                    return
+            lst.next_id = start_id
+        while True:
+            entry, lst.pending = lst.pending, None
+            if entry is None:
+                entry = next(lst.entries, None)
+                if entry is None:
+                    return
+            name, node, key, value = entry
+            if node is not None:
+                attr = self._attr(node)
+            else:
+                attr = self._lake_attr(self._ino(key), value)
+            if not pyfuse3.readdir_reply(token, name, attr, lst.next_id + 1):
+                lst.pending = entry
+                return
+            if node is None:
+                self._looked_up(attr.st_ino)
+            lst.next_id += 1
 
 class _Written:
     """A written file's local copy, hashed as its bytes arrive in order."""
@@ -406,6 +635,9 @@ def main() -> None:
     ap.add_argument("--big-mb", type=int, default=1024)
     ap.add_argument("--lake", type=int, default=0,
                     help="also tables/events/day=*/part-*.parquet: N files as bench_repo.build_branch")
+    ap.add_argument("--lake-db", metavar="DIR",
+                    help="the lake work floor: the lake is the branch whose records this "
+                         "RocksDB holds (its range SSTs ingested)")
     ap.add_argument("--work", metavar="DIR",
                     help="the work floor: creates staged in DIR, big read from --big-file or "
                          "S3 and checked against --big-sha256")
@@ -418,7 +650,13 @@ def main() -> None:
     if not os.path.isdir(a.mountpoint):
         ap.error(f"{a.mountpoint}: not a directory")
     s3 = (a.big_s3_endpoint, a.big_s3_bucket, a.big_s3_key)
-    if a.work:
+    if a.lake_db:
+        if a.work or a.lake:
+            ap.error("--lake-db goes without --work and --lake")
+        if not os.path.isfile(os.path.join(a.lake_db, "CURRENT")):
+            ap.error(f"--lake-db {a.lake_db}: not a RocksDB directory")
+        fs = LakeWorkFloorFS(a.small, a.many, a.big_mb, a.lake_db)
+    elif a.work:
         if not a.big_sha256 or bool(a.big_file) == any(s3):
             ap.error("--work needs --big-sha256 and either --big-file or the --big-s3-* options")
         if any(s3) and not all(s3):
