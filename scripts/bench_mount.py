@@ -434,9 +434,12 @@ class Floor:
     """scripts/fuse_floor.py mounted with the benchmark's sizes (mount options and read-ahead
     as gravfs's);
     ``big``: the native big file and its SHA-256, for a work floor (``--work``), read
-    from the disk or, with ``s3`` (a SeaweedServer), from that server (uploaded here)."""
+    from the disk or, with ``s3`` (a SeaweedServer), from that server (uploaded here);
+    with ``s3``, ``dataset`` (the Spark dataset's directory) is uploaded there too and
+    served as ``parquet/``."""
 
-    def __init__(self, base: str, a, big: tuple[str, str] | None = None, s3=None):
+    def __init__(self, base: str, a, big: tuple[str, str] | None = None, s3=None,
+                 dataset: str | None = None):
         self.base = base
         self.mnt = os.path.join(base, "mnt")
         os.makedirs(self.mnt, exist_ok=True)
@@ -448,15 +451,20 @@ class Floor:
             if s3 is None:
                 self.args += ["--big-file", big]
             else:
-                key = f"work-floor-{uuid.uuid4().hex[:8]}/big"
-                s3_client(s3).upload_file(big, s3.bucket, key)
+                prefix = f"work-floor-{uuid.uuid4().hex[:8]}"
+                client = s3_client(s3)
+                client.upload_file(big, s3.bucket, f"{prefix}/big")
                 self.args += ["--big-s3-endpoint", s3.endpoint_url, "--big-s3-bucket", s3.bucket,
-                              "--big-s3-key", key]
+                              "--big-s3-key", f"{prefix}/big"]
+                if dataset:
+                    self.args += ["--objects", upload_dataset(client, s3.bucket, prefix, dataset,
+                                                              os.path.join(base, "objects.json"))]
                 self.env = {**os.environ, "AWS_ACCESS_KEY_ID": s3.access_key,
                             "AWS_SECRET_ACCESS_KEY": s3.secret_key}
         self.work = big is not None
         # what a work floor adds to the floor's figures: a create's work and a cold read's
-        self.groups = ({"read"} if s3 else {"read", "create"}) if self.work else set(GROUPS)
+        self.groups = (({"read", "spark"} if dataset else {"read"}) if s3 else {"read", "create"}
+                       ) if self.work else set(GROUPS)
         self.mounts = 0
         self.proc = None
 
@@ -479,6 +487,24 @@ class Floor:
         if self.proc is not None:
             self.proc.wait(timeout=30)
             self.proc = None
+
+
+def upload_dataset(client, bucket: str, prefix: str, directory: str, manifest: str) -> str:
+    """Upload a directory's files under ``prefix/parquet/``; write the manifest the work
+    floor's ``--objects`` reads (name, key, size, SHA-256 of each) and return its path."""
+    objects = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            continue
+        key = f"{prefix}/parquet/{name}"
+        client.upload_file(path, bucket, key)
+        with open(path, "rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        objects.append({"name": name, "key": key, "size": os.path.getsize(path), "sha256": digest})
+    with open(manifest, "w") as f:
+        json.dump(objects, f)
+    return manifest
 
 
 class Rclone:
@@ -630,9 +656,10 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict) -> Iterator[None]:
         yield
 
 
-def bench_floor(a, fl: Floor, out: dict) -> Iterator[None]:
+def bench_floor(a, fl: Floor, spark, out: dict) -> Iterator[None]:
     out.update({k: [] for k in ("read_cold_MBps", "read_warm_MBps", "read_warm3_MBps",
-                                "stat_first_per_s", "stat_per_s", "create_per_s", "ls_l_s")})
+                                "stat_first_per_s", "stat_per_s", "create_per_s", "ls_l_s",
+                                "spark_cold_s", "spark_warm_s")})
     for r in range(a.runs):
         out.setdefault("python_loop_ms", []).append(python_loop_ms())  # the host's speed now
         mnt = fl.mount()
@@ -648,6 +675,8 @@ def bench_floor(a, fl: Floor, out: dict) -> Iterator[None]:
                 out["create_per_s"].append(create_rate(os.path.join(mnt, f"creates{r}"), a.creates))
             if wanted(a, "ls") and "ls" in fl.groups:
                 out["ls_l_s"].append(ls_l_seconds(os.path.join(mnt, "many")))
+        if spark and wanted(a, "spark") and "spark" in fl.groups:
+            spark.measure(os.path.join(mnt, "parquet"), out)
         fl.umount()
         yield
 
@@ -705,8 +734,10 @@ ROWS = [  # label, native key, gravfs key, rclone key, pyfuse3-floor key, higher
     ("create 4 KiB files (files/s)", "create_per_s", "create_per_s", "create_per_s", "create_per_s", True),
     ("write-back of those files (s)", None, "writeback_s", None, None, False),
     ("ls -l of big dir (s)", "ls_l_s", "ls_l_s", None, "ls_l_s", False),
-    ("Spark Parquet scan, cold (s)", "spark_cold_s", "spark_cold_s", "spark_cold_s", None, False),
-    ("Spark Parquet scan, warm (s)", "spark_warm_s", "spark_warm_s", "spark_warm_s", None, False),
+    ("Spark Parquet scan, cold (s)", "spark_cold_s", "spark_cold_s", "spark_cold_s", "spark_cold_s",
+     False),
+    ("Spark Parquet scan, warm (s)", "spark_warm_s", "spark_warm_s", "spark_warm_s", "spark_warm_s",
+     False),
     # the host's speed at each run's start: ratios of targets measured minutes apart
     # mean little when it moved between them
     ("fixed Python loop, run start (ms)", None, "python_loop_ms", None, "python_loop_ms", False),
@@ -718,6 +749,7 @@ FLOOR_RATIOS = [  # label, gravfs key, floor key: the goals of issue #15 stated 
     ("warm read", "read_warm_MBps", "read_warm_MBps"),
     ("stat first pass", "stat_branch_first_per_s", "stat_first_per_s"),
     ("creates", "create_per_s", "create_per_s"),
+    ("Spark cold scan's time", "spark_cold_s", "spark_cold_s"),
 ]
 
 
@@ -1151,7 +1183,7 @@ def main() -> int:
             if "pyfuse3-work-floor-s3" in targets:
                 print("pyfuse3-work-floor-s3: setup ...", flush=True)
                 floors["pyfuse3-work-floor-s3"] = Floor(os.path.join(base, "workfloor-s3"), a, big=big,
-                                                        s3=server)
+                                                        s3=server, dataset=spark_local)
             if "gravfs-s3" in targets:
                 print("gravfs-s3: setup ...", flush=True)
                 g = Gravfs("gravfs-s3", f"s3://{server.bucket}/bench-{uuid.uuid4().hex[:8]}",
@@ -1171,7 +1203,7 @@ def main() -> int:
                                                       out.setdefault("s3-get-floor", {}))
         for name, floor in floors.items():
             mounts.append(floor)
-            runs[name] = bench_floor(a, floor, out.setdefault(name, {}))
+            runs[name] = bench_floor(a, floor, spark, out.setdefault(name, {}))
         take_turns(a.runs, runs, out, tolerated=floors)
     except BaseException as exc:
         results["error"] = repr(exc)

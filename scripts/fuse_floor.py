@@ -25,8 +25,11 @@ byte waits for that pass (no whole-file reader gets unchecked content to EOF). W
 ``--big-s3-endpoint/-bucket/-key`` (credentials from AWS_ACCESS_KEY_ID and
 AWS_SECRET_ACCESS_KEY) ``big`` is that object instead, read as gravfs's reader fetches
 it: ranged GETs of its chunk size, as many ahead as its read-ahead keeps, each chunk
-hashed in order as it arrives. What gravfs costs above this column is its own; above
-the plain floor, the promises'.
+hashed in order as it arrives. With ``--objects MANIFEST`` too, ``parquet/`` holds files
+of the same bucket (a JSON list of name, key, size and SHA-256: bench_mount's Spark
+dataset), each fetched whole from its first read (a Parquet reader starts at the
+footer), its chunks hashed in order and kept in memory for the mount's life. What
+gravfs costs above this column is its own; above the plain floor, the promises'.
 
 With ``--lake-db DIR`` it is the lake work floor (bench_mount's scale section): the
 floor whose lake is a branch's committed entries, in a RocksDB that holds the branch's
@@ -41,7 +44,8 @@ SST reader in Python.
 
     scripts/fuse_floor.py MOUNTPOINT [-o OPT[,OPT...]] [--small N] [--many M] [--big-mb B]
                           [--work DIR --big-sha256 HEX
-                           (--big-file PATH | --big-s3-endpoint URL --big-s3-bucket B --big-s3-key K)]
+                           (--big-file PATH | --big-s3-endpoint URL --big-s3-bucket B --big-s3-key K
+                            [--objects MANIFEST])]
                           [--lake-db DIR]
 
 Runs in the foreground until unmounted (fusermount3 -u MOUNTPOINT).
@@ -52,6 +56,7 @@ from __future__ import annotations
 import argparse
 import errno
 import hashlib
+import json
 import os
 import stat
 import struct
@@ -460,23 +465,32 @@ class _LocalBig:
         return os.pread(self.fd, size, off)
 
 
+def _s3_fetchers(endpoint: str, ahead: int) -> tuple:
+    """(boto3 client, thread pool) for ranged GETs, ``ahead`` at once."""
+    import boto3
+    from botocore.config import Config
+    from concurrent.futures import ThreadPoolExecutor
+
+    return (boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                         config=Config(max_pool_connections=2 * ahead)),
+            ThreadPoolExecutor(ahead))
+
+
 class _S3Big:
     """One object read by ranged GETs of CHUNK bytes, AHEAD chunks ahead of the reader,
     hashed in order by one thread as the chunks arrive; chunks both served past and
-    hashed are dropped."""
+    hashed are dropped. ``keep`` (a dataset file, read footer first and then again
+    by column): its first read fetches it whole, AHEAD chunks at once in the hash's
+    order, and every chunk is kept. ``fetchers``: a client and pool shared by objects."""
 
     CHUNK = 4 * MiB
     AHEAD = 8
 
-    def __init__(self, endpoint: str, bucket: str, key: str, size: int, sha256: str):
-        import boto3
-        from botocore.config import Config
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                                   config=Config(max_pool_connections=2 * self.AHEAD))
+    def __init__(self, endpoint: str, bucket: str, key: str, size: int, sha256: str,
+                 fetchers: tuple | None = None, keep: bool = False):
+        self.client, self.pool = fetchers or _s3_fetchers(endpoint, self.AHEAD)
         self.bucket, self.key, self.size, self.sha256 = bucket, key, size, sha256
-        self.pool = ThreadPoolExecutor(self.AHEAD)
+        self.keep = keep
         self.chunks: dict = {}  # index -> Future of its bytes
         self.lock = threading.Lock()
         self.nchunks = (size + self.CHUNK - 1) // self.CHUNK
@@ -504,6 +518,8 @@ class _S3Big:
         for i in range(self.nchunks):
             with self.lock:
                 f = self._future(i)
+                for j in range(i + 1, min(self.nchunks, i + self.AHEAD)) if self.keep else ():
+                    self._future(j)
             sha.update(f.result())
             with self.lock:
                 self.hashed_to = i + 1
@@ -512,6 +528,8 @@ class _S3Big:
         self.checked.set()
 
     def _drop(self) -> None:
+        if self.keep:
+            return
         for i in [i for i in self.chunks if i < min(self.hashed_to, self.served_to)]:
             del self.chunks[i]
 
@@ -547,8 +565,18 @@ class WorkFloorFS(FloorFS):
     """The floor plus what gravfs's promises cost at the least (see the module's doc)."""
 
     def __init__(self, small: int, many: int, big_mb: int, lake: int, work: str,
-                 big_file: str | None, big_sha256: str, big_s3: tuple | None = None):
+                 big_file: str | None, big_sha256: str, big_s3: tuple | None = None,
+                 objects: list[dict] | None = None):
         super().__init__(small, many, big_mb, lake)
+        self.objects: dict[int, _S3Big] = {}  # ino -> a dataset file in the S3 bucket
+        if objects:
+            endpoint, bucket = big_s3[0], big_s3[1]
+            fetchers = _s3_fetchers(endpoint, _S3Big.AHEAD)
+            d = self._add(self.root, b"parquet", stat.S_IFDIR | 0o755)
+            for o in objects:
+                node = self._add(d, os.fsencode(o["name"]), stat.S_IFREG | 0o644, size=o["size"])
+                self.objects[node.ino] = _S3Big(endpoint, bucket, o["key"], o["size"],
+                                                o["sha256"], fetchers, keep=True)
         self.spool = os.path.join(work, "spool")
         os.makedirs(self.spool, exist_ok=True)
         self.env = lmdb.open(os.path.join(work, "staging"), map_size=1 << 30, sync=False)
@@ -620,6 +648,9 @@ class WorkFloorFS(FloorFS):
                 return os.pread(fd, size, off)
             finally:
                 os.close(fd)
+        obj = self.objects.get(node.ino)
+        if obj is not None:
+            return await obj.read(off, size)
         if node.ino != self.big_ino:
             return await super().read(fh, off, size)
         return await self.big.read(off, size)
@@ -646,6 +677,9 @@ def main() -> None:
     ap.add_argument("--big-s3-endpoint", metavar="URL", help="with --work: big from this S3 server")
     ap.add_argument("--big-s3-bucket", metavar="BUCKET")
     ap.add_argument("--big-s3-key", metavar="KEY")
+    ap.add_argument("--objects", metavar="MANIFEST",
+                    help="with --big-s3-*: parquet/, files of the same bucket named in this JSON "
+                         "list of {name, key, size, sha256}, each checked as big is")
     a = ap.parse_args()
     if not os.path.isdir(a.mountpoint):
         ap.error(f"{a.mountpoint}: not a directory")
@@ -665,8 +699,19 @@ def main() -> None:
             ap.error(f"--big-file {a.big_file}: no such file")
         if a.big_file and os.path.getsize(a.big_file) != a.big_mb * MiB:
             ap.error(f"{a.big_file} does not hold --big-mb {a.big_mb} MiB")
+        objects = None
+        if a.objects:
+            if not all(s3):
+                ap.error("--objects goes with the --big-s3-* options")
+            try:
+                with open(a.objects) as f:
+                    objects = json.load(f)
+                if not all({"name", "key", "size", "sha256"} <= set(o) for o in objects):
+                    raise ValueError("each object needs name, key, size and sha256")
+            except (OSError, ValueError, TypeError) as exc:
+                ap.error(f"--objects {a.objects}: {exc}")
         fs = WorkFloorFS(a.small, a.many, a.big_mb, a.lake, a.work, a.big_file, a.big_sha256,
-                         s3 if all(s3) else None)
+                         s3 if all(s3) else None, objects)
     else:
         fs = FloorFS(a.small, a.many, a.big_mb, a.lake)
     options = {"fsname=fusefloor", "subtype=fusefloor"} | {o for o in a.options.split(",") if o}
