@@ -684,6 +684,8 @@ def main() -> None:
     if not os.path.isdir(a.mountpoint):
         ap.error(f"{a.mountpoint}: not a directory")
     s3 = (a.big_s3_endpoint, a.big_s3_bucket, a.big_s3_key)
+    if a.objects and not a.work:
+        ap.error("--objects goes with --work and the --big-s3-* options")
     if a.lake_db:
         if a.work or a.lake:
             ap.error("--lake-db goes without --work and --lake")
@@ -706,9 +708,11 @@ def main() -> None:
             try:
                 with open(a.objects) as f:
                     objects = json.load(f)
-                if not all({"name", "key", "size", "sha256"} <= set(o) for o in objects):
-                    raise ValueError("each object needs name, key, size and sha256")
-            except (OSError, ValueError, TypeError) as exc:
+                if not isinstance(objects, list) or not all(
+                        isinstance(o, dict) and {"name", "key", "size", "sha256"} <= set(o)
+                        for o in objects):
+                    raise ValueError("not a JSON list of objects with name, key, size and sha256")
+            except (OSError, ValueError) as exc:
                 ap.error(f"--objects {a.objects}: {exc}")
         fs = WorkFloorFS(a.small, a.many, a.big_mb, a.lake, a.work, a.big_file, a.big_sha256,
                          s3 if all(s3) else None, objects)
