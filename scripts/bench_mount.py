@@ -462,9 +462,10 @@ class Floor:
                 self.env = {**os.environ, "AWS_ACCESS_KEY_ID": s3.access_key,
                             "AWS_SECRET_ACCESS_KEY": s3.secret_key}
         self.work = big is not None
-        # what a work floor adds to the floor's figures: a create's work and a cold read's
+        # what a work floor adds to the floor's figures: a create's work, a cold read's
+        # and, on S3, a cold Spark scan's; the plain floor has no Spark dataset
         self.groups = (({"read", "spark"} if dataset else {"read"}) if s3 else {"read", "create"}
-                       ) if self.work else set(GROUPS)
+                       ) if self.work else set(GROUPS) - {"spark"}
         self.mounts = 0
         self.proc = None
 
