@@ -423,6 +423,7 @@ class LakeWorkFloorFS(FloorFS):
                 self._looked_up(attr.st_ino)
             lst.next_id += 1
 
+
 class _Written:
     """A written file's local copy, hashed as its bytes arrive in order."""
     __slots__ = ("fd", "key", "node", "sha", "hashed", "dirty")
