@@ -6,7 +6,8 @@
                                       gravfs-local-nospin,pyfuse3-work-floor-s3,gravfs-s3,rclone-s3,
                                       s3-get-floor]
                            [--big-mb M] [--creates N] [--list-entries N] [--stats N] [--no-spark]
-                           [--only read,stat,create,ls,spark] [--slow-once]
+                           [--only read,stat,create,ls,spark,scale] [--slow-once]
+                           [--scale 1000000[,10000000]]
 
 Targets (all measured in the same run, taking turns: run 1 of each, then run 2 of
 each, so ratios share the machine's state even while its speed drifts):
@@ -23,7 +24,8 @@ each, so ratios share the machine's state even while its speed drifts):
   pyfuse3-work-floor-s3  the work floor with the big file in the SeaweedFS bucket,
                 fetched as gravfs's reader does (ranged GETs of 4 MiB, 8 ahead),
                 hashed in order as the chunks arrive; the floor of gravfs-s3's cold
-                read
+                read; and the Spark dataset there too (each file fetched whole at its
+                first read, checked, kept in memory): the floor of its Spark scans
   gravfs-local  gravfs mounted over a local-directory store
   gravfs-local-nospin  the same mounted with ``-o spin_us=0``: an event loop that
                 sleeps between requests (gravfs.fuse.spin), for the share of the
@@ -43,6 +45,12 @@ Measurements (each the median of --runs repetitions):
   ``ls -l`` of a directory of many entries (made with Repository.stage, not
   through the mount); a Spark (local[2]) scan of a Parquet dataset, once after the
   page cache is dropped (cold) and once more right after (warm).
+
+The scale section (``--scale N,...``; alone with ``--only scale``) builds a branch of
+N entries and measures ``find``, cold random stats and ``ls -l`` of a 20k-entry
+directory on gravfs, on the floor with a synthetic tree of the same shape
+(``--lake``), and on the lake work floor (``--lake-db``: the branch's own range SSTs
+read by RocksDB's reader), with the daemon's memory per inode the kernel knows.
 
 Prints a table and writes bench/results/mount-<timestamp>.json, with the host (CPU,
 kernel, library versions, a fixed Python loop's time before, after, and at the start
@@ -1098,7 +1106,7 @@ def main() -> int:
     ap.add_argument("--spark-rows", type=int, default=4_000_000)
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--only", default="",
-                    help="comma-separated groups to measure: read,stat,create,ls,spark (default all)")
+                    help="comma-separated groups to measure: read,stat,create,ls,spark,scale (default all; scale needs --scale)")
     ap.add_argument("--slow-once", action="store_true",
                     help="creates and ls -l only in the first run (minutes each through a mount)")
     ap.add_argument("--scale", default="",
