@@ -957,12 +957,12 @@ def lake_db(store: str, state: str, dest: str) -> None:
     metarange ingested as gravfs wrote them (copied), for the lake work floor."""
     import rocksdict
     from gravfs.fs.repository import Repository
+    from gravfs.version.committed.reader import range_key
     repo = Repository.open(store, state)
     try:
         with repo.staging.read_txn() as txn:
             metarange = repo.layers("main", txn).metarange
-        ranges = [os.path.join(store, "_gravfs", "ranges", r.id)
-                  for r in repo.committed.iter_ranges(metarange)]
+        ranges = [os.path.join(store, range_key(r.id)) for r in repo.committed.iter_ranges(metarange)]
     finally:
         repo.close()
     shutil.rmtree(dest, ignore_errors=True)
