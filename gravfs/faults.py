@@ -6,7 +6,9 @@ the first) it reaches the point NAME, counting only hits whose subject (the
 object key, for store and tier points) matches GLOB. Every point is listed in
 CRASH_POINTS with what has happened when a process dies there; the suite walks
 each of them and checks that every ``crash_point("...")`` in the source is
-listed (tests/test_faults.py). Unset, a point costs one environment lookup.
+listed (tests/test_faults.py). The variable is read once, when this module is
+imported (a point is on every staging write's path): set it in the environment
+a process starts with. Unset, a point costs one global lookup.
 
 Store faults (a store that fails or hangs) are gravfs.store.faulty.
 """
@@ -65,12 +67,13 @@ def parse_crash_spec(spec: str) -> CrashTarget:
 
 _hits: dict[CrashTarget, int] = {}
 _hits_lock = threading.Lock()
+_SPEC: Optional[str] = os.environ.get(CRASH_ENV) or None
 
 
 def crash_point(name: str, subject: Optional[str] = None) -> None:
     """Die here (exit code 99, no cleanup) when ``GRAVFS_CRASH_AT`` names this point."""
-    spec = os.environ.get(CRASH_ENV)
-    if not spec:
+    spec = _SPEC
+    if spec is None:
         return
     target = parse_crash_spec(spec)
     if target.name != name:

@@ -94,6 +94,10 @@ def staged_value(raw: bytes) -> bytes:
     return raw[1 + RECORD_ID:] if raw[:1] == PUT_ID else raw[1:]
 
 
+# one encoder: json.dumps(sort_keys=True) builds a new one on every call
+_STATE_JSON = json.JSONEncoder(sort_keys=True)
+
+
 @dataclass
 class BranchState:
     """Staging bookkeeping of one branch in this workspace."""
@@ -113,7 +117,7 @@ class BranchState:
         """A copy sharing nothing mutable (cheaper than a JSON round trip)."""
         return BranchState(self.staging, list(self.sealed), self.base,
                            None if self.compacted is None else dict(self.compacted),
-                           copy.deepcopy(self.pending),
+                           None if self.pending is None else copy.deepcopy(self.pending),
                            self.puts, self.tombstones, self.provisional)
 
     def tokens(self) -> list[str]:
@@ -127,7 +131,7 @@ class BranchState:
     def dump(self) -> bytes:
         # vars(), not asdict(): the fields are plain JSON values, and asdict's deep
         # copy doubled the cost of every staging write
-        return json.dumps(vars(self), sort_keys=True).encode()
+        return _STATE_JSON.encode(vars(self)).encode()
 
 
 def new_token() -> str:
@@ -321,7 +325,7 @@ class StagingArea:
             st = self.state(txn, branch)
             if same_base and st.base and st.base != base:
                 return None
-            if st.base is None or self._is_clean(txn, st):
+            if st.base != base and (st.base is None or self._is_clean(txn, st)):
                 st.base = base
             tok = bytes.fromhex(st.staging)
             cur = txn.cursor(db=self.entries_db)
