@@ -94,8 +94,9 @@ def staged_value(raw: bytes) -> bytes:
     return raw[1 + RECORD_ID:] if raw[:1] == PUT_ID else raw[1:]
 
 
+# the records this module stores as JSON (branch states, imports), keys sorted, through
 # one encoder: json.dumps(sort_keys=True) builds a new one on every call
-_STATE_JSON = json.JSONEncoder(sort_keys=True)
+_JSON = json.JSONEncoder(sort_keys=True)
 
 
 @dataclass
@@ -131,7 +132,7 @@ class BranchState:
     def dump(self) -> bytes:
         # vars(), not asdict(): the fields are plain JSON values, and asdict's deep
         # copy doubled the cost of every staging write
-        return _STATE_JSON.encode(vars(self)).encode()
+        return _JSON.encode(vars(self)).encode()
 
 
 def new_token() -> str:
@@ -492,7 +493,7 @@ class StagingArea:
         return None if raw is None else json.loads(raw)
 
     def put_import(self, txn, token: str, record: dict) -> None:
-        txn.put(bytes.fromhex(token), json.dumps(record, sort_keys=True).encode(),
+        txn.put(bytes.fromhex(token), _JSON.encode(record).encode(),
                 db=self.imports_db)
 
     def drop_provisional(self) -> int:
