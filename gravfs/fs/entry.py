@@ -147,6 +147,7 @@ def encode_entry(info: EntryInfo) -> bytes:
 
 
 _new = object.__new__
+_from_string = Entry.FromString
 
 
 def decode_entry(data: bytes) -> EntryInfo:
@@ -156,11 +157,13 @@ def decode_entry(data: bytes) -> EntryInfo:
     directly rather than through the dataclass's keyword ``__init__``: 2x faster. Unset
     maps, times and links are not converted."""
     try:
-        msg = Entry.FromString(data)
+        msg = _from_string(data)
     except DecodeError as e:
         raise CorruptDataError(f"entry does not parse as protobuf Entry: {e}") from None
     ts = msg.last_modified
-    mode, kind = _normal_mode(msg.mode, msg.kind)
+    mode, kind = msg.mode, msg.kind
+    if kind or mode & 0o170000 != stat.S_IFREG:  # (a regular file's mode is already whole)
+        mode, kind = _normal_mode(mode, kind)
     info = _new(EntryInfo)
     info.address = msg.address
     info.size = msg.size
@@ -168,20 +171,29 @@ def decode_entry(data: bytes) -> EntryInfo:
     info.mode = mode
     info.kind = kind
     info.symlink_target = msg.symlink_target
-    info.xattrs = dict(msg.xattrs) if msg.xattrs else {}
+    m = msg.xattrs  # (each read of a field builds its view anew: read once)
+    info.xattrs = dict(m) if m else {}
     info.uid = msg.uid
     info.gid = msg.gid
     info.e_tag = msg.e_tag
     info.content_type = msg.content_type
-    info.metadata = dict(msg.metadata) if msg.metadata else {}
+    m = msg.metadata
+    info.metadata = dict(m) if m else {}
     info.address_type = msg.address_type
-    info.atime_ns = (msg.atime.seconds * 1_000_000_000 + msg.atime.nanos
-                     if msg.HasField("atime") else None)
-    info.ctime_ns = (msg.ctime.seconds * 1_000_000_000 + msg.ctime.nanos
-                     if msg.HasField("ctime") else 0)
+    if msg.HasField("atime"):
+        t = msg.atime
+        info.atime_ns = t.seconds * 1_000_000_000 + t.nanos
+    else:
+        info.atime_ns = None
+    if msg.HasField("ctime"):
+        t = msg.ctime
+        info.ctime_ns = t.seconds * 1_000_000_000 + t.nanos
+    else:
+        info.ctime_ns = 0
     info.rdev = msg.rdev
     info.link_group = msg.link_group
-    info.links = tuple(msg.links) if msg.links else ()
+    m = msg.links
+    info.links = tuple(m) if m else ()
     return info
 
 

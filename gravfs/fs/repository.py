@@ -156,7 +156,7 @@ def group_items(entry: EntryInfo, renamed: dict, ctime_ns: int = 0
 
 def node_from_item(key: bytes, data: bytes, base: Optional[bytes] = None) -> Node:
     """Every listed entry is made here: filled directly, as decode_entry fills an
-    EntryInfo (the dataclass's ``__init__`` costs more)."""
+    EntryInfo (the dataclass's ``__init__`` costs more). ``base``: its name as listed."""
     e = decode_entry(data)
     n = _new(Node)
     n.key = key
@@ -164,7 +164,15 @@ def node_from_item(key: bytes, data: bytes, base: Optional[bytes] = None) -> Nod
     n.entry = e
     n.base = base
     n.shadowed = False
-    n._fs_name = n._foreign = n._listing_key = _UNSET
+    if base is not None:  # (a listed name: the three derived fields known at once)
+        n._foreign = problem = name_problem(base)
+        if problem is None:
+            n._fs_name = base
+            n._listing_key = base + b"/" if n.kind == "dir" else base
+            return n
+    else:
+        n._foreign = _UNSET
+    n._fs_name = n._listing_key = _UNSET
     return n
 
 
