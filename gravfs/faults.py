@@ -8,7 +8,8 @@ CRASH_POINTS with what has happened when a process dies there; the suite walks
 each of them and checks that every ``crash_point("...")`` in the source is
 listed (tests/test_faults.py). The variable is read once, when this module is
 imported (a point is on every staging write's path): set it in the environment
-a process starts with. Unset, a point costs one global lookup.
+a process starts with. Unset, a point costs one global lookup. A spec that can
+never crash (a name no point has, a hit of 0) is one line on stderr at start.
 
 Store faults (a store that fails or hangs) are gravfs.store.faulty.
 """
@@ -65,9 +66,22 @@ def parse_crash_spec(spec: str) -> CrashTarget:
     return CrashTarget(name, hit, glob if at else None)
 
 
+def spec_problem(spec: str) -> Optional[str]:
+    """Why a spec can never crash anything (None: it can): a test that sets one
+    would otherwise pass without testing what it names."""
+    target = parse_crash_spec(spec)
+    if target.name not in CRASH_POINTS:
+        return f"no crash point is named {target.name!r} (gravfs.faults.CRASH_POINTS lists them)"
+    if target.hit < 1:
+        return "the hit to crash at counts from 1"
+    return None
+
+
 _hits: dict[CrashTarget, int] = {}
 _hits_lock = threading.Lock()
 _SPEC: Optional[str] = os.environ.get(CRASH_ENV) or None
+if _SPEC is not None and (_problem := spec_problem(_SPEC)) is not None:
+    os.write(2, f"gravfs: {CRASH_ENV}={_SPEC} never crashes: {_problem}\n".encode())
 
 
 def crash_point(name: str, subject: Optional[str] = None) -> None:

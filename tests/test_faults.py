@@ -146,6 +146,22 @@ def test_crash_spec_counts_hits_of_the_named_point_and_subject():
                         "(GRAVFS_CRASH_AT=local:publish:3@data/*)\n")
 
 
+
+@pytest.mark.parametrize("spec, why", [
+    ("commit:seald", "no crash point is named 'commit:seald'"),
+    ("staging:in-txn:abc", "no crash point is named 'staging:in-txn:abc'"),
+    ("staging:written:0", "the hit to crash at counts from 1"),
+])
+def test_a_crash_spec_that_can_never_crash_says_so_at_start(spec, why):
+    """A misspelt point would let a crash test pass without crashing: one line on
+    stderr when the process starts, and the process runs on."""
+    script = "from gravfs.faults import crash_point\ncrash_point('commit:sealed'); print('ran')"
+    p = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, GRAVFS_CRASH_AT=spec),
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert p.returncode == 0 and p.stdout == "ran\n"
+    assert p.stderr.startswith(f"gravfs: GRAVFS_CRASH_AT={spec} never crashes: {why}")
+    assert faults.spec_problem("commit:sealed:2@*") is None
+
 # -- the crash walk -----------------------------------------------------------------------
 
 TREE_FILES = {f"{d}/{i}": f"tree {d} {i}\n".encode() for d in "ab" for i in range(5)}
