@@ -146,7 +146,6 @@ def test_crash_spec_counts_hits_of_the_named_point_and_subject():
                         "(GRAVFS_CRASH_AT=local:publish:3@data/*)\n")
 
 
-
 @pytest.mark.parametrize("spec, why", [
     ("commit:seald", "no crash point is named 'commit:seald'"),
     ("staging:in-txn:abc", "no crash point is named 'staging:in-txn:abc'"),
@@ -161,6 +160,7 @@ def test_a_crash_spec_that_can_never_crash_says_so_at_start(spec, why):
     assert p.returncode == 0 and p.stdout == "ran\n"
     assert p.stderr.startswith(f"gravfs: GRAVFS_CRASH_AT={spec} never crashes: {why}")
     assert faults.spec_problem("commit:sealed:2@*") is None
+
 
 # -- the crash walk -----------------------------------------------------------------------
 
