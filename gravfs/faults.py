@@ -9,7 +9,8 @@ each of them and checks that every ``crash_point("...")`` in the source is
 listed (tests/test_faults.py). The variable is read once, when this module is
 imported (a point is on every staging write's path): set it in the environment
 a process starts with. Unset, a point costs one global lookup. A spec that can
-never crash (a name no point has, a hit of 0) is one line on stderr at start.
+never crash (a name no point has, a hit of 0, a glob on a point without subjects)
+is one line on stderr at start.
 
 Store faults (a store that fails or hangs) are gravfs.store.faulty.
 """
@@ -48,6 +49,11 @@ CRASH_POINTS: dict[str, str] = {
                     "the cache (subject: the key)",
 }
 
+#: The points that pass a subject (an object key or data address) for a glob to match.
+SUBJECT_POINTS = frozenset({"writeback:pending-moved", "writeback:before-upload",
+                            "writeback:uploaded", "data:uploaded", "tier:fetched",
+                            "local:publish"})
+
 
 class CrashTarget(NamedTuple):
     name: str
@@ -74,6 +80,8 @@ def spec_problem(spec: str) -> Optional[str]:
         return f"no crash point is named {target.name!r} (gravfs.faults.CRASH_POINTS lists them)"
     if target.hit < 1:
         return "the hit to crash at counts from 1"
+    if target.glob is not None and target.name not in SUBJECT_POINTS:
+        return f"{target.name} passes no subject for the glob {target.glob!r} to match"
     return None
 
 

@@ -109,22 +109,26 @@ def _head_tree(store: str, state: str) -> dict[str, object]:
 
 # -- registry ---------------------------------------------------------------------------
 
-_CALL = re.compile(r"""crash_point\(\s*["']([^"']+)["']""")
+_CALL = re.compile(r"""crash_point\(\s*["']([^"']+)["']\s*(,?)""")
 
 
 def test_every_crash_point_in_the_source_is_registered():
     called: dict[str, list[str]] = {}
+    with_subject = set()
     for d, _dirs, files in os.walk(GRAVFS_SRC):
         for name in files:
             if name.endswith(".py") and name != "faults.py":
                 path = os.path.join(d, name)
                 with open(path, encoding="utf-8") as f:
-                    for point in _CALL.findall(f.read()):
+                    for point, comma in _CALL.findall(f.read()):
                         called.setdefault(point, []).append(os.path.relpath(path, ROOT))
+                        if comma:
+                            with_subject.add(point)
     unlisted = {p: w for p, w in called.items() if p not in CRASH_POINTS}
     assert not unlisted, f"add these crash points to gravfs.faults.CRASH_POINTS: {unlisted}"
     assert set(CRASH_POINTS) == set(called), \
         f"registered but never called: {sorted(set(CRASH_POINTS) - set(called))}"
+    assert faults.SUBJECT_POINTS == with_subject, "the points that pass a subject"
 
 
 def test_crash_spec_counts_hits_of_the_named_point_and_subject():
@@ -150,6 +154,7 @@ def test_crash_spec_counts_hits_of_the_named_point_and_subject():
     ("commit:seald", "no crash point is named 'commit:seald'"),
     ("staging:in-txn:abc", "no crash point is named 'staging:in-txn:abc'"),
     ("staging:written:0", "the hit to crash at counts from 1"),
+    ("commit:sealed@data/*", "commit:sealed passes no subject for the glob 'data/*' to match"),
 ])
 def test_a_crash_spec_that_can_never_crash_says_so_at_start(spec, why):
     """A misspelt point would let a crash test pass without crashing: one line on
@@ -159,7 +164,7 @@ def test_a_crash_spec_that_can_never_crash_says_so_at_start(spec, why):
                        capture_output=True, text=True, timeout=TIMEOUT)
     assert p.returncode == 0 and p.stdout == "ran\n"
     assert p.stderr.startswith(f"gravfs: GRAVFS_CRASH_AT={spec} never crashes: {why}")
-    assert faults.spec_problem("commit:sealed:2@*") is None
+    assert faults.spec_problem("local:publish:2@data/*") is None
 
 
 # -- the crash walk -----------------------------------------------------------------------
