@@ -164,15 +164,12 @@ def node_from_item(key: bytes, data: bytes, base: Optional[bytes] = None) -> Nod
     n.entry = e
     n.base = base
     n.shadowed = False
-    if base is not None:  # (a listed name: the three derived fields known at once)
+    n._listing_key = _UNSET
+    if base is None:
+        n._fs_name = n._foreign = _UNSET
+    else:  # a listed name (its raw_name): foreign and fs_name known at once
         n._foreign = problem = name_problem(base)
-        if problem is None:
-            n._fs_name = base
-            n._listing_key = base + b"/" if n.kind == "dir" else base
-            return n
-    else:
-        n._foreign = _UNSET
-    n._fs_name = n._listing_key = _UNSET
+        n._fs_name = base if problem is None else _UNSET
     return n
 
 
