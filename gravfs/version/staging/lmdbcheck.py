@@ -82,19 +82,34 @@ def read_metas(path: str) -> list[Meta]:
 
 
 def read_meta(path: str) -> tuple[int, Optional[Meta], str]:
-    """(file size, the meta page LMDB would use or None, what is wrong or "")."""
+    """(file size, the meta page LMDB would use or None, what is wrong or "").
+
+    Another process may be committing meanwhile: LMDB writes a transaction's pages
+    before its meta page, so the meta pages are read first and the size after them
+    (the other order sees a new meta against the old size and calls a growing file
+    cut short); a problem is read once more, so that a meta page read while it was
+    being written is not one."""
+    found = _read_meta_once(path)
+    if found[2]:
+        found = _read_meta_once(path)
+    return found
+
+
+def _read_meta_once(path: str) -> tuple[int, Optional[Meta], str]:
     try:
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size == 0:
-                return 0, None, "the file is empty"
             m0 = parse_meta(f.read(PAGE_HEADER + _META.size))
-            if m0 is None:
-                return size, None, "not an LMDB database: no valid meta page at its start"
-            f.seek(m0.page_size)
-            m1 = parse_meta(f.read(PAGE_HEADER + _META.size))
+            m1 = None
+            if m0 is not None:
+                f.seek(m0.page_size)
+                m1 = parse_meta(f.read(PAGE_HEADER + _META.size))
+            size = os.fstat(f.fileno()).st_size
     except FileNotFoundError:
         return 0, None, "the file is missing"
+    if size == 0:
+        return 0, None, "the file is empty"
+    if m0 is None:
+        return size, None, "not an LMDB database: no valid meta page at its start"
     if m1 is None:
         if size < 2 * m0.page_size:
             return size, m0, f"truncated to {size} bytes, shorter than its two meta pages"
