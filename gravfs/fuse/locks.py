@@ -6,9 +6,15 @@ is free: one pass of the run loop (an epoll_wait and the task switch), about
 times, for handlers that otherwise wait on nothing. The mount's handlers are
 not fairness-sensitive here: each one ends by awaiting the kernel's next
 request, so taking a free lock at once starves nobody.
+
+A namespace lock is also what a reader checks: its ``stamp`` tells whether a holder
+came or went while the reader waited on a worker (see
+``GravfsOperations._settled_read``).
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import trio
 
@@ -17,10 +23,11 @@ class QuickLock:
     """``async with`` takes a free lock at once and waits (fairly, as trio.Lock
     does) only when it is held."""
 
-    __slots__ = ("_lock",)
+    __slots__ = ("_lock", "_releases")
 
     def __init__(self) -> None:
         self._lock = trio.Lock()
+        self._releases = 0
 
     async def __aenter__(self) -> None:
         try:
@@ -29,7 +36,17 @@ class QuickLock:
             await self._lock.acquire()
 
     async def __aexit__(self, *exc) -> None:
+        self._releases += 1
         self._lock.release()
 
     def locked(self) -> bool:
         return self._lock.locked()
+
+    def stamp(self) -> Optional[int]:
+        """None while held, else how many times it was released: equal stamps before
+        and after a wait say that no holder came or went meanwhile."""
+        return None if self._lock.locked() else self._releases
+
+    def held_here(self) -> bool:
+        """Whether the running task holds it (taking it again would wait forever)."""
+        return self._lock.statistics().owner is trio.lowlevel.current_task()

@@ -273,7 +273,7 @@ class DirHandle:
         self.next_offset = 1
         self.snapshot: Optional[list] = None  # virtual directories list once per open
         # the rest of a listed batch the kernel's last readdir had no room for:
-        # (listed after, nodes, more follow)
+        # (listed after, nodes, more follow, the namespace lock's stamp it is current at)
         self.pending: Optional[tuple] = None
         self.ahead: Optional[ListingAhead] = None  # the next batch, listed in the background
 
@@ -282,7 +282,8 @@ class ListingAhead:
     """A directory's next batch of names, listed on a worker thread while the kernel
     takes in the last reply (see GravfsOperations.readdir)."""
 
-    def __init__(self, after: Optional[bytes]):
+    def __init__(self, after: Optional[bytes], stamp: Optional[int]):
         self.after = after  # the listing key it starts after
+        self.stamp = stamp  # its tree's namespace lock's stamp when it began (None: held)
         self.done = trio.Event()
         self.result: Optional[tuple] = None  # (version, nodes) when it worked

@@ -66,6 +66,9 @@ INLINE_WRITE = 128 * 1024  # writes up to this size go to the local copy without
 # loop's thread: cheaper than the two thread switches of a hop on a small machine.
 INLINE_WRITEBACK = 64 * 1024
 READDIR_BATCH = 512
+# Names listed again when the rest of a batch outlived a change of its tree (the
+# rest is dropped: see readdir): about what a kernel readdir takes.
+RELIST_BATCH = 64
 # Lookups missing the stat cache in ascending order before listing ahead. Random
 # lookups rise that many times in a row once in (run + 1)! misses: at 3, once in 24,
 # so a directory stat'ed at random 40 times listed ahead about once for nothing
@@ -370,6 +373,26 @@ class GravfsOperations(pyfuse3.Operations):
             lock = self.ns_locks[tree.name] = QuickLock()
         return lock
 
+    async def _settled_read(self, tree: Tree, read):
+        """``await read()`` at a moment no change of the tree's names is half done, nor
+        was made while it waited on a worker.
+
+        A change (create, rename, unlink, a close) stages, then moves the inode
+        table's names, both under the tree's lock; a read made between the two, or
+        one that read before a change and answers after it, would pair a name's inode
+        with another file's entry (the kernel then shows an open file another file's
+        size: short or padded reads). Such a read is made again under the lock."""
+        lock = self._ns(tree)
+        stamp = lock.stamp()
+        if stamp is not None:
+            result = await read()
+            if lock.stamp() == stamp:
+                return result
+        elif lock.held_here():
+            return await read()
+        async with lock:
+            return await read()
+
     def _ttl(self, node: Inode) -> float:
         tree = node.tree
         if tree is None or tree.kind == "branch":
@@ -400,13 +423,20 @@ class GravfsOperations(pyfuse3.Operations):
             raise fail(errno.ENAMETOOLONG)
         return key
 
-    async def _stat(self, tree: Tree, key: bytes, parent: Optional[Inode] = None
-                    ) -> Optional[Node]:
+    async def _stat(self, tree: Tree, key: bytes, parent: Optional[Inode] = None,
+                    node: Optional[Inode] = None) -> Optional[Node]:
+        """The node at ``key`` (a child of ``parent``, or ``node``'s own key), settled
+        as _settled_read says (its rule inlined: lookups are the mount's hottest path):
+        a caller pairs the answer with the inode at the key without waiting again."""
         if tree.kind != "branch":  # a commit or tag: never changes, no stat cache
             try:
                 return await self._at_hand(self.repo.stat, tree.ref, key)
             except NotFoundError:
                 return None
+        lock = self._ns(tree)
+        stamp = lock.stamp()
+        if stamp is None and not lock.held_here():
+            return await self._stat_locked(lock, tree, key, parent, node)
         cache = self.statcache  # branch paths: answered here while the branch is unchanged
         n = cache.get(tree.name, cache.version(tree.name, blocking=False), key)
         if n is not MISSING:
@@ -422,7 +452,18 @@ class GravfsOperations(pyfuse3.Operations):
             if listed:
                 self._cache_listed(tree.name, version, parent.key, listed)
                 parent.extra["listed_upto"] = listed[-1].fs_name
+        if stamp is not None and lock.stamp() != stamp:  # a change came or went meanwhile
+            return await self._stat_locked(lock, tree, key, parent, node)
         return n
+
+    async def _stat_locked(self, lock: QuickLock, tree: Tree, key: bytes,
+                           parent: Optional[Inode], node: Optional[Inode]) -> Optional[Node]:
+        async with lock:  # the key as it is now: a rename may have moved the inode
+            if node is not None:
+                key = node.key
+            elif parent is not None:
+                key = parent.child_key(key.rpartition(b"/")[2])
+            return await self._stat(tree, key, parent, node)
 
     @staticmethod
     def _lookahead(parent: Inode, key: bytes, hits: int) -> int:
@@ -533,8 +574,10 @@ class GravfsOperations(pyfuse3.Operations):
         seen = self.inodes.remembered(node)
         if node.tree.immutable and seen is not None:
             return seen[0]
-        n = await self._stat(node.tree, node.key)
-        if n is None or n.kind != node.kind:
+        n = await self._stat(node.tree, node.key, node=node) if node.linked else None
+        if n is None or n.kind != node.kind or not node.linked:
+            # gone, or its name is another file's now (renamed over, removed and made
+            # again): never that file's entry, which would show as this one's size
             if node.opens and seen is not None:
                 return seen[0]  # still open: what it was
             raise fail(errno.ENOENT)
@@ -722,22 +765,30 @@ class GravfsOperations(pyfuse3.Operations):
             return
         tree = node.tree
         filed = tree.kind == "branch"  # a branch's listed batches go to the stat cache
+        lock = self._ns(tree)
         while True:
             # a kernel readdir takes a few dozen entries: the rest of a listed batch
-            # waits on the handle for the next call instead of being listed again
+            # waits on the handle for the next call instead of being listed again,
+            # unless the tree changed since (its entries may no longer be what the
+            # inodes they would be paired with hold: see _settled_read)
             pending = h.pending
             h.pending = None
-            if pending is not None and pending[0] == start_after:
+            if pending is not None and pending[0] == start_after and \
+                    pending[3] is not None and pending[3] == lock.stamp():
                 batch, more = pending[1], pending[2]
             else:
+                limit = RELIST_BATCH if pending is not None and pending[0] == start_after \
+                    else READDIR_BATCH
                 try:
-                    version, batch = await self._next_batch(h, tree, node.key, start_after)
+                    version, batch = await self._next_batch(h, tree, node.key, start_after,
+                                                            limit)
                 except NotFoundError:
                     return
-                more = len(batch) >= READDIR_BATCH
+                more = len(batch) >= limit
                 if version is not None:
                     self._cache_listed(tree.name, version, node.key, batch,
                                        start_after is None and not more)
+            stamp = lock.stamp()  # the batch is current now (nothing ran since its check)
             for i, n in enumerate(batch):
                 cont = n.listing_key  # "name", or "name/" for a directory
                 name = n.fs_name  # escaped when another writer made a name POSIX has not
@@ -756,25 +807,28 @@ class GravfsOperations(pyfuse3.Operations):
                 else:
                     self._remember(child, n, key)
                 if not self._reply(h, token, name, child, n.entry, cont):
-                    h.pending = (start_after, batch[i:], more)
+                    h.pending = (start_after, batch[i:], more, stamp)
                     if more:
                         self._list_ahead(h, tree, node.key, batch[-1].listing_key)
                     return
                 start_after = cont
             if not more:  # the end: the kernel's next readdir gets it without a listing
-                h.pending = (start_after, (), False)
+                h.pending = (start_after, (), False, stamp)
                 return
 
     async def _next_batch(self, h: DirHandle, tree: Tree, key: bytes,
-                          start_after: Optional[bytes]) -> tuple:
-        """(version, nodes) of the batch after start_after: the one listed ahead when
-        it starts there (a failed one is listed again here, to raise as usual)."""
+                          start_after: Optional[bytes], limit: int = READDIR_BATCH) -> tuple:
+        """(version, nodes) of the batch after start_after, settled (_settled_read): the
+        one listed ahead when it starts there and the tree did not change since it
+        began (a failed one is listed again here, to raise as usual)."""
         ahead, h.ahead = h.ahead, None
         if ahead is not None and ahead.after == start_after:
             await ahead.done.wait()
-            if ahead.result is not None:
+            if ahead.result is not None and ahead.stamp is not None and \
+                    ahead.stamp == self._ns(tree).stamp():
                 return ahead.result
-        return await self.run(self._list_batch, tree, key, start_after)
+        return await self._settled_read(
+            tree, lambda: self.run(self._list_batch, tree, key, start_after, limit))
 
     def _list_ahead(self, h: DirHandle, tree: Tree, key: bytes, after: bytes) -> None:
         """List the next batch on a worker while the kernel takes in this reply and
@@ -783,7 +837,7 @@ class GravfsOperations(pyfuse3.Operations):
         nursery = self.nursery
         if nursery is None or h.ahead is not None:
             return
-        job = h.ahead = ListingAhead(after)
+        job = h.ahead = ListingAhead(after, self._ns(tree).stamp())
 
         async def work() -> None:
             try:
@@ -795,11 +849,12 @@ class GravfsOperations(pyfuse3.Operations):
 
         nursery.start_soon(work)
 
-    def _list_batch(self, tree: Tree, key: bytes, start_after: Optional[bytes]):
+    def _list_batch(self, tree: Tree, key: bytes, start_after: Optional[bytes],
+                    limit: int = READDIR_BATCH):
         version = None
         if tree.kind == "branch":
             version = self.statcache.version(tree.name, blocking=True)  # before the listing
-        batch = self.repo.list_dir(tree.ref, key, start_after, READDIR_BATCH)
+        batch = self.repo.list_dir(tree.ref, key, start_after, limit)
         for n in batch:  # worked out here, off the event loop (the nodes keep them)
             n.fs_name, n.listing_key
         return version, batch

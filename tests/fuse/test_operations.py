@@ -987,7 +987,8 @@ def test_readdir_lists_the_next_batch_while_the_kernel_takes_a_reply(tmp_path, m
     monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply", reply)
     listed, aheads = [], []
     list_batch, list_ahead = ops._list_batch, ops._list_ahead
-    ops._list_batch = lambda tree, key, after: listed.append(after) or list_batch(tree, key, after)
+    ops._list_batch = lambda tree, key, after, *limit: listed.append(after) or list_batch(
+        tree, key, after, *limit)
     ops._list_ahead = lambda h, tree, key, after: aheads.append(after) or list_ahead(h, tree, key,
                                                                                        after)
 
@@ -1410,6 +1411,178 @@ def test_a_create_that_cannot_be_staged_leaves_other_requests_working(tmp_path, 
         assert "could not stage 1 created files on main" in caplog.text
         assert repo.read("main", "d/f") == b"kept"
         assert repo.stat("main", "d").entry.mtime_ns > 0
+    finally:
+        repo.close()
+
+
+def _two_files(tmp_path):
+    """In-process handlers over d/a (10 bytes) and d/b (20 bytes), every stat and
+    staging on a worker (as when a range must be read first)."""
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
+
+    repo, ops, ctx = _ops_in_process(tmp_path)
+    repo.stage("main", [(b"d/" + name, EntryInfo(address="data/00/" + "0" * 64, size=size,
+                                                   mtime_ns=1, mode=0o100644, kind=KIND_FILE))
+                        for name, size in ((b"a", 10), (b"b", 20))])
+    ops._at_hand = ops.run
+    return repo, ops, ctx
+
+
+def _pausing(fn, when):
+    """fn, made to wait (on its worker) after it ran for a call ``when`` matches, until
+    the returned event is set; ``ran`` is set when it ran."""
+    import threading
+
+    ran, go = threading.Event(), threading.Event()
+
+    def paused(*args):
+        out = fn(*args)
+        if when(*args) and not go.is_set():
+            ran.set()
+            go.wait(10)
+        return out
+
+    return paused, ran, go
+
+
+def test_a_lookup_that_read_before_a_rename_answers_what_the_name_is_after_it(tmp_path):
+    """A lookup's stat waits on a worker while a rename replaces its name: the answer
+    binds the name's inode (now the renamed file's) to the renamed file's entry, not
+    to the replaced file's (a reader of the renamed file would read 20 bytes of 10,
+    or the first 10 of 20: the kernel takes the size from the answer)."""
+    import trio
+
+    repo, ops, ctx = _two_files(tmp_path)
+    ops._stat_versioned, ran, go = _pausing(ops._stat_versioned, lambda tree, key, *r: key == b"d/b")
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            ops.nursery = nursery
+            d = await _dir_d(ops)
+            a = (await ops.lookup(d, b"a")).st_ino
+            answers = []
+
+            async def look():
+                answers.append(await ops.lookup(d, b"b"))
+
+            nursery.start_soon(look)
+            await trio.to_thread.run_sync(ran.wait, 10)  # it read b: 20 bytes
+            await ops.rename(d, b"a", d, b"b", 0, ctx)
+            go.set()
+            while not answers:
+                await trio.sleep(0.01)
+            assert (answers[0].st_ino, answers[0].st_size) == (a, 10)
+            assert ops.inodes.remembered(ops._node(a))[0].size == 10
+            assert (await ops.getattr(a)).st_size == 10
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        repo.close()
+
+
+def test_a_lookup_while_a_rename_is_half_done_waits_for_it(tmp_path):
+    """A rename has staged (its entries are visible) but not yet moved its inodes: a
+    lookup of its target meanwhile waits, then answers the renamed file's inode and
+    entry (not the replaced file's inode with the renamed file's size)."""
+    import trio
+
+    repo, ops, ctx = _two_files(tmp_path)
+    ops._rename_blocking, ran, go = _pausing(ops._rename_blocking, lambda *args: True)
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            ops.nursery = nursery
+            d = await _dir_d(ops)
+            a = (await ops.lookup(d, b"a")).st_ino
+            b = (await ops.lookup(d, b"b")).st_ino
+            answers = []
+
+            async def look():
+                answers.append(await ops.lookup(d, b"b"))
+
+            nursery.start_soon(ops.rename, d, b"a", d, b"b", 0, ctx)
+            await trio.to_thread.run_sync(ran.wait, 10)  # staged, inodes not moved yet
+            nursery.start_soon(look)
+            await trio.sleep(0.05)
+            assert answers == []  # waits for the rename
+            go.set()
+            while not answers:
+                await trio.sleep(0.01)
+            assert (answers[0].st_ino, answers[0].st_size) == (a, 10)
+            assert ops.inodes.get(b) is None or not ops.inodes.get(b).linked
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        repo.close()
+
+
+def test_an_open_file_renamed_over_keeps_its_own_attributes(tmp_path):
+    """A reader has b open when a rename puts a in its place: the reader's getattr (an
+    fstat, or the kernel refreshing its attributes) answers b's size, not the size of
+    the file that has b's name now (the kernel would cut the reader's reads short)."""
+    import trio
+
+    repo, ops, ctx = _two_files(tmp_path)
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            ops.nursery = nursery
+            d = await _dir_d(ops)
+            b = (await ops.lookup(d, b"b")).st_ino
+            fi = await ops.open(b, os.O_RDONLY, ctx)
+            await ops.rename(d, b"a", d, b"b", 0, ctx)
+            attrs = await ops.getattr(b, ctx)
+            assert (attrs.st_size, attrs.st_nlink) == (20, 0)
+            assert (await ops.lookup(d, b"b")).st_size == 10
+            await ops.release(fi.fh)
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        repo.close()
+
+
+def test_a_listing_kept_from_before_a_rename_is_not_answered_after_it(tmp_path, monkeypatch):
+    """The rest of a listed batch waits on the handle for the kernel's next readdir; a
+    rename between the two must not have the next reply pair the renamed file's inode
+    with the replaced file's listed entry."""
+    import trio
+
+    from gravfs.fuse import operations as ops_mod
+
+    repo, ops, ctx = _two_files(tmp_path)
+
+    def reply(token, name, attrs, off):  # a kernel with room for one entry a reply
+        if token:
+            return False
+        token.append((name, attrs, off))
+        return True
+
+    monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply", reply)
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            ops.nursery = nursery
+            d = await _dir_d(ops)
+            fh = await ops.opendir(d, ctx)
+            first: list = []
+            await ops.readdir(fh, 0, first)
+            assert [(name, attrs.st_size) for name, attrs, _ in first] == [(b"a", 10)]
+            await ops.rename(d, b"a", d, b"b", 0, ctx)
+            rest: list = []
+            await ops.readdir(fh, first[0][2], rest)
+            assert [(name, attrs.st_ino, attrs.st_size) for name, attrs, _ in rest] == \
+                [(b"b", first[0][1].st_ino, 10)]
+            await ops.releasedir(fh)
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
     finally:
         repo.close()
 
