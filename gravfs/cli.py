@@ -598,6 +598,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = cmd("umount", cmd_umount, "flush and unmount")
     sp.add_argument("mountpoint")
+    sp.add_argument("--force", action="store_true",
+                    help="abort the mount's connection first: for a daemon that no longer "
+                         "answers (what it had not staged is lost)")
     from gravfs.spark.gccli import add_gc_parser
     add_gc_parser(sub, common, _repo)
     from gravfs.spark.cli import add_spark_parser

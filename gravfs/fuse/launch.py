@@ -8,7 +8,8 @@ to ``<state dir>/logs/mount-<name>.log``. SIGTERM/SIGINT unmount cleanly;
 on unmount every modified open file is staged and the pending uploads are
 uploaded before the process exits.
 
-umount: ask the daemon for its pid (a virtual xattr on the mount root), run
+umount: ask the daemon for its pid (a virtual xattr on the mount root; a daemon
+that does not answer is reported, and ``--force`` aborts its connection), run
 ``fusermount3 -u`` and wait for the daemon to finish flushing and exit; then
 report (and exit 1 for) the files the daemon could not stage and saved in
 lost+found, which it lists in its exit report.
@@ -27,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Optional
 
@@ -38,6 +40,13 @@ from gravfs.store.modes import private_dir
 log = logging.getLogger(__name__)
 
 READY = b"OK\n"
+# Seconds a mount's daemon has to answer an xattr request before gravfs mount and
+# umount call it hung ($GRAVFS_MOUNT_PROBE_WAIT)
+PROBE_WAIT = 10.0
+
+
+class DaemonHung(GravfsError):
+    """A mounted gravfs daemon does not answer; names the way out."""
 UMOUNT_WAIT = 600.0
 UPLOAD_WORKERS = 4
 SYNC_INTERVAL = 1.0
@@ -113,15 +122,55 @@ def _clear_stale_mount(mountpoint: str) -> None:
     if not _mounted_at(mountpoint):
         return
     try:
-        os.getxattr(mountpoint, "user.gravfs.pid")  # never cached by the kernel
+        _ask_pid(mountpoint)
         return
     except OSError as exc:
         if exc.errno != errno.ENOTCONN:
             return
     log.warning("%s is a dead gravfs mount (its daemon is gone); unmounting it", mountpoint)
+    _lazy_unmount(mountpoint)
+
+
+def _lazy_unmount(mountpoint: str) -> None:
     tool = shutil.which("fusermount3") or shutil.which("fusermount")
     subprocess.run([tool, "-u", "-z", mountpoint] if tool else ["umount", "-l", mountpoint],
                    capture_output=True)
+
+
+def _probe_wait() -> float:
+    try:
+        return float(os.environ.get("GRAVFS_MOUNT_PROBE_WAIT", PROBE_WAIT))
+    except ValueError:
+        return PROBE_WAIT
+
+
+def _ask_pid(mountpoint: str) -> int:
+    """The pid the mount's daemon answers with (an xattr of the root, never cached by
+    the kernel), asked from a thread: a daemon that stopped reading requests (stopped,
+    or killed while one of its threads waits in the kernel: it cannot exit then, nor
+    close the connection) would hold the caller forever. OSError as the request
+    failed (ENOTCONN: the daemon is gone); DaemonHung when it gets no answer."""
+    answer: list = []
+
+    def ask() -> None:
+        try:
+            answer.append(int(os.getxattr(mountpoint, "user.gravfs.pid")))
+        except (OSError, ValueError) as exc:
+            answer.append(exc if isinstance(exc, OSError) else OSError(errno.EIO, str(exc)))
+
+    wait = _probe_wait()
+    asker = threading.Thread(target=ask, name="mount-probe", daemon=True)
+    asker.start()
+    asker.join(wait)
+    if not answer:
+        raise DaemonHung(
+            f"{mountpoint} is a gravfs mount whose daemon does not answer (for {wait:g} s); "
+            f"if the daemon is dead (kill -9, out of memory), 'gravfs umount --force "
+            f"{mountpoint}' aborts its connection: the processes waiting on it get an error, "
+            "and what was written and not closed is lost")
+    if isinstance(answer[0], OSError):
+        raise answer[0]
+    return answer[0]
 
 
 def _spawn(cfg: dict) -> int:
@@ -532,20 +581,44 @@ def _notify_systemd(msg: bytes) -> None:
 # -- umount -----------------------------------------------------------------------------
 
 
-def daemon_pid(mountpoint: str) -> Optional[int]:
+FUSECTL = "/sys/fs/fuse/connections"
+
+
+def _abort_connection(mountpoint: str) -> None:
+    """Abort the FUSE connection of the mount (root only): every request waiting on its
+    daemon fails with ENOTCONN, and the daemon's reads of /dev/fuse end."""
+    dev = _mount_device(mountpoint)
+    if dev is None:
+        raise GravfsError(f"{mountpoint} is not mounted")
+    major, minor = (int(x) for x in dev.split(":"))
+    conn = os.path.join(FUSECTL, str(major << 20 | minor))  # the kernel's dev_t, as fusectl names it
+    if not os.path.isdir(conn):  # fusectl not mounted here yet
+        subprocess.run(["mount", "-t", "fusectl", "none", FUSECTL], capture_output=True)
     try:
-        return int(os.getxattr(mountpoint, "user.gravfs.pid"))
-    except (OSError, ValueError):
-        return None
+        with open(os.path.join(conn, "abort"), "w") as f:
+            f.write("1")
+    except OSError as exc:
+        raise GravfsError(f"cannot abort the FUSE connection of {mountpoint} ({conn}/abort: "
+                          f"{exc.strerror}; root only, with fusectl mounted on {FUSECTL})") from exc
 
 
 def umount(args) -> int:
     """Unmount and wait for the daemon; exit 1 (one line per file on stderr) when it
-    could not stage some open files and saved them in lost+found instead."""
+    could not stage some open files and saved them in lost+found instead.
+    ``--force``: abort the mount's FUSE connection first (a daemon that no longer
+    answers: see _ask_pid)."""
     mountpoint = os.path.abspath(args.mountpoint)
-    if not os.path.ismount(mountpoint):
+    if not _mounted_at(mountpoint):
         raise GravfsError(f"{mountpoint} is not mounted")
-    pid = daemon_pid(mountpoint)
+    if getattr(args, "force", False):
+        _abort_connection(mountpoint)
+        _lazy_unmount(mountpoint)
+        log.warning("aborted the FUSE connection of %s and unmounted it", mountpoint)
+        return 0
+    try:
+        pid: Optional[int] = _ask_pid(mountpoint)
+    except OSError:
+        pid = None
     report = _exit_report_path(mountpoint)
     tool = shutil.which("fusermount3") or shutil.which("fusermount")
     cmd = [tool, "-u", mountpoint] if tool else ["umount", mountpoint]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -12,7 +13,7 @@ import sys
 
 from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
 from tests.fuse_util import write_bytes as _write, read_bytes as _read
-from tests.fuse_util import ROOT, Mount, wait_for
+from tests.fuse_util import ROOT, Mount, _alive, wait_for
 
 HELPER = os.path.join(ROOT, "scripts", "mount.gravfs")
 UNIT = os.path.join(ROOT, "systemd", "gravfs@.service")
@@ -51,6 +52,48 @@ def test_kill9_keeps_everything_closed_or_fsynced(gravfs_mount):
     cid = m.commit()
     assert _read(m.path("commits", cid, "d/synced")) == b"fsynced, still open"
     assert "unsaved local file(s) of a dead mount" in m.log_text()
+
+
+def test_a_daemon_that_no_longer_answers_is_reported_and_umount_force_frees_its_waiters(
+        gravfs_mount):
+    """A daemon killed while one of its threads waits in the kernel (on a directory a
+    request it will never answer holds) cannot exit or close its connection: every
+    process using the mount hangs, and so did gravfs mount and umount asking it for
+    its pid. A stopped daemon shows the same. mount and umount say so and name the
+    way out; umount --force aborts the connection: the waiting process gets an
+    error, and the next mount works."""
+    m = gravfs_mount
+    _write(m.branch_path("kept"), b"closed before the stop")
+    m.env["GRAVFS_MOUNT_PROBE_WAIT"] = "1"
+    pid = m.pid()
+    os.kill(pid, signal.SIGSTOP)
+    waiter = None
+    try:
+        waiter = subprocess.Popen([sys.executable, "-c", "import os, sys\ntry:\n"
+                                   f"    os.stat({m.branch_path('nothing-yet')!r})\n"
+                                   "except OSError as e:\n    print(e.errno)"],
+                                  stdout=subprocess.PIPE, text=True)
+        for args in (("mount", m.mnt), ("umount", m.mnt)):
+            res = m.cli(*args, check=False, timeout=60)
+            assert res.returncode != 0
+            assert res.stderr.strip() == (
+                f"gravfs: {m.mnt} is a gravfs mount whose daemon does not answer (for 1 s); if "
+                f"the daemon is dead (kill -9, out of memory), 'gravfs umount --force {m.mnt}' "
+                "aborts its connection: the processes waiting on it get an error, and what "
+                "was written and not closed is lost"), res.stderr
+        assert waiter.poll() is None  # still waiting on the daemon
+        m.cli("umount", "--force", m.mnt, timeout=60)
+        out, _ = waiter.communicate(timeout=30)
+        assert int(out) in (errno.ECONNABORTED, errno.ENOTCONN)
+        assert not os.path.ismount(m.mnt)
+    finally:
+        if waiter is not None and waiter.poll() is None:
+            waiter.kill()
+        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: not _alive(pid), timeout=30)
+    m.remount()
+    assert _read(m.branch_path("kept")) == b"closed before the stop"
 
 
 def test_sigterm_stages_open_files_and_unmounts(gravfs_mount):
