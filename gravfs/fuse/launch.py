@@ -40,6 +40,9 @@ from gravfs.store.modes import private_dir
 log = logging.getLogger(__name__)
 
 READY = b"OK\n"
+UMOUNT_WAIT = 600.0
+UPLOAD_WORKERS = 4
+SYNC_INTERVAL = 1.0
 # Seconds a mount's daemon has to answer an xattr request before gravfs mount and
 # umount call it hung ($GRAVFS_MOUNT_PROBE_WAIT)
 PROBE_WAIT = 10.0
@@ -47,9 +50,6 @@ PROBE_WAIT = 10.0
 
 class DaemonHung(GravfsError):
     """A mounted gravfs daemon does not answer; names the way out."""
-UMOUNT_WAIT = 600.0
-UPLOAD_WORKERS = 4
-SYNC_INTERVAL = 1.0
 
 
 # -- mount ------------------------------------------------------------------------------
@@ -586,7 +586,8 @@ FUSECTL = "/sys/fs/fuse/connections"
 
 def _abort_connection(mountpoint: str) -> None:
     """Abort the FUSE connection of the mount (root only): every request waiting on its
-    daemon fails with ENOTCONN, and the daemon's reads of /dev/fuse end."""
+    daemon fails (ECONNABORTED), later ones get ENOTCONN, and the daemon's reads of
+    /dev/fuse end."""
     dev = _mount_device(mountpoint)
     if dev is None:
         raise GravfsError(f"{mountpoint} is not mounted")

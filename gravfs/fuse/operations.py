@@ -69,6 +69,8 @@ READDIR_BATCH = 512
 # Names listed again when the rest of a batch outlived a change of its tree (the
 # rest is dropped: see readdir): about what a kernel readdir takes.
 RELIST_BATCH = 64
+# The namespace "lock" of commits and tags, never taken: their names never change
+_UNCHANGING = QuickLock()
 # Lookups missing the stat cache in ascending order before listing ahead. Random
 # lookups rise that many times in a row once in (run + 1)! misses: at 3, once in 24,
 # so a directory stat'ed at random 40 times listed ahead about once for nothing
@@ -368,6 +370,8 @@ class GravfsOperations(pyfuse3.Operations):
         return tree
 
     def _ns(self, tree: Tree) -> QuickLock:
+        if tree.immutable:
+            return _UNCHANGING  # nothing changes names there: no lock per commit or tag
         lock = self.ns_locks.get(tree.name)
         if lock is None:
             lock = self.ns_locks[tree.name] = QuickLock()
@@ -377,11 +381,12 @@ class GravfsOperations(pyfuse3.Operations):
         """``await read()`` at a moment no change of the tree's names is half done, nor
         was made while it waited on a worker.
 
-        A change (create, rename, unlink, a close) stages, then moves the inode
-        table's names, both under the tree's lock; a read made between the two, or
-        one that read before a change and answers after it, would pair a name's inode
-        with another file's entry (the kernel then shows an open file another file's
-        size: short or padded reads). Such a read is made again under the lock."""
+        A change (create, rename, unlink, a close) stages and then moves the inode
+        table's names while it holds the tree's lock (or with nothing run between);
+        a read made while it holds the lock, or one that read before a change and
+        answers after it, would pair a name's inode with another file's entry (the
+        kernel then shows an open file another file's size: short or padded reads).
+        Such a read is made again under the lock."""
         lock = self._ns(tree)
         stamp = lock.stamp()
         if stamp is not None:

@@ -1,5 +1,6 @@
 """QuickLock: a free lock is taken without a pass through the scheduler; a held
-one is waited for, in order, and a cancelled waiter leaves no trace."""
+one is waited for, in order, and a cancelled waiter leaves no trace; its stamp
+tells a reader whether a holder came or went."""
 
 import trio
 
@@ -74,5 +75,31 @@ def test_a_cancelled_waiter_does_not_take_the_lock():
         assert not lock.locked()
         async with lock:  # still usable
             assert lock.locked()
+
+    trio.run(main)
+
+
+def test_the_stamp_tells_whether_a_holder_came_or_went():
+    """None while held (by anyone); else the release count, so a reader that finds
+    the same stamp after a wait knows no change of the namespace began or ended."""
+    async def main():
+        lock = QuickLock()
+        before = lock.stamp()
+        assert before is not None and not lock.held_here()
+        seen = {}
+
+        async def other():
+            seen["other holds"] = lock.held_here()
+
+        async with trio.open_nursery() as nursery:
+            async with lock:
+                assert lock.stamp() is None and lock.held_here()
+                nursery.start_soon(other)
+                await trio.sleep(0.01)
+        assert seen == {"other holds": False}
+        assert lock.stamp() == before + 1
+        async with lock:
+            pass
+        assert lock.stamp() == before + 2
 
     trio.run(main)
