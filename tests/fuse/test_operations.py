@@ -1445,6 +1445,23 @@ def _pausing(fn, when):
     return paused, ran, go
 
 
+def _serve(repo, ops, body) -> None:
+    """``await body(nursery)`` in a trio run, with the handlers' nursery set; then
+    the repository is closed."""
+    import trio
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            ops.nursery = nursery
+            await body(nursery)
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        repo.close()
+
+
 def test_a_lookup_that_read_before_a_rename_answers_what_the_name_is_after_it(tmp_path):
     """A lookup's stat waits on a worker while a rename replaces its name: the answer
     binds the name's inode (now the renamed file's) to the renamed file's entry, not
@@ -1455,31 +1472,25 @@ def test_a_lookup_that_read_before_a_rename_answers_what_the_name_is_after_it(tm
     repo, ops, ctx = _two_files(tmp_path)
     ops._stat_versioned, ran, go = _pausing(ops._stat_versioned, lambda tree, key, *r: key == b"d/b")
 
-    async def main():
-        async with trio.open_nursery() as nursery:
-            ops.nursery = nursery
-            d = await _dir_d(ops)
-            a = (await ops.lookup(d, b"a")).st_ino
-            answers = []
+    async def body(nursery):
+        d = await _dir_d(ops)
+        a = (await ops.lookup(d, b"a")).st_ino
+        answers = []
 
-            async def look():
-                answers.append(await ops.lookup(d, b"b"))
+        async def look():
+            answers.append(await ops.lookup(d, b"b"))
 
-            nursery.start_soon(look)
-            await trio.to_thread.run_sync(ran.wait, 10)  # it read b: 20 bytes
-            await ops.rename(d, b"a", d, b"b", 0, ctx)
-            go.set()
-            while not answers:
-                await trio.sleep(0.01)
-            assert (answers[0].st_ino, answers[0].st_size) == (a, 10)
-            assert ops.inodes.remembered(ops._node(a))[0].size == 10
-            assert (await ops.getattr(a)).st_size == 10
-            nursery.cancel_scope.cancel()
+        nursery.start_soon(look)
+        await trio.to_thread.run_sync(ran.wait, 10)  # it read b: 20 bytes
+        await ops.rename(d, b"a", d, b"b", 0, ctx)
+        go.set()
+        while not answers:
+            await trio.sleep(0.01)
+        assert (answers[0].st_ino, answers[0].st_size) == (a, 10)
+        assert ops.inodes.remembered(ops._node(a))[0].size == 10
+        assert (await ops.getattr(a)).st_size == 10
 
-    try:
-        trio.run(main)
-    finally:
-        repo.close()
+    _serve(repo, ops, body)
 
 
 def test_a_lookup_while_a_rename_is_half_done_waits_for_it(tmp_path):
@@ -1491,68 +1502,52 @@ def test_a_lookup_while_a_rename_is_half_done_waits_for_it(tmp_path):
     repo, ops, ctx = _two_files(tmp_path)
     ops._rename_blocking, ran, go = _pausing(ops._rename_blocking, lambda *args: True)
 
-    async def main():
-        async with trio.open_nursery() as nursery:
-            ops.nursery = nursery
-            d = await _dir_d(ops)
-            a = (await ops.lookup(d, b"a")).st_ino
-            b = (await ops.lookup(d, b"b")).st_ino
-            answers = []
+    async def body(nursery):
+        d = await _dir_d(ops)
+        a = (await ops.lookup(d, b"a")).st_ino
+        b = (await ops.lookup(d, b"b")).st_ino
+        answers = []
 
-            async def look():
-                answers.append(await ops.lookup(d, b"b"))
+        async def look():
+            answers.append(await ops.lookup(d, b"b"))
 
-            nursery.start_soon(ops.rename, d, b"a", d, b"b", 0, ctx)
-            await trio.to_thread.run_sync(ran.wait, 10)  # staged, inodes not moved yet
-            nursery.start_soon(look)
-            await trio.sleep(0.05)
-            assert answers == []  # waits for the rename
-            go.set()
-            while not answers:
-                await trio.sleep(0.01)
-            assert (answers[0].st_ino, answers[0].st_size) == (a, 10)
-            assert ops.inodes.get(b) is None or not ops.inodes.get(b).linked
-            nursery.cancel_scope.cancel()
+        nursery.start_soon(ops.rename, d, b"a", d, b"b", 0, ctx)
+        await trio.to_thread.run_sync(ran.wait, 10)  # staged, inodes not moved yet
+        nursery.start_soon(look)
+        await trio.sleep(0.05)
+        assert answers == []  # waits for the rename
+        go.set()
+        while not answers:
+            await trio.sleep(0.01)
+        assert (answers[0].st_ino, answers[0].st_size) == (a, 10)
+        assert ops.inodes.get(b) is None or not ops.inodes.get(b).linked
 
-    try:
-        trio.run(main)
-    finally:
-        repo.close()
+    _serve(repo, ops, body)
 
 
 def test_an_open_file_renamed_over_keeps_its_own_attributes(tmp_path):
     """A reader has b open when a rename puts a in its place: the reader's getattr (an
     fstat, or the kernel refreshing its attributes) answers b's size, not the size of
     the file that has b's name now (the kernel would cut the reader's reads short)."""
-    import trio
-
     repo, ops, ctx = _two_files(tmp_path)
 
-    async def main():
-        async with trio.open_nursery() as nursery:
-            ops.nursery = nursery
-            d = await _dir_d(ops)
-            b = (await ops.lookup(d, b"b")).st_ino
-            fi = await ops.open(b, os.O_RDONLY, ctx)
-            await ops.rename(d, b"a", d, b"b", 0, ctx)
-            attrs = await ops.getattr(b, ctx)
-            assert (attrs.st_size, attrs.st_nlink) == (20, 0)
-            assert (await ops.lookup(d, b"b")).st_size == 10
-            await ops.release(fi.fh)
-            nursery.cancel_scope.cancel()
+    async def body(nursery):
+        d = await _dir_d(ops)
+        b = (await ops.lookup(d, b"b")).st_ino
+        fi = await ops.open(b, os.O_RDONLY, ctx)
+        await ops.rename(d, b"a", d, b"b", 0, ctx)
+        attrs = await ops.getattr(b, ctx)
+        assert (attrs.st_size, attrs.st_nlink) == (20, 0)
+        assert (await ops.lookup(d, b"b")).st_size == 10
+        await ops.release(fi.fh)
 
-    try:
-        trio.run(main)
-    finally:
-        repo.close()
+    _serve(repo, ops, body)
 
 
 def test_a_listing_kept_from_before_a_rename_is_not_answered_after_it(tmp_path, monkeypatch):
     """The rest of a listed batch waits on the handle for the kernel's next readdir; a
     rename between the two must not have the next reply pair the renamed file's inode
     with the replaced file's listed entry."""
-    import trio
-
     from gravfs.fuse import operations as ops_mod
 
     repo, ops, ctx = _two_files(tmp_path)
@@ -1565,26 +1560,20 @@ def test_a_listing_kept_from_before_a_rename_is_not_answered_after_it(tmp_path, 
 
     monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply", reply)
 
-    async def main():
-        async with trio.open_nursery() as nursery:
-            ops.nursery = nursery
-            d = await _dir_d(ops)
-            fh = await ops.opendir(d, ctx)
-            first: list = []
-            await ops.readdir(fh, 0, first)
-            assert [(name, attrs.st_size) for name, attrs, _ in first] == [(b"a", 10)]
-            await ops.rename(d, b"a", d, b"b", 0, ctx)
-            rest: list = []
-            await ops.readdir(fh, first[0][2], rest)
-            assert [(name, attrs.st_ino, attrs.st_size) for name, attrs, _ in rest] == \
-                [(b"b", first[0][1].st_ino, 10)]
-            await ops.releasedir(fh)
-            nursery.cancel_scope.cancel()
+    async def body(nursery):
+        d = await _dir_d(ops)
+        fh = await ops.opendir(d, ctx)
+        first: list = []
+        await ops.readdir(fh, 0, first)
+        assert [(name, attrs.st_size) for name, attrs, _ in first] == [(b"a", 10)]
+        await ops.rename(d, b"a", d, b"b", 0, ctx)
+        rest: list = []
+        await ops.readdir(fh, first[0][2], rest)
+        assert [(name, attrs.st_ino, attrs.st_size) for name, attrs, _ in rest] == \
+            [(b"b", first[0][1].st_ino, 10)]
+        await ops.releasedir(fh)
 
-    try:
-        trio.run(main)
-    finally:
-        repo.close()
+    _serve(repo, ops, body)
 
 
 def test_every_handler_settles_deferred_creates_or_cannot_see_them():
