@@ -6,7 +6,10 @@ A file and a directory at the same key get different inodes (the kernel must
 never see an inode change type). An inode lives while the kernel holds a
 lookup on it or a handle is open; renames re-key it (and everything below a
 renamed directory) so open files follow their path, and unlink detaches it so
-a new file at that name gets a fresh inode.
+a new file at that name gets a fresh inode. So does a name whose content another
+process replaced while the kernel may still hold the old content's size or pages
+(supersede): the kernel keeps one size and one page cache per inode, so an inode
+never changes content behind it.
 
 Hard links: the names of one link group (gravfs.fs.entry.EntryInfo.link_group)
 share one inode, found by (tree, group); ``key`` is one of its names (the one
@@ -102,6 +105,12 @@ class Inode:
     def virtual(self) -> Optional[str]:
         """"root" | "branches" | "commits" | "tags" for virtual directories, else None."""
         return self._extra.get("virtual") if self._extra else None
+
+    @property
+    def superseded(self) -> bool:
+        """Its names hold other content now, which the kernel may not have been told
+        (InodeTable.supersede)."""
+        return bool(self._extra and self._extra.get("superseded"))
 
     @property
     def linked(self) -> bool:
@@ -392,6 +401,19 @@ class InodeTable:
         self._detach(node)
         node.linked = False
         self.maybe_drop(node)
+
+    def supersede(self, node: Inode) -> None:
+        """The content at node's names changed behind the kernel (another process) while
+        the kernel may still pair node with the old content: its names get a new inode
+        at their next lookup, and node lives on, unlinked, for the handles reading the
+        old content and the kernel's lookups (its path operations get ESTALE, which
+        makes the kernel look the name up again)."""
+        node.extra["superseded"] = True
+        if node.group and node.tree is not None:
+            k = (node.tree.ident, node.group)
+            if self._by_group.get(k) == node.ino:  # the group's next lookup: a new inode
+                del self._by_group[k]
+        self.unlink(node)
 
     # -- entries last seen ----------------------------------------------------------------
 

@@ -92,6 +92,8 @@ UNSUPPORTED_XATTRS = (b"security.selinux",)
 # Not kept, but asked before every write: answered "none" (security.capability).
 NEVER_SET_XATTRS = (b"security.capability",)
 MAX_FOREIGN_LOGGED = 10_000  # keys other writers made, each logged once
+MAX_SUPERSEDED_NAMES = 10_000  # superseded names awaiting the watcher's invalidation
+ATTR_SLACK = 1.0  # seconds: the kernel starts an attribute's timeout when it gets the reply
 
 
 def _unsupported_xattr(name: bytes) -> bool:
@@ -144,6 +146,9 @@ class GravfsOperations(pyfuse3.Operations):
         self.foreign_logged: set[bytes] = set()
         self.nursery: Optional[trio.Nursery] = None  # set by launch: background work (readdir)
         self.deferred: dict[int, OpenFile] = {}  # ino -> a create not staged yet (see create)
+        # (parent inode, name) of names whose inode was superseded: the watcher drops
+        # the kernel's entries of them (a dentry may still lead to the old inode)
+        self.superseded_names: list[tuple[int, bytes]] = []
         self.settling = QuickLock()
         if settings.branch:
             tree = self._branch_tree(settings.branch)
@@ -410,6 +415,8 @@ class GravfsOperations(pyfuse3.Operations):
         tree = node.tree
         if tree is None or not tree.writable:
             raise fail(errno.EROFS)
+        if node.superseded:  # its name holds other content now: the kernel looks again
+            raise fail(errno.ESTALE)
         if node.foreign:  # see _remember
             raise fail(errno.EPERM)
         return tree
@@ -573,7 +580,9 @@ class GravfsOperations(pyfuse3.Operations):
         return a
 
     async def _entry_of(self, node: Inode) -> Optional[EntryInfo]:
-        """Current entry of a tree inode (None: implied directory or tree root)."""
+        """Current entry of a tree inode (None: implied directory or tree root); for
+        a file open for reading whose name another process gave new content, the
+        content its handles read (the inode is superseded: see _inode_at)."""
         if node.tree is None or node.key == b"":
             return None
         seen = self.inodes.remembered(node)
@@ -585,9 +594,44 @@ class GravfsOperations(pyfuse3.Operations):
             # again): never that file's entry, which would show as this one's size
             if node.opens and seen is not None:
                 return seen[0]  # still open: what it was
-            raise fail(errno.ENOENT)
+            raise fail(errno.ESTALE if node.superseded else errno.ENOENT)
+        if node.opens and seen is not None and self._replaced(node, seen[0], n.entry):
+            self._supersede(node)
+            return seen[0]
         self._remember(node, n)
         return n.entry
+
+    def _replaced(self, node: Inode, old: Optional[EntryInfo], new: Optional[EntryInfo]
+                  ) -> bool:
+        """Is new other content than old, at a file no open file of this mount holds
+        (whose content is the mount's own)?"""
+        return (old is not None and new is not None and node.kind == "file"
+                and node.ino not in self.open_files and content_key(old) != content_key(new))
+
+    def _supersede(self, node: Inode) -> None:
+        """Give node's names a new inode (InodeTable.supersede); the kernel's entries
+        of them go at the watcher's next round."""
+        log.info("%s:%s changed outside the mount while the kernel held it: its name "
+                 "gets a new inode (was %d)", node.tree.name, node.key.decode(errors="replace"),
+                 node.ino)
+        names = [(self.inodes.parent_of(node), node.name)]
+        self.inodes.supersede(node)
+        if len(self.superseded_names) < MAX_SUPERSEDED_NAMES:
+            self.superseded_names += names
+
+    def _kernel_may_differ(self, node: Inode, seen: Optional[tuple],
+                           entry: Optional[EntryInfo]) -> bool:
+        """Might the kernel hold attributes of other content than entry's for node (a
+        size: reads through it would stop there)? Yes when what was last told about
+        node differs, or, when nothing is remembered (listed, or evicted), when the
+        branch changed outside the mount within the kernel's attribute timeout."""
+        tree = node.tree
+        if tree.kind != "branch" or node.kind != "file" or entry is None:
+            return False
+        if seen is not None and seen[0] is not None:
+            return self._replaced(node, seen[0], entry)
+        since = time.monotonic() - self.statcache.changed_at(tree.name)
+        return since < self.settings.attr_timeout + ATTR_SLACK
 
     def _remember(self, node: Inode, n: Node, key: Optional[bytes] = None) -> None:
         """``key``: the name n was found at (a hard-linked inode has several)."""
@@ -651,9 +695,22 @@ class GravfsOperations(pyfuse3.Operations):
         n = await self._stat(tree, key, parent)
         if n is None:
             raise fail(errno.ENOENT)
-        node = self.inodes.ensure(tree, key, n.kind, parent.ino, name, _group(n))
+        node = self._inode_at(tree, key, n, parent, name)
         self._remember(node, n, key)
         return node, n.entry
+
+    def _inode_at(self, tree: Tree, key: bytes, n: Node, parent: Inode, name: bytes) -> Inode:
+        """The inode to pair with node n found at key: a new one when the inode there
+        has handles reading other content (another process replaced the file: the
+        kernel keeps one size and one page cache per inode, so the two contents
+        cannot share one)."""
+        node = self.inodes.ensure(tree, key, n.kind, parent.ino, name, _group(n))
+        if node.opens and node.kind == "file":
+            seen = self.inodes.remembered(node)
+            if seen is not None and self._replaced(node, seen[0], n.entry):
+                self._supersede(node)
+                node = self.inodes.ensure(tree, key, n.kind, parent.ino, name, _group(n))
+        return node
 
     async def _lookup_virtual(self, parent: Inode, name: bytes) -> tuple[Inode, None]:
         if parent.virtual == "root":
@@ -803,7 +860,7 @@ class GravfsOperations(pyfuse3.Operations):
                 key = node.child_key(name)
                 if n.key == key:  # share the listed key (the stat cache's node's): one copy
                     key = n.key
-                child = self.inodes.ensure(tree, key, n.kind, node.ino, name, _group(n))
+                child = self._inode_at(tree, key, n, node, name)
                 if filed and n.kind != "dir" and self.inodes.remembered(child) is None:
                     # the stat cache holds it (filed above, with the batch), where a
                     # getattr or an open finds it: remembering it too was a tenth of a
@@ -1158,9 +1215,19 @@ class GravfsOperations(pyfuse3.Operations):
         of = self.open_files.get(node.ino)
         entry = of.entry if of is not None else None
         if of is None:
+            if node.superseded:  # the kernel looks the name up again: its new inode
+                raise fail(errno.ESTALE)
             known, entry = self._recent_entry(node) if not writing else (False, None)
             if not known:  # reads may use what lookup just saw; writes start from fresh
+                seen = self.inodes.remembered(node)
                 entry = await self._entry_of(node)
+                if node.superseded:
+                    raise fail(errno.ESTALE)
+                if self._kernel_may_differ(node, seen, entry):
+                    # the kernel may limit reads to another content's size: the name
+                    # gets a new inode, which the kernel learns by a lookup
+                    self._supersede(node)
+                    raise fail(errno.ESTALE)
             if node.kind != "file":
                 raise fail(errno.EINVAL)
             if writing:
@@ -1481,6 +1548,8 @@ class GravfsOperations(pyfuse3.Operations):
         temporary = of is None
         if temporary:
             entry = await self._entry_of(node)
+            if node.superseded:  # (by that look: its name holds other content now)
+                raise fail(errno.ESTALE)
             of = self._openfile(node, entry)
         try:
             async with of.lock:
@@ -1513,6 +1582,12 @@ class GravfsOperations(pyfuse3.Operations):
                 self._remember_entry(node, e)
             return
         async with self._ns(tree):
+            if not node.linked:  # removed while open for reading (fchmod): its name may
+                seen = self.inodes.remembered(node)  # be another file's; fstat shows it
+                if seen is None or seen[0] is None:
+                    raise fail(errno.ENOENT)
+                self._remember_entry(node, change(seen[0]))
+                return
             n = await self._stat(tree, node.key)
             if n is None or n.kind != node.kind:
                 raise fail(errno.ENOENT)
@@ -1696,7 +1771,7 @@ class GravfsOperations(pyfuse3.Operations):
         if node.kind == "dir":
             raise fail(errno.EPERM)
         if node.key == b"" or not node.linked:
-            raise fail(errno.ENOENT)
+            raise fail(errno.ESTALE if node.superseded else errno.ENOENT)
         key = self._child_key(parent, new_name)
         of = self.open_files.get(node.ino)
         if of is not None and of.provisional:

@@ -24,6 +24,12 @@ lookup before every create needs.
 
 The version is read *before* the stat it labels, so a result can be filed
 under an older version than it reflects but never under a newer one.
+
+The cache also tells when a branch last changed in a way the mount did not
+cause (``changed_at``: its head moved, or a staging transaction that is not
+ours): until the kernel's attribute timeout has passed since, an attribute
+the kernel holds may describe content a name no longer has (see
+gravfs.fuse.operations, open).
 """
 
 from __future__ import annotations
@@ -131,6 +137,8 @@ class BranchStatCache:
         self._nodes: dict[str, dict[bytes, object]] = {}
         self._complete: dict[str, dict[bytes, set]] = {}  # branch -> dir key -> child names
         self._listed: dict[str, int] = {}  # names filed in _complete (about)
+        self._latest: dict[str, tuple] = {}  # newest version filed (kept across drop)
+        self._changed: dict[str, float] = {}  # branch -> monotonic time of a foreign change
         self.hits = self.misses = self.advances = 0
 
     def version(self, branch: str, blocking: bool) -> Optional[tuple]:
@@ -162,7 +170,7 @@ class BranchStatCache:
         if not self.own.all_ours(have[1], version[1]):
             return False
         self._replay(branch, have[1], version[1])
-        self._versions[branch] = version
+        self._versions[branch] = self._latest[branch] = version
         self.advances += 1
         return True
 
@@ -221,6 +229,11 @@ class BranchStatCache:
         have = self._versions.get(branch)
         if have is not None and have[0] == version[0] and have[1] > version[1]:
             return False  # a result read before a newer version was seen: not filed
+        latest = self._latest.get(branch)
+        if latest is not None and latest != version and not (
+                latest[0] == version[0] and self.own.all_ours(latest[1], version[1])):
+            self._changed[branch] = time.monotonic()
+        self._latest[branch] = version
         self._versions[branch] = version
         self._nodes[branch] = {}
         self._complete[branch] = {}
@@ -251,6 +264,12 @@ class BranchStatCache:
                 for k in list(complete)[:max(1, len(complete) // 2)]:
                     del complete[k]
                 self._listed[branch] = sum(map(len, complete.values()))
+
+    def changed_at(self, branch: str) -> float:
+        """When (time.monotonic) the branch was last seen to change in a way this mount
+        did not cause: its head moved or another process wrote its staging (about:
+        also when the cache lost track of its own writes); 0.0 if never."""
+        return self._changed.get(branch, 0.0)
 
     def drop(self, branch: Optional[str] = None) -> None:
         if branch is None:

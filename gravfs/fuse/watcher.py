@@ -14,6 +14,10 @@ write transactions that this daemon did not commit (``OwnWrites``) and then
 invalidates every branch tree. That is what lets branch trees use attribute
 timeouts longer than the poll interval.
 
+Names whose inode the daemon superseded (another process replaced the file
+while the kernel held it: gravfs.fuse.inodes) lose their kernel entries at the
+next round too.
+
 Invalidation runs in its own thread: pyfuse3's notify calls block while a
 related request is in flight.
 """
@@ -79,6 +83,9 @@ class Watcher:
         self.rounds += 1
         if ops.deferred:  # creates still open since the last poll: other processes see them
             await ops.settle()
+        if ops.superseded_names:  # a dentry may still lead there to the old inode
+            names, ops.superseded_names = ops.superseded_names, []
+            await trio.to_thread.run_sync(_invalidate_names, names, limiter=self.limiter)
         branches = [t for t in list(ops.trees.values())
                     if t.kind == "branch" and ops.inodes.knows_tree(t.ident)]
         names = [t.name for t in branches]
@@ -136,6 +143,11 @@ def _invalidate(targets) -> None:
     for ino, parent, name, key in targets:
         if name:
             _quietly(pyfuse3.invalidate_entry, parent, name)
+
+
+def _invalidate_names(names) -> None:
+    for parent, name in names:
+        _quietly(pyfuse3.invalidate_entry, parent, name)
 
 
 def _quietly(fn, *args) -> None:

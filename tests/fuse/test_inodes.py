@@ -115,6 +115,27 @@ def test_open_count_kind_and_flags_share_a_slot_without_mixing():
         table.ensure(tree, b"x", "door", 1, b"x")
 
 
+def test_a_superseded_inode_leaves_its_names_and_goes_when_forgotten():
+    """supersede: every name (a link group's too) gets a new inode at its next
+    ensure; the old one stays for its lookups and handles, then leaves no record."""
+    table = InodeTable()
+    tree = Tree("branch", "main", writable=True)
+    a = table.ensure(tree, b"a", "file", 1, b"a", group="g1")
+    assert table.ensure(tree, b"b", "file", 1, b"b", group="g1") is a
+    a.lookups, a.opens = 2, 1
+    table.remember(a, None, 1.0)
+    table.supersede(a)
+    assert (a.superseded, a.linked) == (True, False)
+    new_a = table.ensure(tree, b"a", "file", 1, b"a", group="g1")
+    assert new_a.ino != a.ino and not new_a.superseded
+    assert table.ensure(tree, b"b", "file", 1, b"b", group="g1") is new_a
+    assert table.get(a.ino) is a
+    a.opens = 0
+    table.forget(a.ino, 2)
+    table.forget(new_a.ino, 0)
+    assert table.get(a.ino) is None and table.counts()["entries"] == 0
+
+
 def test_parent_is_the_directory_of_the_key_or_a_roots_noted_one():
     tree = Tree("branch", "main", writable=True)
     table = InodeTable()

@@ -1576,6 +1576,112 @@ def test_a_listing_kept_from_before_a_rename_is_not_answered_after_it(tmp_path, 
     _serve(repo, ops, body)
 
 
+def _replace_outside(repo, key: bytes, size: int, digit: str) -> None:
+    """What another process on the workspace (gravfs put) does: a staging write that
+    is not the mount's own."""
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
+
+    repo.stage("main", [(key, EntryInfo(address="data/00/" + digit * 64, size=size,
+                                        mtime_ns=2, mode=0o100644, kind=KIND_FILE))])
+
+
+def test_a_file_replaced_outside_while_open_for_reading_gets_a_new_inode(tmp_path):
+    """Another process gives d/b new content while a reader has it open: the kernel
+    keeps one size and one page cache per inode, so the open inode keeps answering
+    what its reader reads (20 bytes), the name gets a new inode (30 bytes), and an
+    open or chmod through the old one gets ESTALE (the kernel then looks the name up
+    again and lands on the new inode)."""
+    import pyfuse3
+
+    repo, ops, ctx = _two_files(tmp_path)
+
+    async def body(nursery):
+        d = await _dir_d(ops)
+        b = (await ops.lookup(d, b"b")).st_ino
+        fi = await ops.open(b, os.O_RDONLY, ctx)
+        _replace_outside(repo, b"d/b", 30, "1")
+        assert (await ops.getattr(b, ctx)).st_size == 20
+        new = await ops.lookup(d, b"b")
+        assert (new.st_ino != b, new.st_size) == (True, 30)
+        assert ops.files[fi.fh].entry.size == 20
+        for call in (ops.open(b, os.O_RDONLY, ctx), ops.open(b, os.O_WRONLY, ctx),
+                     ops.setattr(b, pyfuse3.EntryAttributes(), pyfuse3.SetattrFields(), None,
+                                 ctx)):
+            with pytest.raises(pyfuse3.FUSEError) as e:
+                await call
+            assert e.value.errno == errno.ESTALE
+        fi2 = await ops.open(new.st_ino, os.O_RDONLY, ctx)
+        assert ops.files[fi2.fh].entry.size == 30
+        assert ops.superseded_names == [(d, b"b")]  # for the watcher's next round
+        await ops.release(fi.fh)
+        await ops.release(fi2.fh)
+        with pytest.raises(pyfuse3.FUSEError) as e:  # a stat through the old dentry
+            await ops.getattr(b, ctx)
+        assert e.value.errno == errno.ESTALE
+
+    _serve(repo, ops, body)
+
+
+def test_an_open_after_an_outside_change_looks_again_when_the_kernel_may_hold_a_size(
+        tmp_path, monkeypatch):
+    """A listing tells the kernel each file's size without the daemon remembering it
+    per inode. After another process changed the branch, an open of a listed file
+    the daemon knows nothing about gets ESTALE (within the attribute timeout), so
+    the kernel learns the new size by a lookup; in a branch nothing else changed, it
+    opens at once."""
+    import pyfuse3
+
+    from gravfs.fuse import operations as ops_mod
+
+    repo, ops, ctx = _two_files(tmp_path)
+    monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply",
+                        lambda token, name, attrs, off: token.append((name, attrs)) or True)
+
+    async def body(nursery):
+        d = await _dir_d(ops)
+        fh = await ops.opendir(d, ctx)
+        listed: list = []
+        await ops.readdir(fh, 0, listed)
+        await ops.releasedir(fh)
+        ino = {name: attrs.st_ino for name, attrs in listed}
+        await ops.release((await ops.open(ino[b"a"], os.O_RDONLY, ctx)).fh)
+        _replace_outside(repo, b"d/b", 30, "1")
+        with pytest.raises(pyfuse3.FUSEError) as e:
+            await ops.open(ino[b"b"], os.O_RDONLY, ctx)
+        assert e.value.errno == errno.ESTALE
+        new = await ops.lookup(d, b"b")
+        assert (new.st_ino != ino[b"b"], new.st_size) == (True, 30)
+        fi = await ops.open(new.st_ino, os.O_RDONLY, ctx)
+        assert ops.files[fi.fh].entry.size == 30
+        await ops.release(fi.fh)
+        ops.statcache._changed["main"] -= ops.settings.attr_timeout + 2  # the timeout passed
+        await ops.release((await ops.open(ino[b"a"], os.O_RDONLY, ctx)).fh)
+
+    _serve(repo, ops, body)
+
+
+def test_a_file_replaced_by_another_process_is_read_whole_through_the_mount(tmp_path):
+    """The kernel took d/f's size from a listing; gravfs put gives it longer content
+    before the watcher's next look (its poll set far off here): reading the path must
+    give the whole new content, not the new content cut at the old size (the kernel
+    retries the open daemon's ESTALE with a fresh lookup)."""
+    m = Mount(str(tmp_path)).init()
+    local = os.path.join(m.base, "local")
+    _write(local, b"short")
+    m.cli("put", local, "main:d/f")
+    m.mount(options=["poll=3600"])
+    try:
+        assert os.listdir(m.branch_path("d")) == ["f"]
+        longer = b"much longer content, " * 500
+        _write(local, longer)
+        m.cli("put", local, "main:d/f")
+        with open(m.branch_path("d/f"), "rb") as f:
+            assert (os.fstat(f.fileno()).st_size, f.read()) == (len(longer), longer)
+        m.assert_clean_log()
+    finally:
+        m.cleanup()
+
+
 def test_every_handler_settles_deferred_creates_or_cannot_see_them():
     """A new handler must choose: settle the deferred creates first (``settled``), or
     be one that neither reads nor changes what the mount shows."""

@@ -95,6 +95,29 @@ def test_foreign_writes_end_the_cached_version(repos):
     assert not own.foreign_since(v2[1], v3[1])
 
 
+def test_changes_the_mount_did_not_make_are_dated(repos):
+    """changed_at: when the branch last moved by a write that was not the mount's
+    own (noticed across drop(), which forgets the results, not the version seen)."""
+    repo, other = repos
+    own = OwnWrites()
+    own.wrap(repo.staging)
+    cache = BranchStatCache(repo, own)
+    repo.stage("main", [(b"f", _entry(1))])  # before the cache saw a version
+    v = cache.version("main", blocking=True)
+    cache.put("main", v, b"f", _stat(repo, b"f"))
+    own.collect("main", [(b"f", True)], repo.stage, "main", [(b"f", _entry(2))])
+    v2 = cache.version("main", blocking=False)
+    assert cache.get("main", v2, b"f") is MISSING
+    cache.put("main", v2, b"f", _stat(repo, b"f"))
+    assert cache.changed_at("main") == 0.0
+    cache.drop()
+    before = time.monotonic()
+    other("g", 5)
+    v3 = cache.version("main", blocking=False)
+    cache.put("main", v3, b"g", _stat(repo, b"g"))
+    assert cache.changed_at("main") >= before
+
+
 def test_removals_forget_implied_directories(repos):
     repo, _ = repos
     own = OwnWrites()
