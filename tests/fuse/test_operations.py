@@ -1622,6 +1622,33 @@ def test_a_file_replaced_outside_while_open_for_reading_gets_a_new_inode(tmp_pat
     _serve(repo, ops, body)
 
 
+def test_fchmod_of_a_removed_open_file_leaves_the_file_now_at_its_name_alone(tmp_path):
+    """chmod through a reader's descriptor of a file removed since (its name holds
+    another file now) changes what the descriptor's fstat shows, nothing staged."""
+    import types
+
+    import pyfuse3
+
+    repo, ops, ctx = _two_files(tmp_path)
+
+    async def body(nursery):
+        d = await _dir_d(ops)
+        b = (await ops.lookup(d, b"b")).st_ino
+        fi = await ops.open(b, os.O_RDONLY, ctx)
+        await ops.unlink(d, b"b", ctx)
+        _replace_outside(repo, b"d/b", 30, "1")
+        attr = pyfuse3.EntryAttributes()
+        attr.st_mode = 0o600
+        fields = types.SimpleNamespace(**{f"update_{x}": x == "mode" for x in (
+            "size", "mode", "uid", "gid", "atime", "mtime", "ctime")})
+        shown = await ops.setattr(b, attr, fields, fi.fh, ctx)
+        assert (shown.st_mode & 0o777, shown.st_size) == (0o600, 20)
+        assert repo.stat("main", b"d/b").entry.mode & 0o777 == 0o644
+        await ops.release(fi.fh)
+
+    _serve(repo, ops, body)
+
+
 def test_an_open_after_an_outside_change_looks_again_when_the_kernel_may_hold_a_size(
         tmp_path, monkeypatch):
     """A listing tells the kernel each file's size without the daemon remembering it
