@@ -619,6 +619,17 @@ class GravfsOperations(pyfuse3.Operations):
         if len(self.superseded_names) < MAX_SUPERSEDED_NAMES:
             self.superseded_names += names
 
+    @staticmethod
+    def _drop_kernel_attrs(node: Inode) -> None:
+        """Have the kernel ask for node's attributes before the next read through it
+        (which it does once they expired): the size it holds may be another
+        content's, and would cut the read short. Inline: an attribute-only
+        notification waits on no lock a request holds."""
+        try:
+            pyfuse3.invalidate_inode(node.ino, True)
+        except OSError as exc:
+            log.debug("invalidating the attributes of inode %d: %s", node.ino, exc)
+
     def _kernel_may_differ(self, node: Inode, seen: Optional[tuple],
                            entry: Optional[EntryInfo]) -> bool:
         """Might the kernel hold attributes of other content than entry's for node (a
@@ -1224,10 +1235,10 @@ class GravfsOperations(pyfuse3.Operations):
                 if node.superseded:
                     raise fail(errno.ESTALE)
                 if self._kernel_may_differ(node, seen, entry):
-                    # the kernel may limit reads to another content's size: the name
-                    # gets a new inode, which the kernel learns by a lookup
-                    self._supersede(node)
-                    raise fail(errno.ESTALE)
+                    if writing:  # the kernel writes (appends) at the size it holds: the
+                        self._supersede(node)  # name gets a new inode, learnt by a lookup
+                        raise fail(errno.ESTALE)
+                    self._drop_kernel_attrs(node)
             if node.kind != "file":
                 raise fail(errno.EINVAL)
             if writing:

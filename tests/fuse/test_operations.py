@@ -1649,13 +1649,15 @@ def test_fchmod_of_a_removed_open_file_leaves_the_file_now_at_its_name_alone(tmp
     _serve(repo, ops, body)
 
 
-def test_an_open_after_an_outside_change_looks_again_when_the_kernel_may_hold_a_size(
+def test_an_open_after_an_outside_change_makes_the_kernel_ask_the_size_again(
         tmp_path, monkeypatch):
     """A listing tells the kernel each file's size without the daemon remembering it
-    per inode. After another process changed the branch, an open of a listed file
-    the daemon knows nothing about gets ESTALE (within the attribute timeout), so
-    the kernel learns the new size by a lookup; in a branch nothing else changed, it
-    opens at once."""
+    per inode. After another process changed the branch, within the attribute
+    timeout, an open for reading of a file whose size the kernel may hold from
+    before drops the kernel's attributes (its first read asks again); an open for
+    writing gets ESTALE (the kernel writes at the size it holds), so the name gets a
+    new inode by the kernel's next lookup. In a branch nothing else changed, or
+    once the timeout passed, an open is just an open."""
     import pyfuse3
 
     from gravfs.fuse import operations as ops_mod
@@ -1663,6 +1665,9 @@ def test_an_open_after_an_outside_change_looks_again_when_the_kernel_may_hold_a_
     repo, ops, ctx = _two_files(tmp_path)
     monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply",
                         lambda token, name, attrs, off: token.append((name, attrs)) or True)
+    dropped: list = []
+    monkeypatch.setattr(ops_mod.pyfuse3, "invalidate_inode",
+                        lambda ino, attr_only=False: dropped.append((ino, attr_only)))
 
     async def body(nursery):
         d = await _dir_d(ops)
@@ -1672,38 +1677,50 @@ def test_an_open_after_an_outside_change_looks_again_when_the_kernel_may_hold_a_
         await ops.releasedir(fh)
         ino = {name: attrs.st_ino for name, attrs in listed}
         await ops.release((await ops.open(ino[b"a"], os.O_RDONLY, ctx)).fh)
+        assert dropped == []
         _replace_outside(repo, b"d/b", 30, "1")
         with pytest.raises(pyfuse3.FUSEError) as e:
-            await ops.open(ino[b"b"], os.O_RDONLY, ctx)
+            await ops.open(ino[b"b"], os.O_WRONLY, ctx)
         assert e.value.errno == errno.ESTALE
         new = await ops.lookup(d, b"b")
         assert (new.st_ino != ino[b"b"], new.st_size) == (True, 30)
-        fi = await ops.open(new.st_ino, os.O_RDONLY, ctx)
-        assert ops.files[fi.fh].entry.size == 30
+        await ops.release((await ops.open(new.st_ino, os.O_WRONLY, ctx)).fh)
+        _replace_outside(repo, b"d/a", 40, "2")
+        ops.inodes.outdate(ops.inodes.get(ino[b"a"]))  # as the watcher's round does
+        fi = await ops.open(ino[b"a"], os.O_RDONLY, ctx)
+        assert (ops.files[fi.fh].entry.size, dropped) == (40, [(ino[b"a"], True)])
         await ops.release(fi.fh)
         ops.statcache._changed["main"] -= ops.settings.attr_timeout + 2  # the timeout passed
+        ops.inodes.outdate(ops.inodes.get(ino[b"a"]))
         await ops.release((await ops.open(ino[b"a"], os.O_RDONLY, ctx)).fh)
+        assert len(dropped) == 1
 
     _serve(repo, ops, body)
 
 
-def test_a_file_replaced_by_another_process_is_read_whole_through_the_mount(tmp_path):
+def test_a_file_replaced_by_another_process_is_read_and_appended_whole_through_the_mount(
+        tmp_path):
     """The kernel took d/f's size from a listing; gravfs put gives it longer content
-    before the watcher's next look (its poll set far off here): reading the path must
-    give the whole new content, not the new content cut at the old size (the kernel
-    retries the open daemon's ESTALE with a fresh lookup)."""
+    before the watcher's next look (its poll set far off here): reading the path gives
+    the whole new content, not the new content cut at the old size, and an append
+    goes after its end, not at the old size inside it."""
     m = Mount(str(tmp_path)).init()
     local = os.path.join(m.base, "local")
     _write(local, b"short")
     m.cli("put", local, "main:d/f")
+    m.cli("put", local, "main:d/g")
     m.mount(options=["poll=3600"])
     try:
-        assert os.listdir(m.branch_path("d")) == ["f"]
+        assert sorted(os.listdir(m.branch_path("d"))) == ["f", "g"]
         longer = b"much longer content, " * 500
         _write(local, longer)
         m.cli("put", local, "main:d/f")
+        m.cli("put", local, "main:d/g")
         with open(m.branch_path("d/f"), "rb") as f:
             assert (os.fstat(f.fileno()).st_size, f.read()) == (len(longer), longer)
+        with open(m.branch_path("d/g"), "ab") as f:
+            f.write(b"!")
+        assert _read(m.branch_path("d/g")) == longer + b"!"
         m.assert_clean_log()
     finally:
         m.cleanup()
