@@ -1235,9 +1235,6 @@ class GravfsOperations(pyfuse3.Operations):
                 if node.superseded:
                     raise fail(errno.ESTALE)
                 if self._kernel_may_differ(node, seen, entry):
-                    if writing:  # the kernel writes (appends) at the size it holds: the
-                        self._supersede(node)  # name gets a new inode, learnt by a lookup
-                        raise fail(errno.ESTALE)
                     self._drop_kernel_attrs(node)
             if node.kind != "file":
                 raise fail(errno.EINVAL)
