@@ -621,10 +621,11 @@ class GravfsOperations(pyfuse3.Operations):
 
     @staticmethod
     def _drop_kernel_attrs(node: Inode) -> None:
-        """Have the kernel ask for node's attributes before the next read through it
-        (which it does once they expired): the size it holds may be another
-        content's, and would cut the read short. Inline: an attribute-only
-        notification waits on no lock a request holds."""
+        """Have the kernel ask for node's attributes before its next read or seek to
+        the end through it (which it does once they expired): the size it holds may
+        be another content's, which would cut a read short or put a write after a
+        seek inside the content. Inline: an attribute-only notification waits on no
+        lock a request holds."""
         try:
             pyfuse3.invalidate_inode(node.ino, True)
         except OSError as exc:
