@@ -120,12 +120,16 @@ class OwnWrites:
                     for i in sorted(self.log)[:len(self.log) - MAX_LOG // 2]:
                         del self.log[i]
 
-    def all_ours(self, after: int, upto: int) -> bool:
-        """Were transactions after+1 .. upto all committed by this daemon?"""
-        if upto - after > MAX_REPLAY:
+    def all_ours(self, after: int, upto: int, filed: bool = True) -> bool:
+        """Were transactions after+1 .. upto all committed by this daemon? ``filed``:
+        and filed with their changes (for a replay); else also those noted but not
+        filed yet (a call on a worker that collect has not returned from)."""
+        if upto - after > (MAX_REPLAY if filed else MAX_LOG):
             return False
-        log = self.log
-        return all(i in log for i in range(after + 1, upto + 1))
+        log, mine = self.log, self.mine
+        if filed:
+            return all(i in log for i in range(after + 1, upto + 1))
+        return all(i in log or i in mine for i in range(after + 1, upto + 1))
 
 
 class BranchStatCache:
@@ -231,7 +235,7 @@ class BranchStatCache:
             return False  # a result read before a newer version was seen: not filed
         latest = self._latest.get(branch)
         if latest is not None and latest != version and not (
-                latest[0] == version[0] and self.own.all_ours(latest[1], version[1])):
+                latest[0] == version[0] and self.own.all_ours(latest[1], version[1], False)):
             self._changed[branch] = time.monotonic()
         self._latest[branch] = version
         self._versions[branch] = version

@@ -109,12 +109,15 @@ def test_changes_the_mount_did_not_make_are_dated(repos):
     v2 = cache.version("main", blocking=False)
     assert cache.get("main", v2, b"f") is MISSING
     cache.put("main", v2, b"f", _stat(repo, b"f"))
+    repo.stage("main", [(b"f", _entry(3))])  # ours, noted, not filed (as while collect runs)
+    v3 = cache.version("main", blocking=False)
+    cache.put("main", v3, b"f", _stat(repo, b"f"))
     assert cache.changed_at("main") == 0.0
     cache.drop()
     before = time.monotonic()
     other("g", 5)
-    v3 = cache.version("main", blocking=False)
-    cache.put("main", v3, b"g", _stat(repo, b"g"))
+    v4 = cache.version("main", blocking=False)
+    cache.put("main", v4, b"g", _stat(repo, b"g"))
     assert cache.changed_at("main") >= before
 
 
