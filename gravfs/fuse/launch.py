@@ -46,6 +46,8 @@ SYNC_INTERVAL = 1.0
 # Seconds a mount's daemon has to answer an xattr request before gravfs mount and
 # umount call it hung ($GRAVFS_MOUNT_PROBE_WAIT)
 PROBE_WAIT = 10.0
+# seconds a signal's unmount waits for the watcher's invalidation in flight (see _signals)
+QUIET_WAIT = 10.0
 
 
 class DaemonHung(GravfsError):
@@ -439,7 +441,7 @@ async def _main(ops, announce) -> None:
     async with trio.open_nursery() as nursery:
         ops.nursery = nursery
         nursery.start_soon(watcher.run)
-        nursery.start_soon(_signals, nursery)
+        nursery.start_soon(_signals, watcher.limiter)
         nursery.start_soon(_self_check, ops, announce)
         nursery.start_soon(_sync_loop, ops.repo)
         if ops.settings.spin_us:
@@ -491,7 +493,12 @@ async def _self_check(ops, announce) -> None:
     announce()
 
 
-async def _signals(nursery) -> None:
+async def _signals(invalidating) -> None:
+    """SIGTERM/SIGINT: stop serving. The watcher's invalidation thread may be waiting in
+    the kernel on a request that holds a directory or a page: the loop keeps serving
+    until it is done (``invalidating``, its limiter, is taken and kept, so none
+    starts after), else that thread would wait for good on a request nobody answers
+    and the daemon's exit on that thread."""
     import pyfuse3
     import trio
 
@@ -500,6 +507,11 @@ async def _signals(nursery) -> None:
             if sig == signal.SIGHUP:
                 continue
             log.info("signal %d: unmounting", sig)
+            with trio.move_on_after(QUIET_WAIT) as waited:
+                await invalidating.acquire()
+            if waited.cancelled_caught:
+                log.warning("the kernel has not finished an invalidation in %.0f s; "
+                            "unmounting anyway", QUIET_WAIT)
             pyfuse3.terminate()
             return
 

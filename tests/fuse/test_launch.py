@@ -112,6 +112,52 @@ def test_sigterm_stages_open_files_and_unmounts(gravfs_mount):
     assert m.cli("cat", "main:open-at-stop").stdout == "written, not closed"
 
 
+def test_sigterm_while_the_watcher_invalidates_a_busy_directory_exits(tmp_path):
+    """SIGTERM while the watcher drops the kernel's entries of a big directory that
+    another process keeps looking names up in: the loop used to stop serving at once,
+    so the next lookup held the directory with nobody to answer it, the invalidation
+    thread waited on it for good and so did the daemon's exit (3 of 3 runs). The
+    daemon now lets the round finish before it stops serving."""
+    import threading
+
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    for i in range(5000):
+        (src / "d" / f"f{i}").write_bytes(b"x")
+    m = Mount(str(tmp_path)).init()
+    m.cli("import", "-q", str(src), "main", "-m", "5000 files")
+    m.mount()
+    pid = m.pid()
+    d = m.branch_path("d")
+    stop = threading.Event()
+
+    def probe(k: int) -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            try:
+                os.stat(f"{d}/missing{k}.{i}")
+            except OSError:
+                pass
+
+    try:
+        assert sum(1 for e in os.scandir(d) if e.stat()) == 5000  # the kernel knows them all
+        for k in range(3):
+            threading.Thread(target=probe, args=(k,), daemon=True).start()
+        _write(str(tmp_path / "local"), b"y")
+        m.cli("put", str(tmp_path / "local"), "main:other")  # the next round invalidates
+        wait_for(lambda: "invalidating" in m.log_text(), timeout=10)
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not _alive(pid), timeout=20)
+        assert not os.path.ismount(m.mnt)
+    finally:
+        stop.set()
+        if _alive(pid):  # (hung: free the mount for the next tests)
+            os.kill(pid, signal.SIGKILL)
+            m.cli("umount", "--force", m.mnt, check=False, timeout=60)
+        m.cleanup()
+
+
 def _zombie(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
