@@ -582,7 +582,7 @@ class GravfsOperations(pyfuse3.Operations):
     async def _entry_of(self, node: Inode) -> Optional[EntryInfo]:
         """Current entry of a tree inode (None: implied directory or tree root); for
         a file open for reading whose name another process gave new content, the
-        content its handles read (the inode is superseded: see _inode_at)."""
+        content its handles read (the inode is superseded: see _open_inode_at)."""
         if node.tree is None or node.key == b"":
             return None
         seen = self.inodes.remembered(node)
@@ -707,17 +707,19 @@ class GravfsOperations(pyfuse3.Operations):
         n = await self._stat(tree, key, parent)
         if n is None:
             raise fail(errno.ENOENT)
-        node = self._inode_at(tree, key, n, parent, name)
+        node = self.inodes.ensure(tree, key, n.kind, parent.ino, name, _group(n))
+        if node.opens:
+            node = self._open_inode_at(node, tree, key, n, parent, name)
         self._remember(node, n, key)
         return node, n.entry
 
-    def _inode_at(self, tree: Tree, key: bytes, n: Node, parent: Inode, name: bytes) -> Inode:
-        """The inode to pair with node n found at key: a new one when the inode there
-        has handles reading other content (another process replaced the file: the
-        kernel keeps one size and one page cache per inode, so the two contents
-        cannot share one)."""
-        node = self.inodes.ensure(tree, key, n.kind, parent.ino, name, _group(n))
-        if node.opens and node.kind == "file":
+    def _open_inode_at(self, node: Inode, tree: Tree, key: bytes, n: Node, parent: Inode,
+                       name: bytes) -> Inode:
+        """The inode to pair with node n found at key, where the inode there (node) has
+        open handles: a new one when they read other content (another process replaced
+        the file: the kernel keeps one size and one page cache per inode, so the two
+        contents cannot share one). Called only then: lookups and listings are hot."""
+        if node.kind == "file":
             seen = self.inodes.remembered(node)
             if seen is not None and self._replaced(node, seen[0], n.entry):
                 self._supersede(node)
@@ -872,7 +874,9 @@ class GravfsOperations(pyfuse3.Operations):
                 key = node.child_key(name)
                 if n.key == key:  # share the listed key (the stat cache's node's): one copy
                     key = n.key
-                child = self._inode_at(tree, key, n, node, name)
+                child = self.inodes.ensure(tree, key, n.kind, node.ino, name, _group(n))
+                if child.opens:
+                    child = self._open_inode_at(child, tree, key, n, node, name)
                 if filed and n.kind != "dir" and self.inodes.remembered(child) is None:
                     # the stat cache holds it (filed above, with the batch), where a
                     # getattr or an open finds it: remembering it too was a tenth of a
