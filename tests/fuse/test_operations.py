@@ -1576,13 +1576,14 @@ def test_a_listing_kept_from_before_a_rename_is_not_answered_after_it(tmp_path, 
     _serve(repo, ops, body)
 
 
-def _replace_outside(repo, key: bytes, size: int, digit: str) -> None:
+def _replace_outside(repo, ops, key: bytes, size: int, digit: str) -> None:
     """What another process on the workspace (gravfs put) does: a staging write that
-    is not the mount's own."""
+    is not the mount's own (its transaction was never noted by the mount's)."""
     from gravfs.fs.entry import KIND_FILE, EntryInfo
 
     repo.stage("main", [(key, EntryInfo(address="data/00/" + digit * 64, size=size,
                                         mtime_ns=2, mode=0o100644, kind=KIND_FILE))])
+    ops.own.mine.discard(repo.staging.change_counter())
 
 
 def test_a_file_replaced_outside_while_open_for_reading_gets_a_new_inode(tmp_path):
@@ -1599,7 +1600,7 @@ def test_a_file_replaced_outside_while_open_for_reading_gets_a_new_inode(tmp_pat
         d = await _dir_d(ops)
         b = (await ops.lookup(d, b"b")).st_ino
         fi = await ops.open(b, os.O_RDONLY, ctx)
-        _replace_outside(repo, b"d/b", 30, "1")
+        _replace_outside(repo, ops, b"d/b", 30, "1")
         assert (await ops.getattr(b, ctx)).st_size == 20
         new = await ops.lookup(d, b"b")
         assert (new.st_ino != b, new.st_size) == (True, 30)
@@ -1636,7 +1637,7 @@ def test_fchmod_of_a_removed_open_file_leaves_the_file_now_at_its_name_alone(tmp
         b = (await ops.lookup(d, b"b")).st_ino
         fi = await ops.open(b, os.O_RDONLY, ctx)
         await ops.unlink(d, b"b", ctx)
-        _replace_outside(repo, b"d/b", 30, "1")
+        _replace_outside(repo, ops, b"d/b", 30, "1")
         attr = pyfuse3.EntryAttributes()
         attr.st_mode = 0o600
         fields = types.SimpleNamespace(**{f"update_{x}": x == "mode" for x in (
@@ -1677,11 +1678,11 @@ def test_an_open_after_an_outside_change_makes_the_kernel_ask_the_size_again(
         ino = {name: attrs.st_ino for name, attrs in listed}
         await ops.release((await ops.open(ino[b"a"], os.O_RDONLY, ctx)).fh)
         assert dropped == []
-        _replace_outside(repo, b"d/b", 30, "1")
+        _replace_outside(repo, ops, b"d/b", 30, "1")
         fi = await ops.open(ino[b"b"], os.O_WRONLY, ctx)
         assert (ops.open_files[ino[b"b"]].size(), dropped) == (30, [(ino[b"b"], True)])
         await ops.release(fi.fh)
-        _replace_outside(repo, b"d/a", 40, "2")
+        _replace_outside(repo, ops, b"d/a", 40, "2")
         ops.inodes.outdate(ops.inodes.get(ino[b"a"]))  # as the watcher's round does
         fi = await ops.open(ino[b"a"], os.O_RDONLY, ctx)
         assert (ops.files[fi.fh].entry.size, dropped[1:]) == (40, [(ino[b"a"], True)])
