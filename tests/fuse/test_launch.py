@@ -116,8 +116,8 @@ def test_sigterm_while_the_watcher_invalidates_a_busy_directory_exits(tmp_path):
     """SIGTERM while the watcher drops the kernel's entries of a big directory that
     another process keeps looking names up in: the loop used to stop serving at once,
     so the next lookup held the directory with nobody to answer it, the invalidation
-    thread waited on it for good and so did the daemon's exit (3 of 3 runs). The
-    daemon now lets the round finish before it stops serving."""
+    thread waited on it for good and so did the daemon's exit (every run by hand, 5 of
+    5). The daemon now lets the round finish before it stops serving."""
     import threading
 
     src = tmp_path / "src"
