@@ -438,6 +438,8 @@ async def _main(ops, announce) -> None:
     from gravfs.fuse.watcher import Watcher
 
     watcher = Watcher(ops)
+    for sig in (signal.SIGTERM, signal.SIGINT):  # what _signals leaves behind it
+        signal.signal(sig, _already_stopping)
     async with trio.open_nursery() as nursery:
         ops.nursery = nursery
         nursery.start_soon(watcher.run)
@@ -502,10 +504,15 @@ async def _signals(invalidating) -> None:
     import pyfuse3
     import trio
 
+    stopping = False
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
         async for sig in sigs:
             if sig == signal.SIGHUP:
                 continue
+            if stopping:
+                _already_stopping(sig, None)
+                continue
+            stopping = True
             log.info("signal %d: unmounting", sig)
             with trio.move_on_after(QUIET_WAIT) as waited:
                 await invalidating.acquire()
@@ -513,7 +520,14 @@ async def _signals(invalidating) -> None:
                 log.warning("the kernel has not finished an invalidation in %.0f s; "
                             "unmounting anyway", QUIET_WAIT)
             pyfuse3.terminate()
-            return
+
+
+def _already_stopping(sig: int, _frame) -> None:
+    """A SIGTERM or SIGINT after the first (a second Ctrl-C) while the daemon stops:
+    dying then would leave open files unstaged and the mount dead; SIGKILL still
+    stops it at once. (_main installs it; trio restores it when _signals ends.)"""
+    log.warning("signal %d: already unmounting and staging open files; "
+                "SIGKILL stops at once without staging them", sig)
 
 
 def _files_dir(repo) -> str:

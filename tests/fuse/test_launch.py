@@ -9,6 +9,9 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+
+import pytest
 
 
 from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
@@ -96,19 +99,26 @@ def test_a_daemon_that_no_longer_answers_is_reported_and_umount_force_frees_its_
     assert _read(m.branch_path("kept")) == b"closed before the stop"
 
 
-def test_sigterm_stages_open_files_and_unmounts(gravfs_mount):
+@pytest.mark.parametrize("signals", [1, 2])
+def test_sigterm_stages_open_files_and_unmounts(gravfs_mount, signals):
+    """Also with a second signal while the daemon stops (a second Ctrl-C): it used to
+    kill the daemon before it staged the open file or unmounted."""
     m = gravfs_mount
     pid = m.pid()
     f = open(m.branch_path("open-at-stop"), "wb")
     f.write(b"written, not closed")
     f.flush()
     os.kill(pid, signal.SIGTERM)
+    if signals == 2:
+        time.sleep(0.05)
+        os.kill(pid, signal.SIGTERM)
     wait_for(lambda: not os.path.exists(f"/proc/{pid}") or _zombie(pid), timeout=30)
     try:
         f.close()
     except OSError:
         pass
     wait_for(lambda: not os.path.ismount(m.mnt), timeout=10)
+    assert f"unmounted {m.mnt}" in m.log_text()  # its own end, not the signal's
     assert m.cli("cat", "main:open-at-stop").stdout == "written, not closed"
 
 
