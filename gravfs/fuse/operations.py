@@ -595,16 +595,16 @@ class GravfsOperations(pyfuse3.Operations):
             if node.opens and seen is not None:
                 return seen[0]  # still open: what it was
             raise fail(errno.ESTALE if node.superseded else errno.ENOENT)
-        if node.opens and seen is not None and self._replaced(node, seen[0], n.entry):
+        if node.opens and self._replaced(node, seen, n.entry):
             self._supersede(node)
             return seen[0]
         self._remember(node, n)
         return n.entry
 
-    def _replaced(self, node: Inode, old: Optional[EntryInfo], new: Optional[EntryInfo]
-                  ) -> bool:
-        """Is new other content than old, at a file no open file of this mount holds
-        (whose content is the mount's own)?"""
+    def _replaced(self, node: Inode, seen: Optional[tuple], new: Optional[EntryInfo]) -> bool:
+        """Is new other content than the entry remembered for node (``seen``), at a file
+        no open file of this mount holds (whose content is the mount's own)?"""
+        old = seen[0] if seen is not None else None
         return (old is not None and new is not None and node.kind == "file"
                 and node.ino not in self.open_files and content_key(old) != content_key(new))
 
@@ -641,7 +641,7 @@ class GravfsOperations(pyfuse3.Operations):
         if tree.kind != "branch" or node.kind != "file" or entry is None:
             return False
         if seen is not None and seen[0] is not None:
-            return self._replaced(node, seen[0], entry)
+            return self._replaced(node, seen, entry)
         since = time.monotonic() - self.statcache.changed_at(tree.name)
         return since < self.settings.attr_timeout + ATTR_SLACK
 
@@ -719,11 +719,9 @@ class GravfsOperations(pyfuse3.Operations):
         open handles: a new one when they read other content (another process replaced
         the file: the kernel keeps one size and one page cache per inode, so the two
         contents cannot share one). Called only then: lookups and listings are hot."""
-        if node.kind == "file":
-            seen = self.inodes.remembered(node)
-            if seen is not None and self._replaced(node, seen[0], n.entry):
-                self._supersede(node)
-                node = self.inodes.ensure(tree, key, n.kind, parent.ino, name, _group(n))
+        if self._replaced(node, self.inodes.remembered(node), n.entry):
+            self._supersede(node)
+            node = self.inodes.ensure(tree, key, n.kind, parent.ino, name, _group(n))
         return node
 
     async def _lookup_virtual(self, parent: Inode, name: bytes) -> tuple[Inode, None]:

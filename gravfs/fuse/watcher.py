@@ -140,9 +140,7 @@ def _moved(old, new) -> bool:
 def _invalidate(targets) -> None:
     for ino, _parent, _name, _key in targets:
         _quietly(pyfuse3.invalidate_inode, ino, False)
-    for ino, parent, name, key in targets:
-        if name:
-            _quietly(pyfuse3.invalidate_entry, parent, name)
+    _invalidate_names([(parent, name) for _ino, parent, name, _key in targets if name])
 
 
 def _invalidate_names(names) -> None:
