@@ -65,7 +65,6 @@ import rocksdict  # noqa: E402
 from gravfs.fs.entry import EntryInfo, encode_entry, entry_identity  # noqa: E402
 from gravfs.version.committed import (  # noqa: E402
     BreakPolicy, CommittedManager, RangeInfo, SizeAwareBreakPolicy, Stats, range_key)
-from gravfs.version.committed.reader import verify_sst  # noqa: E402
 from gravfs.version.config import RangeParams  # noqa: E402
 from gravfs.errors import NotFoundError  # noqa: E402
 from gravfs.store.local import LocalStore  # noqa: E402
@@ -509,14 +508,15 @@ def uniform_changes(ds: Dataset, k: int, rng: random.Random, ver: int) -> list[t
 
 
 def prewarm(env: Env, tier: LocalTier, m: CommittedManager, base_id: str, changes) -> None:
-    """Fetch and verify into ``tier`` every range a change falls in, and its successor."""
+    """Fetch into ``tier`` every range a change falls in, and its successor, as the range
+    store does (self-checked: each block is checked when a reader first reads it)."""
     mr = m.metarange(base_id)
     want = set()
     for ch in changes:
         i = min(mr.locate(ch[0]), len(mr.ids) - 1)
         want.update(mr.ids[i:i + 2])
     for rid in want:
-        tier.acquire(range_key(rid), verify=verify_sst).release()
+        tier.acquire(range_key(rid), self_checked=True, durable=False).release()
 
 
 def run_apply(env: Env, base_id: str, changes: list, warm_tier: LocalTier | None) -> dict:

@@ -135,4 +135,11 @@ def main(n: int = 1_000_000, ranges: int = 100, lookups: int = 300_000) -> dict:
 
 
 if __name__ == "__main__":
-    main(*[int(a) for a in sys.argv[1:]])
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("n", type=int, nargs="?", help="records written (default %(default)s)",
+                    default=main.__defaults__[0])
+    ap.add_argument("ranges", type=int, nargs="?", help="files they are split over (default %(default)s)",
+                    default=main.__defaults__[1])
+    a = ap.parse_args()
+    main(a.n, a.ranges)
