@@ -9,6 +9,7 @@ holding the same files, and full scans.
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import shutil
@@ -135,7 +136,6 @@ def main(n: int = 1_000_000, ranges: int = 100, lookups: int = 300_000) -> dict:
 
 
 if __name__ == "__main__":
-    import argparse
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("n", type=int, nargs="?", help="records written (default %(default)s)",
                     default=main.__defaults__[0])
