@@ -135,11 +135,21 @@ def main(n: int = 1_000_000, ranges: int = 100, lookups: int = 300_000) -> dict:
     return res
 
 
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text}: not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text}: at least 1")
+    return n
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("n", type=int, nargs="?", help="records written (default %(default)s)",
+    ap.add_argument("n", type=_count, nargs="?", help="records written (default %(default)s)",
                     default=main.__defaults__[0])
-    ap.add_argument("ranges", type=int, nargs="?", help="files they are split over (default %(default)s)",
+    ap.add_argument("ranges", type=_count, nargs="?", help="files they are split over (default %(default)s)",
                     default=main.__defaults__[1])
     a = ap.parse_args()
     main(a.n, a.ranges)
