@@ -438,8 +438,8 @@ async def _main(ops, announce) -> None:
     from gravfs.fuse.watcher import Watcher
 
     watcher = Watcher(ops)
-    for sig in (signal.SIGTERM, signal.SIGINT):  # what _signals leaves behind it
-        signal.signal(sig, _already_stopping)
+    for sig, after in _AFTER_SIGNALS.items():  # what _signals' receiver leaves behind it
+        signal.signal(sig, after)
     async with trio.open_nursery() as nursery:
         ops.nursery = nursery
         nursery.start_soon(watcher.run)
@@ -505,7 +505,7 @@ async def _signals(invalidating) -> None:
     import trio
 
     stopping = False
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
+    with trio.open_signal_receiver(*_AFTER_SIGNALS) as sigs:
         async for sig in sigs:
             if sig == signal.SIGHUP:
                 continue
@@ -528,6 +528,13 @@ def _already_stopping(sig: int, _frame) -> None:
     stops it at once. (_main installs it; trio restores it when _signals ends.)"""
     log.warning("signal %d: already unmounting and staging open files; "
                 "SIGKILL stops at once without staging them", sig)
+
+
+# The signals _signals receives, and what each does once its receiver has closed (the
+# daemon stopping): _main installs these, so trio restores them rather than the
+# defaults, which end the daemon before it stages open files or unmounts.
+_AFTER_SIGNALS = {signal.SIGTERM: _already_stopping, signal.SIGINT: _already_stopping,
+                  signal.SIGHUP: signal.SIG_IGN}
 
 
 def _files_dir(repo) -> str:

@@ -100,20 +100,20 @@ def test_a_daemon_that_no_longer_answers_is_reported_and_umount_force_frees_its_
     assert _read(m.branch_path("kept")) == b"closed before the stop"
 
 
-@pytest.mark.parametrize("signals", [1, 2])
-def test_sigterm_stages_open_files_and_unmounts(gravfs_mount, signals):
-    """Also with a second signal while the daemon stops (a second Ctrl-C): it used to
-    kill the daemon before it staged the open file or unmounted."""
+@pytest.mark.parametrize("then", [None, signal.SIGTERM, signal.SIGHUP], ids=["once", "TERM", "HUP"])
+def test_sigterm_stages_open_files_and_unmounts(gravfs_mount, then):
+    """Also with another signal while the daemon stops (a second Ctrl-C, a hang-up):
+    either used to kill the daemon before it staged the open file or unmounted."""
     m = gravfs_mount
     pid = m.pid()
     f = open(m.branch_path("open-at-stop"), "wb")
     f.write(b"written, not closed")
     f.flush()
     os.kill(pid, signal.SIGTERM)
-    if signals == 2:
+    if then is not None:
         time.sleep(0.05)
         with contextlib.suppress(ProcessLookupError):  # (already gone: nothing to kill)
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, then)
     wait_for(lambda: not os.path.exists(f"/proc/{pid}") or _zombie(pid), timeout=30)
     try:
         f.close()
