@@ -9,9 +9,18 @@ and CRC32C/xxHash/xxHash64/XXH3 block checksums.
 
 Lookups are seek-GE: bisect the index (decoded once into lists), then bisect
 the decoded data block, which stays in a shared CLOCK block cache. A block's
-checksum is verified when it is first read. Anything that does not parse or
-check out raises ``CorruptDataError`` naming the file and offset; a reader
-given ``recover`` first maps the sound copy it returns and reads the block again.
+checksum is verified when it is first read.
+
+A mapped file is read as its reader needs it, not as the kernel guesses
+(``MADV_RANDOM``, then ``MADV_WILLNEED`` of what comes next): its tail at
+open (footer, metaindex, properties, index: one read), one data block per
+lookup, and the rest of the file once a scan goes past its first block. A
+fault on a mapping otherwise reads around it as far as the device's
+read-ahead (8 MiB on some virtual disks: a whole range for one lookup).
+
+Anything that does not parse or check out raises ``CorruptDataError`` naming
+the file and offset; a reader given ``recover`` first maps the sound copy it
+returns and reads the block again.
 """
 
 from __future__ import annotations
@@ -94,6 +103,10 @@ class _Index:
 
 
 LAZY_FINDS = 12  # lookups a lazy index answers from its raw block before it is decoded
+# Read at open: the footer, metaindex, properties and index of a table of up to ~2 MiB
+# of 4 KiB blocks; a bigger table's index is asked for next, in one more read.
+TAIL_READ = 16 << 10
+_ADVICE = getattr(mmap, "MADV_RANDOM", None), getattr(mmap, "MADV_WILLNEED", None)
 
 
 class _LazyIndex(_Index):
@@ -231,12 +244,20 @@ class SSTReader:
         self._kv: dict[bytes, bytes] = {}
         self._probed: set[int] = set()  # blocks a lookup searched raw (_get_in_block)
         self._recover: Recover | None = None
+        # the mapping from here to its end has been asked for (_need); 0: all of it
+        self._asked_from = 0
         self.verify_checksums = verify_checksums
         if isinstance(source, (str, os.PathLike)):
             path = os.fspath(source)
             self.name = name if name is not None else path
             self._mmap = map_file(path, self.name)
             self._buf = self._mmap
+            if None not in _ADVICE:
+                try:
+                    self._mmap.madvise(_ADVICE[0])
+                    self._asked_from = len(self._mmap)
+                except OSError:  # advice refused: the kernel's read-around
+                    pass
             if recover is not None:
                 self._recover = recover
                 # one thread swaps the mapping; the others wait, then read the new one
@@ -285,11 +306,26 @@ class SSTReader:
             return bytes(self._buf[start:end])
         return self._buf[start:end]
 
+    def _need(self, start: int, end: int) -> None:
+        """Ask the kernel to read ``[start, end)`` of the mapping, in one request, unless
+        asked before (the region up to the end is remembered; single blocks are not)."""
+        asked = self._asked_from
+        if start >= asked:
+            return
+        start -= start % mmap.PAGESIZE
+        try:
+            self._mmap.madvise(_ADVICE[1], start, min(end, asked) - start)
+        except (OSError, ValueError, AttributeError):  # unmapped meanwhile, or advice refused
+            return
+        if end >= asked:
+            self._asked_from = start
+
     def _corrupt(self, message: str, offset: int | None) -> CorruptDataError:
         return CorruptDataError(message, path=self.name, offset=offset)
 
     def _open(self) -> None:
         size = self._size
+        self._need(max(0, size - TAIL_READ), size)
         tail = self._slice(max(0, size - FOOTER_SIZE), size)
         try:
             footer = parse_footer(tail, size)
@@ -297,6 +333,8 @@ class SSTReader:
             raise self._corrupt(str(e), e.offset) from None
         self._footer: Footer = footer
         self._data_end = footer.offset
+        # the meta blocks (properties, metaindex) and the index end the table data
+        self._need(min(footer.metaindex_offset, footer.index_offset), size)
         self._format_version = footer.format_version
         self._checksum_type = footer.checksum_type
 
@@ -375,6 +413,8 @@ class SSTReader:
                 offset,
             )
         buf = self._buf
+        if offset < self._asked_from:
+            self._need(offset, end)
         raw = bytes(buf[offset:end]) if self._copy_slices else buf[offset:end]
         if verify and self._checksum_type != NO_CHECKSUM:
             stored = int.from_bytes(raw[size + 1 :], "little")
@@ -410,6 +450,7 @@ class SSTReader:
                 raise self._corrupt(f"the copy fetched again has {len(buf)} bytes, not {self._size}", None)
             # the old mapping goes with its last slice: another thread may be reading it
             self._mmap = buf if isinstance(buf, mmap.mmap) else None
+            self._asked_from = 0  # a fresh copy, read around as the kernel sees fit
             self._buf = buf
             self._recover = None
             return True
@@ -597,9 +638,20 @@ class SSTReader:
     def _handles_from(self, key: bytes) -> Iterator[tuple[int, int]]:
         """Handles of the data blocks from the one that may hold ``key`` onwards."""
         if not self._two_level:
+            start = 0
+            if self._top.keys is None:  # a raw index: the first block without decoding it
+                try:
+                    handle = self._top.find(key)
+                except FormatError as e:
+                    raise self._corrupt(f"index block: {e} (at byte {e.offset} of the block)",
+                                        self._footer.index_offset) from None
+                if handle is None:
+                    return
+                yield handle  # (a seek often stops in its first block: a lookup's probe)
+                start = 1
             index = self._index()
             offs, sizes = index.offsets, index.sizes
-            for i in range(bisect_left(index.keys, key), len(offs)):
+            for i in range(bisect_left(index.keys, key) + start, len(offs)):
                 yield offs[i], sizes[i]
             return
         top = self._top
@@ -636,6 +688,7 @@ class SSTReader:
         self._check_open()
         end = self._data_end
         verify = self.verify_checksums
+        self._need(0, end)
         return [((off, size), self._check_block(off, size, "data", verify))
                 for off, size in self._handles_from(b"") if off + size + BLOCK_TRAILER_SIZE <= end]
 
@@ -657,6 +710,8 @@ class SSTReader:
         prev = None  # last user key seen: later entries with it are older versions
         first = True
         for off, size in self._handles_from(key):
+            if not first and off < self._asked_from:  # a scan: read the rest at once
+                self._need(off, self._size)
             blk = self._block(off, size, fill_cache)
             keys = blk.keys
             values = blk.values
@@ -690,6 +745,7 @@ class SSTReader:
         keys: list[bytes] = []
         values: list[bytes] = []
         prev = None
+        self._need(0, self._size)
         for off, size in (self._handles_from(b"") if handles is None else handles):
             blk = self._block(off, size, fill_cache)
             bk = blk.keys
@@ -740,6 +796,7 @@ class SSTReader:
         writer's bug, not damage) is reported when it is read, and a verified
         fetch costs a fifth of the time."""
         self._check_open()
+        self._need(0, self._size)
         f = self._footer
         self._read_block(f.metaindex_offset, f.metaindex_size, "metaindex", verify=True)
         for name, (off, size) in sorted(self._meta.items(), key=lambda kv: kv[1]):

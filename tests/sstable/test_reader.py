@@ -7,6 +7,8 @@ import itertools
 import mmap
 import os
 import random
+import subprocess
+import tempfile
 import threading
 
 import pytest
@@ -16,6 +18,7 @@ from hypothesis import strategies as st
 from gravfs.errors import CorruptDataError
 from gravfs.sstable import BlockCache, SSTReader
 from gravfs.sstable.format import INDEX_TWO_LEVEL
+from gravfs.sstable.reader import TAIL_READ
 from tests.sstable.support import make_items, rocksdb_items, rocksdict_sst
 
 
@@ -271,6 +274,21 @@ def test_seek_is_lazy(tmp_path):
         assert len(r._blocks) <= 2
 
 
+def test_a_seek_that_stops_in_its_first_block_leaves_the_index_raw(tmp_path):
+    """A directory check seeks for one entry: the first block comes from the raw index
+    (as a point lookup's), which is decoded only when the seek goes on."""
+    items = make_items(20000)
+    path = rocksdict_sst(str(tmp_path / "r.sst"), items)
+    with SSTReader(path, cache=BlockCache()) as r:
+        assert r._top.keys is None
+        it = r.seek(items[7000][0])
+        assert next(it) == items[7000]
+        assert r._top.keys is None
+        assert list(itertools.islice(it, 400)) == items[7001:7401]  # into the next blocks
+        assert r._top.keys is not None
+        assert list(r.seek(b"zzz")) == [] and list(r.seek(b"")) == items
+
+
 def test_deletions_are_hidden(tmp_path):
     items = make_items(500)
     deleted = [b"dir/file-0000000x", b"dir/file-0000250~", b"zzz"]
@@ -491,3 +509,48 @@ def test_unshared_items_read_whole_tables_with_deletions(tmp_path):
         assert not a.single_version and b.single_version
         (ka, _), (kb, _) = unshared_items(a, b)
     assert len(ka) == len(kb) == 400
+
+
+def _disk_dir(tmp_path) -> str:
+    """A directory whose file pages can leave memory (tmpfs pages are its storage)."""
+    for d in (str(tmp_path), "/var/tmp"):
+        if subprocess.run(["stat", "-f", "-c", "%T", d], capture_output=True, text=True
+                          ).stdout.strip() != "tmpfs":
+            return tempfile.mkdtemp(dir=d) if d != str(tmp_path) else d
+    pytest.skip("both the test's directory and /var/tmp are tmpfs: no file pages to drop")
+
+
+def _resident(path: str) -> int:
+    """Bytes of the file in the page cache (util-linux fincore)."""
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.split()[0])
+
+
+def _evict(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_a_lookup_reads_the_tail_and_one_block_not_the_table(tmp_path):
+    """Opening a table reads its tail (footer, meta blocks, index) and a point lookup one
+    block more, whatever the device's read-ahead: a cold random lookup in a big lake
+    opens a table per lookup. A scan reads the rest and sees every entry."""
+    d = _disk_dir(tmp_path)
+    items = make_items(20000, value_size=150)  # ~3.4 MB of 4 KiB blocks
+    path = rocksdict_sst(os.path.join(d, "t.sst"), items, format_version=5, compression="none")
+    size = os.path.getsize(path)
+    _evict(path)
+    if _resident(path) > 64 << 10:
+        pytest.skip("this filesystem keeps the file's pages after POSIX_FADV_DONTNEED")
+    with SSTReader(path, cache=BlockCache()) as r:
+        k, v = items[len(items) // 3]
+        assert r.get(k) == v
+        assert r.get(items[2 * len(items) // 3][0] + b"\x00") is None  # a miss: one block more
+        assert _resident(path) <= TAIL_READ + 4 * 8192 < size // 8
+        assert list(r.seek(b"")) == items
+    assert _resident(path) == -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
