@@ -9,7 +9,9 @@
   recover=None)``:
   ``get``, ``seek`` (seek-GE iterator), ``first_key``/``last_key``,
   ``properties``/``user_properties``/``table_properties``/``num_entries``,
-  ``verify``, ``close`` (also a context manager). Errors in the bytes raise
+  ``verify``, ``prefetch`` (ask for the whole file ahead of a copy), ``close``
+  (also a context manager). A mapped file is read as lookups need it (its tail
+  at open, one block per lookup, the rest once a scan goes on). Errors in the bytes raise
   ``gravfs.errors.CorruptDataError`` naming the file and offset, unless
   ``recover`` maps a sound copy (``map_file``) to read instead.
 - ``unshared_items(a, b)``: the entries of two tables outside the data blocks they

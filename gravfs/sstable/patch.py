@@ -150,6 +150,7 @@ class TablePatch:
         r = self.reader
         ck = r._checksum_type
         seps, offs, sizes = r._index_keys, r._index_offsets, r._index_sizes
+        r.prefetch()  # the unchanged blocks are copied: all but a few
         pieces: list = []
         index: list[tuple[bytes, bytes]] = []
         pos = 0

@@ -320,6 +320,11 @@ class SSTReader:
         if end >= asked:
             self._asked_from = start
 
+    def prefetch(self) -> None:
+        """Ask for the whole file at once: the caller is about to read most of it
+        (a scan, a copy of its blocks), which would otherwise fault in page by page."""
+        self._need(0, self._size)
+
     def _corrupt(self, message: str, offset: int | None) -> CorruptDataError:
         return CorruptDataError(message, path=self.name, offset=offset)
 
@@ -688,7 +693,7 @@ class SSTReader:
         self._check_open()
         end = self._data_end
         verify = self.verify_checksums
-        self._need(0, end)
+        self.prefetch()
         return [((off, size), self._check_block(off, size, "data", verify))
                 for off, size in self._handles_from(b"") if off + size + BLOCK_TRAILER_SIZE <= end]
 
@@ -745,7 +750,7 @@ class SSTReader:
         keys: list[bytes] = []
         values: list[bytes] = []
         prev = None
-        self._need(0, self._size)
+        self.prefetch()
         for off, size in (self._handles_from(b"") if handles is None else handles):
             blk = self._block(off, size, fill_cache)
             bk = blk.keys
@@ -796,7 +801,7 @@ class SSTReader:
         writer's bug, not damage) is reported when it is read, and a verified
         fetch costs a fifth of the time."""
         self._check_open()
-        self._need(0, self._size)
+        self.prefetch()
         f = self._footer
         self._read_block(f.metaindex_offset, f.metaindex_size, "metaindex", verify=True)
         for name, (off, size) in sorted(self._meta.items(), key=lambda kv: kv[1]):

@@ -10,6 +10,7 @@ import random
 import subprocess
 import tempfile
 import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -554,3 +555,22 @@ def test_a_lookup_reads_the_tail_and_one_block_not_the_table(tmp_path):
         assert _resident(path) <= TAIL_READ + 4 * 8192 < size // 8
         assert list(r.seek(b"")) == items
     assert _resident(path) == -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+
+
+def test_prefetch_reads_the_whole_table_ahead(tmp_path):
+    """A caller about to copy most blocks (a patched range's writer) asks for the whole
+    file at once rather than faulting in a page at a time."""
+    d = _disk_dir(tmp_path)
+    path = rocksdict_sst(os.path.join(d, "w.sst"), make_items(20000, value_size=150),
+                         format_version=5, compression="none")
+    whole = -(-os.path.getsize(path) // mmap.PAGESIZE) * mmap.PAGESIZE
+    _evict(path)
+    if _resident(path) > 64 << 10:
+        pytest.skip("this filesystem keeps the file's pages after POSIX_FADV_DONTNEED")
+    with SSTReader(path, cache=BlockCache()) as r:
+        assert _resident(path) < whole // 8
+        r.prefetch()  # asynchronous: the kernel reads while this waits for it
+        deadline = time.monotonic() + 10
+        while _resident(path) < whole and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _resident(path) == whole
