@@ -14,7 +14,7 @@ checksum is verified when it is first read.
 A mapped file is read as its reader needs it, not as the kernel guesses
 (``MADV_RANDOM``, then ``MADV_WILLNEED`` of what comes next): its tail at
 open (footer, metaindex, properties, index: one read), one data block per
-lookup, and the rest of the file once a scan goes past its first block. A
+lookup, and the rest of the file once a scan goes past its second block. A
 fault on a mapping otherwise reads around it as far as the device's
 read-ahead (8 MiB on some virtual disks: a whole range for one lookup).
 
@@ -106,6 +106,9 @@ LAZY_FINDS = 12  # lookups a lazy index answers from its raw block before it is 
 # Read at open: the footer, metaindex, properties and index of a table of up to ~2 MiB
 # of 4 KiB blocks; a bigger table's index is asked for next, in one more read.
 TAIL_READ = 16 << 10
+# The block a seek reaches when it asks for the rest of the file: a lookup whose key
+# sorts past its block's last entry reads one block more, a scan goes on.
+SCAN_BLOCKS = 2
 _ADVICE = getattr(mmap, "MADV_RANDOM", None), getattr(mmap, "MADV_WILLNEED", None)
 
 
@@ -714,8 +717,8 @@ class SSTReader:
     def _seek(self, key: bytes, fill_cache: bool) -> Iterator[tuple[bytes, bytes]]:
         prev = None  # last user key seen: later entries with it are older versions
         first = True
-        for off, size in self._handles_from(key):
-            if not first and off < self._asked_from:  # a scan: read the rest at once
+        for nth, (off, size) in enumerate(self._handles_from(key)):
+            if nth == SCAN_BLOCKS and off < self._asked_from:  # a scan: read the rest at once
                 self._need(off, self._size)
             blk = self._block(off, size, fill_cache)
             keys = blk.keys
