@@ -11,7 +11,7 @@
   ``properties``/``user_properties``/``table_properties``/``num_entries``,
   ``verify``, ``prefetch`` (ask for the whole file ahead of a copy), ``close``
   (also a context manager). A mapped file is read as lookups need it (its tail
-  at open, one block per lookup, the rest once a scan goes on). Errors in the bytes raise
+  at open, one block per lookup, 2 MiB at a time ahead of a scan). Errors in the bytes raise
   ``gravfs.errors.CorruptDataError`` naming the file and offset, unless
   ``recover`` maps a sound copy (``map_file``) to read instead.
 - ``unshared_items(a, b)``: the entries of two tables outside the data blocks they

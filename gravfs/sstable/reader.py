@@ -14,7 +14,7 @@ checksum is verified when it is first read.
 A mapped file is read as its reader needs it, not as the kernel guesses
 (``MADV_RANDOM``, then ``MADV_WILLNEED`` of what comes next): its tail at
 open (footer, metaindex, properties, index: one read), one data block per
-lookup, and the rest of the file once a scan goes past its second block. A
+lookup, and the file ahead of a scan once it goes past its second block. A
 fault on a mapping otherwise reads around it as far as the device's
 read-ahead (8 MiB on some virtual disks: a whole range for one lookup).
 
@@ -106,10 +106,13 @@ LAZY_FINDS = 12  # lookups a lazy index answers from its raw block before it is 
 # Read at open: the footer, metaindex, properties and index of a table of up to ~2 MiB
 # of 4 KiB blocks; a bigger table's index is asked for next, in one more read.
 TAIL_READ = 16 << 10
-# The block a seek reaches when it asks for the rest of the file: a lookup whose key
-# sorts past its block's last entry reads one block more, a scan goes on.
+# The block a seek reaches when it starts to read ahead: a lookup whose key sorts past
+# its block's last entry reads one block more, a scan goes on. It then asks for
+# SCAN_AHEAD bytes at a time (a gravfs range whole; a lakeFS one, up to 20 MiB, in
+# pieces), the next piece when it is halfway through the last.
 SCAN_BLOCKS = 2
-_ADVICE = getattr(mmap, "MADV_RANDOM", None), getattr(mmap, "MADV_WILLNEED", None)
+SCAN_AHEAD = 2 << 20
+_RANDOM, _WILLNEED = getattr(mmap, "MADV_RANDOM", None), getattr(mmap, "MADV_WILLNEED", None)
 
 
 class _LazyIndex(_Index):
@@ -255,9 +258,9 @@ class SSTReader:
             self.name = name if name is not None else path
             self._mmap = map_file(path, self.name)
             self._buf = self._mmap
-            if None not in _ADVICE:
+            if _RANDOM is not None and _WILLNEED is not None:
                 try:
-                    self._mmap.madvise(_ADVICE[0])
+                    self._mmap.madvise(_RANDOM)
                     self._asked_from = len(self._mmap)
                 except OSError:  # advice refused: the kernel's read-around
                     pass
@@ -317,7 +320,7 @@ class SSTReader:
             return
         start -= start % mmap.PAGESIZE
         try:
-            self._mmap.madvise(_ADVICE[1], start, min(end, asked) - start)
+            self._mmap.madvise(_WILLNEED, start, min(end, asked) - start)
         except (OSError, ValueError, AttributeError):  # unmapped meanwhile, or advice refused
             return
         if end >= asked:
@@ -717,9 +720,11 @@ class SSTReader:
     def _seek(self, key: bytes, fill_cache: bool) -> Iterator[tuple[bytes, bytes]]:
         prev = None  # last user key seen: later entries with it are older versions
         first = True
+        ahead_at = 0  # where the scan asks for its next SCAN_AHEAD bytes
         for nth, (off, size) in enumerate(self._handles_from(key)):
-            if nth == SCAN_BLOCKS and off < self._asked_from:  # a scan: read the rest at once
-                self._need(off, self._size)
+            if nth >= SCAN_BLOCKS and off >= ahead_at and off < self._asked_from:
+                self._need(off, min(self._size, off + SCAN_AHEAD))
+                ahead_at = off + SCAN_AHEAD // 2
             blk = self._block(off, size, fill_cache)
             keys = blk.keys
             values = blk.values

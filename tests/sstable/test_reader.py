@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from gravfs.errors import CorruptDataError
 from gravfs.sstable import BlockCache, SSTReader
 from gravfs.sstable.format import INDEX_TWO_LEVEL
-from gravfs.sstable.reader import TAIL_READ
+from gravfs.sstable.reader import SCAN_AHEAD, TAIL_READ
 from tests.sstable.support import make_items, rocksdb_items, rocksdict_sst
 
 
@@ -552,8 +552,8 @@ def test_a_lookup_reads_the_tail_and_one_block_not_the_table(disk_dir):
     """Opening a table reads its tail (footer, meta blocks, index) and a point lookup one
     block more, whatever the device's read-ahead: a cold random lookup in a big lake
     opens a table per lookup. A seek into a second block reads that block; one that
-    goes on to a third asks for the rest of the file; a scan sees every entry."""
-    items = make_items(20000, value_size=150)  # ~3.4 MB of 4 KiB blocks
+    goes on to a third asks for SCAN_AHEAD bytes ahead; a scan sees every entry."""
+    items = make_items(40000, value_size=150)  # ~6.9 MB of 4 KiB blocks
     path = rocksdict_sst(os.path.join(disk_dir, "t.sst"), items, format_version=5, compression="none")
     size = os.path.getsize(path)
     _evict(path)
@@ -563,19 +563,24 @@ def test_a_lookup_reads_the_tail_and_one_block_not_the_table(disk_dir):
         k, v = items[len(items) // 3]
         assert r.get(k) == v
         assert r.get(items[2 * len(items) // 3][0] + b"\x00") is None  # a miss: one block more
-        assert _resident(path) <= TAIL_READ + 4 * 8192 < size // 8
+        # the tail: at least TAIL_READ, and this table's index is bigger (a second read)
+        tail = max(TAIL_READ, size - r._footer.index_offset + mmap.PAGESIZE)
+        assert _resident(path) <= tail + 4 * 8192 < size // 8
         whole = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
         it = r.seek(items[len(items) // 2][0])
         while len(r._blocks) < 2:  # (a seek's blocks go to the reader's cache)
             next(it)
-        assert _resident(path) <= TAIL_READ + 6 * 8192
+        before = _resident(path)
+        assert before <= tail + 6 * 8192
         while len(r._blocks) < 3:
             next(it)
-        deadline = time.monotonic() + 10  # the rest (half the file) is read asynchronously
-        while _resident(path) < 0.45 * whole and time.monotonic() < deadline:
+        deadline = time.monotonic() + 10  # read asynchronously
+        while _resident(path) < before + SCAN_AHEAD - 16384 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert _resident(path) >= 0.45 * whole
-        assert list(r.seek(b"")) == items  # (asks for the first half from its third block)
+        time.sleep(0.05)
+        assert before + SCAN_AHEAD - 16384 <= _resident(path) <= before + SCAN_AHEAD + 16384
+        assert list(r.seek(b"")) == items
+    assert _resident(path) == whole
 
 
 def test_prefetch_reads_the_whole_table_ahead(disk_dir):
