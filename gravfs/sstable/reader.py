@@ -585,11 +585,7 @@ class SSTReader:
         top = self._top
         ikeys = top.keys
         if ikeys is None:
-            try:
-                handle = top.find(key)
-            except FormatError as e:
-                raise self._corrupt(f"index block: {e} (at byte {e.offset} of the block)",
-                                    self._footer.index_offset) from None
+            handle = self._raw_find(key)
             if handle is None:
                 return None
             off, size = handle
@@ -599,6 +595,14 @@ class SSTReader:
                 return None
             off, size = top.offsets[i], top.sizes[i]
         return self._get_in_block(off, size, key)
+
+    def _raw_find(self, key: bytes) -> tuple[int, int] | None:
+        """The lazy top index's handle for ``key`` (see _LazyIndex.find), damage reported."""
+        try:
+            return self._top.find(key)
+        except FormatError as e:
+            raise self._corrupt(f"index block: {e} (at byte {e.offset} of the block)",
+                                self._footer.index_offset) from None
 
     def _get_two_level(self, key: bytes) -> bytes | None:
         top = self._top
@@ -651,11 +655,7 @@ class SSTReader:
         if not self._two_level:
             start = 0
             if self._top.keys is None:  # a raw index: the first block without decoding it
-                try:
-                    handle = self._top.find(key)
-                except FormatError as e:
-                    raise self._corrupt(f"index block: {e} (at byte {e.offset} of the block)",
-                                        self._footer.index_offset) from None
+                handle = self._raw_find(key)
                 if handle is None:
                     return
                 yield handle  # (a seek often stops in its first block: a lookup's probe)
