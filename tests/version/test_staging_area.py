@@ -445,3 +445,31 @@ def test_a_put_is_stored_with_its_record_id_unless_its_value_does_not_decode():
     junk = b"v"  # no lakeFS value: stored as before record IDs; its commit reports it
     assert area_mod.put_raw(b"a/b", junk) == PUT + junk
     assert area_mod.staged_value(PUT + junk) == junk
+
+
+def test_the_change_counter_is_lmdbs_last_transaction_id_from_any_thread_state(tmp_path):
+    """The counter the mount's stat cache and watcher compare: LMDB's last committed
+    transaction id, one more per write, also when asked inside a write transaction on
+    the same thread (which it does not see) or after another process wrote."""
+    from gravfs.version.staging.area import StagingArea
+    area = StagingArea(str(tmp_path / "lmdb"))
+    try:
+        start = area.change_counter()
+        assert start == area.env.info()["last_txnid"]
+        area.put_many("main", [(b"k", b"v")], "c0")
+        assert area.change_counter() == start + 1
+        seen = []
+
+        def drop(txn):
+            area.drop_branch(txn, "main")
+            seen.append(area.change_counter())
+
+        area.write(drop)
+        assert seen == [start + 1] and area.change_counter() == start + 2
+        code = ("import sys, gravfs.version.staging.area as a; "
+                "a.StagingArea(sys.argv[1]).put_many('dev', [(b'x', b'y')], 'c0')")
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / "lmdb")], check=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+        assert area.change_counter() == start + 3 == area.env.info()["last_txnid"]
+    finally:
+        area.close()
