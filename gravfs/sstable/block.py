@@ -11,6 +11,11 @@ validates every length against the block end.
 
 from __future__ import annotations
 
+import struct
+import sys
+from array import array
+from collections.abc import Sequence
+
 from .format import (
     BLOCK_TRAILER_SIZE,
     DELETION_KINDS,
@@ -74,26 +79,52 @@ def entry_header(data: bytes, p: int, limit: int) -> tuple[int, int, int, int]:
     return shared, non_shared, vlen, p
 
 
-def restart_key(data: bytes, limit: int, i: int) -> tuple[bytes, int]:
-    """(stored key, offset) of the entry at restart point ``i``, which shares nothing."""
-    p = int.from_bytes(data[limit + 4 * i:limit + 4 * i + 4], "little")
-    if p >= limit:
-        raise FormatError(f"restart point {i} at {p} is past the entries", limit + 4 * i)
-    shared, non_shared, _, q = entry_header(data, p, limit)
-    if shared or q + non_shared > limit:
-        raise FormatError(f"restart point {i} does not start a whole key", p)
-    return data[q:q + non_shared], p
+def restart_offsets(data: bytes, limit: int, restarts: int) -> Sequence[int]:
+    """The restart array of a block (``restart_array`` gives limit and restarts),
+    unpacked: kept by a caller that searches the same block many times (an array:
+    4 bytes an offset, where a tuple of ints takes 36)."""
+    if _U32_ITEMSIZE != 4:
+        return struct.unpack_from("<%dI" % restarts, data, limit)
+    offsets = array("I", data[limit:limit + 4 * restarts])
+    if sys.byteorder == "big":
+        offsets.byteswap()
+    return offsets
 
 
-def scan_start(data: bytes, limit: int, restarts: int, key: bytes, strip: int) -> int:
+_U32_ITEMSIZE = array("I").itemsize
+
+
+def restart_key(data: bytes, limit: int, at: int, i: int) -> bytes:
+    """Stored key of the entry at ``at``, restart point ``i`` (which shares nothing).
+
+    A header of one-byte lengths (index entries, most data entries) is read inline."""
+    if at >= limit:
+        raise FormatError(f"restart point {i} at {at} is past the entries", limit + 4 * i)
+    n = data[at + 1]  # (a block has at least 4 bytes past its entries: in bounds)
+    if data[at] or (n | data[at + 2]) >= 0x80:
+        shared, n, _, q = entry_header(data, at, limit)
+        if shared:
+            raise FormatError(f"restart point {i} does not start a whole key", at)
+    else:
+        q = at + 3
+    if q + n > limit:
+        raise FormatError(f"restart point {i} does not start a whole key", at)
+    return data[q:q + n]
+
+
+def scan_start(data: bytes, limit: int, restarts: int | Sequence[int], key: bytes,
+               strip: int) -> int:
     """Where to scan from for the first entry whose key (stored key without its last
     ``strip`` bytes: an internal key's trailer) is >= ``key``: the restart point
-    before the first one whose key is, found by binary search (0 if none is before)."""
-    lo, hi = 0, restarts
+    before the first one whose key is, found by binary search (0 if none is before).
+    ``restarts``: their number, or their offsets (restart_offsets)."""
+    offsets = restart_offsets(data, limit, restarts) if isinstance(restarts, int) else restarts
+    lo, hi = 0, len(offsets)
     before = 0  # offset of restart point lo - 1 (the last one found before the key)
     while lo < hi:
-        mid = (lo + hi) // 2
-        stored, at = restart_key(data, limit, mid)
+        mid = (lo + hi) >> 1
+        at = offsets[mid]
+        stored = restart_key(data, limit, at, mid)
         if len(stored) < strip:
             raise FormatError(f"key shorter than its {strip}-byte trailer", at)
         if (stored[:-strip] if strip else stored) < key:

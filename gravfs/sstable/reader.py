@@ -31,7 +31,7 @@ import os
 import threading
 import weakref
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from ..errors import CorruptDataError
 from .block import (
@@ -42,6 +42,7 @@ from .block import (
     decode_index_block,
     entries_end,
     entry_header,
+    restart_offsets,
     scan_start,
     seek_data_block,
 )
@@ -126,7 +127,7 @@ class _LazyIndex(_Index):
     whose every entry carries its own.
     """
 
-    __slots__ = ("_raw", "_strip", "_limit", "_restarts", "_finds")
+    __slots__ = ("_raw", "_strip", "_limit", "_restarts", "_offsets", "_finds")
 
     def __init__(self, raw: bytes, key_is_user: bool):
         super().__init__(None, None, None)
@@ -135,6 +136,7 @@ class _LazyIndex(_Index):
         self._limit = entries_end(raw)
         # restart offsets follow the entries (none to search in an empty block)
         self._restarts = (len(raw) - 4 - self._limit) // 4 if self._limit else 0
+        self._offsets: Sequence[int] | None = None  # unpacked at the first find
         self._finds = 0
 
     def decoded(self) -> _Index:
@@ -166,7 +168,10 @@ class _LazyIndex(_Index):
             return None if i == len(idx.keys) else (idx.offsets[i], idx.sizes[i])
         self._finds += 1
         raw, limit, strip = self._raw, self._limit, self._strip
-        p = scan_start(raw, limit, self._restarts, key, strip)
+        offsets = self._offsets
+        if offsets is None:  # (two threads may both unpack: the same offsets)
+            offsets = self._offsets = restart_offsets(raw, limit, self._restarts)
+        p = scan_start(raw, limit, offsets, key, strip)
         prev = b""
         while p < limit:
             prev, off, size, p = self._entry(p, prev)

@@ -9,6 +9,7 @@ import pytest
 
 from gravfs.errors import CorruptDataError
 from gravfs.sstable import BlockCache, SSTReader, write_sst
+from gravfs.sstable.block import entry_header
 from gravfs.sstable.format import encode_footer, parse_footer
 from tests.sstable.support import make_items, rewrite_block, rocksdict_sst
 
@@ -157,11 +158,16 @@ def test_bad_entries_are_caught_by_a_first_point_lookup(table):
     block = bytes(data[off:off + size])
     n_restarts = int.from_bytes(block[-4:], "little")
     restarts_at = len(block) - 4 - 4 * n_restarts
+    _, non_shared, vlen, q = entry_header(block, 0, restarts_at)
+    second = q + non_shared + vlen  # shares its key's first bytes with the first entry's
+    assert block[second] > 0
     damages = {  # damage -> (damaged block, keys whose lookup reads it)
         "varint": (b"\xff" * 6 + block[6:], keys[:1]),
         "overruns": (b"\x00\xff\x7f\x00" + block[4:], keys[:1]),
         "restart": (block[:restarts_at] + len(block).to_bytes(4, "little") * n_restarts
                     + block[-4:], [keys[0], keys[-1]]),
+        "shares": (block[:restarts_at] + second.to_bytes(4, "little") * n_restarts
+                   + block[-4:], [keys[0], keys[-1]]),
     }
     for what, (bad, asked) in damages.items():
         damaged = bytearray(data)

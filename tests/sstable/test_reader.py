@@ -160,7 +160,9 @@ def test_hypothesis_seek_matches_sorted_list(tmp_path, keys, value_size, block_s
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    keys=st.sets(st.binary(max_size=24), min_size=1, max_size=300),
+    # (long keys: index entries whose lengths take two varint bytes)
+    keys=st.sets(st.binary(max_size=24) | st.binary(min_size=128, max_size=160), min_size=1,
+                 max_size=300),
     block_size=st.sampled_from([64, 256, 4096]),
     format_version=st.sampled_from([2, 5]),
     index_restart_interval=st.sampled_from([1, 3, 16]),
