@@ -85,7 +85,8 @@ def restart_offsets(data: bytes, limit: int, restarts: int) -> Sequence[int]:
     4 bytes an offset, where a tuple of ints takes 36)."""
     if _U32_ITEMSIZE != 4:
         return struct.unpack_from("<%dI" % restarts, data, limit)
-    offsets = array("I", data[limit:limit + 4 * restarts])
+    offsets = array("I")
+    offsets.frombytes(data[limit:limit + 4 * restarts])  # (any buffer: bytes or a view)
     if sys.byteorder == "big":
         offsets.byteswap()
     return offsets
