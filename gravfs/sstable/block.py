@@ -98,7 +98,8 @@ _U32_ITEMSIZE = array("I").itemsize
 def restart_key(data: bytes, limit: int, at: int, i: int) -> bytes:
     """Stored key of the entry at ``at``, restart point ``i`` (which shares nothing).
 
-    A header of one-byte lengths (index entries, most data entries) is read inline."""
+    A header of one-byte lengths (index entries; data entries with short values) is read
+    inline."""
     if at >= limit:
         raise FormatError(f"restart point {i} at {at} is past the entries", limit + 4 * i)
     n = data[at + 1]  # (a block has at least 4 bytes past its entries: in bounds)
