@@ -11,7 +11,6 @@ validates every length against the block end.
 
 from __future__ import annotations
 
-import struct
 import sys
 from array import array
 from collections.abc import Sequence
@@ -81,18 +80,13 @@ def entry_header(data: bytes, p: int, limit: int) -> tuple[int, int, int, int]:
 
 def restart_offsets(data: bytes, limit: int, restarts: int) -> Sequence[int]:
     """The restart array of a block (``restart_array`` gives limit and restarts),
-    unpacked: kept by a caller that searches the same block many times (an array:
-    4 bytes an offset, where a tuple of ints takes 36)."""
-    if _U32_ITEMSIZE != 4:
-        return struct.unpack_from("<%dI" % restarts, data, limit)
-    offsets = array("I")
+    unpacked (an array: 4 bytes an offset, where a tuple of ints takes 36; a raw
+    index keeps it while it serves lookups)."""
+    offsets = array("I")  # (4 bytes on every platform CPython builds for Linux)
     offsets.frombytes(data[limit:limit + 4 * restarts])  # (any buffer: bytes or a view)
     if sys.byteorder == "big":
         offsets.byteswap()
     return offsets
-
-
-_U32_ITEMSIZE = array("I").itemsize
 
 
 def restart_key(data: bytes, limit: int, at: int, i: int) -> bytes:
@@ -114,13 +108,11 @@ def restart_key(data: bytes, limit: int, at: int, i: int) -> bytes:
     return data[q:q + n]
 
 
-def scan_start(data: bytes, limit: int, restarts: int | Sequence[int], key: bytes,
-               strip: int) -> int:
+def scan_start(data: bytes, limit: int, offsets: Sequence[int], key: bytes, strip: int) -> int:
     """Where to scan from for the first entry whose key (stored key without its last
     ``strip`` bytes: an internal key's trailer) is >= ``key``: the restart point
     before the first one whose key is, found by binary search (0 if none is before).
-    ``restarts``: their number, or their offsets (restart_offsets)."""
-    offsets = restart_offsets(data, limit, restarts) if isinstance(restarts, int) else restarts
+    ``offsets``: the block's restart offsets (restart_offsets)."""
     lo, hi = 0, len(offsets)
     before = 0  # offset of restart point lo - 1 (the last one found before the key)
     while lo < hi:
@@ -282,7 +274,7 @@ def seek_data_block(data: bytes, key: bytes) -> bytes | None | _Past:
     as in decode_data_block; every length read is checked against the block.
     """
     limit, restarts = restart_array(data)
-    p = scan_start(data, limit, restarts, key, 8)
+    p = scan_start(data, limit, restart_offsets(data, limit, restarts), key, 8)
     prev = b""
     while p < limit:
         start = p
