@@ -26,6 +26,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -573,13 +574,18 @@ def _files_dir(repo) -> str:
 
 
 def _written_files(path: str) -> int:
-    """How many files in a dead daemon's directory hold content (empty ones were made
-    ahead, or created and never written: nothing of theirs is lost)."""
-    try:
-        with os.scandir(path) as it:
-            return sum(1 for e in it if e.is_file(follow_symlinks=False) and e.stat().st_size)
-    except OSError:
-        return 0
+    """How many files in a dead daemon's directory and its subdirectories (those made
+    ahead go there) hold content (empty ones were made ahead, or created and never
+    written: nothing of theirs is lost)."""
+    found = 0
+    for d, _, names in os.walk(path):
+        for n in names:
+            try:
+                st = os.lstat(os.path.join(d, n))
+            except OSError:
+                continue
+            found += stat.S_ISREG(st.st_mode) and st.st_size > 0
+    return found
 
 
 def _alive(pid: int) -> bool:

@@ -300,8 +300,8 @@ def _local_files(m: Mount) -> list[str]:
     for repo in os.listdir(os.path.join(m.state_dir, "repos")):
         base = os.path.join(m.state_dir, "repos", repo, "files")
         for daemon in os.listdir(base) if os.path.isdir(base) else ():
-            if os.path.isdir(os.path.join(base, daemon)):
-                out += [os.path.join(base, daemon, n) for n in os.listdir(os.path.join(base, daemon))]
+            out += [os.path.join(d, n) for d, _, names in os.walk(os.path.join(base, daemon))
+                    for n in names]
     return out
 
 

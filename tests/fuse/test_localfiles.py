@@ -15,7 +15,8 @@ from tests.fuse_util import wait_for
 
 
 def _files(d) -> list[str]:
-    return sorted(os.listdir(d))
+    """Names of the files in d and its subdirectories (the batches' directories)."""
+    return sorted(n for _, _, names in os.walk(d) for n in names)
 
 
 def _check_new(path: str, fd: int) -> None:
@@ -100,3 +101,29 @@ def test_a_directory_it_cannot_write_gives_the_error_to_the_create(tmp_path, mon
     assert caplog.text.count("cannot make empty files ahead") == 1  # once, not every retry
     assert "making empty files ahead" in caplog.text
     assert _files(d) == [os.path.basename(path)]
+
+
+def test_each_refill_makes_its_batch_beside_none_of_the_spares_left(tmp_path):
+    """A close moves its copy out of the directory the copy was made in; a batch made
+    in the same directory would hold its lock (slow creates: an allocator stepping
+    over recently deleted inodes) and the move would wait."""
+    local = LocalFiles(str(tmp_path), spares=6, refill_below=3)
+    local.start()
+    taken = []
+    try:
+        wait_for(lambda: len(local._ready) == 6)
+        for _ in range(3):
+            left = {os.path.dirname(p) for p, _ in list(local._ready)[4:]}
+            taken += [local.create() for _ in range(4)]  # 2 left: below 3, a batch of 4
+            wait_for(lambda: len(local._ready) == 6)
+            batch = {os.path.dirname(p) for p, _ in list(local._ready)[2:]}
+            assert len(left) == len(batch) == 1 and not left & batch
+            assert os.path.dirname(next(iter(batch))) == str(tmp_path)
+    finally:
+        local.close()
+    for _, fd in taken:
+        os.close(fd)
+    # close removes the spares and the directories a taken copy is not in
+    kept = {os.path.dirname(p) for p, _ in taken}
+    assert {os.path.join(tmp_path, d) for d in os.listdir(tmp_path)} == kept
+    assert _files(tmp_path) == sorted(os.path.basename(p) for p, _ in taken)
