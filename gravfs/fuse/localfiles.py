@@ -12,9 +12,9 @@ created where needed as before, and that request reports the error.
 
 The thread makes each batch in the other of two subdirectories than the last: a
 close moves its copy out of the directory it was made in (into pending uploads),
-and a rename waits for the create that holds that directory. One directory for
-both cost a close's move 88-115 µs instead of 15 on a host where creates were slow
-(docs/benchmarks-mount.md, twenty-fifth round).
+and a rename waits for the create that holds that directory: with one directory a
+close's move took 40-113 µs, with two 18-65 (docs/benchmarks-mount.md, twenty-fifth
+round).
 """
 
 from __future__ import annotations
