@@ -30,6 +30,7 @@ from typing import BinaryIO, Optional
 
 from gravfs import hashing
 from gravfs.data import chunksums, sparse
+from gravfs.data.contentpass import content_pass
 from gravfs.data.external import reader_for
 from gravfs.data.handles import BytesHandle, Handle, PendingHandle
 from gravfs.errors import CorruptDataError, GravfsError
@@ -307,9 +308,12 @@ class DataObjects:
             else:
                 self._failed_at = 0.0
 
-    def put_path(self, path: str) -> tuple[str, int]:
+    def put_path(self, path: str, passed: Optional[tuple[str, int, bool]] = None
+                 ) -> tuple[str, int]:
         """Store a local file's content; returns (address, size). A file with holes
-        (gravfs.data.sparse) is stored as its data extents and a manifest."""
+        (gravfs.data.sparse) is stored as its data extents and a manifest. ``passed``:
+        the file's content pass (gravfs.data.contentpass), when a writer made it as it
+        wrote; used if it covers the file's size."""
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             size = os.fstat(fd).st_size
@@ -317,7 +321,10 @@ class DataObjects:
             if size >= sparse.MIN_HOLE and sparse.has_physical_holes(fd, size):
                 found = sparse.holes(fd, size)  # reads only what is allocated
             if not found:
-                digest, size, zero_run = _hash_finding_zeros(fd)
+                if passed is not None and passed[1] == size:
+                    digest, size, zero_run = passed
+                else:
+                    digest, size, zero_run = content_pass(fd)
                 if zero_run:  # zeros written out: the same bytes get the same address
                     found = sparse.holes(fd, size)
             if found:
@@ -488,22 +495,6 @@ class DataObjects:
                     return n
                 out.write(buf)
                 n += len(buf)
-
-
-def _hash_finding_zeros(fd: int) -> tuple[str, int, bool]:
-    """(hex digest, size, whether it holds a hole's worth of zero grid chunks) of an
-    open file, in one pass."""
-    h = hashing.hasher()
-    size = run = 0
-    found = False
-    while True:
-        buf = os.pread(fd, sparse.GRID, size)
-        if not buf:
-            return h.hexdigest(), size, found
-        h.update(buf)
-        size += len(buf)
-        run = run + len(buf) if sparse.is_zero(buf) else 0
-        found = found or run >= sparse.MIN_HOLE
 
 
 def _zero_run(data: bytes) -> bool:

@@ -32,6 +32,7 @@ from typing import Optional
 
 import trio
 
+from gravfs.data.contentpass import FollowingPass
 from gravfs.data.external import is_external, reader_for, source_of
 from gravfs.data.objects import DataObjects, hash_file
 from gravfs.data.reader import ReadState, data_missing
@@ -50,6 +51,9 @@ COPY_CHUNK = 1 << 20
 # mount's reader serves objects up to its chunk size (4 MiB) through
 # DataObjects.acquire, which sees pending files; bigger ones it reads from the store.
 WRITEBACK_MAX = 4 << 20
+# A file written in order past this size gets its content pass made as it is written
+# (gravfs.data.contentpass): a bigger file's close stores it, which hashes it first.
+FOLLOW_FROM = WRITEBACK_MAX
 
 
 class OpenFile:
@@ -69,6 +73,10 @@ class OpenFile:
         self.deferred: Optional[tuple] = None
         self.handles = 0
         self.lock = QuickLock()
+        # bytes written in order from the start of an empty local copy (-1: not so), and
+        # the content pass following them once past FOLLOW_FROM
+        self.in_order = -1
+        self.following: Optional[FollowingPass] = None
         base = entry or EntryInfo(kind=KIND_FILE)
         self.mode = base.mode
         self.mtime_ns = base.mtime_ns if entry is not None else time.time_ns()
@@ -136,6 +144,7 @@ class OpenFile:
             unlink_quiet(self.path)
             raise
         self.fd = fd
+        self.in_order = 0 if want == 0 else -1
 
     def pread(self, offset: int, length: int) -> bytes:
         return os.pread(self.fd, length, offset)
@@ -143,7 +152,26 @@ class OpenFile:
     def pwrite(self, data: bytes, offset: Optional[int]) -> int:
         if offset is None:  # O_APPEND: the end of the file, whatever the kernel thinks
             offset = os.fstat(self.fd).st_size
-        return os.pwrite(self.fd, data, offset)
+        n = os.pwrite(self.fd, data, offset)
+        if self.in_order >= 0:
+            if offset == self.in_order:
+                self._wrote_in_order(offset + n)
+            else:
+                self._out_of_order()
+        return n
+
+    def _wrote_in_order(self, end: int) -> None:
+        self.in_order = end
+        if self.following is None and end > FOLLOW_FROM:
+            self.following = FollowingPass(self.fd, self.path)
+        if self.following is not None:
+            self.following.advance(end)
+
+    def _out_of_order(self) -> None:
+        self.in_order = -1
+        if self.following is not None:
+            self.following.abandon()
+            self.following = None
 
     def truncate(self, data: DataObjects, size: int) -> None:
         if self.fd < 0:
@@ -151,6 +179,10 @@ class OpenFile:
                 self.entry = None  # nothing of the old content is needed
             self.materialize(data, limit=size)
         os.ftruncate(self.fd, size)
+        if size != self.in_order:
+            self._out_of_order()
+            if size == 0:  # empty again: in order from its start
+                self.in_order = 0
 
     # -- entries --------------------------------------------------------------------
 
@@ -184,6 +216,7 @@ class OpenFile:
         if size is None:
             size = os.fstat(self.fd).st_size if self.fd >= 0 else WRITEBACK_MAX + 1
         if size <= WRITEBACK_MAX:
+            self._out_of_order()  # (a pass past FOLLOW_FROM ended when it shrank)
             # getattr on the trio thread reads fd and size without the lock: publish
             # the size, then give up the fd, and only then close it (never a stale fd)
             fd = self.fd
@@ -205,10 +238,14 @@ class OpenFile:
             self.moving_size = None
             return self.entry
         else:
-            address, size = data.put_path(self.path)
+            passed = None
+            if self.following is not None and size == self.in_order:
+                passed = self.following.finish(size)
+            address, size = data.put_path(self.path, passed)
         return self.meta_entry(EntryInfo(address=address, size=size, kind=KIND_FILE))
 
     def close(self) -> None:
+        self._out_of_order()
         fd = self.fd
         if fd >= 0:
             self.fd = -1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import stat
 import subprocess
@@ -881,6 +882,38 @@ def test_sparse_content_dedups_and_reads_through_the_cli(gravfs_mount, tmp_path)
                          env=m.env, check=True).stdout
     assert out == bytes(content)
     assert _read(m.path("commits", cid[:12], "put.bin")) == bytes(content)
+    m.assert_clean_log()
+
+
+def test_big_files_get_their_contents_address_however_written(gravfs_mount):
+    """A big file written in order is hashed as it is written (its close does not read
+    it again); one rewritten in places, appended to after an fsync, or truncated is
+    hashed whole at its close. Every one is stored under the address of its bytes."""
+    from gravfs.data.objects import address_of
+    m = gravfs_mount
+    body = os.urandom(9 << 20)
+    step = 128 << 10
+    with open(m.branch_path("in-order.bin"), "wb", buffering=0) as f:
+        for off in range(0, len(body), step):
+            f.write(body[off:off + step])
+    with open(m.branch_path("rewritten.bin"), "wb", buffering=0) as f:
+        f.write(body)
+        f.seek(3 << 20)
+        f.write(body[3 << 20:(3 << 20) + step])  # the same bytes again, out of order
+    with open(m.branch_path("synced.bin"), "wb", buffering=0) as f:
+        f.write(body[:6 << 20])
+        os.fsync(f.fileno())  # staged here, then appended to
+        f.write(body[6 << 20:])
+    with open(m.branch_path("cut.bin"), "wb", buffering=0) as f:
+        f.write(body + b"tail")
+        f.truncate(len(body))
+    cid = m.commit(message="big files")
+    import json
+    rows = {r["path"]: r for r in map(json.loads, m.cli("ls", "--json", cid).stdout.splitlines())}
+    want = address_of(hashlib.sha256(body).hexdigest())
+    for name in ("in-order.bin", "rewritten.bin", "synced.bin", "cut.bin"):
+        assert rows[name]["address"] == want, name
+        assert _read(m.path("commits", cid[:12], name)) == body
     m.assert_clean_log()
 
 

@@ -1,0 +1,111 @@
+"""A local copy's content pass made as it is written: used only while every change was
+an append at the end of what was written (gravfs.fuse.openfiles, gravfs.data.contentpass)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from gravfs.data import objects, sparse
+from gravfs.data.objects import DataObjects, address_of
+from gravfs.fuse import openfiles
+from gravfs.fuse.localfiles import LocalFiles
+from gravfs.fuse.openfiles import OpenFile
+from gravfs.store.local import LocalStore
+
+GRID = 4096
+FOLLOW_FROM = 2 * GRID
+
+
+@pytest.fixture
+def small_sizes(monkeypatch):
+    monkeypatch.setattr(sparse, "GRID", GRID)
+    monkeypatch.setattr(sparse, "_ZERO_GRID", bytes(GRID))
+    monkeypatch.setattr(sparse, "MIN_HOLE", 4 * GRID)
+    monkeypatch.setattr(openfiles, "FOLLOW_FROM", FOLLOW_FROM)
+
+
+def _whole_pass(of: OpenFile) -> tuple[str, int, bool]:
+    data = os.pread(of.fd, os.fstat(of.fd).st_size + 1, 0)
+    run = best = 0
+    for i in range(0, len(data), GRID):
+        chunk = data[i:i + GRID]
+        run = run + len(chunk) if chunk.count(0) == len(chunk) else 0
+        best = max(best, run)
+    return hashlib.sha256(data).hexdigest(), len(data), best >= 4 * GRID
+
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(1, 3 * GRID), st.booleans()),
+    st.tuples(st.just("o_append"), st.integers(1, 2 * GRID), st.booleans()),
+    st.tuples(st.just("write_at"), st.integers(0, 8 * GRID), st.integers(1, GRID)),
+    st.tuples(st.just("truncate"), st.integers(0, 8 * GRID), st.booleans()),
+    st.tuples(st.just("truncate0"), st.just(0), st.just(0)),
+), max_size=14)
+
+
+@pytest.mark.usefixtures("small_sizes")
+@settings(max_examples=80, deadline=None)
+@given(ops)
+def test_the_pass_made_while_writing_is_the_files_or_none(tmp_path_factory, steps):
+    local = LocalFiles(str(tmp_path_factory.mktemp("files")))
+    of = OpenFile(None, None, local)
+    of.materialize(None)
+    clean = True  # every change so far an append at the end, since the last empty state
+    try:
+        for op, a, b in steps:
+            size = os.fstat(of.fd).st_size
+            if op == "append":
+                of.pwrite(bytes(a) if b else os.urandom(a), size)
+            elif op == "o_append":
+                of.pwrite(bytes(a) if b else os.urandom(a), None)
+            elif op == "write_at":
+                of.pwrite(os.urandom(b), a)
+                clean = clean and a == size
+            elif op == "truncate":
+                of.truncate(None, a)
+                clean = (clean and a == size) or a == 0
+            else:
+                of.truncate(None, 0)
+                clean = True
+            size = os.fstat(of.fd).st_size
+            if clean and size > FOLLOW_FROM:
+                assert of.following is not None  # in use whenever it can be
+            if of.following is not None and of.in_order == size:
+                assert of.following.finish(size) == _whole_pass(of)
+            if not clean:
+                assert of.in_order == -1 and of.following is None
+    finally:
+        of.close()
+
+
+def test_a_big_file_written_in_order_is_stored_without_reading_it_again(tmp_path, monkeypatch):
+    """The close stores it under the address of its bytes, from the pass made while it
+    was written (the whole-file pass is not run); out of order, the whole-file pass."""
+    data = DataObjects(LocalStore(str(tmp_path / "store"), fsync=False), None,
+                       str(tmp_path / "tmp"))
+    whole_passes = []
+    real = objects.content_pass
+    monkeypatch.setattr(objects, "content_pass", lambda fd: whole_passes.append(fd) or real(fd))
+    local = LocalFiles(str(tmp_path / "files"))
+    os.mkdir(tmp_path / "files")
+    body = os.urandom(openfiles.FOLLOW_FROM + 3 * sparse.GRID + 5)
+    for in_order in (True, False):
+        of = OpenFile(None, None, local)
+        of.materialize(data)
+        try:
+            step = 256 << 10
+            offsets = list(range(0, len(body), step))
+            if not in_order:
+                offsets.reverse()
+            for off in offsets:
+                of.pwrite(body[off:off + step], off)
+            entry = of.upload(data)
+        finally:
+            of.close()
+        assert entry.address == address_of(hashlib.sha256(body).hexdigest())
+        assert data.store.get(entry.address) == body
+        assert len(whole_passes) == (0 if in_order else 1)
