@@ -6,7 +6,7 @@
                                       gravfs-local-nospin,pyfuse3-work-floor-s3,gravfs-s3,rclone-s3,
                                       s3-get-floor]
                            [--big-mb M] [--creates N] [--list-entries N] [--stats N] [--no-spark]
-                           [--only read,stat,create,ls,spark,scale] [--slow-once]
+                           [--only read,write,stat,create,ls,spark,scale] [--slow-once]
                            [--scale 1000000[,10000000]]
 
 Targets (all measured in the same run, taking turns: run 1 of each, then run 2 of
@@ -40,7 +40,10 @@ each, so ratios share the machine's state even while its speed drifts):
 Measurements (each the median of --runs repetitions):
   seq read of one big file: cold from the store (fresh workspace / cache, page
   cache dropped), cold from the local tier (page cache dropped, object in the
-  workspace's tier), warm (second read, page cache); stat/s on commits/ paths
+  workspace's tier), warm (second read, page cache); a big file written in 1 MiB
+  writes and closed (MB/s over both, and the close's seconds: gravfs stores a big
+  file at its close; not on the plain floor, which keeps a file in one bytes object);
+  stat/s on commits/ paths
   (immutable, kernel-cached) and on branch paths; creating small files (files/s);
   ``ls -l`` of a directory of many entries (made with Repository.stage, not
   through the mount); a Spark (local[2]) scan of a Parquet dataset, once after the
@@ -172,6 +175,25 @@ def read_MBps(path: str) -> float:
     t = time.perf_counter()
     n = read_file(path)
     return n / MiB / (time.perf_counter() - t)
+
+
+def write_then_close(path: str, mib: int, out: dict) -> None:
+    """Write ``mib`` MiB to a new file in 1 MiB writes (bytes no other run wrote: nothing
+    deduplicated), then close it: MB/s over both (``write_MBps``) and the close's seconds
+    (``write_close_s``: a mount that stores the file at its close makes its writer wait)."""
+    base = os.urandom(MiB - 8)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    t = time.perf_counter()
+    try:
+        for i in range(mib):
+            os.write(fd, base + i.to_bytes(8, "little"))
+    finally:
+        t1 = time.perf_counter()
+        os.close(fd)
+    t2 = time.perf_counter()
+    out["write_MBps"].append(mib / (t2 - t))
+    out["write_close_s"].append(t2 - t1)
+    os.unlink(path)
 
 
 def read_cold_then_warm(path: str, out: dict, cold_key: str, warm3: bool = True) -> None:
@@ -472,8 +494,9 @@ class Floor:
         self.work = big is not None
         # what a work floor adds to the floor's figures: a create's work, a cold read's
         # and, on S3, a cold Spark scan's; the plain floor has no Spark dataset
-        self.groups = (({"read", "spark"} if dataset else {"read"}) if s3 else {"read", "create"}
-                       ) if self.work else set(GROUPS) - {"spark"}
+        # (the plain floor keeps a file's bytes in one bytes object: no big writes)
+        self.groups = (({"read", "spark"} if dataset else {"read"}) if s3
+                       else {"read", "create", "write"}) if self.work else set(GROUPS) - {"spark", "write"}
         self.mounts = 0
         self.proc = None
 
@@ -556,7 +579,7 @@ class Rclone:
 
 # -- measurement ---------------------------------------------------------------------------
 
-GROUPS = {"read", "stat", "create", "ls", "spark", "scale"}  # what --only may name
+GROUPS = {"read", "write", "stat", "create", "ls", "spark", "scale"}  # what --only may name
 
 
 def wanted(a, group: str) -> bool:
@@ -587,12 +610,14 @@ def take_turns(n: int, runs: dict[str, Iterator[None]], out: dict, tolerated: di
 def bench_native(a, data: dict, spark, out: dict) -> Iterator[None]:
     out.update({k: [] for k in ("read_cold_MBps", "read_warm_MBps", "read_warm3_MBps",
                                  "streams_first_ms", "stat_per_s", "create_per_s", "ls_l_s",
-                                 "spark_cold_s", "spark_warm_s")})
+                                 "write_MBps", "write_close_s", "spark_cold_s", "spark_warm_s")})
     smalls = [os.path.join(data["small"], n) for n in sorted(os.listdir(data["small"]))]
     for r in range(a.runs):
         if wanted(a, "read"):
             read_cold_then_warm(data["big"], out, "read_cold_MBps")
             out["streams_first_ms"].append(first_byte_among_streams_ms(data["big"]))
+        if wanted(a, "write"):
+            write_then_close(os.path.join(data["base"], f"written{r}"), a.big_mb, out)
         if wanted(a, "stat"):
             stat_rate(smalls)
             out["stat_per_s"].append(stat_rate(smalls, 1.0))
@@ -615,7 +640,8 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict) -> Iterator[None]:
                                  "streams_first_ms",
                                  "stat_commit_per_s", "stat_branch_first_per_s", "stat_branch_per_s",
                                  "create_per_s", "writeback_s", "writeback_cpu_s", "ls_l_s",
-                                 "spark_cold_s", "spark_warm_s", "daemon_cpu_s")})
+                                 "write_MBps", "write_close_s", "spark_cold_s", "spark_warm_s",
+                                 "daemon_cpu_s")})
     for r in range(a.runs):
         out.setdefault("python_loop_ms", []).append(python_loop_ms())  # the host's speed now
         p = g.paths()
@@ -649,6 +675,8 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict) -> Iterator[None]:
             bsmalls = [os.path.join(p["branch"], "small", n) for n in names]
             out["stat_branch_first_per_s"].append(stat_rate(bsmalls))
             out["stat_branch_per_s"].append(stat_rate(bsmalls, 3.0))
+        if wanted(a, "write"):
+            write_then_close(os.path.join(p["branch"], f"written{r}"), a.big_mb, out)
         if r == 0 or not a.slow_once:
             if wanted(a, "create"):
                 out["create_per_s"].append(create_rate(os.path.join(p["branch"], f"creates{r}"),
@@ -668,13 +696,15 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict) -> Iterator[None]:
 def bench_floor(a, fl: Floor, spark, out: dict) -> Iterator[None]:
     out.update({k: [] for k in ("read_cold_MBps", "read_warm_MBps", "read_warm3_MBps",
                                 "stat_first_per_s", "stat_per_s", "create_per_s", "ls_l_s",
-                                "spark_cold_s", "spark_warm_s")})
+                                "write_MBps", "write_close_s", "spark_cold_s", "spark_warm_s")})
     for r in range(a.runs):
         out.setdefault("python_loop_ms", []).append(python_loop_ms())  # the host's speed now
         mnt = fl.mount()
         big = os.path.join(mnt, "big")
         if wanted(a, "read"):
             read_cold_then_warm(big, out, "read_cold_MBps")
+        if wanted(a, "write") and "write" in fl.groups:
+            write_then_close(os.path.join(mnt, f"written{r}"), a.big_mb, out)
         if wanted(a, "stat") and "stat" in fl.groups:
             smalls = [os.path.join(mnt, "small", f"f{i:06d}") for i in range(a.stats)]
             out["stat_first_per_s"].append(stat_rate(smalls))  # not listed: a lookup each
@@ -692,7 +722,8 @@ def bench_floor(a, fl: Floor, spark, out: dict) -> Iterator[None]:
 
 def bench_rclone(a, rc: Rclone, spark, out: dict) -> Iterator[None]:
     out.update({k: [] for k in ("read_cold_store_MBps", "read_warm_MBps", "first_byte_ms",
-                                "streams_first_ms", "stat_per_s", "create_per_s", "spark_cold_s", "spark_warm_s")})
+                                "streams_first_ms", "stat_per_s", "create_per_s", "write_MBps",
+                                "write_close_s", "spark_cold_s", "spark_warm_s")})
     for r in range(a.runs):
         mnt = rc.mount()
         big = os.path.join(mnt, "big")
@@ -711,6 +742,8 @@ def bench_rclone(a, rc: Rclone, spark, out: dict) -> Iterator[None]:
             out["stat_per_s"].append(stat_rate(smalls, 1.0))
         if (r == 0 or not a.slow_once) and wanted(a, "create"):
             out["create_per_s"].append(create_rate(os.path.join(mnt, f"creates{r}"), a.creates))
+        if wanted(a, "write"):
+            write_then_close(os.path.join(mnt, f"written{r}"), a.big_mb, out)
         if spark and wanted(a, "spark"):
             spark.measure(os.path.join(mnt, "parquet"), out)
         rc.umount()
@@ -740,6 +773,8 @@ ROWS = [  # label, native key, gravfs key, rclone key, pyfuse3-floor key, higher
     ("stat/s commits/ (cached)", "stat_per_s", "stat_commit_per_s", None, None, True),
     ("stat/s branch, first pass", "stat_per_s", "stat_branch_first_per_s", None, "stat_first_per_s", True),
     ("stat/s branch, steady", "stat_per_s", "stat_branch_per_s", "stat_per_s", "stat_per_s", True),
+    ("seq write + close, big file (MB/s)", "write_MBps", "write_MBps", "write_MBps", "write_MBps", True),
+    ("close of that file (s)", "write_close_s", "write_close_s", "write_close_s", "write_close_s", False),
     ("create 4 KiB files (files/s)", "create_per_s", "create_per_s", "create_per_s", "create_per_s", True),
     ("write-back of those files (s)", None, "writeback_s", None, None, False),
     ("ls -l of big dir (s)", "ls_l_s", "ls_l_s", None, "ls_l_s", False),
@@ -1106,7 +1141,7 @@ def main() -> int:
     ap.add_argument("--spark-rows", type=int, default=4_000_000)
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--only", default="",
-                    help="comma-separated groups to measure: read,stat,create,ls,spark,scale (default all; scale needs --scale)")
+                    help="comma-separated groups to measure: read,write,stat,create,ls,spark,scale (default all; scale needs --scale)")
     ap.add_argument("--slow-once", action="store_true",
                     help="creates and ls -l only in the first run (minutes each through a mount)")
     ap.add_argument("--scale", default="",
