@@ -126,8 +126,8 @@ class FollowingPass:
                     self._working = True
                 try:
                     ok = self._pass.read_rest(self._fd, upto)  # (the GIL is let go in both)
-                except OSError as exc:
-                    log.debug("content pass of %s: %s", self._name, exc)
+                except Exception as exc:  # the pass may be half fed: the close hashes whole
+                    log.debug("content pass of %s stopped: %s", self._name, exc)
                     ok = False
                 with cond:
                     self._working = False
@@ -159,7 +159,8 @@ class FollowingPass:
             tail = self._pass.copy()
         try:
             ok = tail.read_rest(self._fd, size)
-        except OSError:
+        except Exception as exc:
+            log.debug("content pass of %s not finished: %s", self._name, exc)
             ok = False
         with cond:
             self._held = False
