@@ -59,9 +59,10 @@ class LocalFiles:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
-    def new_path(self) -> str:
-        """A name no other file of this directory has (the directory is this daemon's)."""
-        return os.path.join(self.directory, "%x-%x" % (_PID, next(_NAMES)))
+    def new_path(self, directory: Optional[str] = None) -> str:
+        """A name no other file of this daemon's directory (or ``directory``, one of its
+        batches') has."""
+        return os.path.join(directory or self.directory, "%x-%x" % (_PID, next(_NAMES)))
 
     def create(self) -> tuple[str, int]:
         """A new empty file opened read-write: (path, fd). A spare if one is ready."""
@@ -111,7 +112,7 @@ class LocalFiles:
                 if len(self._ready) < self.spares:
                     _make_dir(directory)
                 while len(self._ready) < self.spares and not self._stop.is_set():
-                    path = os.path.join(directory, "%x-%x" % (_PID, next(_NAMES)))
+                    path = self.new_path(directory)
                     self._ready.append((path, os.open(path, _FLAGS, 0o600)))
             except OSError as exc:
                 if not failing:
