@@ -98,12 +98,13 @@ class FollowingPass:
         with self._cond:
             if not self._valid:
                 return
+            ready = self._ready()
             self._written = written
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, daemon=True,
                                                 name="gravfs-content-pass")
                 self._thread.start()
-            else:
+            elif self._ready() != ready:  # a whole chunk more: wake the thread (not per write)
                 self._cond.notify_all()
 
     def _ready(self) -> int:
