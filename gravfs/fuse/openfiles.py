@@ -216,7 +216,6 @@ class OpenFile:
         if size is None:
             size = os.fstat(self.fd).st_size if self.fd >= 0 else WRITEBACK_MAX + 1
         if size <= WRITEBACK_MAX:
-            self._out_of_order()  # (a pass past FOLLOW_FROM ended when it shrank)
             # getattr on the trio thread reads fd and size without the lock: publish
             # the size, then give up the fd, and only then close it (never a stale fd)
             fd = self.fd
@@ -238,9 +237,8 @@ class OpenFile:
             self.moving_size = None
             return self.entry
         else:
-            passed = None
-            if self.following is not None and size == self.in_order:
-                passed = self.following.finish(size)
+            # (None unless every byte up to size was written in order and passed)
+            passed = self.following.finish(size) if self.following is not None else None
             address, size = data.put_path(self.path, passed)
         return self.meta_entry(EntryInfo(address=address, size=size, kind=KIND_FILE))
 
