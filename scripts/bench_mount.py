@@ -640,8 +640,8 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict) -> Iterator[None]:
                                  "streams_first_ms",
                                  "stat_commit_per_s", "stat_branch_first_per_s", "stat_branch_per_s",
                                  "create_per_s", "writeback_s", "writeback_cpu_s", "ls_l_s",
-                                 "write_MBps", "write_close_s", "spark_cold_s", "spark_warm_s",
-                                 "daemon_cpu_s")})
+                                 "write_MBps", "write_close_s", "write_upload_s", "spark_cold_s",
+                                 "spark_warm_s", "daemon_cpu_s")})
     for r in range(a.runs):
         out.setdefault("python_loop_ms", []).append(python_loop_ms())  # the host's speed now
         p = g.paths()
@@ -677,6 +677,8 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict) -> Iterator[None]:
             out["stat_branch_per_s"].append(stat_rate(bsmalls, 3.0))
         if wanted(a, "write"):
             write_then_close(os.path.join(p["branch"], f"written{r}"), a.big_mb, out)
+            # its upload from pending, after the close (and before the next group)
+            out["write_upload_s"].append(writeback_seconds(g.state))
         if r == 0 or not a.slow_once:
             if wanted(a, "create"):
                 out["create_per_s"].append(create_rate(os.path.join(p["branch"], f"creates{r}"),
@@ -776,6 +778,7 @@ ROWS = [  # label, native key, gravfs key, rclone key, pyfuse3-floor key, higher
     ("seq write + close, big file (MB/s)", "write_MBps", "write_MBps", "write_MBps", "write_MBps", True),
     # (no native key: its close takes microseconds, a ratio to it says nothing)
     ("close of that file (s)", None, "write_close_s", "write_close_s", "write_close_s", False),
+    ("its upload after the close (s)", None, "write_upload_s", None, None, False),
     ("create 4 KiB files (files/s)", "create_per_s", "create_per_s", "create_per_s", "create_per_s", True),
     ("write-back of those files (s)", None, "writeback_s", None, None, False),
     ("ls -l of big dir (s)", "ls_l_s", "ls_l_s", None, "ls_l_s", False),

@@ -26,7 +26,7 @@ import threading
 import time
 from array import array
 from concurrent.futures import ThreadPoolExecutor
-from typing import BinaryIO, Optional
+from typing import BinaryIO, NamedTuple, Optional
 
 from gravfs import hashing
 from gravfs.data import chunksums, sparse
@@ -158,6 +158,17 @@ class DataObjects:
         self._last_put = time.monotonic()
         self._enqueue(address, size)
         return address, size
+
+    def pending_handle(self, address: str) -> Optional[PendingHandle]:
+        """The object's pending file, opened (None once uploaded, or never pending):
+        the handle reads it even if its upload ends and removes the name meanwhile."""
+        if self.pending_dir is None:
+            return None
+        path = self.pending_path(address)
+        try:
+            return PendingHandle(path, os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        except FileNotFoundError:
+            return None
 
     def sync_pending(self, address: str) -> None:
         """fsync a still pending object (an fsync after the close that staged it)."""
@@ -308,30 +319,22 @@ class DataObjects:
             else:
                 self._failed_at = 0.0
 
-    def put_path(self, path: str, passed: Optional[tuple[str, int, bool]] = None
-                 ) -> tuple[str, int]:
+    def put_path(self, path: str, passed: Optional[tuple[str, int, bool]] = None,
+                 plan: Optional["StoragePlan"] = None) -> tuple[str, int]:
         """Store a local file's content; returns (address, size). A file with holes
         (gravfs.data.sparse) is stored as its data extents and a manifest. ``passed``:
         the file's content pass (gravfs.data.contentpass), when a writer made it as it
-        wrote; used if it covers the file's size."""
+        wrote; used if it covers the file's size. ``plan``: the file's storage plan, when
+        the caller made it (``plan_storage``) and the file has not changed since."""
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            size = os.fstat(fd).st_size
-            found = []
-            if size >= sparse.MIN_HOLE and sparse.has_physical_holes(fd, size):
-                found = sparse.holes(fd, size)  # reads only what is allocated
-            if not found:
-                if passed is not None and passed[1] == size:
-                    digest, size, zero_run = passed
-                else:
-                    digest, size, zero_run = content_pass(fd)
-                if zero_run:  # zeros written out: the same bytes get the same address
-                    found = sparse.holes(fd, size)
-            if found:
-                return self._put_sparse(fd, size, found), size
+            if plan is None:
+                plan = plan_storage(fd, passed)
+            if plan.holes:
+                return self._put_sparse(fd, plan.size, plan.holes), plan.size
         finally:
             os.close(fd)
-        address = address_of(digest)
+        address, size = address_of(plan.digest), plan.size
         if not self.store.claim_existing(address):  # dedup refreshes an old object (GC)
             self.store.upload(address, path)
             log.debug("uploaded %s (%d bytes)", address, size)
@@ -426,13 +429,10 @@ class DataObjects:
 
     def _acquire_object(self, address: str, chunk_checked: bool = False) -> Handle:
         """acquire() of one stored object (a data object or a sparse manifest)."""
-        if self.pending_dir is not None:
-            path = self.pending_path(address)
-            try:
-                return PendingHandle(path, os.open(path, os.O_RDONLY | os.O_CLOEXEC))
-            except FileNotFoundError:
-                pass  # uploaded (or never pending): the tier fetches it
-        digest = digest_of(address)
+        pending = self.pending_handle(address)
+        if pending is not None:
+            return pending
+        digest = digest_of(address)  # uploaded (or never pending): the tier fetches it
 
         def verify(path: str) -> array:
             sums = array("I")
@@ -495,6 +495,31 @@ class DataObjects:
                     return n
                 out.write(buf)
                 n += len(buf)
+
+
+class StoragePlan(NamedTuple):
+    """How a local file is stored: as the data extents between ``holes`` (a sparse
+    file), else as one object named by ``digest``."""
+
+    size: int
+    holes: list[tuple[int, int]]
+    digest: str  # "" when stored sparse
+
+
+def plan_storage(fd: int, passed: Optional[tuple[str, int, bool]] = None) -> StoragePlan:
+    """The storage plan of an open local file: physical holes, else one content pass
+    (``passed`` when it covers the file's size), whose runs of zeros written out make
+    the file sparse too (the same bytes get the same address however they were written)."""
+    size = os.fstat(fd).st_size
+    if size >= sparse.MIN_HOLE and sparse.has_physical_holes(fd, size):
+        found = sparse.holes(fd, size)  # reads only what is allocated
+        if found:
+            return StoragePlan(size, found, "")
+    if passed is None or passed[1] != size:
+        passed = content_pass(fd)
+    digest, size, zero_run = passed
+    found = sparse.holes(fd, size) if zero_run else []
+    return StoragePlan(size, found, "" if found else digest)
 
 
 def _zero_run(data: bytes) -> bool:

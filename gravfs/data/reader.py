@@ -2,7 +2,8 @@
 
 Small objects, and any object already in the local tier, are read from the
 tier (whole, hash-verified copies on local disk; a big one verified by an earlier
-process is checked chunk by chunk as it is read). A large object of a
+process is checked chunk by chunk as it is read); a big object written here and
+not uploaded yet, from its pending file (its hash was made as it was written). A large object of a
 local-directory store is read in place from the store's file (``inplace``):
 one descriptor per handle with the kernel's read-ahead, no second copy in the
 tier. A large object
@@ -224,6 +225,8 @@ class DataReader:
                         state.tier_handle = self.data.acquire(address, chunk_checked=True)
                         if size > self.chunk:
                             state.fd = _open_sequential(state.tier_handle.path)
+                    elif (pending := self.data.pending_handle(address)) is not None:
+                        state.tier_handle = pending  # written here, not uploaded yet
                     else:
                         path = self.data.local_path(address)
                         if path is not None:

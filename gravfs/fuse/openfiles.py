@@ -8,8 +8,9 @@ committed file read-write costs nothing until it is modified; holes are not
 copied (the local copy stays sparse, see gravfs.data.sparse). Whenever the
 kernel flushes (a close, unless the opener still holds the file: see
 gravfs.fuse.holders), fsyncs or releases a modified file, its content goes
-to the store (content-addressed, deduplicated; small files by write-back:
-moved into pending uploads and uploaded in the background) and the new entry
+to the store (content-addressed, deduplicated; by write-back: moved into
+pending uploads and uploaded in the background, a big file only on its last
+close, see OpenFile.upload) and the new entry
 is staged in LMDB at the inode's *current* path (renames move open files along).
 A file the mount creates is staged as a provisional entry (visible, never
 committed) until its first close or fsync: in that close's transaction when no
@@ -34,7 +35,7 @@ import trio
 
 from gravfs.data.contentpass import FollowingPass
 from gravfs.data.external import is_external, reader_for, source_of
-from gravfs.data.objects import DataObjects, hash_file
+from gravfs.data.objects import DataObjects, hash_file, plan_storage
 from gravfs.data.reader import ReadState, data_missing
 from gravfs.data.sparse import SparseHandle, is_zero
 from gravfs.cleanup import unlink_quiet
@@ -47,9 +48,9 @@ from gravfs.fuse.locks import QuickLock
 log = logging.getLogger(__name__)
 
 COPY_CHUNK = 1 << 20
-# Files up to this size are written back (uploaded in the background): the
-# mount's reader serves objects up to its chunk size (4 MiB) through
-# DataObjects.acquire, which sees pending files; bigger ones it reads from the store.
+# Files up to this size are always written back (uploaded in the background), and
+# hashed and moved on the event loop (see GravfsOperations._stage); bigger ones are
+# written back on their last close only (see OpenFile.upload).
 WRITEBACK_MAX = 4 << 20
 # A file written in order past this size gets its content pass made as it is written
 # (gravfs.data.contentpass): a bigger file's close stores it, which hashes it first.
@@ -203,44 +204,51 @@ class OpenFile:
             self.mode = clear_suid(self.mode)
 
     def upload(self, data: DataObjects, durable: bool = False,
-               size: Optional[int] = None) -> EntryInfo:
+               size: Optional[int] = None, last: bool = False) -> EntryInfo:
         """Store the local content (deduplicated) and return the entry to stage.
 
-        Write-back: a small file's local copy moves into the workspace's pending
-        uploads (renamed, not copied) and is uploaded in the background; this
-        copy is then gone (a later write copies the content back in). Larger
-        files upload here: ranged reads of big objects go to the store directly.
-        ``durable`` (fsync): the pending file is fsync'd too. ``size``: the local
-        copy's size, when the caller (holding the lock) has just read it.
+        Write-back: the local copy moves into the workspace's pending uploads (renamed,
+        not copied) and is uploaded in the background; this copy is then gone (a later
+        write copies the content back in). A small file always goes so. A big one goes
+        so on its ``last`` close, not on an fsync (``durable``) or a close while other
+        handles stay open, which would make the writer's next write copy it all back:
+        there it is stored here and the local copy stays, as does a big file stored
+        sparse (its extents are separate objects). ``durable``: the pending file is
+        fsync'd too. ``size``: the local copy's size, when the caller (holding the lock)
+        has just read it.
         """
         if size is None:
             size = os.fstat(self.fd).st_size if self.fd >= 0 else WRITEBACK_MAX + 1
         if size <= WRITEBACK_MAX:
-            # getattr on the trio thread reads fd and size without the lock: publish
-            # the size, then give up the fd, and only then close it (never a stale fd)
-            fd = self.fd
-            hashed = hash_file(self.path, fd, size_hint=size)
-            self.moving_size = hashed[1]
-            self.fd = -1
-            os.close(fd)
-            try:
-                address, size = data.put_pending(self.path, durable=durable, hashed=hashed)
-            except BaseException:
-                if os.path.exists(self.path):  # not moved: keep it as the local copy
-                    self.fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-                else:
-                    self.path = ""
-                self.moving_size = None
-                raise
-            self.path = ""  # moved into pending uploads (or a copy was pending)
-            self.entry = self.meta_entry(EntryInfo(address=address, size=size, kind=KIND_FILE))
-            self.moving_size = None
-            return self.entry
+            hashed = hash_file(self.path, self.fd, size_hint=size)
         else:
             # (None unless every byte up to size was written in order and passed)
             passed = self.following.finish(size) if self.following is not None else None
-            address, size = data.put_path(self.path, passed)
-        return self.meta_entry(EntryInfo(address=address, size=size, kind=KIND_FILE))
+            plan = plan_storage(self.fd, passed)
+            if plan.holes or durable or not last or not data.writes_back:
+                address, size = data.put_path(self.path, plan=plan)
+                return self.meta_entry(EntryInfo(address=address, size=size, kind=KIND_FILE))
+            hashed = (plan.digest, plan.size)
+            self._out_of_order()  # the copy it followed moves away
+        # getattr on the trio thread reads fd and size without the lock: publish
+        # the size, then give up the fd, and only then close it (never a stale fd)
+        fd = self.fd
+        self.moving_size = hashed[1]
+        self.fd = -1
+        os.close(fd)
+        try:
+            address, size = data.put_pending(self.path, durable=durable, hashed=hashed)
+        except BaseException:
+            if os.path.exists(self.path):  # not moved: keep it as the local copy
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+            else:
+                self.path = ""
+            self.moving_size = None
+            raise
+        self.path = ""  # moved into pending uploads (or a copy was pending)
+        self.entry = self.meta_entry(EntryInfo(address=address, size=size, kind=KIND_FILE))
+        self.moving_size = None
+        return self.entry
 
     def close(self) -> None:
         self._out_of_order()

@@ -1268,9 +1268,10 @@ class GravfsOperations(pyfuse3.Operations):
             raise fail(errno.EBADF)
         h.did_read = True  # (for atime: see _read_atime)
         of = self.open_files.get(h.node.ino)
-        if of is not None and of.materialized:
-            async with of.lock:
-                return await self.run(of.pread, off, size)
+        if of is not None and (of.materialized or of.moving_size is not None):
+            async with of.lock:  # (a copy moving to pending uploads: its entry comes next)
+                if of.materialized:
+                    return await self.run(of.pread, off, size)
         entry = of.entry if of is not None else h.entry
         if entry is None or entry.size == 0 or off >= entry.size:
             return b""
@@ -1343,7 +1344,8 @@ class GravfsOperations(pyfuse3.Operations):
                 self._staged(of, entry)
                 return
             if of.materialized:
-                entry = await self.run(of.upload, self.data, durable)
+                # (the last handle's close: a big file may move to pending uploads too)
+                entry = await self.run(of.upload, self.data, durable, None, of.handles <= 1)
                 of.entry = entry
             else:
                 entry = of.meta_entry()

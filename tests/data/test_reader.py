@@ -485,3 +485,39 @@ def test_a_new_readers_fetch_goes_before_another_streams_read_ahead(s3_repo, mon
     finally:
         gate.set()
         reader.close()
+
+
+def _pending_then_uploaded(repo) -> None:
+    """A big object written here and not uploaded yet is read from its pending file (no
+    fetch, nothing read in place: the store lacks it); a handle that started there keeps
+    reading it after the upload removed the name; a new one reads the store's copy."""
+    data = os.urandom(9 * MiB + 321)
+    address = "data/" + (d := hashlib.sha256(data).hexdigest())[:2] + "/" + d
+    pending = repo.data.pending_path(address)
+    os.makedirs(os.path.dirname(pending), exist_ok=True)
+    with open(pending, "wb") as f:
+        f.write(data)
+    assert repo.store.size(address) is None
+    reader = DataReader(repo.data)
+    try:
+        early = ReadState()
+        assert reader.read(early, address, len(data), len(data) - 100, 100) == data[-100:]
+        assert reader.read(early, address, len(data), 5 * MiB + 3, 10) == data[5 * MiB + 3:5 * MiB + 13]
+        assert reader.stats["chunk_fetches"] == 0 and reader.stats["in_place_reads"] == 0
+        assert repo.data.upload_pending(address)
+        assert not os.path.exists(pending) and repo.store.size(address) == len(data)
+        assert reader.read(early, address, len(data), 0, MiB) == data[:MiB]
+        early.close()
+        assert _read_whole(reader, address, len(data)) == data
+        assert reader.stats["chunk_fetches"] + reader.stats["in_place_reads"] > 0
+    finally:
+        reader.close()
+
+
+def test_a_pending_big_object_is_read_from_its_file_until_uploaded_local(local_repo):
+    _pending_then_uploaded(local_repo)
+
+
+def test_a_pending_big_object_is_read_from_its_file_until_uploaded_s3(s3_repo):
+    repo, _ = s3_repo
+    _pending_then_uploaded(repo)

@@ -109,3 +109,49 @@ def test_a_big_file_written_in_order_is_stored_without_reading_it_again(tmp_path
         assert entry.address == address_of(hashlib.sha256(body).hexdigest())
         assert data.store.get(entry.address) == body
         assert len(whole_passes) == (0 if in_order else 1)
+
+
+def test_a_big_files_last_close_moves_it_to_pending_uploads(tmp_path, monkeypatch):
+    """Its last close (and only that) moves a big dense file's local copy into pending
+    uploads under the address of its bytes; an fsync or a close with other writers
+    left stores it and keeps the copy, as does a file stored sparse."""
+    store = LocalStore(str(tmp_path / "store"), fsync=False)
+    os.mkdir(tmp_path / "tmp")
+    data = DataObjects(store, None, str(tmp_path / "tmp"), pending_dir=str(tmp_path / "pending"))
+    pause = str(tmp_path / "pause")
+    open(pause, "w").close()  # uploads wait: what is pending stays so
+    monkeypatch.setenv(objects.PAUSE_ENV, pause)
+    data.start_uploader(1)
+    local = LocalFiles(str(tmp_path / "files"))
+    os.mkdir(tmp_path / "files")
+    try:
+        body = os.urandom(openfiles.WRITEBACK_MAX + 5)
+        address = address_of(hashlib.sha256(body).hexdigest())
+        for durable, last, moved in ((True, True, False), (False, False, False),
+                                     (False, True, True)):
+            of = OpenFile(None, None, local)
+            of.materialize(data)
+            try:
+                of.pwrite(body, 0)
+                path = of.path
+                entry = of.upload(data, durable=durable, last=last)
+                assert entry.address == address and entry.size == len(body)
+                assert of.materialized is not moved and os.path.exists(path) is not moved
+                assert (data.pending_addresses() == [address]) is moved
+                assert store.size(address) == (None if moved else len(body))
+                if not moved:
+                    store.delete(address)
+            finally:
+                of.close()
+        holes = OpenFile(None, None, local)
+        holes.materialize(data)
+        try:
+            holes.pwrite(body[:4096], 0)
+            holes.pwrite(body[:4096], openfiles.WRITEBACK_MAX + 2 * sparse.MIN_HOLE)
+            entry = holes.upload(data, last=True)
+            assert sparse.is_sparse(entry.address) and holes.materialized
+        finally:
+            holes.close()
+    finally:
+        os.unlink(pause)
+        data.stop_uploader(drain=False)

@@ -1,5 +1,5 @@
-"""Write-back of small files through the mount: closed files are staged at once
-and uploaded in the background from the workspace's pending directory.
+"""Write-back through the mount: closed files are staged at once and uploaded in the
+background from the workspace's pending directory (a big file on its last close).
 
 The daemon's uploader is held with a test hook (GRAVFS_TEST_UPLOAD_PAUSE_FILE:
 uploads wait while that file exists), so the tests see the pending state.
@@ -130,6 +130,78 @@ def test_kill9_with_pending_uploads_then_remount(paused_mount):
     fsck = m.cli("fsck")
     assert "clean" in fsck.stdout + fsck.stderr, fsck.stdout + fsck.stderr
     assert _read(m.path("commits", cid, "d/f3")) == files["d/f3"]
+
+
+def test_a_big_file_goes_to_pending_uploads_on_its_last_close(paused_mount):
+    """A big file's last close moves it to pending uploads (its close does not wait for
+    the store); the mount reads it from there, by ranges too, a writer appends to it, a
+    kill -9 loses nothing and a commit uploads it. A big file fsync'd, or closed while
+    another writable descriptor stays open, is stored at once and its local copy stays."""
+    m = paused_mount
+    mib = 1 << 20
+    big = os.urandom(9 * mib + 5)
+    _write(m.branch_path("big.bin"), big)
+    assert _pending(m) == [hashing.hexdigest(big)]
+    assert not _in_store(m, big)
+    with open(m.branch_path("big.bin"), "rb") as f:
+        f.seek(7 * mib + 1)
+        assert f.read(100) == big[7 * mib + 1:7 * mib + 101]
+    assert _read(m.branch_path("big.bin")) == big
+    with open(m.branch_path("big.bin"), "ab") as f:  # its content comes back from pending
+        f.write(b"tail")
+    appended = big + b"tail"
+    assert _read(m.branch_path("big.bin")) == appended
+    assert hashing.hexdigest(appended) in _pending(m)
+
+    synced = os.urandom(5 * mib)
+    with open(m.branch_path("synced.bin"), "wb") as f:
+        f.write(synced)
+        f.flush()
+        os.fsync(f.fileno())
+        assert _in_store(m, synced)  # the fsync stored it: nothing of it pending
+        assert hashing.hexdigest(synced) not in _pending(m)
+        f.write(b"more")  # the local copy stayed: no copy back in
+    two = os.urandom(5 * mib)
+    f = open(m.branch_path("two.bin"), "wb")
+    g = open(m.branch_path("two.bin"), "r+b")
+    try:
+        f.write(two)
+        f.close()  # another writable handle stays open: stored at once
+        assert _in_store(m, two) and hashing.hexdigest(two) not in _pending(m)
+        assert g.read() == two
+        g.write(b"end")
+    finally:
+        g.close()  # the last one: pending
+    assert hashing.hexdigest(two + b"end") in _pending(m)
+
+    m.kill9(clear=False)
+    assert hashing.hexdigest(appended) in _pending(m)  # a process crash loses nothing closed
+    m.unpause()
+    m.remount()
+    wait_for(lambda: _pending(m) == [], timeout=60)
+    assert _in_store(m, appended) and _in_store(m, synced + b"more")
+    cid = m.commit()
+    fsck = m.cli("fsck")
+    assert "clean" in fsck.stdout + fsck.stderr, fsck.stdout + fsck.stderr
+    assert _read(m.path("commits", cid[:12], "big.bin")) == appended
+    assert _read(m.path("commits", cid[:12], "synced.bin")) == synced + b"more"
+    assert _read(m.path("commits", cid[:12], "two.bin")) == two + b"end"
+
+
+def test_a_big_file_with_holes_is_stored_at_its_close(paused_mount):
+    """A big sparse file is stored as its extents and a manifest at its close (as
+    before): its extents are objects of their own, so nothing of it waits pending."""
+    m = paused_mount
+    mib = 1 << 20
+    head, tail = os.urandom(mib), os.urandom(mib)
+    with open(m.branch_path("sparse.bin"), "wb") as f:
+        f.write(head)
+        f.seek(40 * mib)
+        f.write(tail)
+    assert _pending(m) == []
+    assert _in_store(m, head) and _in_store(m, tail)
+    assert _read(m.branch_path("sparse.bin")) == head + bytes(39 * mib) + tail
+    m.assert_clean_log()
 
 
 def test_concurrent_drains_of_one_workspace(tmp_path):

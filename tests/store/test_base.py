@@ -126,6 +126,22 @@ def test_multipart_upload_path(s3_server, tmp_path):
     assert dest.read_bytes() == payload
 
 
+def test_a_big_file_put_if_absent_goes_up_in_parts(s3_server, tmp_path):
+    """put_file_if_absent of a file past one PUT's size uploads it in parts (a pending
+    big object of the mount), never whole in memory; False when the store has it."""
+    store = s3_server.make_store(multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB)
+    src = tmp_path / "big.bin"
+    payload = os.urandom(11 * MiB + 3)
+    src.write_bytes(payload)
+    key = "data/" + hashlib.sha256(payload).hexdigest()[:2] + "/" + hashlib.sha256(payload).hexdigest()
+    assert store.put_file_if_absent(key, str(src))
+    data, version = store.read_versioned(key)
+    assert data == payload
+    assert version.strip('"').endswith("-3"), f"expected a 3-part multipart ETag, got {version}"
+    assert not store.put_file_if_absent(key, str(src))
+    assert store.read_versioned(key)[1] == version  # not written again
+
+
 def test_a_small_upload_is_one_put_and_a_missing_file_says_so(s3_server, tmp_path):
     """A file below the multipart threshold goes up in one PUT (its ETag is the plain
     MD5, no part count); a source that vanished raises FileNotFoundError, which a
