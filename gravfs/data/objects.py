@@ -260,6 +260,11 @@ class DataObjects:
         q = self._queue
         if q is None:
             return
+        with self._qlock:
+            queued, size = len(self._queued), self._backlog_bytes
+        if queued:
+            log.info("finishing %d queued upload(s), %.1f MiB, before stopping", queued,
+                     size / (1 << 20))
         for _ in self._workers:
             q.put(None)
         for t in self._workers:

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 READY = b"OK\n"
 UMOUNT_WAIT = 600.0
+UMOUNT_TELL, UMOUNT_TELL_EVERY = 3.0, 30.0  # seconds before umount says it waits, and between
 UPLOAD_WORKERS = 4
 SYNC_INTERVAL = 1.0
 # Seconds a mount's daemon has to answer an xattr request before gravfs mount and
@@ -667,10 +668,17 @@ def umount(args) -> int:
         msg = (res.stderr or res.stdout).strip().splitlines()
         raise GravfsError(f"cannot unmount {mountpoint}: {msg[-1] if msg else 'failed'}")
     if pid is not None:
-        deadline = time.monotonic() + UMOUNT_WAIT
+        start = time.monotonic()
+        told = start + UMOUNT_TELL  # a daemon finishing big uploads may take minutes
         while _alive(pid):
-            if time.monotonic() > deadline:
-                raise GravfsError(f"unmounted, but the daemon (pid {pid}) is still staging files")
+            now = time.monotonic()
+            if now > start + UMOUNT_WAIT:
+                raise GravfsError(f"unmounted, but the daemon (pid {pid}) is still staging "
+                                  f"files or finishing uploads (it goes on; see its log)")
+            if now > told:
+                print(f"gravfs: unmounted; the daemon (pid {pid}) is still staging files or "
+                      f"finishing uploads ({now - start:.0f} s)", file=sys.stderr)
+                told = now + UMOUNT_TELL_EVERY
             time.sleep(0.05)
     return _print_exit_report(report) if report else 0
 

@@ -204,6 +204,21 @@ def test_a_big_file_with_holes_is_stored_at_its_close(paused_mount):
     m.assert_clean_log()
 
 
+def test_umount_waits_for_a_big_upload_and_says_so(paused_mount, monkeypatch):
+    """An unmount uploads what is pending before the daemon exits (a big file's upload
+    may take minutes): ``gravfs umount`` waits for it and says on stderr that it does."""
+    from gravfs.fuse import launch
+    m = paused_mount
+    big = os.urandom(6 << 20)
+    _write(m.branch_path("big.bin"), big)
+    assert _pending(m) == [hashing.hexdigest(big)]
+    threading.Timer(launch.UMOUNT_TELL + 2.0, m.unpause).start()
+    res = m.cli("umount", m.mnt)
+    m.mounted = False
+    assert "still staging files or finishing uploads" in res.stderr, res.stderr
+    assert _pending(m) == [] and _in_store(m, big)
+
+
 def test_concurrent_drains_of_one_workspace(tmp_path):
     """Several processes may drain at once: a file another one just uploaded and
     removed is skipped, and every object ends up in the store."""
