@@ -11,12 +11,14 @@ small uploader pool stores it in the background and only then removes the
 pending file, so at every moment an address is either pending here or in
 the store. Reads look in pending first. Any process of the workspace may
 drain pending uploads (``flush_pending``: the committer does before every
-commit), concurrently with others: uploads are idempotent (content-addressed).
+commit), concurrently with others: uploads are idempotent (content-addressed),
+and one object is uploaded by one process at a time (the others wait for it).
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import os
 import queue
@@ -199,22 +201,37 @@ class DataObjects:
 
     def upload_pending(self, address: str) -> bool:
         """Store one pending object and remove its pending file; False when another
-        process did it first (the file vanished: removed only after its upload)."""
+        process did it first (the file vanished: removed only after its upload).
+
+        One upload of an object at a time, across processes: an uploader holds a lock
+        on the pending file (flock) while it uploads, so a commit's drain that comes to
+        an object the daemon's uploader is sending (a big file's may take minutes)
+        waits for it and finds the name gone, rather than sending it a second time."""
         path = self.pending_path(address)
         crash_point("writeback:before-upload", address)
-        try:  # no existence check first: a repeated upload of the same content is harmless
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if os.stat(path).st_ino != os.fstat(fd).st_ino:
+                    return False  # uploaded meanwhile, and pending anew: its own upload follows
+            except FileNotFoundError:
+                return False  # uploaded meanwhile
             # the store takes the file as it can (a local directory: a hard link, so
             # removing the pending name frees no blocks) and claims an existing object
             self.store.put_file_if_absent(address, path)
             log.debug("uploaded pending %s", address)
-        except FileNotFoundError:
-            return False
-        crash_point("writeback:uploaded", address)
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return False
-        return True
+            crash_point("writeback:uploaded", address)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                return False
+            return True
+        finally:
+            os.close(fd)  # (the lock goes with it)
 
     def flush_pending(self, workers: int = DRAIN_WORKERS) -> int:
         """Upload every pending object of the workspace (before a commit); returns how many."""

@@ -80,6 +80,41 @@ def test_a_local_store_takes_the_pending_file_itself(tmp_path):
     assert os.stat(store.local_path(address2)).st_nlink == 1
 
 
+def test_an_object_being_uploaded_is_not_uploaded_again_by_a_drain(tmp_path):
+    """A drain (a commit's) that comes to a pending object another uploader is sending
+    waits for that upload and finds the name gone: the object goes up once."""
+    import threading
+    import time
+
+    class SlowStore(LocalStore):
+        calls = 0
+
+        def put_file_if_absent(self, key, src_path):
+            SlowStore.calls += 1
+            time.sleep(0.5)  # a big object's upload
+            return super().put_file_if_absent(key, src_path)
+
+    store = SlowStore(str(tmp_path / "store"), fsync=False)
+    data = os.urandom(9000)
+    address = address_of(hashing.hexdigest(data))
+    uploader, drain = _pending_objects(tmp_path, store), _pending_objects(tmp_path, store)
+    pending = uploader.pending_path(address)
+    os.makedirs(os.path.dirname(pending))
+    with open(pending, "wb") as f:
+        f.write(data)
+    results = {}
+    first = threading.Thread(target=lambda: results.update(uploader=uploader.upload_pending(address)))
+    first.start()
+    deadline = time.monotonic() + 10
+    while SlowStore.calls == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    results["drain"] = drain.flush_pending()
+    first.join()
+    assert results == {"uploader": True, "drain": 0}
+    assert SlowStore.calls == 1
+    assert store.get(address) == data and not os.path.exists(pending)
+
+
 def test_a_pending_file_whose_object_exists_is_dropped_and_the_object_kept(tmp_path):
     store = LocalStore(str(tmp_path / "store"), fsync=False)
     objects = _pending_objects(tmp_path, store)
