@@ -169,6 +169,11 @@ class FloorFS(pyfuse3.Operations):
         node = self._add(self.nodes[parent_inode], name, stat.S_IFREG | (mode & 0o7777))
         return self._open_fh(node), self._attr(node)
 
+    async def unlink(self, parent_inode, name, ctx):
+        """(the bench's write group removes the file it wrote)"""
+        if self.nodes[parent_inode].children.pop(name, None) is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+
     async def open(self, inode, flags, ctx):
         return self._open_fh(self.nodes[inode])
 
@@ -605,6 +610,15 @@ class WorkFloorFS(FloorFS):
                 os.ftruncate(fd, 0)
                 w.node.size, w.hashed, w.dirty = 0, 0, True
         return fi
+
+    async def unlink(self, parent_inode, name, ctx):
+        node = self.nodes[parent_inode].children.get(name)
+        await super().unlink(parent_inode, name, ctx)
+        key = self.keys.pop(node.ino, None)
+        if key is not None:  # staged away, as gravfs does; open descriptors keep the copy
+            with self.env.begin(write=True) as txn:
+                txn.delete(key)
+            os.unlink(self._local(node.ino))
 
     def _local(self, ino: int) -> str:
         return os.path.join(self.spool, str(ino))
