@@ -3,7 +3,8 @@
 Small objects, and any object already in the local tier, are read from the
 tier (whole, hash-verified copies on local disk; a big one verified by an earlier
 process is checked chunk by chunk as it is read); a big object written here and
-not uploaded yet, from its pending file (its hash was made as it was written). A large object of a
+not uploaded yet, from its pending file (its hash was made as it was written).
+A large object of a
 local-directory store is read in place from the store's file (``inplace``):
 one descriptor per handle with the kernel's read-ahead, no second copy in the
 tier. A large object

@@ -211,7 +211,7 @@ class OpenFile:
         not copied) and is uploaded in the background; this copy is then gone (a later
         write copies the content back in). A small file always goes so. A big one goes
         so on its ``last`` close, not on an fsync (``durable``) or a close while other
-        handles stay open, which would make the writer's next write copy it all back:
+        writable handles stay open, whose next write would copy it all back:
         there it is stored here and the local copy stays, as does a big file stored
         sparse (its extents are separate objects). ``durable``: the pending file is
         fsync'd too. ``size``: the local copy's size, when the caller (holding the lock)
