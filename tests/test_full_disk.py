@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 
+from gravfs.data import sparse
 from tests.fuse_util import Mount, fuse_available, wait_for
 from tests.repo_util import run_cli
 
@@ -67,15 +68,23 @@ def _fill(disk: str, leave: int) -> str:
     return filler
 
 
-def _close_fails(m: Mount, name: str, data: bytes) -> None:
-    """Write ``data`` to a new file whose close cannot store it (ENOSPC); the mount
-    still shows the whole file."""
+# A file that starts with a hole this long is stored at its close (as its data extents
+# and a manifest, gravfs.data.sparse): a dense big file's close only moves its local copy
+# into pending uploads, which a full disk does not stop (see the test below).
+HOLE = sparse.MIN_HOLE
+
+
+def _close_fails(m: Mount, name: str, data: bytes) -> bytes:
+    """Write a new file, a hole then ``data``, whose close cannot store it (ENOSPC); the
+    mount still shows the whole file. Returns the file's bytes."""
     f = open(m.branch_path(name), "wb")
+    f.seek(HOLE)
     f.write(data)
     with pytest.raises(OSError) as ei:
         f.close()
     assert ei.value.errno == errno.ENOSPC
-    assert os.stat(m.branch_path(name)).st_size == len(data)
+    assert os.stat(m.branch_path(name)).st_size == HOLE + len(data)
+    return bytes(HOLE) + data
 
 
 def _leftovers(root: str) -> list[str]:
@@ -120,6 +129,10 @@ def _env(store: str, state: str) -> dict:
 
 
 def test_mount_write_on_a_full_disk_is_enospc_and_keeps_the_rest(small_disk):
+    """A write that finds the disk full fails with ENOSPC; the mount stays up, what was
+    written before (that file's first bytes too) is kept, and once the user frees room
+    (a file of theirs on that disk: removing a file from a branch frees no stored
+    object) writing and committing work again."""
     if not fuse_available():
         pytest.fail("/dev/fuse is not usable: these tests need real FUSE mounts")
     m = Mount(small_disk).init()
@@ -131,9 +144,10 @@ def test_mount_write_on_a_full_disk_is_enospc_and_keeps_the_rest(small_disk):
         m.commit(message="keep")
         with open(m.branch_path("staged.txt"), "wb") as f:
             f.write(b"staged before the disk filled")
+        filler = _fill(small_disk, 2 << 20)
+        chunk = os.urandom(1 << 20)
         with pytest.raises(OSError) as ei:
             with open(m.branch_path("big.bin"), "wb") as f:
-                chunk = os.urandom(1 << 20)
                 for _ in range(2 * TMPFS_BYTES >> 20):
                     f.write(chunk)
                     f.flush()
@@ -143,20 +157,19 @@ def test_mount_write_on_a_full_disk_is_enospc_and_keeps_the_rest(small_disk):
             assert f.read() == keep
         with open(m.branch_path("staged.txt"), "rb") as f:
             assert f.read() == b"staged before the disk filled"
-        # the user frees the space: writing and committing work again
-        if os.path.exists(m.branch_path("big.bin")):
-            os.unlink(m.branch_path("big.bin"))
-        # the kernel sends RELEASE after close(2) has returned; the daemon frees the
-        # unstaged copy when it arrives (a few ms later), as a last close would
-        wait_for(lambda: os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
-                 >= 1 << 20, timeout=5)
+        os.unlink(filler)  # the user frees the space: writing and committing work again
         with open(m.branch_path("after.txt"), "wb") as f:
             f.write(b"space again")
         m.commit(message="after")
-        with open(m.path("commits", m.head()[:12], "after.txt"), "rb") as f:
+        head = m.path("commits", m.head()[:12])
+        with open(os.path.join(head, "after.txt"), "rb") as f:
             assert f.read() == b"space again"
-        with open(m.path("commits", m.head()[:12], "staged.txt"), "rb") as f:
+        with open(os.path.join(head, "staged.txt"), "rb") as f:
             assert f.read() == b"staged before the disk filled"
+        if os.path.exists(os.path.join(head, "big.bin")):  # its bytes up to the failed write
+            with open(os.path.join(head, "big.bin"), "rb") as f:
+                written = f.read()
+            assert written == (chunk * (2 * TMPFS_BYTES >> 20))[:len(written)]
         m.assert_clean_log()
     finally:
         m.cleanup()
@@ -167,8 +180,7 @@ def test_mount_close_that_cannot_stage_keeps_the_content(disk_mount):
     the mount with that content and is staged by the next fsync once there is space."""
     m = disk_mount
     filler = _fill(m.base, 8 << 20)  # room for the local copy, not for storing it
-    data = os.urandom(6 << 20)  # above the write-back size: stored on close
-    _close_fails(m, "big.bin", data)
+    data = _close_fails(m, "big.bin", os.urandom(6 << 20))  # stored sparse on close
     with open(m.branch_path("big.bin"), "rb") as g:
         assert g.read() == data
     os.unlink(filler)
@@ -183,12 +195,28 @@ def test_mount_close_that_cannot_stage_keeps_the_content(disk_mount):
     m.assert_clean_log()
 
 
+def test_a_big_files_close_needs_no_second_copy_on_a_full_disk(disk_mount):
+    """A dense big file's close moves its local copy into pending uploads, and a local
+    store takes the pending file by a hard link: on a disk with room for one copy and
+    not two, the close, the upload and the commit all succeed."""
+    m = disk_mount
+    _fill(m.base, 8 << 20)
+    data = os.urandom(6 << 20)
+    with open(m.branch_path("big.bin"), "wb") as f:
+        f.write(data)
+    cid = m.commit(message="one copy")
+    with open(m.path("commits", cid[:12], "big.bin"), "rb") as g:
+        assert g.read() == data
+    fsck = m.cli("fsck")
+    assert "clean" in fsck.stdout + fsck.stderr, fsck.stdout + fsck.stderr
+    m.assert_clean_log()
+
+
 def test_unmount_that_cannot_stage_saves_the_file_in_lost_and_found(disk_mount):
     m = disk_mount
     _fill(m.base, 8 << 20)
     os.mkdir(m.branch_path("d"))
-    data = os.urandom(6 << 20)
-    _close_fails(m, "d/big.bin", data)
+    data = _close_fails(m, "d/big.bin", os.urandom(6 << 20))
     res = m.cli("umount", m.mnt, check=False)
     assert not os.path.ismount(m.mnt)
     saved = glob.glob(os.path.join(m.state_dir, "repos", "*", "lost+found", "main", "d",
@@ -203,14 +231,14 @@ def test_unmount_that_cannot_stage_saves_the_file_in_lost_and_found(disk_mount):
 
 
 def test_failed_close_commits_nothing_and_umount_reports_lost_and_found(disk_mount):
-    """A 15 MiB file whose close cannot store it (the store shares the full disk):
+    """A file of 15 MiB of data whose close cannot store it (the store shares the full disk):
     the mount shows it, a commit does not take it (never as an empty file), and
     the umount that has to save it in lost+found says so and fails."""
     m = disk_mount
     with open(m.branch_path("ok.txt"), "wb") as f:
         f.write(b"fits")
-    data = os.urandom(15 << 20)  # its local copy fits, a second copy in the store not
-    _close_fails(m, "big.bin", data)
+    # its local copy fits, a second copy of its data in the store not
+    data = _close_fails(m, "big.bin", os.urandom(15 << 20))
     cid = m.commit(message="what could be staged")
     listed = m.cli("ls", cid).stdout
     assert "ok.txt" in listed and "big.bin" not in listed
