@@ -339,10 +339,10 @@ class S3Store(ObjectStore):
         return self.create_claiming(key, lambda: self._put_if_absent(key, data))
 
     def put_file_if_absent(self, key: str, src_path: str) -> bool:
-        """A file past one PUT's size goes up by ``upload`` (multipart, never whole in
-        memory) unless the store has it: a multipart upload has no create-only condition
-        on every server, and keys stored this way are content-addressed (a second upload
-        writes the same bytes)."""
+        """A file past one PUT's size goes up by ``upload`` (streamed from the file, in
+        parts past the multipart threshold; never whole in memory) unless the store has
+        it: such an upload has no create-only condition on every server, and keys stored
+        this way are content-addressed (a second upload writes the same bytes)."""
         if os.path.getsize(src_path) < min(self._transfer.multipart_threshold, SINGLE_PUT_MAX):
             return super().put_file_if_absent(key, src_path)
         if self.claim_existing(key):
