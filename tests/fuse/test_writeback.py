@@ -204,18 +204,34 @@ def test_a_big_file_with_holes_is_stored_at_its_close(paused_mount):
     m.assert_clean_log()
 
 
-def test_umount_waits_for_a_big_upload_and_says_so(paused_mount, monkeypatch):
+def test_umount_waits_for_a_big_upload_and_says_so(paused_mount):
     """An unmount uploads what is pending before the daemon exits (a big file's upload
     may take minutes): ``gravfs umount`` waits for it and says on stderr that it does."""
-    from gravfs.fuse import launch
+    import subprocess
+    import sys
+
+    from tests.fuse_util import ROOT
     m = paused_mount
     big = os.urandom(6 << 20)
     _write(m.branch_path("big.bin"), big)
     assert _pending(m) == [hashing.hexdigest(big)]
-    threading.Timer(launch.UMOUNT_TELL + 2.0, m.unpause).start()
-    res = m.cli("umount", m.mnt)
+    umount = subprocess.Popen([sys.executable, "-m", "gravfs.cli", "-s", m.store, "--state-dir",
+                               m.state_dir, "umount", m.mnt], stderr=subprocess.PIPE, text=True,
+                              env=m.env, cwd=ROOT)
+    failsafe = threading.Timer(60, m.unpause)  # (without the message: readline ends)
+    failsafe.start()
+    try:
+        said = umount.stderr.readline()  # the upload is held: the daemon cannot exit yet
+        m.unpause()
+        _, rest = umount.communicate(timeout=120)
+    finally:
+        failsafe.cancel()
+        m.unpause()
+        if umount.poll() is None:
+            umount.kill()
     m.mounted = False
-    assert "still staging files or finishing uploads" in res.stderr, res.stderr
+    assert "still staging files or finishing uploads" in said, said + rest
+    assert umount.returncode == 0, said + rest
     assert _pending(m) == [] and _in_store(m, big)
 
 
