@@ -204,14 +204,14 @@ class OpenFile:
             self.mode = clear_suid(self.mode)
 
     def upload(self, data: DataObjects, durable: bool = False,
-               size: Optional[int] = None, last: bool = False) -> EntryInfo:
+               size: Optional[int] = None) -> EntryInfo:
         """Store the local content (deduplicated) and return the entry to stage.
 
         Write-back: the local copy moves into the workspace's pending uploads (renamed,
         not copied) and is uploaded in the background; this copy is then gone (a later
         write copies the content back in). A small file always goes so. A big one goes
-        so on its ``last`` close, not on an fsync (``durable``) or a close while other
-        writable handles stay open, whose next write would copy it all back:
+        so on its last handle's close, not on an fsync (``durable``) or a close while
+        other (writable) handles stay open, whose next write would copy it all back:
         there it is stored here and the local copy stays, as does a big file stored
         sparse (its extents are separate objects). ``durable``: the pending file is
         fsync'd too. ``size``: the local copy's size, when the caller (holding the lock)
@@ -225,7 +225,7 @@ class OpenFile:
             # (None unless every byte up to size was written in order and passed)
             passed = self.following.finish(size) if self.following is not None else None
             plan = plan_storage(self.fd, passed)
-            if plan.holes or durable or not last or not data.writes_back:
+            if plan.holes or durable or self.handles > 1 or not data.writes_back:
                 address, size = data.put_path(self.path, plan=plan)
                 return self.meta_entry(EntryInfo(address=address, size=size, kind=KIND_FILE))
             hashed = (plan.digest, plan.size)

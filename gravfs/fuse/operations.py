@@ -1344,8 +1344,7 @@ class GravfsOperations(pyfuse3.Operations):
                 self._staged(of, entry)
                 return
             if of.materialized:
-                # (the last handle's close: a big file may move to pending uploads too)
-                entry = await self.run(of.upload, self.data, durable, None, of.handles <= 1)
+                entry = await self.run(of.upload, self.data, durable)
                 of.entry = entry
             else:
                 entry = of.meta_entry()

@@ -293,8 +293,12 @@ class S3Store(ObjectStore):
     def put(self, key: str, data: bytes) -> None:
         self._call("put", key, self._client.put_object, Key=self._full(key), Body=data)
 
+    def _one_put(self, src_path: str) -> bool:
+        """A file this small goes up in one PUT from memory (see upload)."""
+        return os.path.getsize(src_path) < min(self._transfer.multipart_threshold, SINGLE_PUT_MAX)
+
     def upload(self, key: str, src_path: str) -> None:
-        if os.path.getsize(src_path) < min(self._transfer.multipart_threshold, SINGLE_PUT_MAX):
+        if self._one_put(src_path):
             # one PUT: the transfer manager's threads and futures cost more than the
             # request itself for a small file (4 KiB: 2.9 -> 1.9 ms against SeaweedFS)
             with open(src_path, "rb") as f:
@@ -343,7 +347,7 @@ class S3Store(ObjectStore):
         parts past the multipart threshold; never whole in memory) unless the store has
         it: such an upload has no create-only condition on every server, and keys stored
         this way are content-addressed (a second upload writes the same bytes)."""
-        if os.path.getsize(src_path) < min(self._transfer.multipart_threshold, SINGLE_PUT_MAX):
+        if self._one_put(src_path):
             return super().put_file_if_absent(key, src_path)
         if self.claim_existing(key):
             return False

@@ -12,6 +12,7 @@ import pytest
 
 from gravfs import hashing
 from gravfs.data import inplace
+from gravfs.data.objects import address_of
 from gravfs.data.reader import CHUNK, DataReader, ReadState
 from gravfs.errors import CorruptDataError
 from gravfs.fs.repository import Repository
@@ -492,7 +493,7 @@ def _pending_then_uploaded(repo) -> None:
     fetch, nothing read in place: the store lacks it); a handle that started there keeps
     reading it after the upload removed the name; a new one reads the store's copy."""
     data = os.urandom(9 * MiB + 321)
-    address = "data/" + (d := hashlib.sha256(data).hexdigest())[:2] + "/" + d
+    address = address_of(hashlib.sha256(data).hexdigest())
     pending = repo.data.pending_path(address)
     os.makedirs(os.path.dirname(pending), exist_ok=True)
     with open(pending, "wb") as f:

@@ -134,7 +134,8 @@ def test_a_big_files_last_close_moves_it_to_pending_uploads(tmp_path, monkeypatc
             try:
                 of.pwrite(body, 0)
                 path = of.path
-                entry = of.upload(data, durable=durable, last=last)
+                of.handles = 1 if last else 2  # (the closing one, and another writer)
+                entry = of.upload(data, durable=durable)
                 assert entry.address == address and entry.size == len(body)
                 assert of.materialized is not moved and os.path.exists(path) is not moved
                 assert (data.pending_addresses() == [address]) is moved
@@ -148,7 +149,7 @@ def test_a_big_files_last_close_moves_it_to_pending_uploads(tmp_path, monkeypatc
         try:
             holes.pwrite(body[:4096], 0)
             holes.pwrite(body[:4096], openfiles.WRITEBACK_MAX + 2 * sparse.MIN_HOLE)
-            entry = holes.upload(data, last=True)
+            entry = holes.upload(data)
             assert sparse.is_sparse(entry.address) and holes.materialized
         finally:
             holes.close()

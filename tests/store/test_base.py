@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from gravfs.data.objects import address_of
 from gravfs.errors import BadNameError, GravfsError, NotFoundError, PreconditionFailedError
 from gravfs.store import open_store
 from gravfs.store.local import LocalStore
@@ -133,7 +134,7 @@ def test_a_big_file_put_if_absent_goes_up_in_parts(s3_server, tmp_path):
     src = tmp_path / "big.bin"
     payload = os.urandom(11 * MiB + 3)
     src.write_bytes(payload)
-    key = "data/" + hashlib.sha256(payload).hexdigest()[:2] + "/" + hashlib.sha256(payload).hexdigest()
+    key = address_of(hashlib.sha256(payload).hexdigest())
     assert store.put_file_if_absent(key, str(src))
     data, version = store.read_versioned(key)
     assert data == payload
