@@ -272,8 +272,8 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     _setup_daemon_logging(cfg, daemon)
     _reserve_descriptors()  # before any thread starts
 
-    def report(code: int, message: str) -> int:
-        log.error("mount failed: %s", message)
+    def report(code: int, message: str, level: int = logging.ERROR) -> int:
+        log.log(level, "mount failed: %s", message)
         if ready_fd is not None:
             try:
                 os.write(ready_fd, f"ERR {code} {message}\n".encode())
@@ -315,9 +315,11 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     fuse_opts.add("subtype=gravfs")
     if opts.debug:
         fuse_opts.add("debug")
+    stop = StopSignals()  # from the mount on, a stop signal unmounts cleanly
     try:
         pyfuse3.init(ops, cfg["mountpoint"], fuse_opts)
     except Exception as exc:
+        stop.restore()
         repo.close()
         return report(1, f"cannot mount on {cfg['mountpoint']}: {exc} "
                          f"(see {log_path(cfg['state_dir'], cfg['mountpoint'])})")
@@ -337,8 +339,12 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
 
     code = 0
     try:
-        _run_loop(_main, ops, announce)
-        if not state["ready"]:
+        _run_loop(_main, ops, announce, stop)
+        if not state["ready"] and stop.received is not None:
+            # asked to stop as it started: a clean stop, but the mount never served
+            report(1, f"stopped by signal {stop.received} before the mount on "
+                      f"{cfg['mountpoint']} was ready", logging.WARNING)
+        elif not state["ready"]:
             code = report(1, f"the kernel refused the mount on {cfg['mountpoint']} "
                              f"(see {log_path(cfg['state_dir'], cfg['mountpoint'])})")
     except BaseException:
@@ -354,6 +360,7 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
         ops.local.close()
         ops.reader.close()
         repo.close()
+        stop.restore()
         _notify_systemd(b"STOPPING=1")
     log.info("unmounted %s", cfg["mountpoint"])
     return code
@@ -432,7 +439,7 @@ def _run_loop(main, *args) -> None:
         prof.dump_stats(path)
 
 
-async def _main(ops, announce) -> None:
+async def _main(ops, announce, stop: "StopSignals") -> None:
     import pyfuse3
     import trio
 
@@ -440,12 +447,10 @@ async def _main(ops, announce) -> None:
     from gravfs.fuse.watcher import Watcher
 
     watcher = Watcher(ops)
-    for sig, after in _AFTER_SIGNALS.items():  # what _signals' receiver leaves behind it
-        signal.signal(sig, after)
     async with trio.open_nursery() as nursery:
         ops.nursery = nursery
         nursery.start_soon(watcher.run)
-        nursery.start_soon(_signals, watcher.limiter)
+        nursery.start_soon(_signals, watcher.limiter, stop)
         nursery.start_soon(_self_check, ops, announce)
         nursery.start_soon(_sync_loop, ops.repo)
         if ops.settings.spin_us:
@@ -485,7 +490,10 @@ async def _self_check(ops, announce) -> None:
     mountpoint = ops.settings.mountpoint
     while True:
         try:
-            got = await trio.to_thread.run_sync(os.getxattr, mountpoint, "user.gravfs.pid")
+            # abandoned if the daemon stops first (a signal as it starts): the request
+            # then waits for the unmount, which ends it
+            got = await trio.to_thread.run_sync(os.getxattr, mountpoint, "user.gravfs.pid",
+                                                abandon_on_cancel=True)
         except OSError as exc:
             log.debug("self check of %s: %s", mountpoint, exc)
             await trio.sleep(0.05)
@@ -497,7 +505,7 @@ async def _self_check(ops, announce) -> None:
     announce()
 
 
-async def _signals(invalidating) -> None:
+async def _signals(invalidating, stop: "StopSignals") -> None:
     """SIGTERM/SIGINT: stop serving. The watcher's invalidation thread may be waiting in
     the kernel on a request that holds a directory or a page: the loop keeps serving
     until it is done (``invalidating``, its limiter, is taken and kept, so none
@@ -507,14 +515,16 @@ async def _signals(invalidating) -> None:
     import trio
 
     stopping = False
-    with trio.open_signal_receiver(*_AFTER_SIGNALS) as sigs:
-        async for sig in sigs:
+    with trio.open_signal_receiver(*STOP_SIGNALS) as sigs:
+        early = stop.receiver_opened()
+        async for sig in _chain(early, sigs):
             if sig == signal.SIGHUP:
                 continue
             if stopping:
-                _already_stopping(sig, None)
+                _already_stopping(sig)
                 continue
             stopping = True
+            stop.received = sig
             log.info("signal %d: unmounting", sig)
             with trio.move_on_after(QUIET_WAIT) as waited:
                 await invalidating.acquire()
@@ -524,19 +534,56 @@ async def _signals(invalidating) -> None:
             pyfuse3.terminate()
 
 
-def _already_stopping(sig: int, _frame) -> None:
+async def _chain(first: list, then):
+    for item in first:
+        yield item
+    async for item in then:
+        yield item
+
+
+def _already_stopping(sig: int) -> None:
     """A SIGTERM or SIGINT after the first (a second Ctrl-C) while the daemon stops:
     dying then would leave open files unstaged and the mount dead; SIGKILL still
-    stops it at once. (_main installs it; trio restores it when _signals ends.)"""
+    stops it at once."""
     log.warning("signal %d: already unmounting and staging open files; "
                 "SIGKILL stops at once without staging them", sig)
 
 
-# The signals _signals receives, and what each does once its receiver has closed (the
-# daemon stopping): _main installs these, so trio restores them rather than the
-# defaults, which end the daemon before it stages open files or unmounts.
-_AFTER_SIGNALS = {signal.SIGTERM: _already_stopping, signal.SIGINT: _already_stopping,
-                  signal.SIGHUP: signal.SIG_IGN}
+# The signals _signals receives (SIGHUP: ignored, not the default end).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class StopSignals:
+    """The handler of STOP_SIGNALS outside _signals' receiver, installed before the
+    kernel mounts: a signal that comes before the receiver opens is kept for it (the
+    defaults would end the daemon and leave a dead mount), one after it closed (the
+    daemon stopping: trio restores this handler) only says so. ``restore`` puts back
+    what was there before."""
+
+    def __init__(self) -> None:
+        self.early: list[int] = []
+        self.opened = False
+        self.received: Optional[int] = None  # the signal that stopped the daemon
+        self._before = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+
+    def _handle(self, sig: int, _frame) -> None:
+        if self.opened:
+            if sig != signal.SIGHUP:
+                _already_stopping(sig)
+        else:
+            self.early.append(sig)
+
+    def receiver_opened(self) -> list[int]:
+        """What came before the receiver: it handles them first."""
+        self.opened = True
+        early, self.early = self.early, []
+        if early:
+            log.info("signal(s) %s came as the mount started", early)
+        return early
+
+    def restore(self) -> None:
+        for sig, before in self._before.items():
+            signal.signal(sig, before)
 
 
 def _files_dir(repo) -> str:

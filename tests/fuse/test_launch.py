@@ -226,6 +226,42 @@ def test_mount_helper_errors(tmp_path):
     assert not os.path.ismount(m.mnt)
 
 
+def _mounted_at(mnt: str) -> bool:
+    """Whether the kernel lists a mount on ``mnt`` (read without asking the daemon)."""
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == mnt for line in f)
+
+
+def test_sigterm_as_soon_as_the_mount_exists_unmounts_cleanly(tmp_path):
+    """A SIGTERM in the first milliseconds of the mount (a service stopped as it
+    starts): between the kernel's mount and the signal receiver, it killed the daemon
+    and left a dead mount, or was taken for a second signal and ignored."""
+    m = Mount(str(tmp_path)).init()
+    try:
+        for attempt in range(3):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "gravfs.cli", "-s", m.store, "--state-dir",
+                 m.state_dir, "mount", "--foreground", m.mnt],
+                env=m.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            try:
+                deadline = time.monotonic() + 60
+                while not _mounted_at(m.mnt):  # no request: the daemon may not serve yet
+                    assert proc.poll() is None, proc.stderr.read().decode()
+                    assert time.monotonic() < deadline, "the mount did not appear"
+                proc.send_signal(signal.SIGTERM)
+                _, err = proc.communicate(timeout=60)
+                err = err.decode()
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
+            assert proc.returncode == 0, (attempt, err)
+            assert f"unmounted {m.mnt}" in err  # its own end, not the signal's
+            assert not _mounted_at(m.mnt)
+    finally:
+        m.cleanup()
+
+
 def _unit_exec_start() -> list[str]:
     text = open(UNIT).read()
     line = re.search(r"^ExecStart=(.*)$", text, re.M).group(1)
