@@ -319,7 +319,6 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     try:
         pyfuse3.init(ops, cfg["mountpoint"], fuse_opts)
     except Exception as exc:
-        stop.restore()
         repo.close()
         return report(1, f"cannot mount on {cfg['mountpoint']}: {exc} "
                          f"(see {log_path(cfg['state_dir'], cfg['mountpoint'])})")
@@ -360,7 +359,6 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
         ops.local.close()
         ops.reader.close()
         repo.close()
-        stop.restore()
         _notify_systemd(b"STOPPING=1")
     log.info("unmounted %s", cfg["mountpoint"])
     return code
@@ -557,14 +555,14 @@ class StopSignals:
     """The handler of STOP_SIGNALS outside _signals' receiver, installed before the
     kernel mounts: a signal that comes before the receiver opens is kept for it (the
     defaults would end the daemon and leave a dead mount), one after it closed (the
-    daemon stopping: trio restores this handler) only says so. ``restore`` puts back
-    what was there before."""
+    daemon stopping: trio restores this handler) only says so, up to the process's exit."""
 
     def __init__(self) -> None:
         self.early: list[int] = []
         self.opened = False
         self.received: Optional[int] = None  # the signal that stopped the daemon
-        self._before = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._handle)
 
     def _handle(self, sig: int, _frame) -> None:
         if self.opened:
@@ -580,10 +578,6 @@ class StopSignals:
         if early:
             log.info("signal(s) %s came as the mount started", early)
         return early
-
-    def restore(self) -> None:
-        for sig, before in self._before.items():
-            signal.signal(sig, before)
 
 
 def _files_dir(repo) -> str:
