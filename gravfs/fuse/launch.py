@@ -512,31 +512,26 @@ async def _signals(invalidating, stop: "StopSignals") -> None:
     import pyfuse3
     import trio
 
-    stopping = False
+    async def handle(sig: int) -> None:
+        if sig == signal.SIGHUP:
+            return
+        if stop.received is not None:
+            _already_stopping(sig)
+            return
+        stop.received = sig
+        log.info("signal %d: unmounting", sig)
+        with trio.move_on_after(QUIET_WAIT) as waited:
+            await invalidating.acquire()
+        if waited.cancelled_caught:
+            log.warning("the kernel has not finished an invalidation in %.0f s; "
+                        "unmounting anyway", QUIET_WAIT)
+        pyfuse3.terminate()
+
     with trio.open_signal_receiver(*STOP_SIGNALS) as sigs:
-        early = stop.receiver_opened()
-        async for sig in _chain(early, sigs):
-            if sig == signal.SIGHUP:
-                continue
-            if stopping:
-                _already_stopping(sig)
-                continue
-            stopping = True
-            stop.received = sig
-            log.info("signal %d: unmounting", sig)
-            with trio.move_on_after(QUIET_WAIT) as waited:
-                await invalidating.acquire()
-            if waited.cancelled_caught:
-                log.warning("the kernel has not finished an invalidation in %.0f s; "
-                            "unmounting anyway", QUIET_WAIT)
-            pyfuse3.terminate()
-
-
-async def _chain(first: list, then):
-    for item in first:
-        yield item
-    async for item in then:
-        yield item
+        for sig in stop.receiver_opened():  # those that came before it opened
+            await handle(sig)
+        async for sig in sigs:
+            await handle(sig)
 
 
 def _already_stopping(sig: int) -> None:
