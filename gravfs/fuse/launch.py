@@ -437,7 +437,7 @@ def _run_loop(main, *args) -> None:
         prof.dump_stats(path)
 
 
-async def _main(ops, announce, stop: "StopSignals") -> None:
+async def _main(ops, announce, stop: StopSignals) -> None:
     import pyfuse3
     import trio
 
@@ -503,7 +503,7 @@ async def _self_check(ops, announce) -> None:
     announce()
 
 
-async def _signals(invalidating, stop: "StopSignals") -> None:
+async def _signals(invalidating, stop: StopSignals) -> None:
     """SIGTERM/SIGINT: stop serving. The watcher's invalidation thread may be waiting in
     the kernel on a request that holds a directory or a page: the loop keeps serving
     until it is done (``invalidating``, its limiter, is taken and kept, so none

@@ -226,16 +226,12 @@ def test_mount_helper_errors(tmp_path):
     assert not os.path.ismount(m.mnt)
 
 
-def _mounted_at(mnt: str) -> bool:
-    """Whether the kernel lists a mount on ``mnt`` (read without asking the daemon)."""
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == mnt for line in f)
-
-
 def test_sigterm_as_soon_as_the_mount_exists_unmounts_cleanly(tmp_path):
     """A SIGTERM in the first milliseconds of the mount (a service stopped as it
     starts): between the kernel's mount and the signal receiver, it killed the daemon
     and left a dead mount, or was taken for a second signal and ignored."""
+    from gravfs.fuse.launch import _mounted_at  # (mountinfo: asks the daemon nothing)
+
     m = Mount(str(tmp_path)).init()
     try:
         for attempt in range(3):
@@ -245,7 +241,7 @@ def test_sigterm_as_soon_as_the_mount_exists_unmounts_cleanly(tmp_path):
                 env=m.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             try:
                 deadline = time.monotonic() + 60
-                while not _mounted_at(m.mnt):  # no request: the daemon may not serve yet
+                while not _mounted_at(m.mnt):  # the daemon may not serve yet
                     assert proc.poll() is None, proc.stderr.read().decode()
                     assert time.monotonic() < deadline, "the mount did not appear"
                 proc.send_signal(signal.SIGTERM)
