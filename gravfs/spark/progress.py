@@ -69,10 +69,14 @@ class StageProgress:
                     info.numCompletedTasks + info.numFailedTasks >= info.numTasks
                 seen.append((sid, info, done))
         running = any(not done for _, _, done in seen)
-        for sid, info, done in seen:
+        for i, (sid, info, done) in enumerate(seen):
+            later = i + 1 < len(seen)  # another stage's line follows in this poll
+            if later and not done:
+                continue  # stages running side by side: one line redrawn, the last's
             name = info.name.split(" at ", 1)[0]
-            # final once the next stage runs, a poll after it ended, or at the end
-            ended = done and (final or running or sid in self._ending)
+            # final once the next stage runs or is drawn below it (the screen keeps it
+            # as it is then), a poll after it ended, or at the end
+            ended = done and (final or running or later or sid in self._ending)
             if done:
                 self._ending.add(sid)
             failed = f", {info.numFailedTasks} failed" if info.numFailedTasks else ""

@@ -24,6 +24,27 @@ def test_a_final_line_per_stage(spark):
     assert lines[1].startswith("stage ") and "(collect)" in lines[1], lines
 
 
+def test_stages_that_ended_between_polls_get_one_line_each(spark):
+    """A poll that finds two stages ended, none running (the job ran between polls),
+    drew both without leaving the first final, and the next poll drew both again."""
+    from gravfs.spark.progress import StageProgress
+
+    sc = spark.sparkContext
+    out = io.StringIO()
+    p = StageProgress(sc, out, interval=30)  # polled here only
+    p.start()
+    try:
+        sc.parallelize(range(1000), 4).map(lambda x: (x % 7, x)).reduceByKey(
+            lambda a, b: a + b, 3).collect()
+        p.poll()
+    finally:
+        p.stop()
+    lines = [ln.rsplit("\r", 1)[-1].replace("\x1b[K", "") for ln in out.getvalue().split("\n")
+             if ln]
+    assert len(lines) == 2, out.getvalue()
+    assert lines[0].endswith("4/4 tasks") and lines[1].endswith("3/3 tasks"), lines
+
+
 def test_silent_when_stderr_is_not_a_terminal(spark, capsys):
     sc = spark.sparkContext
     with stage_progress(sc):
