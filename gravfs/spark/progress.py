@@ -6,7 +6,8 @@ the stage ends. Stages Spark skipped (their output was already there) are not
 shown. Jobs count rows with ``counter(sc, name)`` (a Spark accumulator their
 tasks add to); a stage's line shows how many each counter grew since the stage
 before it ended (accumulators reach the driver as tasks finish, so an ended
-stage's line is left final a poll later).
+stage's line is left final a poll later, or at once when another stage's line
+goes below it).
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ class StageProgress:
 
     def poll(self, final: bool = False) -> None:
         """Draw what changed; an ended stage's line is left final one poll later (its
-        tasks' row counts reach the driver after the tasks end), or at ``final``."""
+        tasks' row counts reach the driver after the tasks end), at once when another
+        stage's line is drawn below it in the same poll, or at ``final``."""
         st = self.sc.statusTracker()
         seen = []
         for jid in sorted(set(st.getJobIdsForGroup()) - self._before):
