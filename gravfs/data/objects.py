@@ -9,7 +9,9 @@ Write-back (the mount): ``put_pending`` moves a closed local file into the
 workspace's ``pending/<aa>/<sha256>`` and returns its address at once; a
 small uploader pool stores it in the background and only then removes the
 pending file, so at every moment an address is either pending here or in
-the store. Reads look in pending first. Any process of the workspace may
+the store. Reads look in pending first. On a remote store the uploaded file
+stays in the local tier, as a verified copy (``keep_written``): what was just
+written is what the next job reads, and it costs no download then. Any process of the workspace may
 drain pending uploads (``flush_pending``: the committer does before every
 commit), concurrently with others: uploads are idempotent (content-addressed),
 and one object is uploaded by one process at a time (the others wait for it).
@@ -46,6 +48,9 @@ PREFIX = "data/"
 # With the tier's disk full, objects up to this size are read into memory
 # (verified) instead of failing: a full disk must not stop reads.
 UNCACHED_MAX = 64 << 20
+# An uploaded file stays in the local tier if it takes at most this share of the
+# tier's budget: one big file must not push out everything the tier holds.
+KEEP_WRITTEN_SHARE = 8
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -225,6 +230,7 @@ class DataObjects:
             self.store.put_file_if_absent(address, path)
             log.debug("uploaded pending %s", address)
             crash_point("writeback:uploaded", address)
+            self._keep_written(address, path, os.fstat(fd).st_size)
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -232,6 +238,18 @@ class DataObjects:
             return True
         finally:
             os.close(fd)  # (the lock goes with it)
+
+    def _keep_written(self, address: str, path: str, size: int) -> None:
+        """Link an uploaded pending file into the tier (before its pending name goes):
+        on a remote store, reading back what was written would otherwise download
+        it again. Not for a local-directory store, whose own file is read (in place,
+        or copied into the tier for small objects as any other)."""
+        tier = self.tier
+        if tier is None or self.store.local_path(address) is not None:
+            return
+        if size > tier.budget_bytes // KEEP_WRITTEN_SHARE:
+            return
+        tier.add_written(address, path)
 
     def flush_pending(self, workers: int = DRAIN_WORKERS) -> int:
         """Upload every pending object of the workspace (before a commit); returns how many."""

@@ -435,6 +435,8 @@ class LocalTier:
                 entry = self._entries.peek(key)
                 if entry is not None:
                     entry.pins += 1  # keeps eviction away while we verify
+            if entry is None:
+                entry = self._found(key)  # returned pinned
             cached = entry is not None
             if entry is None:
                 entry = self._fetch(key, durable)  # returned pinned
@@ -463,6 +465,26 @@ class LocalTier:
             finally:
                 self._unpin(entry)
         raise GravfsError(f"could not keep a local copy of {key} in {self.cache_dir}")
+
+    def _found(self, key: str) -> _Entry | None:
+        """A copy of ``key`` that another process of this tier left since this one
+        indexed the directory (a command's commit keeps what it uploaded: see
+        DataObjects._keep_written), taken in unverified and pinned, as ``_adopt``
+        takes a previous run's: checked on use like those. None when there is none."""
+        path = self._path(key)
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            return None
+        with self._lock:
+            entry = self._entries.peek(key)
+            if entry is None:
+                entry = _Entry(key, path, size, verified=False)
+                self._put_locked(entry)
+            entry.pins += 1
+            self._evict_locked()
+        log.debug("tier: took in %s, cached by another process", key)
+        return entry
 
     def _fetch(self, key: str, durable: bool = True) -> _Entry:
         final = self._path(key)

@@ -1,4 +1,5 @@
-"""gravfs.data.objects: hashing local files, and pending uploads into a local store."""
+"""gravfs.data.objects: hashing local files, and pending uploads into a local store
+and into S3 (the real server), where an uploaded file stays in the tier."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 
 from gravfs import hashing
 from gravfs.data import chunksums
-from gravfs.data.objects import DataObjects, address_of, hash_file
+from gravfs.data.objects import KEEP_WRITTEN_SHARE, DataObjects, address_of, hash_file
 from gravfs.store.local import LocalStore
+from gravfs.store.tier import LocalTier
 
 
 def _streamed(path: str) -> tuple[str, int, array]:
@@ -131,3 +133,47 @@ def test_a_pending_file_whose_object_exists_is_dropped_and_the_object_kept(tmp_p
     assert os.stat(store.local_path(address)).st_ino == kept
     assert store.get(address) == data
     assert not objects.upload_pending(address)  # gone: another drainer took it
+
+
+def _pending_file(objects: DataObjects, data: bytes) -> tuple[str, str]:
+    """(address, path) of a pending file holding data, as the mount's write-back leaves it."""
+    address = address_of(hashing.hexdigest(data))
+    pending = objects.pending_path(address)
+    os.makedirs(os.path.dirname(pending), exist_ok=True)
+    with open(pending, "wb") as f:
+        f.write(data)
+    return address, pending
+
+
+def test_an_upload_to_s3_stays_in_the_tier_as_a_verified_copy(tmp_path, s3_store):
+    """Reading back what was just written costs no download: the uploaded pending file
+    is the tier's copy (linked, counted as verified), unless it is too big a share of
+    the tier's budget."""
+    tier = LocalTier(s3_store, str(tmp_path / "cache"), budget_bytes=1 << 20)
+    objects = DataObjects(s3_store, tier, str(tmp_path / "tmp"),
+                          pending_dir=str(tmp_path / "pending"))
+    small = os.urandom(5000)
+    address, pending = _pending_file(objects, small)
+    ino = os.stat(pending).st_ino
+    assert objects.upload_pending(address)
+    assert not os.path.exists(pending) and s3_store.get(address) == small
+    assert tier.cached(address)
+    assert os.stat(tier._path(address)).st_ino == ino  # the pending file itself
+    assert objects.read(address) == small
+    assert tier.stats.fetches == 0
+    big = os.urandom((1 << 20) // KEEP_WRITTEN_SHARE + 1)  # over the share: not kept
+    address, _ = _pending_file(objects, big)
+    assert objects.upload_pending(address)
+    assert not tier.cached(address)
+    assert objects.read(address) == big
+    assert tier.stats.fetches == 1
+
+
+def test_an_upload_to_a_local_store_is_not_kept_in_the_tier(tmp_path):
+    """The store's own file is read (in place, or copied into the tier as any other)."""
+    store = LocalStore(str(tmp_path / "store"), fsync=False)
+    tier = LocalTier(store, str(tmp_path / "cache"))
+    objects = DataObjects(store, tier, str(tmp_path / "tmp"), pending_dir=str(tmp_path / "pending"))
+    address, _ = _pending_file(objects, os.urandom(3000))
+    assert objects.upload_pending(address)
+    assert not tier.cached(address) and tier.total_bytes == 0

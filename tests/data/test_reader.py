@@ -491,7 +491,8 @@ def test_a_new_readers_fetch_goes_before_another_streams_read_ahead(s3_repo, mon
 def _pending_then_uploaded(repo) -> None:
     """A big object written here and not uploaded yet is read from its pending file (no
     fetch, nothing read in place: the store lacks it); a handle that started there keeps
-    reading it after the upload removed the name; a new one reads the store's copy."""
+    reading it after the upload removed the name; a new one reads the store's copy in
+    place (a local store) or the tier's, which the upload left there (S3: no fetch)."""
     data = os.urandom(9 * MiB + 321)
     address = address_of(hashlib.sha256(data).hexdigest())
     pending = repo.data.pending_path(address)
@@ -509,8 +510,14 @@ def _pending_then_uploaded(repo) -> None:
         assert not os.path.exists(pending) and repo.store.size(address) == len(data)
         assert reader.read(early, address, len(data), 0, MiB) == data[:MiB]
         early.close()
+        before = dict(reader.stats)
         assert _read_whole(reader, address, len(data)) == data
-        assert reader.stats["chunk_fetches"] + reader.stats["in_place_reads"] > 0
+        if repo.store.local_path(address) is None:
+            assert repo.data.cached(address)
+            assert reader.stats["chunk_fetches"] == before["chunk_fetches"]
+            assert reader.stats["tier_reads"] > before["tier_reads"]
+        else:
+            assert reader.stats["in_place_reads"] > before["in_place_reads"]
     finally:
         reader.close()
 

@@ -535,3 +535,28 @@ def test_another_process_link_is_adopted_only_while_it_is_the_same_file(store, t
         with driver.acquire(k, verify=sha_verify(calls)) as h:
             assert h.read() == store.get(k)
     assert len(calls) == 2  # not adopted: verified as any cached copy is
+
+
+def test_a_copy_another_process_left_is_taken_in_and_checked_without_a_fetch(store, tmp_path):
+    """A tier misses a key whose copy another process of the tier made since (a
+    command's commit keeps what it uploaded): that copy is checked and served, not
+    fetched again; a damaged one is dropped and fetched."""
+    cache = str(tmp_path / "cache")
+    daemon = LocalTier(store, cache)  # indexed the directory before the others came
+    good, bad = os.urandom(6000), os.urandom(7000)
+    keys = [put_blob(store, good), put_blob(store, bad)]
+    other = LocalTier(store, cache)
+    for k in keys:
+        other.acquire(k, verify=sha_verify()).release()
+    assert len(store.downloads) == 2
+    _flip(other._path(keys[1]), 100)
+    calls: list = []
+    with daemon.acquire(keys[0], verify=sha_verify(calls)) as h:
+        assert h.read() == good
+    assert len(calls) == 1 and daemon.stats.fetches == 0 and daemon.stats.hits == 1
+    assert len(store.downloads) == 2
+    with daemon.acquire(keys[1], verify=sha_verify(calls)) as h:
+        assert h.read() == bad
+    assert daemon.stats.verify_failures == 1 and daemon.stats.fetches == 1
+    assert len(store.downloads) == 3
+    assert daemon.total_bytes == len(good) + len(bad)
