@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
 from gravfs import hashing
-from gravfs.errors import AlreadyExistsError, BadNameError, GravfsError, NotFoundError, ReadOnlyError
+from gravfs.errors import (AlreadyExistsError, BadNameError, GravfsError, NotFoundError, ReadOnlyError,
+                           StoreUnavailableError)
 from gravfs.quoting import quote
 from gravfs.waits import may_wait
 from gravfs.store import open_store
@@ -40,6 +41,10 @@ log = logging.getLogger(__name__)
 
 _TILDE = re.compile(r"^(.*?)((?:~\d*)+)$")
 DEFAULT_TIER_BYTES = 10 << 30
+# While the store cannot be reached, a repository with a head cache (the mount)
+# reads each branch at the head it read last, and asks the store again at most
+# this often (an unreachable endpoint may take its whole timeout to fail).
+HEAD_RETRY = 5.0
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,7 @@ class VersionRepository:
         self.head_ttl = head_ttl
         self.compaction: Optional[CompactionPolicy] = CompactionPolicy()
         self._heads_cache: dict[str, tuple[float, str]] = {}
+        self._store_retry_at = 0.0  # the store failed: heads as last read until then
         self._lock = threading.Lock()
 
     # -- opening ------------------------------------------------------------------
@@ -118,16 +124,45 @@ class VersionRepository:
     # -- refs ---------------------------------------------------------------------
 
     def head(self, branch: str, fresh: bool = False) -> str:
-        """Head commit id of a branch (cached for head_ttl seconds)."""
+        """Head commit id of a branch (cached for head_ttl seconds). With a head cache,
+        while the store cannot be reached, the head read last (unless ``fresh``):
+        the branch stays readable and writable in the workspace, as it was when the
+        store last answered; commits wait for the store."""
         now = time.monotonic()
-        if not fresh and self.head_ttl > 0:
-            hit = self._heads_cache.get(branch)
-            if hit and now - hit[0] < self.head_ttl:
-                return hit[1]
+        hit = self._heads_cache.get(branch) if self.head_ttl > 0 else None
+        if not fresh and hit and (now - hit[0] < self.head_ttl or self._unreachable(now)):
+            return hit[1]
         may_wait(f"head of {branch}")
-        cid = self.heads.branch(branch)[0]
+        try:
+            cid = self.heads.branch(branch)[0]
+        except StoreUnavailableError as exc:
+            if fresh or not hit:
+                raise
+            self._store_failed(exc)
+            return hit[1]
         self._heads_cache[branch] = (now, cid)
+        if self._store_retry_at:
+            self._store_retry_at = 0.0
+            log.info("the object store answers again: branch heads are read from it")
         return cid
+
+    def _unreachable(self, now: float) -> bool:
+        """Is the store known unreachable? One caller in HEAD_RETRY seconds is told
+        no, to ask it again."""
+        if not self._store_retry_at:
+            return False
+        with self._lock:
+            if now < self._store_retry_at:
+                return True
+            self._store_retry_at = now + HEAD_RETRY
+            return False
+
+    def _store_failed(self, exc: StoreUnavailableError) -> None:
+        first = not self._store_retry_at
+        self._store_retry_at = time.monotonic() + HEAD_RETRY
+        if first:
+            log.warning("%s; branches are read at the heads read last until it answers "
+                        "(asked again every %.0f s)", exc, HEAD_RETRY)
 
     def forget_head(self, branch: str) -> None:
         self._heads_cache.pop(branch, None)
@@ -171,7 +206,18 @@ class VersionRepository:
         return RefTarget(self.commits.get(cid))
 
     def branch_exists(self, name: str) -> bool:
-        return self.heads.branch_or_none(name) is not None
+        """Whether the branch exists (with a head cache, while the store cannot be
+        reached: whether its head was read, as ``head`` answers then)."""
+        known = self.head_ttl > 0 and name in self._heads_cache
+        if known and self._unreachable(time.monotonic()):
+            return True
+        try:
+            return self.heads.branch_or_none(name) is not None
+        except StoreUnavailableError as exc:
+            if not known:
+                raise
+            self._store_failed(exc)
+            return True
 
     def create_branch(self, name: str, from_ref: Optional[str] = None) -> Commit:
         check_ref_name(name, "branch")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import errno
+import glob
 import hashlib
 import os
 import subprocess
+import time
 import uuid
 
 import pytest
@@ -177,3 +179,42 @@ def test_s3_outage_gives_eio_and_the_mount_survives(s3_server, tmp_path):
             s3_server.start()
         a.cleanup()
         b.cleanup()
+
+
+def test_an_s3_outage_leaves_the_branch_as_last_read_and_written_files_readable(s3_server,
+                                                                               tmp_path):
+    """While the store cannot be reached, the branch is what it was when the store last
+    answered: listed, read where its data is local (what this mount wrote and uploaded
+    stays in the tier) and written (the new file is staged, and committed once the
+    store is back)."""
+    url = f"s3://{s3_server.bucket}/fuse-{uuid.uuid4().hex[:10]}"
+    env = dict(s3_env(s3_server), GRAVFS_S3_MAX_ATTEMPTS="1")
+    a = Mount(str(tmp_path / "a"), store=url, env=env).init()
+    try:
+        a.mount(options=["head_ttl=0.2"])
+        os.makedirs(a.branch_path("d"))
+        _write(a.branch_path("d/old"), b"committed")
+        a.commit()
+        _write(a.branch_path("d/new"), b"staged and uploaded")
+        pending = os.path.join(a.state_dir, "repos", "*", "pending", "*", "*")
+        wait_for(lambda: not glob.glob(pending), timeout=30)
+        s3_server.stop()
+        try:
+            with open("/proc/sys/vm/drop_caches", "w") as f:  # reads reach the daemon
+                f.write("1")
+            time.sleep(0.3)  # past the head cache's 0.2 s
+            assert sorted(os.listdir(a.branch_path("d"))) == ["new", "old"]
+            assert _read(a.branch_path("d/old")) == b"committed"
+            assert _read(a.branch_path("d/new")) == b"staged and uploaded"
+            _write(a.branch_path("d/during"), b"written in the outage")
+            assert sorted(os.listdir(a.branch_path("d"))) == ["during", "new", "old"]
+            assert "branches are read at the heads read last" in a.log_text()
+        finally:
+            s3_server.start()
+        cid = a.commit()
+        assert _read(a.path("commits", cid, "d", "during")) == b"written in the outage"
+        assert "Traceback" not in a.log_text()
+    finally:
+        if s3_server.proc is None or s3_server.proc.poll() is not None:
+            s3_server.start()
+        a.cleanup()

@@ -1,0 +1,60 @@
+"""gravfs.version.repository: the head cache while the object store cannot be reached."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from gravfs.errors import StoreUnavailableError
+from gravfs.fs.repository import Repository
+from gravfs.store.faulty import FaultyStore, StoreFault
+from gravfs.store.local import LocalStore
+from gravfs.version import repository as version_repository
+from tests.repo_util import small_settings
+
+
+def test_an_unreachable_store_leaves_branches_at_the_heads_read_last(tmp_path, monkeypatch,
+                                                                      caplog):
+    """With a head cache (the mount), a store outage does not take branches away: each
+    is read at the head read last, the store is asked again once per HEAD_RETRY, and
+    its heads are read again as soon as it answers. Fresh reads, branches never read,
+    and repositories without a head cache (commands) get the error."""
+    monkeypatch.setattr(version_repository, "HEAD_RETRY", 0.3)
+    inner = LocalStore(str(tmp_path / "store"), fsync=False)
+    writer = Repository.init(inner, str(tmp_path / "ws-writer"), settings=small_settings())
+    store = FaultyStore(inner, [])
+    cached = Repository.open(store, str(tmp_path / "ws-mount"), head_ttl=0.05)
+    plain = Repository.open(store, str(tmp_path / "ws-cli"))
+    before = cached.head("main")
+    down = StoreFault(frozenset({"read_versioned"}), key="_gravfs/refs/*")
+    store.faults.append(down)
+    time.sleep(0.06)  # the cached head expired
+    with caplog.at_level(logging.INFO, logger="gravfs.version.repository"):
+        assert cached.head("main") == before
+        asked = down.fired
+        assert asked == 1
+        assert cached.head("main") == before and cached.branch_exists("main")
+        assert down.fired == asked  # not asked again before HEAD_RETRY
+        for call in (lambda: cached.head("main", fresh=True), lambda: cached.head("other"),
+                     lambda: cached.branch_exists("other"), lambda: plain.head("main"),
+                     lambda: plain.branch_exists("main")):
+            with pytest.raises(StoreUnavailableError):
+                call()
+        cached.write_file("main", "during", b"written while the store was down")
+        assert cached.read("main", "during") == b"written while the store was down"
+        asked = down.fired
+        time.sleep(0.31)
+        assert cached.head("main") == before and down.fired == asked + 1  # asked, failed
+        store.faults.remove(down)
+        writer.write_file("main", "f", b"1")
+        after = writer.commit("main", "moved on").id
+        assert cached.head("main") == before  # the next question is HEAD_RETRY away
+        time.sleep(0.31)
+        assert cached.head("main") == after
+    warnings = [r for r in caplog.records if "heads read last" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
+    assert "answers again" in caplog.text
+    assert cached.read("main", "during") == b"written while the store was down"
+    assert cached.read("main", "f") == b"1"
