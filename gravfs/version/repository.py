@@ -16,7 +16,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, TypeVar
 
 from gravfs import hashing
 from gravfs.errors import (AlreadyExistsError, BadNameError, GravfsError, NotFoundError, ReadOnlyError,
@@ -30,6 +30,7 @@ from gravfs.version.committer import Committer
 from gravfs.version.compaction import CompactionPolicy, compact
 from gravfs.version.config import REPO_JSON, RepoSettings, Workspace, default_state_dir
 from gravfs.version.history import walk
+from gravfs.version.outage import StoreOutage
 from gravfs.version.refs.commits import Commit, CommitStore
 from gravfs.version.refs.heads import Heads
 from gravfs.version.refs.names import check_ref_name
@@ -38,6 +39,7 @@ from gravfs.version.staging.area import StagingArea
 from gravfs.version.staging.branchview import BranchLayers, branch_layers, committed_layers
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _TILDE = re.compile(r"^(.*?)((?:~\d*)+)$")
 DEFAULT_TIER_BYTES = 10 << 30
@@ -85,7 +87,7 @@ class VersionRepository:
         self.head_ttl = head_ttl
         self.compaction: Optional[CompactionPolicy] = CompactionPolicy()
         self._heads_cache: dict[str, tuple[float, str]] = {}
-        self._store_retry_at = 0.0  # the store failed: heads as last read until then
+        self._outage = StoreOutage(HEAD_RETRY)  # while the store fails: heads as last read
         self._lock = threading.Lock()
 
     # -- opening ------------------------------------------------------------------
@@ -127,42 +129,37 @@ class VersionRepository:
         """Head commit id of a branch (cached for head_ttl seconds). With a head cache,
         while the store cannot be reached, the head read last (unless ``fresh``):
         the branch stays readable and writable in the workspace, as it was when the
-        store last answered; commits wait for the store."""
+        store last answered; commits wait for the store (see gravfs.version.outage)."""
         now = time.monotonic()
         hit = self._heads_cache.get(branch) if self.head_ttl > 0 else None
-        if not fresh and hit and (now - hit[0] < self.head_ttl or self._unreachable(now)):
+        if not fresh and hit and (now - hit[0] < self.head_ttl or not self._outage.may_ask()):
             return hit[1]
         may_wait(f"head of {branch}")
         try:
-            cid = self.heads.branch(branch)[0]
-        except StoreUnavailableError as exc:
+            cid = self._ask_store(self.heads.branch, branch)[0]
+        except StoreUnavailableError:
             if fresh or not hit:
                 raise
-            self._store_failed(exc)
             return hit[1]
         self._heads_cache[branch] = (now, cid)
-        if self._store_retry_at:
-            self._store_retry_at = 0.0
-            log.info("the object store answers again: branch heads are read from it")
         return cid
 
-    def _unreachable(self, now: float) -> bool:
-        """Is the store known unreachable? One caller in HEAD_RETRY seconds is told
-        no, to ask it again."""
-        if not self._store_retry_at:
-            return False
-        with self._lock:
-            if now < self._store_retry_at:
-                return True
-            self._store_retry_at = now + HEAD_RETRY
-            return False
-
-    def _store_failed(self, exc: StoreUnavailableError) -> None:
-        first = not self._store_retry_at
-        self._store_retry_at = time.monotonic() + HEAD_RETRY
-        if first:
-            log.warning("%s; branches are read at the heads read last until it answers "
-                        "(asked again every %.0f s)", exc, HEAD_RETRY)
+    def _ask_store(self, read: Callable[[str], T], name: str) -> T:
+        """read(name) of a ref, telling the outage tracker how the store did."""
+        try:
+            got = read(name)
+        except StoreUnavailableError as exc:
+            if self.head_ttl > 0:
+                self._outage.failed(exc)
+            raise
+        except NotFoundError:
+            self._outage.answered()
+            raise
+        except BaseException:
+            self._outage.gave_up()
+            raise
+        self._outage.answered()
+        return got
 
     def forget_head(self, branch: str) -> None:
         self._heads_cache.pop(branch, None)
@@ -209,14 +206,13 @@ class VersionRepository:
         """Whether the branch exists (with a head cache, while the store cannot be
         reached: whether its head was read, as ``head`` answers then)."""
         known = self.head_ttl > 0 and name in self._heads_cache
-        if known and self._unreachable(time.monotonic()):
+        if known and not self._outage.may_ask():
             return True
         try:
-            return self.heads.branch_or_none(name) is not None
-        except StoreUnavailableError as exc:
+            return self._ask_store(self.heads.branch_or_none, name) is not None
+        except StoreUnavailableError:
             if not known:
                 raise
-            self._store_failed(exc)
             return True
 
     def create_branch(self, name: str, from_ref: Optional[str] = None) -> Commit:

@@ -31,7 +31,7 @@ def test_an_unreachable_store_leaves_branches_at_the_heads_read_last(tmp_path, m
     down = StoreFault(frozenset({"read_versioned"}), key="_gravfs/refs/*")
     store.faults.append(down)
     time.sleep(0.06)  # the cached head expired
-    with caplog.at_level(logging.INFO, logger="gravfs.version.repository"):
+    with caplog.at_level(logging.INFO, logger="gravfs.version.outage"):
         assert cached.head("main") == before
         asked = down.fired
         assert asked == 1
