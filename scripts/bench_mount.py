@@ -44,7 +44,9 @@ Measurements (each the median of --runs repetitions):
   writes and closed (MB/s over both, and the close's seconds: gravfs stores a big
   file at its close; not on the plain floor, which keeps a file in one bytes object);
   stat/s on commits/ paths
-  (immutable, kernel-cached) and on branch paths; creating small files (files/s);
+  (immutable, kernel-cached) and on branch paths; creating small files (files/s),
+  and reading them back whole with the page cache dropped (on gravfs once their
+  upload ended, on rclone from its cache);
   ``ls -l`` of a directory of many entries (made with Repository.stage, not
   through the mount); a Spark (local[2]) scan of a Parquet dataset, once after the
   page cache is dropped (cold) and once more right after (warm).
@@ -279,6 +281,18 @@ def create_rate(d: str, n: int, size: int = 4096) -> float:
         with open(os.path.join(d, f"c{i:06d}"), "wb") as f:
             f.write(base + i.to_bytes(8, "little"))
     return n / (time.perf_counter() - t)
+
+
+def read_back_rate(d: str) -> float:
+    """create_rate's files read back whole, page cache dropped (after their upload on a
+    gravfs mount): what a job reading the last one's output gets."""
+    names = sorted(os.listdir(d))
+    drop_caches()
+    t = time.perf_counter()
+    for n in names:
+        with open(os.path.join(d, n), "rb") as f:
+            f.read()
+    return len(names) / (time.perf_counter() - t)
 
 
 def writeback_seconds(state: str, timeout: float = 600.0) -> float:
@@ -609,8 +623,9 @@ def take_turns(n: int, runs: dict[str, Iterator[None]], out: dict, tolerated: di
 
 def bench_native(a, data: dict, spark, out: dict) -> Iterator[None]:
     out.update({k: [] for k in ("read_cold_MBps", "read_warm_MBps", "read_warm3_MBps",
-                                 "streams_first_ms", "stat_per_s", "create_per_s", "ls_l_s",
-                                 "write_MBps", "write_close_s", "spark_cold_s", "spark_warm_s")})
+                                 "streams_first_ms", "stat_per_s", "create_per_s",
+                                 "readback_per_s", "ls_l_s", "write_MBps", "write_close_s",
+                                 "spark_cold_s", "spark_warm_s")})
     smalls = [os.path.join(data["small"], n) for n in sorted(os.listdir(data["small"]))]
     for r in range(a.runs):
         if wanted(a, "read"):
@@ -627,6 +642,7 @@ def bench_native(a, data: dict, spark, out: dict) -> Iterator[None]:
             # would make the next run measure that, and so would the targets after this
             out["create_per_s"].append(create_rate(os.path.join(data["base"], f"creates{r}"),
                                                    a.creates))
+            out["readback_per_s"].append(read_back_rate(os.path.join(data["base"], f"creates{r}")))
         if wanted(a, "ls"):
             out["ls_l_s"].append(ls_l_seconds(data["many"]))
         if spark and wanted(a, "spark"):
@@ -639,7 +655,8 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict) -> Iterator[None]:
                                  "read_warm3_MBps", "read_warm_branch_MBps", "first_byte_ms",
                                  "streams_first_ms",
                                  "stat_commit_per_s", "stat_branch_first_per_s", "stat_branch_per_s",
-                                 "create_per_s", "writeback_s", "writeback_cpu_s", "ls_l_s",
+                                 "create_per_s", "writeback_s", "writeback_cpu_s",
+                                 "readback_per_s", "ls_l_s",
                                  "write_MBps", "write_close_s", "write_upload_s", "spark_cold_s",
                                  "spark_warm_s", "daemon_cpu_s")})
     for r in range(a.runs):
@@ -686,6 +703,8 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict) -> Iterator[None]:
                 cpu = g.daemon_cpu()
                 out["writeback_s"].append(writeback_seconds(g.state))
                 out["writeback_cpu_s"].append(g.daemon_cpu() - cpu)
+                out["readback_per_s"].append(read_back_rate(os.path.join(p["branch"],
+                                                                         f"creates{r}")))
             if wanted(a, "ls"):
                 out["ls_l_s"].append(ls_l_seconds(os.path.join(p["commit"], "many")))
         if spark and wanted(a, "spark"):
@@ -724,8 +743,9 @@ def bench_floor(a, fl: Floor, spark, out: dict) -> Iterator[None]:
 
 def bench_rclone(a, rc: Rclone, spark, out: dict) -> Iterator[None]:
     out.update({k: [] for k in ("read_cold_store_MBps", "read_warm_MBps", "first_byte_ms",
-                                "streams_first_ms", "stat_per_s", "create_per_s", "write_MBps",
-                                "write_close_s", "spark_cold_s", "spark_warm_s")})
+                                "streams_first_ms", "stat_per_s", "create_per_s",
+                                "readback_per_s", "write_MBps", "write_close_s", "spark_cold_s",
+                                "spark_warm_s")})
     for r in range(a.runs):
         mnt = rc.mount()
         big = os.path.join(mnt, "big")
@@ -744,6 +764,7 @@ def bench_rclone(a, rc: Rclone, spark, out: dict) -> Iterator[None]:
             out["stat_per_s"].append(stat_rate(smalls, 1.0))
         if (r == 0 or not a.slow_once) and wanted(a, "create"):
             out["create_per_s"].append(create_rate(os.path.join(mnt, f"creates{r}"), a.creates))
+            out["readback_per_s"].append(read_back_rate(os.path.join(mnt, f"creates{r}")))
         if wanted(a, "write"):
             write_then_close(os.path.join(mnt, f"written{r}"), a.big_mb, out)
         if spark and wanted(a, "spark"):
@@ -781,6 +802,10 @@ ROWS = [  # label, native key, gravfs key, rclone key, pyfuse3-floor key, higher
     ("its upload after the close (s)", None, "write_upload_s", None, None, False),
     ("create 4 KiB files (files/s)", "create_per_s", "create_per_s", "create_per_s", "create_per_s", True),
     ("write-back of those files (s)", None, "writeback_s", None, None, False),
+    # then read back whole, page cache dropped: rclone's from its cache, gravfs-s3's from
+    # what it kept of its uploads
+    ("read back of those files (files/s)", "readback_per_s", "readback_per_s", "readback_per_s",
+     None, True),
     ("ls -l of big dir (s)", "ls_l_s", "ls_l_s", None, "ls_l_s", False),
     ("Spark Parquet scan, cold (s)", "spark_cold_s", "spark_cold_s", "spark_cold_s", "spark_cold_s",
      False),

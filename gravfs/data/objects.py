@@ -10,11 +10,12 @@ workspace's ``pending/<aa>/<sha256>`` and returns its address at once; a
 small uploader pool stores it in the background and only then removes the
 pending file, so at every moment an address is either pending here or in
 the store. Reads look in pending first. On a remote store the uploaded file
-stays in the local tier, as a verified copy (``keep_written``): what was just
-written is what the next job reads, and it costs no download then. Any process of the workspace may
-drain pending uploads (``flush_pending``: the committer does before every
-commit), concurrently with others: uploads are idempotent (content-addressed),
-and one object is uploaded by one process at a time (the others wait for it).
+stays in the local tier as a verified copy (``_keep_written``): what was just
+written is what the next job reads, and it costs no download then. Any process
+of the workspace may drain pending uploads (``flush_pending``: the committer
+does before every commit), concurrently with others: uploads are idempotent
+(content-addressed), and one object is uploaded by one process at a time (the
+others wait for it).
 """
 
 from __future__ import annotations
@@ -242,14 +243,14 @@ class DataObjects:
     def _keep_written(self, address: str, path: str, size: int) -> None:
         """Link an uploaded pending file into the tier (before its pending name goes):
         on a remote store, reading back what was written would otherwise download
-        it again. Not for a local-directory store, whose own file is read (in place,
-        or copied into the tier for small objects as any other)."""
+        it again. Not for a local-directory store, whose file this one now is: a tier
+        copy is disposable (a damaged one is dropped and fetched again), the store's
+        file is not, so the two never share an inode."""
         tier = self.tier
         if tier is None or self.store.local_path(address) is not None:
             return
-        if size > tier.budget_bytes // KEEP_WRITTEN_SHARE:
-            return
-        tier.add_written(address, path)
+        if size <= tier.budget_bytes // KEEP_WRITTEN_SHARE:
+            tier.add_written(address, path)
 
     def flush_pending(self, workers: int = DRAIN_WORKERS) -> int:
         """Upload every pending object of the workspace (before a commit); returns how many."""

@@ -170,7 +170,8 @@ def test_an_upload_to_s3_stays_in_the_tier_as_a_verified_copy(tmp_path, s3_store
 
 
 def test_an_upload_to_a_local_store_is_not_kept_in_the_tier(tmp_path):
-    """The store's own file is read (in place, or copied into the tier as any other)."""
+    """The pending file is the store's own file now: a tier name of it would make a
+    damaged tier copy (dropped and fetched again) a damaged store object."""
     store = LocalStore(str(tmp_path / "store"), fsync=False)
     tier = LocalTier(store, str(tmp_path / "cache"))
     objects = DataObjects(store, tier, str(tmp_path / "tmp"), pending_dir=str(tmp_path / "pending"))
