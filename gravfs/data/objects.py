@@ -484,7 +484,10 @@ class DataObjects:
             return sums  # kept by the tier for big objects: later processes check by chunk
 
         try:
-            return self.tier.acquire(address, verify=verify, chunk_checked=chunk_checked)
+            # a copy read chunk-checked is synced only where chunk sums may vouch for it
+            # after a crash (big ones): a smaller one is checked in full after a crash
+            return self.tier.acquire(address, verify=verify, chunk_checked=chunk_checked,
+                                     durable=not chunk_checked)
         except OSError as exc:
             if exc.errno not in _DISK_FULL:
                 raise

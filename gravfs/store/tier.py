@@ -240,10 +240,11 @@ class LocalTier:
         ``self_checked`` (no ``verify``): the caller checks every byte it uses (SST
         block checksums) and, when a check fails, calls ``discard(key, corrupt=...)``
         and acquires again with a full ``verify``; the copy is served unverified.
-        ``durable=False``: a fetched copy is not synced to disk. Only for keys every
-        user acquires with a full ``verify`` or ``self_checked``, never
-        chunk-checked: a copy adopted after a crash is unverified, so a torn one
-        is found and fetched again.
+        ``durable=False``: a fetched copy is not synced to disk, unless it may be
+        served chunk-checked after a crash (``chunk_checked`` and ``SUMS_MIN`` bytes
+        or more: it may have chunk sums then) or nothing checks it (no ``verify``,
+        not ``self_checked``). A copy adopted after a crash is unverified, so a torn
+        one is found by its full check and fetched again.
         """
         if self_checked and verify is not None:
             raise ValueError("a self-checked acquire takes no verify")
@@ -269,8 +270,11 @@ class LocalTier:
                 fut.result()  # the leader's failure is ours too
                 continue
             try:
-                handle = self._materialize(key, verify, chunk_checked, durable or chunk_checked or (
-                    verify is None and not self_checked))
+                if durable or (verify is None and not self_checked):
+                    sync_from: int | None = 0
+                else:
+                    sync_from = SUMS_MIN if chunk_checked else None
+                handle = self._materialize(key, verify, chunk_checked, sync_from)
             except BaseException as exc:
                 with self._lock:
                     del self._inflight[key]
@@ -428,8 +432,9 @@ class LocalTier:
                 self._evict_locked()
 
     def _materialize(self, key: str, verify: Verify | None, chunk_checked: bool = False,
-                     durable: bool = True) -> TierHandle:
-        """Leader path: make ``key`` present (and verified) locally, return it pinned."""
+                     sync_from: int | None = 0) -> TierHandle:
+        """Leader path: make ``key`` present (and verified) locally, return it pinned.
+        A fetched copy of ``sync_from`` bytes or more is synced (None: none is)."""
         for attempt in (1, 2):
             with self._lock:
                 entry = self._entries.peek(key)
@@ -439,7 +444,7 @@ class LocalTier:
                 entry = self._found(key)  # returned pinned
             cached = entry is not None
             if entry is None:
-                entry = self._fetch(key, durable)  # returned pinned
+                entry = self._fetch(key, sync_from)  # returned pinned
             try:
                 if verify is not None and not entry.verified and not (
                         chunk_checked and cached and self._load_sums(entry)):
@@ -486,16 +491,16 @@ class LocalTier:
         log.debug("tier: took in %s, cached by another process", key)
         return entry
 
-    def _fetch(self, key: str, durable: bool = True) -> _Entry:
+    def _fetch(self, key: str, sync_from: int | None = 0) -> _Entry:
         final = self._path(key)
         tmp = os.path.join(self._tmp, f"{os.getpid()}-{uuid.uuid4().hex}{_PART}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, PRIVATE_FILE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # marks the temp as live
             self.store.download(key, tmp)
-            if self._fsync and durable:
-                os.fsync(fd)
             size = os.fstat(fd).st_size
+            if self._fsync and sync_from is not None and size >= sync_from:
+                os.fsync(fd)
             crash_point("tier:fetched", key)
             try:
                 os.rename(tmp, final)
