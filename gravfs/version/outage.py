@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 
 
 class StoreOutage:
+    """One per repository: readers ask ``may_ask`` before a ref read they could
+    answer from the head cache, and every ref read reports how the store did."""
+
     def __init__(self, retry: float):
         self.retry = retry
         self._lock = threading.Lock()
@@ -45,6 +48,7 @@ class StoreOutage:
             return True
 
     def failed(self, exc: Exception) -> None:
+        """The store could not be reached (a reader's or the watcher's read)."""
         now = time.monotonic()
         with self._lock:
             first = self._since is None
@@ -57,6 +61,7 @@ class StoreOutage:
                         "(asked again every %.0f s)", exc, self.retry)
 
     def answered(self) -> None:
+        """The store answered a ref read (found or not): the outage, if any, is over."""
         if self._since is None:
             return
         with self._lock:
