@@ -250,7 +250,11 @@ class DataObjects:
         if tier is None or self.store.local_path(address) is not None:
             return
         if size <= tier.budget_bytes // KEEP_WRITTEN_SHARE:
-            tier.add_written(address, path)
+            try:
+                tier.add_written(address, path)
+            except Exception as exc:  # only a cached copy missed: the upload stands
+                log.warning("uploaded %s but could not keep it in the local tier: %s",
+                            address, exc)
 
     def flush_pending(self, workers: int = DRAIN_WORKERS) -> int:
         """Upload every pending object of the workspace (before a commit); returns how many."""

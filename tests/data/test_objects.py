@@ -178,3 +178,21 @@ def test_an_upload_to_a_local_store_is_not_kept_in_the_tier(tmp_path):
     address, _ = _pending_file(objects, os.urandom(3000))
     assert objects.upload_pending(address)
     assert not tier.cached(address) and tier.total_bytes == 0
+
+
+def test_an_upload_whose_tier_copy_fails_still_ends(tmp_path, s3_store, monkeypatch, caplog):
+    """Keeping the copy is a cache's business: when it fails, the upload stands and the
+    pending name goes (else the uploader would retry that object for ever)."""
+    tier = LocalTier(s3_store, str(tmp_path / "cache"))
+    objects = DataObjects(s3_store, tier, str(tmp_path / "tmp"),
+                          pending_dir=str(tmp_path / "pending"))
+
+    def broken(key, src_path):
+        raise RuntimeError("tier index broken")
+
+    monkeypatch.setattr(tier, "add_written", broken)
+    data = os.urandom(2000)
+    address, pending = _pending_file(objects, data)
+    assert objects.upload_pending(address)
+    assert not os.path.exists(pending) and s3_store.get(address) == data
+    assert "could not keep it in the local tier: tier index broken" in caplog.text
