@@ -56,6 +56,16 @@ def _pending_objects(tmp_path, store) -> DataObjects:
     return DataObjects(store, None, str(tmp_path / "tmp"), pending_dir=str(tmp_path / "pending"))
 
 
+def _pending_file(objects: DataObjects, data: bytes) -> tuple[str, str]:
+    """(address, path) of a pending file holding data, as the mount's write-back leaves it."""
+    address = address_of(hashing.hexdigest(data))
+    pending = objects.pending_path(address)
+    os.makedirs(os.path.dirname(pending), exist_ok=True)
+    with open(pending, "wb") as f:
+        f.write(data)
+    return address, pending
+
+
 def test_a_local_store_takes_the_pending_file_itself(tmp_path):
     """Write-back into a local directory store links the pending file into place:
     the object is that file (no copy), and the pending name is gone."""
@@ -69,11 +79,7 @@ def test_a_local_store_takes_the_pending_file_itself(tmp_path):
     assert size == len(data) and store.get(address) == data
     # with a pending file, as the mount's write-back leaves it
     data2 = os.urandom(7000)
-    address2 = address_of(hashing.hexdigest(data2))
-    pending = objects.pending_path(address2)
-    os.makedirs(os.path.dirname(pending))
-    with open(pending, "wb") as f:
-        f.write(data2)
+    address2, pending = _pending_file(objects, data2)
     ino = os.stat(pending).st_ino
     assert objects.upload_pending(address2)
     assert not os.path.exists(pending)
@@ -98,12 +104,8 @@ def test_an_object_being_uploaded_is_not_uploaded_again_by_a_drain(tmp_path):
 
     store = SlowStore(str(tmp_path / "store"), fsync=False)
     data = os.urandom(9000)
-    address = address_of(hashing.hexdigest(data))
     uploader, drain = _pending_objects(tmp_path, store), _pending_objects(tmp_path, store)
-    pending = uploader.pending_path(address)
-    os.makedirs(os.path.dirname(pending))
-    with open(pending, "wb") as f:
-        f.write(data)
+    address, pending = _pending_file(uploader, data)
     results = {}
     first = threading.Thread(target=lambda: results.update(uploader=uploader.upload_pending(address)))
     first.start()
@@ -124,25 +126,12 @@ def test_a_pending_file_whose_object_exists_is_dropped_and_the_object_kept(tmp_p
     address = address_of(hashing.hexdigest(data))
     store.put(address, data)
     kept = os.stat(store.local_path(address)).st_ino
-    pending = objects.pending_path(address)
-    os.makedirs(os.path.dirname(pending))
-    with open(pending, "wb") as f:
-        f.write(data)
+    _, pending = _pending_file(objects, data)
     assert objects.upload_pending(address)
     assert not os.path.exists(pending)
     assert os.stat(store.local_path(address)).st_ino == kept
     assert store.get(address) == data
     assert not objects.upload_pending(address)  # gone: another drainer took it
-
-
-def _pending_file(objects: DataObjects, data: bytes) -> tuple[str, str]:
-    """(address, path) of a pending file holding data, as the mount's write-back leaves it."""
-    address = address_of(hashing.hexdigest(data))
-    pending = objects.pending_path(address)
-    os.makedirs(os.path.dirname(pending), exist_ok=True)
-    with open(pending, "wb") as f:
-        f.write(data)
-    return address, pending
 
 
 def test_an_upload_to_s3_stays_in_the_tier_as_a_verified_copy(tmp_path, s3_store):
