@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from gravfs import threadwork
 from gravfs.data import chunksums
+from gravfs.data.nowait import pread_cached
 from gravfs.data.objects import DataObjects, digest_of, hash_file
 from gravfs.errors import CorruptDataError, NotFoundError
 
@@ -29,7 +30,6 @@ log = logging.getLogger(__name__)
 # has read 64 MiB most likely reads it all (cp, a scan), and the pass then runs beside
 # the reads (it fetches ahead of them, too) instead of after half of them.
 VERIFY_AFTER = 64 << 20
-_NOWAIT = getattr(os, "RWF_NOWAIT", 0)  # Linux 4.14+: a read that fails rather than waits
 
 
 def open_sequential(path: str) -> int:
@@ -144,16 +144,10 @@ class InPlaceReads:
         to check, no verification to wait for, and the bytes in the page cache already
         (``RWF_NOWAIT``: a miss starts the kernel's read-ahead and returns at once).
         None: use ``read`` on a worker."""
-        if not _NOWAIT or obj.checks is not None or offset + length >= obj.size:
+        if obj.checks is not None or offset + length >= obj.size:
             return None
-        buf = bytearray(length)
-        try:
-            n = os.preadv(fd, (buf,), offset, _NOWAIT)
-        except BlockingIOError:
-            return None
-        except OSError:  # EOPNOTSUPP, EINVAL: read() says what is wrong, if anything
-            return None
-        if n != length:  # partly cached: a short reply would read as the end of the file
+        buf = pread_cached(fd, length, offset)
+        if buf is None:
             return None
         count(length)
         if not obj.started:

@@ -38,6 +38,7 @@ from gravfs.data import chunksums, sparse
 from gravfs.data.contentpass import content_pass
 from gravfs.data.external import reader_for
 from gravfs.data.handles import BytesHandle, Handle, PendingHandle
+from gravfs.data.nowait import open_cached, pread_cached
 from gravfs.errors import CorruptDataError, GravfsError
 from gravfs.faults import crash_point
 from gravfs.store.modes import make_dir, private_dir
@@ -515,6 +516,31 @@ class DataObjects:
     def local_path(self, address: str) -> Optional[str]:
         """The object's file when the store is a local directory (read in place)."""
         return self.store.local_path(address)
+
+    def read_local(self, address: str, size: int, nowait: bool = False) -> Optional[bytes]:
+        """The object's first ``size`` bytes from a local-directory store's own file,
+        unverified (the caller hashes them); None when the store is not local or does
+        not hold the object (a pending one's upload has not run yet). ``nowait``: None
+        also when the kernel's caches cannot answer at once (gravfs.data.nowait)."""
+        path = self.store.local_path(address)
+        if path is None:
+            return None
+        if nowait:
+            fd = open_cached(path)
+            if fd is None:
+                return None
+        else:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # not open(): no tty probe
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+        try:
+            if nowait:
+                buf = pread_cached(fd, size, 0)
+                return None if buf is None else bytes(buf)
+            return os.pread(fd, size, 0)
+        finally:
+            os.close(fd)
 
     def get_range(self, address: str, offset: int, length: int) -> bytes:
         """Bytes of the stored object, unverified (the caller verifies)."""

@@ -1,9 +1,11 @@
 """Reading immutable data objects by ranges (the mount): in place, ranged, cached, read ahead.
 
-Small objects, and any object already in the local tier, are read from the
-tier (whole, hash-verified copies on local disk; a big one verified by an earlier
-process is checked chunk by chunk as it is read); a big object written here and
-not uploaded yet, from its pending file (its hash was made as it was written).
+A small object (one chunk) of a local-directory store is read whole from the
+store's file, hashed and kept in the chunk cache. Other small objects, and any
+big object already in the local tier, are read from the tier (whole,
+hash-verified copies on local disk; a big one verified by an earlier process is
+checked chunk by chunk as it is read); an object written here and not uploaded
+yet, from its pending file (a big one's hash was made as it was written).
 A large object of a
 local-directory store is read in place from the store's file (``inplace``):
 one descriptor per handle with the kernel's read-ahead, no second copy in the
@@ -49,6 +51,7 @@ MiB = 1 << 20
 CHUNK = 4 * MiB
 CACHE_BYTES = 256 * MiB
 MAX_AHEAD = 8  # chunks
+NOWAIT_MAX = 64 << 10
 MAX_MANIFESTS = 1024  # sparse files' manifests kept (verified)
 Fetch = Callable[[int, int], bytes]  # (offset, length) -> checked bytes of a source
 
@@ -219,6 +222,12 @@ class DataReader:
 
     def _read(self, state: ReadState, address: str, size: int, offset: int, length: int
               ) -> bytes | memoryview:
+        if size <= self.chunk and state.tier_handle is None:
+            data = self._whole_local(address, size)
+            if data is not None:
+                state.ranged = True  # its next reads are cache hits (read_cached)
+                self.stats["in_place_reads"] += 1
+                return self._cut([data], 0, offset, length)
         for attempt in (1, 2):
             with state.lock:
                 if state.tier_handle is None and state.in_place is None:
@@ -249,6 +258,28 @@ class DataReader:
                 state.close()  # the tier dropped its damaged copy; the next acquire fetches it
         raise AssertionError("unreachable")
 
+    def _whole_local(self, address: str, size: int, nowait: bool = False) -> bytes | None:
+        """A small object of a local-directory store: read whole from the store's file,
+        hashed, and kept in the chunk cache. A tier copy of it would double its disk
+        and cost a copy, a second open and a hash per object for nothing a later
+        process needs (the store is as near). None: not a local store's, or not
+        stored yet (pending)."""
+        key = (address, 0)
+        with self._lock:
+            data = self._chunks.get(key) if address not in self._verifiers else None
+        if data is not None:
+            return data
+        data = self.data.read_local(address, size, nowait)
+        if data is None:
+            return None
+        if hashing.hexdigest(data) != digest_of(address):
+            self._refuse(address, "the store's file hashes to another digest")
+            raise CorruptDataError(f"data object {address} does not match its hash")
+        with self._lock:
+            self._chunks.put(key, data)
+            self._chunks.evict(max_weight=self.cache_bytes)
+        return data
+
     # -- chunks ---------------------------------------------------------------------
 
     def read_cached(self, state: ReadState, address: str, size: int, offset: int,
@@ -269,8 +300,13 @@ class DataReader:
             if data is not None:
                 self.stats["in_place_reads"] += 1
             return data
-        if not state.ranged:
-            return None
+        if not state.ranged and (size > self.chunk or state.tier_handle is not None):
+            return None  # (a new handle of a small object: _whole_local may have it cached)
+        if not state.ranged and size <= NOWAIT_MAX and address not in self._corrupt:
+            data = self._whole_local(address, size, nowait=True)
+            if data is not None:
+                state.ranged = True
+                return self._cut([data], 0, offset, length)
         first, last = offset // self.chunk, (offset + length - 1) // self.chunk
         with self._lock:
             v = self._verifiers.get(address)

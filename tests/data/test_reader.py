@@ -16,6 +16,7 @@ from gravfs.data.objects import address_of
 from gravfs.data.reader import CHUNK, DataReader, ReadState
 from gravfs.errors import CorruptDataError
 from gravfs.fs.repository import Repository
+from tests.pages_util import drop_pages, pages_droppable
 
 MiB = 1 << 20
 
@@ -161,17 +162,6 @@ def test_in_place_reads_are_verified_once_half_is_read(local_repo):
         reader.close()
 
 
-def _fs_type(path: str) -> str:
-    """The type of the filesystem holding path (the longest mount point above it)."""
-    best, kind = "", ""
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            _, mnt, fstype = line.split()[:3]
-            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
-                best, kind = mnt, fstype
-    return kind
-
-
 def test_in_place_reads_of_cached_pages_need_no_worker(local_repo):
     """read_cached answers an in-place object's read from the page cache (RWF_NOWAIT),
     and declines (None: a worker's read) when the pages are not cached or the read
@@ -190,18 +180,94 @@ def test_in_place_reads_of_cached_pages_need_no_worker(local_repo):
         assert bytes(reader.read_cached(state, address, size, MiB, MiB)) == data[MiB:2 * MiB]
         assert reader.stats["in_place_reads"] == 2
         assert reader.read_cached(state, address, size, size - 100, 100) is None  # unverified end
-        if _fs_type(path) in ("tmpfs", "ramfs"):
+        if not pages_droppable(path):
             pytest.skip("the store is on tmpfs, whose pages are its storage: none to drop")
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # the pages gone
-        finally:
-            os.close(fd)
+        drop_pages(path)
         assert reader.read_cached(state, address, size, 8 * MiB, MiB) is None
         assert reader.read(state, address, size, 8 * MiB, MiB) == data[8 * MiB:9 * MiB]
     finally:
         state.close()
+        reader.close()
+
+
+def test_small_objects_of_a_local_store_are_read_from_its_file_and_kept(local_repo):
+    """No tier copy of a small object of a local store: its file is read whole and
+    hashed; later handles get it from the chunk cache on the event loop (read_cached),
+    and a first read the page cache can answer needs no worker either."""
+    repo = local_repo
+    data, other = os.urandom(5000), os.urandom(3000)
+    address, size = repo.data.put_bytes(data)
+    path = repo.store.local_path(address)
+    reader = DataReader(repo.data)
+    try:
+        if pages_droppable(path):
+            drop_pages(path)
+            assert reader.read_cached(ReadState(), address, size, 0, 4096) is None  # the disk
+        state = ReadState()
+        assert reader.read(state, address, size, 0, 4096) == data[:4096]
+        assert bytes(reader.read_cached(state, address, size, 4096, 4096)) == data[4096:]
+        assert reader.stats["in_place_reads"] == 1 and not repo.tier.cached(address)
+        os.unlink(path)  # a new handle is answered by the verified bytes kept
+        assert bytes(reader.read_cached(ReadState(), address, size, 0, size)) == data
+        address2, size2 = repo.data.put_bytes(other)
+        with open(repo.store.local_path(address2), "rb") as f:
+            f.read()  # in the page cache
+        assert bytes(reader.read_cached(ReadState(), address2, size2, 0, size2)) == other
+        assert reader.stats["tier_reads"] == 0 and not repo.tier.cached(address2)
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_a_damaged_small_object_of_a_local_store_is_refused(local_repo, cached):
+    """The hash of the whole file is checked before a byte of it is served, on the event
+    loop (pages cached) as on a worker; the object is refused from then on."""
+    repo = local_repo
+    data = os.urandom(4096)
+    address, size = repo.data.put_bytes(data)
+    path = repo.store.local_path(address)
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as f:
+        f.seek(100)
+        f.write(b"rot")
+    if not cached and pages_droppable(path):
+        drop_pages(path)
+    reader = DataReader(repo.data)
+    try:
+        with pytest.raises(CorruptDataError):
+            if cached:
+                reader.read_cached(ReadState(), address, size, 0, size)
+            else:
+                reader.read(ReadState(), address, size, 0, size)
+        assert reader.read_cached(ReadState(), address, size, 0, size) is None
+        with pytest.raises(CorruptDataError):
+            reader.read(ReadState(), address, size, 0, size)
+        assert not repo.tier.cached(address)
+    finally:
+        reader.close()
+
+
+def test_a_pending_small_object_is_read_from_its_file_until_uploaded(local_repo):
+    """Not in the local store yet: its pending file, as before; once uploaded, a new
+    handle reads the store's file (no tier copy)."""
+    repo = local_repo
+    data = os.urandom(2000)
+    address = address_of(hashlib.sha256(data).hexdigest())
+    pending = repo.data.pending_path(address)
+    os.makedirs(os.path.dirname(pending), exist_ok=True)
+    with open(pending, "wb") as f:
+        f.write(data)
+    reader = DataReader(repo.data)
+    try:
+        early = ReadState()
+        assert reader.read_cached(early, address, len(data), 0, 100) is None
+        assert reader.read(early, address, len(data), 0, 100) == data[:100]
+        assert repo.data.upload_pending(address)
+        assert reader.read(early, address, len(data), 100, 100) == data[100:200]  # its handle
+        early.close()
+        assert reader.read(ReadState(), address, len(data), 0, len(data)) == data
+        assert reader.stats["in_place_reads"] == 1 and not repo.tier.cached(address)
+    finally:
         reader.close()
 
 

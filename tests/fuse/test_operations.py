@@ -481,7 +481,7 @@ def test_files_never_vanish_while_the_cli_commits(gravfs_mount):
 
 @pytest.mark.parametrize("size", [1000, 9 * 1024 * 1024 + 5])
 def test_corrupt_data_object_reads_fail_with_eio(gravfs_mount, size):
-    """Small objects are verified whole by the tier, large ones (read in place from this
+    """Small objects are hashed whole before a byte is served, large ones (read in place from this
     local store) by a pass that a whole-file read waits for before its end."""
     import hashlib
 

@@ -1,0 +1,31 @@
+"""The page cache in tests: whether a file's pages can leave it, and making them leave."""
+
+from __future__ import annotations
+
+import os
+
+
+def fs_type(path: str) -> str:
+    """The type of the filesystem holding path (the longest mount point above it)."""
+    best, kind = "", ""
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            _, mnt, fstype = line.split()[:3]
+            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
+                best, kind = mnt, fstype
+    return kind
+
+
+def pages_droppable(path: str) -> bool:
+    """False on tmpfs and ramfs, whose pages are the storage itself."""
+    return fs_type(path) not in ("tmpfs", "ramfs")
+
+
+def drop_pages(path: str) -> None:
+    """The file's pages out of the page cache (written back first)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
