@@ -64,6 +64,27 @@ def digest_of(address: str) -> str:
     return address.rsplit("/", 1)[-1]
 
 
+def _read_whole(path: str, size: int, nowait: bool = False) -> Optional[bytes]:
+    """The first ``size`` bytes of a local file; None if it is gone or, ``nowait``, if
+    the kernel's caches cannot answer at once."""
+    if nowait:
+        fd = open_cached(path)
+        if fd is None:
+            return None
+    else:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # not open(): no tty probe
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+    try:
+        if nowait:
+            buf = pread_cached(fd, size, 0)
+            return None if buf is None else bytes(buf)
+        return os.pread(fd, size, 0)
+    finally:
+        os.close(fd)
+
+
 def hash_file(path: str, fd: int = -1, sums: Optional[array] = None,
               size_hint: Optional[int] = None) -> tuple[str, int]:
     """(hex digest, size) of a local file, streamed; ``fd``: read that open descriptor.
@@ -517,30 +538,24 @@ class DataObjects:
         """The object's file when the store is a local directory (read in place)."""
         return self.store.local_path(address)
 
-    def read_local(self, address: str, size: int, nowait: bool = False) -> Optional[bytes]:
-        """The object's first ``size`` bytes from a local-directory store's own file,
-        unverified (the caller hashes them); None when the store is not local or does
-        not hold the object (a pending one's upload has not run yet). ``nowait``: None
-        also when the kernel's caches cannot answer at once (gravfs.data.nowait)."""
+    def read_small(self, address: str, size: int, nowait: bool = False) -> Optional[bytes]:
+        """A small object's ``size`` bytes, checked against its hash, from a file on this
+        disk: a local-directory store's own, else the tier's copy (counted as a use).
+        None when neither is here (the caller acquires it: a fetch, or its pending
+        file) or, ``nowait``, when the kernel's caches cannot answer at once
+        (gravfs.data.nowait). A damaged tier copy is dropped (None: fetched again); a
+        damaged store file raises CorruptDataError."""
         path = self.store.local_path(address)
-        if path is None:
+        in_tier = path is None
+        if in_tier and (path := self.tier.cached_path(address)) is None:
             return None
-        if nowait:
-            fd = open_cached(path)
-            if fd is None:
-                return None
-        else:
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # not open(): no tty probe
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-        try:
-            if nowait:
-                buf = pread_cached(fd, size, 0)
-                return None if buf is None else bytes(buf)
-            return os.pread(fd, size, 0)
-        finally:
-            os.close(fd)
+        data = _read_whole(path, size, nowait)
+        if data is None or hashing.hexdigest(data) == digest_of(address):
+            return data
+        if in_tier:
+            self.tier.discard(address, corrupt="its content hashes to another digest")
+            return None
+        raise CorruptDataError(f"data object {address} does not match its hash", path=path)
 
     def get_range(self, address: str, offset: int, length: int) -> bytes:
         """Bytes of the stored object, unverified (the caller verifies)."""

@@ -1,11 +1,12 @@
 """Reading immutable data objects by ranges (the mount): in place, ranged, cached, read ahead.
 
-A small object (one chunk) of a local-directory store is read whole from the
-store's file, hashed and kept in the chunk cache. Other small objects, and any
-big object already in the local tier, are read from the tier (whole,
-hash-verified copies on local disk; a big one verified by an earlier process is
-checked chunk by chunk as it is read); an object written here and not uploaded
-yet, from its pending file (a big one's hash was made as it was written).
+A small object (one chunk) is read whole from a file on this disk, a
+local-directory store's own or the local tier's copy, hashed, and kept in the
+chunk cache; one with neither is fetched into the tier first. Big objects
+already in the tier are read from it (a big one verified by an earlier process
+is checked chunk by chunk as it is read); an object written here and not
+uploaded yet, from its pending file (a big one's hash was made as it was
+written).
 A large object of a
 local-directory store is read in place from the store's file (``inplace``):
 one descriptor per handle with the kernel's read-ahead, no second copy in the
@@ -223,7 +224,7 @@ class DataReader:
     def _read(self, state: ReadState, address: str, size: int, offset: int, length: int
               ) -> bytes | memoryview:
         if size <= self.chunk and state.tier_handle is None:
-            data = self._whole_local(address, size)
+            data = self._whole_small(address, size)
             if data is not None:
                 state.ranged = True  # its next reads are cache hits (read_cached)
                 self.stats["in_place_reads"] += 1
@@ -258,26 +259,26 @@ class DataReader:
                 state.close()  # the tier dropped its damaged copy; the next acquire fetches it
         raise AssertionError("unreachable")
 
-    def _whole_local(self, address: str, size: int, nowait: bool = False) -> bytes | None:
-        """A small object of a local-directory store: read whole from the store's file,
-        hashed, and kept in the chunk cache. A tier copy of it would double its disk
-        and cost a copy, a second open and a hash per object for nothing a later
-        process needs (the store is as near). None: not a local store's, or not
-        stored yet (pending)."""
+    def _whole_small(self, address: str, size: int, nowait: bool = False) -> bytes | None:
+        """A small object read whole from a file on this disk (the local store's, or the
+        tier's copy: DataObjects.read_small), hashed, and kept in the chunk cache, so
+        later handles are answered on the event loop (read_cached). A tier copy would
+        cost a local store's object a copy, a second open and a hash for nothing a
+        later process needs. None: no such file yet (pending, or not fetched)."""
         key = (address, 0)
         with self._lock:
             data = self._chunks.get(key) if address not in self._verifiers else None
         if data is not None:
             return data
-        data = self.data.read_local(address, size, nowait)
-        if data is None:
-            return None
-        if hashing.hexdigest(data) != digest_of(address):
+        try:
+            data = self.data.read_small(address, size, nowait)
+        except CorruptDataError:
             self._refuse(address, "the store's file hashes to another digest")
-            raise CorruptDataError(f"data object {address} does not match its hash")
-        with self._lock:
-            self._chunks.put(key, data)
-            self._chunks.evict(max_weight=self.cache_bytes)
+            raise
+        if data is not None:
+            with self._lock:
+                self._chunks.put(key, data)
+                self._chunks.evict(max_weight=self.cache_bytes)
         return data
 
     # -- chunks ---------------------------------------------------------------------
@@ -303,7 +304,7 @@ class DataReader:
         if not state.ranged and (size > self.chunk or state.tier_handle is not None):
             return None  # (a new handle of a small object: _whole_local may have it cached)
         if not state.ranged and size <= NOWAIT_MAX and address not in self._corrupt:
-            data = self._whole_local(address, size, nowait=True)
+            data = self._whole_small(address, size, nowait=True)
             if data is not None:
                 state.ranged = True
                 return self._cut([data], 0, offset, length)

@@ -230,6 +230,13 @@ class LocalTier:
         with self._lock:
             return key in self._entries
 
+    def cached_path(self, key: str) -> str | None:
+        """The file of a copy the tier holds, verified or not, counted as a use: for a
+        reader that checks all it reads itself. Unpinned: it may vanish (evicted)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            return None if entry is None else entry.path
+
     def acquire(self, key: str, verify: Verify | None = None, *,
                 chunk_checked: bool = False, durable: bool = True,
                 self_checked: bool = False) -> TierHandle:

@@ -218,6 +218,39 @@ def test_small_objects_of_a_local_store_are_read_from_its_file_and_kept(local_re
         reader.close()
 
 
+def test_a_small_object_from_s3_is_read_from_its_tier_copy_and_a_damaged_copy_fetched_again(
+        s3_repo):
+    """Fetched into the tier by its first handle; later handles read the tier's copy
+    whole and hash it (on the event loop when its pages are cached), so a copy damaged
+    on disk is dropped and fetched again, not served."""
+    repo, _ = s3_repo
+    data = os.urandom(6000)
+    address, size = repo.data.put_bytes(data)
+    reader = DataReader(repo.data)
+    try:
+        assert reader.read_cached(ReadState(), address, size, 0, size) is None  # not here yet
+        assert reader.read(ReadState(), address, size, 0, size) == data  # fetched
+        path = repo.tier.cached_path(address)
+        assert path is not None
+        with open(path, "rb") as f:
+            f.read()  # in the page cache
+        assert bytes(reader.read_cached(ReadState(), address, size, 0, size)) == data
+        other = DataReader(repo.data)  # a new cache: the tier's copy damaged under it
+        try:
+            os.chmod(path, 0o600)
+            with open(path, "r+b") as f:
+                f.seek(10)
+                f.write(b"rot")
+            assert reader.read(ReadState(), address, size, 0, size) == data  # cached verified
+            assert other.read_cached(ReadState(), address, size, 0, size) is None
+            assert not repo.tier.cached(address)  # dropped
+            assert other.read(ReadState(), address, size, 0, size) == data  # fetched again
+        finally:
+            other.close()
+    finally:
+        reader.close()
+
+
 @pytest.mark.parametrize("cached", [True, False])
 def test_a_damaged_small_object_of_a_local_store_is_refused(local_repo, cached):
     """The hash of the whole file is checked before a byte of it is served, on the event

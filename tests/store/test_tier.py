@@ -179,6 +179,20 @@ def test_budget_eviction_keeps_pinned(store, tmp_path):
     assert not tier.cached(keys[0])
 
 
+def test_cached_path_names_a_held_copy_and_counts_as_a_use(store, tmp_path):
+    keys = [put_blob(store, bytes([i]) * 1000) for i in range(3)]
+    tier = LocalTier(store, str(tmp_path / "cache"), budget_bytes=3000)
+    assert tier.cached_path(keys[0]) is None  # not fetched by asking
+    for k in keys:
+        tier.acquire(k).release()
+    path = tier.cached_path(keys[0])
+    with open(path, "rb") as f:
+        assert f.read() == bytes([0]) * 1000
+    tier.acquire(put_blob(store, b"\xff" * 1000)).release()  # one must go: not the one used
+    assert tier.cached(keys[0]) and not tier.cached(keys[1])
+    assert store.downloads.count(keys[0]) == 1
+
+
 def test_over_budget_while_all_pinned(store, tmp_path):
     keys = [put_blob(store, bytes([i]) * 1000) for i in range(5)]
     tier = LocalTier(store, str(tmp_path / "cache"), budget_bytes=2500)
