@@ -81,6 +81,8 @@ def _read_whole(path: str, size: int, nowait: bool = False) -> Optional[bytes]:
             buf = pread_cached(fd, size, 0)
             return None if buf is None else bytes(buf)
         return os.pread(fd, size, 0)
+    except IsADirectoryError:  # not an object: missing, as the store would say
+        return None
     finally:
         os.close(fd)
 

@@ -1,17 +1,18 @@
 """Reading immutable data objects by ranges (the mount): in place, ranged, cached, read ahead.
 
-A small object (one chunk) is read whole from a file on this disk, a
-local-directory store's own or the local tier's copy, hashed, and kept in the
-chunk cache; one with neither is fetched into the tier first. Big objects
-already in the tier are read from it (a big one verified by an earlier process
-is checked chunk by chunk as it is read); an object written here and not
-uploaded yet, from its pending file (a big one's hash was made as it was
-written).
-A large object of a
-local-directory store is read in place from the store's file (``inplace``):
-one descriptor per handle with the kernel's read-ahead, no second copy in the
-tier. A large object
-that is not local is read in fixed-size chunks with ``store.get_range``, so the first byte
+A small object (one chunk) is read whole, once, into the chunk cache: from a
+file on this disk, a local-directory store's own or the local tier's copy,
+hashed as it is read; else from its pending file (written here, not uploaded
+yet) or a tier copy fetched for it. Its later reads, a new handle's too, are
+cache hits (on the event loop, as is a first read whose file the kernel's caches
+hold: gravfs.data.nowait).
+
+A big object already in the tier is read from it (one verified by an earlier
+process is checked chunk by chunk as it is read); one written here and not
+uploaded yet, from its pending file (its hash was made as it was written). A big
+object of a local-directory store is read in place from the store's file
+(``inplace``): one descriptor per handle with the kernel's read-ahead, no second
+copy in the tier. A big object that is not local is read in fixed-size chunks with ``store.get_range``, so the first byte
 of a 10 GiB file does not wait for the whole file: chunks live in a bounded
 in-memory LRU, concurrent readers of one chunk share a single fetch, and a
 sequential reader gets the next chunks fetched ahead in the background.
@@ -52,7 +53,7 @@ MiB = 1 << 20
 CHUNK = 4 * MiB
 CACHE_BYTES = 256 * MiB
 MAX_AHEAD = 8  # chunks
-NOWAIT_MAX = 64 << 10
+NOWAIT_MAX = 64 << 10  # small objects read and hashed on the event loop when cached
 MAX_MANIFESTS = 1024  # sparse files' manifests kept (verified)
 Fetch = Callable[[int, int], bytes]  # (offset, length) -> checked bytes of a source
 
@@ -144,7 +145,7 @@ class DataReader:
         # the cache, so those it has not reached are not the ones evicted
         self._lag_max = max(1, cache_bytes // chunk_size // 2)
         self.stats = {"chunk_fetches": 0, "chunk_hits": 0, "tier_reads": 0, "bytes_fetched": 0,
-                      "in_place_reads": 0}
+                      "in_place_reads": 0, "small_reads": 0}
 
     def close(self) -> None:
         self._pool.close()
@@ -223,19 +224,17 @@ class DataReader:
 
     def _read(self, state: ReadState, address: str, size: int, offset: int, length: int
               ) -> bytes | memoryview:
-        if size <= self.chunk and state.tier_handle is None:
+        if size <= self.chunk:
             data = self._whole_small(address, size)
-            if data is not None:
-                state.ranged = True  # its next reads are cache hits (read_cached)
-                self.stats["in_place_reads"] += 1
-                return self._cut([data], 0, offset, length)
+            state.ranged = True  # its next reads are cache hits (read_cached)
+            self.stats["small_reads"] += 1
+            return self._cut([data], 0, offset, length)
         for attempt in (1, 2):
             with state.lock:
                 if state.tier_handle is None and state.in_place is None:
-                    if size <= self.chunk or self.data.cached(address):
+                    if self.data.cached(address):
                         state.tier_handle = self.data.acquire(address, chunk_checked=True)
-                        if size > self.chunk:
-                            state.fd = _open_sequential(state.tier_handle.path)
+                        state.fd = _open_sequential(state.tier_handle.path)
                     elif (pending := self.data.pending_handle(address)) is not None:
                         state.tier_handle = pending  # written here, not uploaded yet
                     else:
@@ -259,27 +258,47 @@ class DataReader:
                 state.close()  # the tier dropped its damaged copy; the next acquire fetches it
         raise AssertionError("unreachable")
 
+    # -- small objects: read whole, kept in the chunk cache ---------------------------
+
     def _whole_small(self, address: str, size: int, nowait: bool = False) -> bytes | None:
-        """A small object read whole from a file on this disk (the local store's, or the
-        tier's copy: DataObjects.read_small), hashed, and kept in the chunk cache, so
-        later handles are answered on the event loop (read_cached). A tier copy would
-        cost a local store's object a copy, a second open and a hash for nothing a
-        later process needs. None: no such file yet (pending, or not fetched)."""
+        """A small object's bytes, checked, from the chunk cache or else read whole
+        (``_load_small``) and kept there, so later handles are answered on the event
+        loop (read_cached). ``nowait``: only from the cache or a local file the
+        kernel's caches hold (None otherwise)."""
         key = (address, 0)
         with self._lock:
             data = self._chunks.get(key) if address not in self._verifiers else None
         if data is not None:
             return data
+        if nowait:
+            data = self._read_small(address, size, nowait=True)
+            if data is None:
+                return None
+        else:
+            data = self._load_small(address, size)
+        with self._lock:
+            self._chunks.put(key, data)
+            self._chunks.evict(max_weight=self.cache_bytes)
+        return data
+
+    def _load_small(self, address: str, size: int) -> bytes:
+        """A small object read whole from a file on this disk and hashed (the local
+        store's, or the tier's copy), else from the tier's fetch of it or its pending
+        file (checked by the tier and by the close that hashed it). A tier copy of a
+        local store's object would cost a copy, a second open and a hash for nothing a
+        later process needs. Blocks."""
+        data = self._read_small(address, size)
+        if data is None:
+            with self.data.acquire(address, chunk_checked=True) as h:
+                data = h.read(0, size)
+        return data
+
+    def _read_small(self, address: str, size: int, nowait: bool = False) -> bytes | None:
         try:
-            data = self.data.read_small(address, size, nowait)
+            return self.data.read_small(address, size, nowait)
         except CorruptDataError:
             self._refuse(address, "the store's file hashes to another digest")
             raise
-        if data is not None:
-            with self._lock:
-                self._chunks.put(key, data)
-                self._chunks.evict(max_weight=self.cache_bytes)
-        return data
 
     # -- chunks ---------------------------------------------------------------------
 
@@ -301,10 +320,10 @@ class DataReader:
             if data is not None:
                 self.stats["in_place_reads"] += 1
             return data
-        if not state.ranged and (size > self.chunk or state.tier_handle is not None):
-            return None  # (a new handle of a small object: _whole_local may have it cached)
+        if not state.ranged and size > self.chunk:
+            return None
         if not state.ranged and size <= NOWAIT_MAX and address not in self._corrupt:
-            data = self._whole_small(address, size, nowait=True)
+            data = self._whole_small(address, size, nowait=True)  # a new handle's first read
             if data is not None:
                 state.ranged = True
                 return self._cut([data], 0, offset, length)

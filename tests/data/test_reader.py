@@ -206,7 +206,7 @@ def test_small_objects_of_a_local_store_are_read_from_its_file_and_kept(local_re
         state = ReadState()
         assert reader.read(state, address, size, 0, 4096) == data[:4096]
         assert bytes(reader.read_cached(state, address, size, 4096, 4096)) == data[4096:]
-        assert reader.stats["in_place_reads"] == 1 and not repo.tier.cached(address)
+        assert reader.stats["small_reads"] == 1 and not repo.tier.cached(address)
         os.unlink(path)  # a new handle is answered by the verified bytes kept
         assert bytes(reader.read_cached(ReadState(), address, size, 0, size)) == data
         address2, size2 = repo.data.put_bytes(other)
@@ -280,10 +280,14 @@ def test_a_damaged_small_object_of_a_local_store_is_refused(local_repo, cached):
         reader.close()
 
 
-def test_a_pending_small_object_is_read_from_its_file_until_uploaded(local_repo):
-    """Not in the local store yet: its pending file, as before; once uploaded, a new
-    handle reads the store's file (no tier copy)."""
-    repo = local_repo
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_pending_small_object_is_read_from_its_file_then_from_the_store(local_repo, request,
+                                                                          where):
+    """Written here and not uploaded yet (the store lacks it): read whole from its
+    pending file, nothing fetched; after its upload a new reader reads the local store's
+    file, or the tier's copy the upload left (S3), with no fetch and no tier copy made
+    of a local store's object."""
+    repo = local_repo if where == "local" else request.getfixturevalue("s3_repo")[0]
     data = os.urandom(2000)
     address = address_of(hashlib.sha256(data).hexdigest())
     pending = repo.data.pending_path(address)
@@ -292,14 +296,17 @@ def test_a_pending_small_object_is_read_from_its_file_until_uploaded(local_repo)
         f.write(data)
     reader = DataReader(repo.data)
     try:
-        early = ReadState()
-        assert reader.read_cached(early, address, len(data), 0, 100) is None
-        assert reader.read(early, address, len(data), 0, 100) == data[:100]
+        assert reader.read_cached(ReadState(), address, len(data), 0, 100) is None
+        assert reader.read(ReadState(), address, len(data), 0, 100) == data[:100]
         assert repo.data.upload_pending(address)
-        assert reader.read(early, address, len(data), 100, 100) == data[100:200]  # its handle
-        early.close()
+        assert repo.tier.stats.fetches == 0  # (no fetch)
+    finally:
+        reader.close()
+    reader = DataReader(repo.data)
+    try:
         assert reader.read(ReadState(), address, len(data), 0, len(data)) == data
-        assert reader.stats["in_place_reads"] == 1 and not repo.tier.cached(address)
+        assert repo.tier.stats.fetches == 0
+        assert repo.tier.cached(address) == (where == "s3")
     finally:
         reader.close()
 
