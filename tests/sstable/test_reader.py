@@ -21,6 +21,7 @@ from gravfs.errors import CorruptDataError
 from gravfs.sstable import BlockCache, SSTReader
 from gravfs.sstable.format import INDEX_TWO_LEVEL
 from gravfs.sstable.reader import SCAN_AHEAD, TAIL_READ
+from tests.pages_util import drop_pages
 from tests.sstable.support import make_items, rocksdb_items, rocksdict_sst
 
 
@@ -541,15 +542,6 @@ def _resident(path: str) -> int:
     return int(out.split()[0])
 
 
-def _evict(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def test_a_lookup_reads_the_tail_and_one_block_not_the_table(disk_dir):
     """Opening a table reads its tail (footer, meta blocks, index) and a point lookup one
     block more, whatever the device's read-ahead: a cold random lookup in a big lake
@@ -558,7 +550,7 @@ def test_a_lookup_reads_the_tail_and_one_block_not_the_table(disk_dir):
     items = make_items(40000, value_size=150)  # ~6.9 MB of 4 KiB blocks
     path = rocksdict_sst(os.path.join(disk_dir, "t.sst"), items, format_version=5, compression="none")
     size = os.path.getsize(path)
-    _evict(path)
+    drop_pages(path)
     if _resident(path) > 64 << 10:
         pytest.skip("this filesystem keeps the file's pages after POSIX_FADV_DONTNEED")
     with SSTReader(path, cache=BlockCache()) as r:
@@ -591,7 +583,7 @@ def test_prefetch_reads_the_whole_table_ahead(disk_dir):
     path = rocksdict_sst(os.path.join(disk_dir, "w.sst"), make_items(20000, value_size=150),
                          format_version=5, compression="none")
     whole = -(-os.path.getsize(path) // mmap.PAGESIZE) * mmap.PAGESIZE
-    _evict(path)
+    drop_pages(path)
     if _resident(path) > 64 << 10:
         pytest.skip("this filesystem keeps the file's pages after POSIX_FADV_DONTNEED")
     with SSTReader(path, cache=BlockCache()) as r:
