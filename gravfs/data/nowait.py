@@ -19,8 +19,9 @@ import os
 log = logging.getLogger(__name__)
 
 _NOWAIT = getattr(os, "RWF_NOWAIT", 0)
-_SYS_OPENAT2 = 437  # one number on every Linux architecture (the unified table)
-_AT_FDCWD = -100
+# syscall(2) takes longs: passed as such, not as ctypes' default C int
+_SYS_OPENAT2 = ctypes.c_long(437)  # one number on every Linux architecture (the unified table)
+_AT_FDCWD = ctypes.c_long(-100)
 _RESOLVE_CACHED = 0x20
 
 

@@ -12,10 +12,11 @@ process is checked chunk by chunk as it is read); one written here and not
 uploaded yet, from its pending file (its hash was made as it was written). A big
 object of a local-directory store is read in place from the store's file
 (``inplace``): one descriptor per handle with the kernel's read-ahead, no second
-copy in the tier. A big object that is not local is read in fixed-size chunks with ``store.get_range``, so the first byte
-of a 10 GiB file does not wait for the whole file: chunks live in a bounded
-in-memory LRU, concurrent readers of one chunk share a single fetch, and a
-sequential reader gets the next chunks fetched ahead in the background.
+copy in the tier. A big object that is not local is read in fixed-size chunks
+with ``store.get_range``, so the first byte of a 10 GiB file does not wait for
+the whole file: chunks live in a bounded in-memory LRU, concurrent readers of
+one chunk share a single fetch, and a sequential reader gets the next chunks
+fetched ahead in the background.
 
 Chunks cannot be verified one by one against the name (objects are named by
 the hash of the whole content), so the reader feeds chunks in order into a
