@@ -51,7 +51,7 @@ class MountOptions:
     immutable_ttl: float = 86400.0  # commits and tags never change (not an -o option)
     head_ttl: float = 1.0
     commits_listed: int = 200
-    cache_mb: int = 256
+    cache_mb: int = 256  # the reader's cache: ranged chunks and small files read whole
     # decoded metadata blocks kept by the daemon (gravfs.sstable.cache); None: a quarter
     # of the memory the daemon may use (physical, or its cgroup's limit)
     meta_cache_mb: Optional[int] = None
