@@ -29,3 +29,21 @@ def drop_pages(path: str) -> None:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+
+
+def cached_opens_work(directory: str) -> bool:
+    """Whether this kernel opens a file from the dentry cache alone (openat2 with
+    RESOLVE_CACHED, Linux 5.12+; a seccomp filter may refuse it): the event loop's
+    reads of cached files need it (gravfs.data.nowait)."""
+    from gravfs.data import nowait
+
+    probe = os.path.join(directory, ".cached-open-probe")
+    with open(probe, "wb") as f:
+        f.write(b"x")
+    os.stat(probe)
+    fd = nowait.open_cached(probe)
+    os.unlink(probe)
+    if fd is None:
+        return False
+    os.close(fd)
+    return True

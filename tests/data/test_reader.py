@@ -16,7 +16,7 @@ from gravfs.data.objects import address_of
 from gravfs.data.reader import CHUNK, DataReader, ReadState
 from gravfs.errors import CorruptDataError
 from gravfs.fs.repository import Repository
-from tests.pages_util import drop_pages, pages_droppable
+from tests.pages_util import cached_opens_work, drop_pages, pages_droppable
 
 MiB = 1 << 20
 
@@ -190,7 +190,7 @@ def test_in_place_reads_of_cached_pages_need_no_worker(local_repo):
         reader.close()
 
 
-def test_small_objects_of_a_local_store_are_read_from_its_file_and_kept(local_repo):
+def test_small_objects_of_a_local_store_are_read_from_its_file_and_kept(local_repo, tmp_path):
     """No tier copy of a small object of a local store: its file is read whole and
     hashed; later handles get it from the chunk cache on the event loop (read_cached),
     and a first read the page cache can answer needs no worker either."""
@@ -212,14 +212,16 @@ def test_small_objects_of_a_local_store_are_read_from_its_file_and_kept(local_re
         address2, size2 = repo.data.put_bytes(other)
         with open(repo.store.local_path(address2), "rb") as f:
             f.read()  # in the page cache
-        assert bytes(reader.read_cached(ReadState(), address2, size2, 0, size2)) == other
+        if cached_opens_work(str(tmp_path)):  # (else a worker's read, as below)
+            assert bytes(reader.read_cached(ReadState(), address2, size2, 0, size2)) == other
+        assert reader.read(ReadState(), address2, size2, 0, size2) == other
         assert reader.stats["tier_reads"] == 0 and not repo.tier.cached(address2)
     finally:
         reader.close()
 
 
 def test_a_small_object_from_s3_is_read_from_its_tier_copy_and_a_damaged_copy_fetched_again(
-        s3_repo):
+        s3_repo, tmp_path):
     """Fetched into the tier by its first handle; later handles read the tier's copy
     whole and hash it (on the event loop when its pages are cached), so a copy damaged
     on disk is dropped and fetched again, not served."""
@@ -243,8 +245,10 @@ def test_a_small_object_from_s3_is_read_from_its_tier_copy_and_a_damaged_copy_fe
                 f.write(b"rot")
             assert reader.read(ReadState(), address, size, 0, size) == data  # cached verified
             assert other.read_cached(ReadState(), address, size, 0, size) is None
-            assert not repo.tier.cached(address)  # dropped
+            if cached_opens_work(str(tmp_path)):  # (else found by the worker's read)
+                assert not repo.tier.cached(address)  # dropped
             assert other.read(ReadState(), address, size, 0, size) == data  # fetched again
+            assert repo.tier.stats.verify_failures == 1 and repo.tier.stats.fetches == 2
         finally:
             other.close()
     finally:
@@ -252,7 +256,7 @@ def test_a_small_object_from_s3_is_read_from_its_tier_copy_and_a_damaged_copy_fe
 
 
 @pytest.mark.parametrize("cached", [True, False])
-def test_a_damaged_small_object_of_a_local_store_is_refused(local_repo, cached):
+def test_a_damaged_small_object_of_a_local_store_is_refused(local_repo, tmp_path, cached):
     """The hash of the whole file is checked before a byte of it is served, on the event
     loop (pages cached) as on a worker; the object is refused from then on."""
     repo = local_repo
@@ -265,6 +269,8 @@ def test_a_damaged_small_object_of_a_local_store_is_refused(local_repo, cached):
         f.write(b"rot")
     if not cached and pages_droppable(path):
         drop_pages(path)
+    if cached and not cached_opens_work(str(tmp_path)):
+        pytest.skip("this kernel has no openat2 with RESOLVE_CACHED (Linux 5.12+)")
     reader = DataReader(repo.data)
     try:
         with pytest.raises(CorruptDataError):
