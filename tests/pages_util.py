@@ -1,4 +1,5 @@
-"""The page cache in tests: whether a file's pages can leave it, and making them leave."""
+"""The kernel's caches in tests: whether a file's pages can leave the page cache, making
+them leave, and whether a path opens from the dentry cache alone."""
 
 from __future__ import annotations
 

@@ -71,15 +71,16 @@ def _read_whole(path: str, size: int, nowait: bool = False) -> Optional[bytes]:
         fd = open_cached(path)
         if fd is None:
             return None
-    else:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # not open(): no tty probe
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-    try:
-        if nowait:
             buf = pread_cached(fd, size, 0)
-            return None if buf is None else bytes(buf)
+        finally:
+            os.close(fd)
+        return None if buf is None else bytes(buf)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # not open(): no tty probe
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
         return os.pread(fd, size, 0)
     except IsADirectoryError:  # not an object: missing, as the store would say
         return None

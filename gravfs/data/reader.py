@@ -267,8 +267,8 @@ class DataReader:
         loop (read_cached). ``nowait``: only from the cache or a local file the
         kernel's caches hold (None otherwise)."""
         key = (address, 0)
-        with self._lock:
-            data = self._chunks.get(key) if address not in self._verifiers else None
+        with self._lock:  # (never a ranged read's unverified chunk: those are big objects')
+            data = self._chunks.get(key)
         if data is not None:
             return data
         if nowait:
