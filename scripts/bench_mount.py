@@ -52,8 +52,8 @@ Measurements (each the median of --runs repetitions):
   page cache is dropped (cold) and once more right after (warm).
 
 The scale section (``--scale N,...``; alone with ``--only scale``) builds a branch of
-N entries and measures ``find``, cold random stats and ``ls -l`` of a 20k-entry
-directory on gravfs, on the floor with a synthetic tree of the same shape
+N entries and measures ``find``, cold random stats, ``ls -l`` of a 20k-entry
+directory and the first pass in order over its files on gravfs, on the floor with a synthetic tree of the same shape
 (``--lake``), and on the lake work floor (``--lake-db``: the branch's own range SSTs
 read by RocksDB's reader), with the daemon's memory per inode the kernel knows.
 
@@ -965,10 +965,27 @@ def disk_random_reads(directory: str, count: int = SCALE_STATS, size: int = 4096
             os.close(fd)
 
 
+def day_files(n: int) -> tuple[str, list[str]]:
+    """The middle day directory of bench_repo.build_branch's n-entry tree, and its
+    files' relative paths in name order (the floor's --lake tree has the same names)."""
+    from bench_repo import key
+    day = max(0, n - 1) // 20000 // 2
+    first = day * 20000
+    return "tables/events/day=%05d" % day, [key(i).decode() for i in range(first, min(n, first + 20000))]
+
+
 def cold_probes(top: str, n: int, mount, umount) -> dict:
     """Random first-pass stats and ``ls -l`` of one 20k-entry day directory, each on a
-    fresh mount after the page cache and dentries are dropped."""
+    fresh mount after the page cache and dentries are dropped; and the first pass in
+    order over that directory's files on a fresh mount with the page cache kept (the
+    stat group's first pass at this scale: what the mount's own work costs a name)."""
     out = {}
+    day, files = day_files(n)
+    mount()
+    try:
+        out["first_stat_per_s"] = stat_rate([os.path.join(top, p) for p in files])
+    finally:
+        umount()
     mount()
     try:
         drop_caches()
@@ -978,8 +995,7 @@ def cold_probes(top: str, n: int, mount, umount) -> dict:
     mount()
     try:
         drop_caches()
-        day = os.path.join(top, "tables", "events", "day=%05d" % (max(0, n - 1) // 20000 // 2))
-        out["ls_l_day_s"] = ls_l_seconds(day)
+        out["ls_l_day_s"] = ls_l_seconds(os.path.join(top, day))
     finally:
         umount()
     return out
@@ -1122,6 +1138,10 @@ def bench_scale(a, base: str, n: int) -> dict:
     out["work_floor_cold_stat_vs_floor"] = out["work_floor_cold_stat_per_s"] / out["floor_cold_stat_per_s"]
     out["find_vs_floor"] = out["find_rate"] / out["floor_find_rate"]
     out["cold_stat_vs_floor"] = out["cold_stat_per_s"] / out["floor_cold_stat_per_s"]
+    out["first_stat_vs_floor"] = out["first_stat_per_s"] / out["floor_first_stat_per_s"]
+    out["work_floor_first_stat_vs_floor"] = (out["work_floor_first_stat_per_s"]
+                                             / out["floor_first_stat_per_s"])
+    out["first_stat_vs_work_floor"] = out["first_stat_per_s"] / out["work_floor_first_stat_per_s"]
     out["ls_l_day_vs_floor"] = out["ls_l_day_s"] / out["floor_ls_l_day_s"]
     return out
 
@@ -1157,6 +1177,15 @@ def scale_table(rows: list[dict]) -> str:
             f"{'-' if disk is None else format(disk, ',.0f'):>16} "
             f"{r['ls_l_day_s']:>16.2f} {r['floor_ls_l_day_s']:>8.2f} {r['ls_l_day_vs_floor']:>10.2f}x  "
             f"{r['caches_after_find'] / MiB:.0f} / {r['cache_capacity'] / MiB:.0f} MB")
+    lines.append("entries    first pass in order, 20k dir (stats/s): gravfs  floor  ratio  "
+                 "lake work floor  vs floor  gravfs vs it")
+    for r in rows:
+        if "first_stat_per_s" in r:
+            lines.append(
+                f"{r['entries']:>9,} {r['first_stat_per_s']:>46,.0f} "
+                f"{r['floor_first_stat_per_s']:>6,.0f} {r['first_stat_vs_floor']:>5.2f}x "
+                f"{r['work_floor_first_stat_per_s']:>16,.0f} "
+                f"{r['work_floor_first_stat_vs_floor']:>8.2f}x {r['first_stat_vs_work_floor']:>12.2f}x")
     return "\n".join(lines)
 
 
