@@ -53,9 +53,10 @@ Measurements (each the median of --runs repetitions):
 
 The scale section (``--scale N,...``; alone with ``--only scale``) builds a branch of
 N entries and measures ``find``, cold random stats, ``ls -l`` of a 20k-entry
-directory and the first pass in order over its files on gravfs, on the floor with a synthetic tree of the same shape
-(``--lake``), and on the lake work floor (``--lake-db``: the branch's own range SSTs
-read by RocksDB's reader), with the daemon's memory per inode the kernel knows.
+directory and the first pass in order over its files on gravfs, on the floor with a
+synthetic tree of the same shape (``--lake``), and on the lake work floor
+(``--lake-db``: the branch's own range SSTs read by RocksDB's reader), with the
+daemon's memory per inode the kernel knows.
 
 Prints a table and writes bench/results/mount-<timestamp>.json, with the host (CPU,
 kernel, library versions, a fixed Python loop's time before, after, and at the start
@@ -971,7 +972,8 @@ def day_files(n: int) -> tuple[str, list[str]]:
     from bench_repo import key
     day = max(0, n - 1) // 20000 // 2
     first = day * 20000
-    return "tables/events/day=%05d" % day, [key(i).decode() for i in range(first, min(n, first + 20000))]
+    return "tables/events/day=%05d" % day, [key(i).decode()
+                                            for i in range(first, min(n, first + 20000))]
 
 
 def cold_probes(top: str, n: int, mount, umount) -> dict:
