@@ -1217,6 +1217,14 @@ def main() -> int:
     if unknown:  # a typo would measure nothing and still write a result file
         ap.error(f"--only: unknown group(s) {', '.join(sorted(unknown))} "
                  f"(known: {', '.join(sorted(GROUPS))})")
+    try:
+        a.scale = [int(x) for x in a.scale.split(",") if x]
+    except ValueError:
+        ap.error(f"--scale: comma-separated entry counts (got {a.scale!r})")
+    if any(n < 1 for n in a.scale):
+        ap.error(f"--scale: entry counts of at least 1 (got {a.scale})")
+    if "scale" in a.only and not a.scale:  # it would measure nothing
+        ap.error("--only scale needs --scale N[,N...]")
     a.runs = a.runs or (1 if q else 3)
     if a.runs < 1:  # no turns at all: an empty result file
         ap.error(f"--runs: at least 1 (got {a.runs})")
@@ -1244,7 +1252,7 @@ def main() -> int:
         if a.scale:
             sys.path.insert(0, os.path.join(ROOT, "scripts"))
             rows = results["scale"] = []
-            for n in (int(x) for x in a.scale.split(",")):
+            for n in a.scale:
                 print(f"scale {n:,} ...", flush=True)
                 rows.append(bench_scale(a, base, n))
                 print(scale_table(rows[-1:]), flush=True)
