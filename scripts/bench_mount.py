@@ -66,6 +66,7 @@ of each floor and gravfs run).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -970,10 +971,18 @@ def day_files(n: int) -> tuple[str, list[str]]:
     """The middle day directory of bench_repo.build_branch's n-entry tree, and its
     files' relative paths in name order (the floor's --lake tree has the same names)."""
     from bench_repo import key
-    day = max(0, n - 1) // 20000 // 2
-    first = day * 20000
-    return "tables/events/day=%05d" % day, [key(i).decode()
-                                            for i in range(first, min(n, first + 20000))]
+    first = max(0, n - 1) // 20000 // 2 * 20000
+    files = [key(i).decode() for i in range(first, min(n, first + 20000))]
+    return files[0].rpartition("/")[0], files
+
+
+@contextlib.contextmanager
+def fresh_mount(mount, umount) -> Iterator[None]:
+    mount()
+    try:
+        yield
+    finally:
+        umount()
 
 
 def cold_probes(top: str, n: int, mount, umount) -> dict:
@@ -983,23 +992,14 @@ def cold_probes(top: str, n: int, mount, umount) -> dict:
     stat group's first pass at this scale: what the mount's own work costs a name)."""
     out = {}
     day, files = day_files(n)
-    mount()
-    try:
+    with fresh_mount(mount, umount):
         out["first_stat_per_s"] = stat_rate([os.path.join(top, p) for p in files])
-    finally:
-        umount()
-    mount()
-    try:
+    with fresh_mount(mount, umount):
         drop_caches()
         out["cold_stat_per_s"] = stat_rate([os.path.join(top, p) for p in scale_sample(n)])
-    finally:
-        umount()
-    mount()
-    try:
+    with fresh_mount(mount, umount):
         drop_caches()
         out["ls_l_day_s"] = ls_l_seconds(os.path.join(top, day))
-    finally:
-        umount()
     return out
 
 
@@ -1017,8 +1017,7 @@ def marginal_memory(top: str, mnt: str, mount, umount) -> dict:
     between ``find`` over the first half of the day directories and over the rest,
     on a fresh mount. What a bigger lake costs, without the start-up memory and the
     caches that fill in the first thousands of inodes and then stay (stat cache)."""
-    mount()
-    try:
+    with fresh_mount(mount, umount):
         def sample() -> tuple[int, int]:
             m = daemon_memory(mnt)
             return m["inodes"], m["outside"]
@@ -1031,8 +1030,6 @@ def marginal_memory(top: str, mnt: str, mount, umount) -> dict:
         for d in days[half:]:
             find_files(os.path.join(events, d))
         i2, b2 = sample()
-    finally:
-        umount()
     return {"marginal_inodes": i2 - i1, "rss_per_inode_marginal": (b2 - b1) / max(1, i2 - i1)}
 
 
@@ -1062,11 +1059,8 @@ def floor_scale(base: str, name: str, n: int, lake: list[str]) -> dict:
     lake the arguments ``lake`` give (fuse_floor.py --lake N or --lake-db DIR)."""
     fl = Floor(os.path.join(base, f"{name}-scale{n}"), argparse.Namespace(stats=0, list_entries=0, big_mb=1))
     fl.args += lake
-    fl.mount()
-    try:
+    with fresh_mount(fl.mount, fl.umount):
         seconds, files = find_files(os.path.join(fl.mnt, "tables"))
-    finally:
-        fl.umount()
     return {"find_s": seconds, "find_files": files, "find_rate": files / seconds,
             **cold_probes(fl.mnt, n, fl.mount, fl.umount)}
 

@@ -32,6 +32,9 @@ def drop_pages(path: str) -> None:
         os.close(fd)
 
 
+NO_CACHED_OPENS = "this kernel has no openat2 with RESOLVE_CACHED (Linux 5.12+)"
+
+
 def cached_opens_work(directory: str) -> bool:
     """Whether this kernel opens a file from the dentry cache alone (openat2 with
     RESOLVE_CACHED, Linux 5.12+; a seccomp filter may refuse it): the event loop's
@@ -41,9 +44,11 @@ def cached_opens_work(directory: str) -> bool:
     probe = os.path.join(directory, ".cached-open-probe")
     with open(probe, "wb") as f:
         f.write(b"x")
-    os.stat(probe)
-    fd = nowait.open_cached(probe)
-    os.unlink(probe)
+    try:
+        os.stat(probe)
+        fd = nowait.open_cached(probe)
+    finally:
+        os.unlink(probe)
     if fd is None:
         return False
     os.close(fd)

@@ -7,9 +7,7 @@ import os
 import pytest
 
 from gravfs.data import nowait
-from tests.pages_util import cached_opens_work, drop_pages, pages_droppable
-
-NO_CACHED_OPENS = "this kernel has no openat2 with RESOLVE_CACHED (Linux 5.12+)"
+from tests.pages_util import NO_CACHED_OPENS, cached_opens_work, drop_pages, pages_droppable
 
 
 def test_a_cached_file_opens_and_reads_without_waiting(tmp_path):

@@ -16,7 +16,7 @@ from gravfs.data.objects import address_of
 from gravfs.data.reader import CHUNK, DataReader, ReadState
 from gravfs.errors import CorruptDataError
 from gravfs.fs.repository import Repository
-from tests.pages_util import cached_opens_work, drop_pages, pages_droppable
+from tests.pages_util import NO_CACHED_OPENS, cached_opens_work, drop_pages, pages_droppable
 
 MiB = 1 << 20
 
@@ -270,7 +270,7 @@ def test_a_damaged_small_object_of_a_local_store_is_refused(local_repo, tmp_path
     if not cached and pages_droppable(path):
         drop_pages(path)
     if cached and not cached_opens_work(str(tmp_path)):
-        pytest.skip("this kernel has no openat2 with RESOLVE_CACHED (Linux 5.12+)")
+        pytest.skip(NO_CACHED_OPENS)
     reader = DataReader(repo.data)
     try:
         with pytest.raises(CorruptDataError):
