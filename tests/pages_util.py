@@ -3,7 +3,10 @@ them leave, and whether a path opens from the dentry cache alone."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
+import time
 
 
 def fs_type(path: str) -> str:
@@ -23,13 +26,43 @@ def pages_droppable(path: str) -> bool:
 
 
 def drop_pages(path: str) -> None:
-    """The file's pages out of the page cache (written back first)."""
+    """The file's pages out of the page cache (written back first). The kernel skips
+    pages it holds a reference to for a moment (an LRU batch), so this asks again until
+    mincore(2) finds none resident."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        for _ in range(200):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            if not _resident_pages(fd):
+                return
+            time.sleep(0.005)
+        raise AssertionError(f"the kernel kept {_resident_pages(fd)} page(s) of {path} cached")
     finally:
         os.close(fd)
+
+
+def _resident_pages(fd: int) -> int:
+    """Pages of the file in the page cache, by mincore(2) of a mapping (which reads none)."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long)
+    libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
+    libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), "mmap for mincore")
+    try:
+        vec = ctypes.create_string_buffer((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE)
+        if libc.mincore(addr, size, vec) != 0:
+            raise OSError(ctypes.get_errno(), "mincore")
+        return sum(b & 1 for b in vec.raw)
+    finally:
+        libc.munmap(addr, size)
 
 
 NO_CACHED_OPENS = "this kernel has no openat2 with RESOLVE_CACHED (Linux 5.12+)"
