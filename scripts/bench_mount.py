@@ -6,7 +6,7 @@
                                       gravfs-local-nospin,pyfuse3-work-floor-s3,gravfs-s3,rclone-s3,
                                       s3-get-floor]
                            [--big-mb M] [--creates N] [--list-entries N] [--stats N] [--no-spark]
-                           [--only read,write,stat,create,ls,spark,scale] [--slow-once]
+                           [--only read,write,stat,create,ls,spark,requests,scale] [--slow-once]
                            [--scale 1000000[,10000000]]
 
 Targets (all measured in the same run, taking turns: run 1 of each, then run 2 of
@@ -50,6 +50,16 @@ Measurements (each the median of --runs repetitions):
   ``ls -l`` of a directory of many entries (made with Repository.stage, not
   through the mount); a Spark (local[2]) scan of a Parquet dataset, once after the
   page cache is dropped (cold) and once more right after (warm).
+
+The requests group profiles a create and a first stat (a branch path not looked up
+before) on gravfs-local (and gravfs-local-nospin), the floor and the work floor
+(creates only): in a mount of its own after each run's timed groups, with the
+daemon's GRAVFS_OPSTATS (fuse_floor.py ``--count`` on the floors), it does --creates
+creates and --stats first stats and reports, per operation, the requests of each type
+the kernel sent and their handlers' time, and the time outside the handlers (the
+kernel, the client, pyfuse3 and trio, the daemon's other tasks and threads): where an
+operation's time goes beyond the floor's. The counting's clock reads are in these
+figures, not in the timed groups'.
 
 The scale section (``--scale N,...``; alone with ``--only scale``) builds a branch of
 N entries and measures ``find``, cold random stats, ``ls -l`` of a 20k-entry
@@ -297,6 +307,94 @@ def read_back_rate(d: str) -> float:
     return len(names) / (time.perf_counter() - t)
 
 
+def first_stat_names(n: int) -> list[str]:
+    """The small tree's names (make_small_tree's), known without listing the directory."""
+    return [f"f{i:06d}" for i in range(n)]
+
+
+def request_profile(counts: dict[str, list], ops: int, seconds: float) -> dict:
+    """An operation's time and, per request type, its calls and handler time per
+    operation, from counts {handler: [calls, seconds]} over ``ops`` operations."""
+    return {"ops": ops, "op_us": seconds / ops * 1e6,
+            "requests": {k: n / ops for k, (n, _) in counts.items()},
+            "handler_us": {k: t / ops * 1e6 for k, (_, t) in counts.items()}}
+
+
+def _read_json(path: str):
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_opstats(path: str) -> dict[str, list]:
+    """A gravfs daemon's GRAVFS_OPSTATS table as {handler: [calls, seconds]}; its dotted
+    rows are timers inside handlers, not requests."""
+    counts = {}
+    with open(path) as f:
+        next(f)  # the header
+        for line in f:
+            name, calls, total, _ = line.split()
+            if "." not in name:
+                counts[name] = [int(calls), float(total)]
+    return counts
+
+
+def profile_requests(a, r: int, mount, umount, counts, top: str, ops=("create", "stat_first"),
+                     settle=lambda: None) -> dict:
+    """The requests group on one target: ``mount(path)`` mounts it counting into path
+    and returns the directory to work in, ``umount()`` ends the mount (and its counts),
+    ``counts(path)`` reads them; ``settle()``, still mounted, waits for what the work left
+    running (gravfs's write-back), so that it does not run into the next target's turn.
+    Each operation in a mount of its own; ``r``, the run, names the creates' directory."""
+    work = {"create": lambda d: (a.creates, a.creates / create_rate(os.path.join(d, f"profiled{r}"),
+                                                                    a.creates)),
+            "stat_first": lambda d: (a.stats, a.stats / stat_rate(
+                [os.path.join(d, "small", n) for n in first_stat_names(a.stats)]))}
+    out = {}
+    for op in ops:
+        path = os.path.join(top, f"requests-{op}.txt")
+        d = mount(path)
+        try:
+            n, seconds = work[op](d)
+            settle()
+        finally:
+            umount()
+        out[op] = request_profile(counts(path), n, seconds)
+    return out
+
+
+def file_profiles(requests: dict, profiles: dict) -> None:
+    """Add one run's profiles ({operation: profile}) to a target's lists of them."""
+    for op, p in profiles.items():
+        requests.setdefault(op, []).append(p)
+
+
+def median_profile(runs: list[dict]) -> dict:
+    """Each figure of an operation's profile as its median over the runs."""
+    keys = sorted({k for p in runs for k in p["requests"]})
+    return {"ops": runs[0]["ops"], "runs": len(runs), "op_us": median([p["op_us"] for p in runs]),
+            **{field: {k: median([p[field].get(k, 0.0) for p in runs]) for k in keys}
+               for field in ("requests", "handler_us")}}
+
+
+def requests_table(results: dict) -> str:
+    """Per operation and target: its time, and the requests and handler time in it."""
+    lines = []
+    for op, label in (("create", "a create of 4 KiB"), ("stat_first", "a first stat")):
+        rows = [(t, r[op]) for t, r in results.get("requests", {}).items() if op in r]
+        if not rows:
+            continue
+        lines.append(f"requests in {label} (per operation, medians of {rows[0][1]['runs']} run(s) "
+                     f"of {rows[0][1]['ops']:,}; handler µs, from GRAVFS_OPSTATS or fuse_floor --count):")
+        for t, p in rows:
+            reqs = sorted(p["requests"], key=lambda k: -p["handler_us"][k])
+            detail = ", ".join(f"{k} {p['requests'][k]:.2g}x {p['handler_us'][k]:.0f}" for k in reqs)
+            handlers = sum(p["handler_us"].values())
+            lines.append(f"  {t:20} {p['op_us']:7,.0f} µs = handlers {handlers:5,.0f} + outside them "
+                         f"{p['op_us'] - handlers:5,.0f}; {sum(p['requests'].values()):.3g} "
+                         f"requests: {detail}")
+    return "\n".join(lines)
+
+
 def writeback_seconds(state: str, timeout: float = 600.0) -> float:
     """Seconds until a daemon's background uploads have emptied its workspace's pending
     directory: the write-back of files just created through the mount."""
@@ -404,9 +502,9 @@ class Gravfs:
         self.state = os.path.join(base, "state")
         self.workspaces = 0
 
-    def cli(self, state: str, *args: str) -> str:
+    def cli(self, state: str, *args: str, env: dict | None = None) -> str:
         res = subprocess.run([sys.executable, "-m", "gravfs.cli", "-s", self.store, "--state-dir", state,
-                              *args], capture_output=True, text=True, env=self.env)
+                              *args], capture_output=True, text=True, env={**self.env, **(env or {})})
         if res.returncode != 0:
             raise SystemExit(f"gravfs {' '.join(args)} failed: {res.stderr.strip()}")
         return res.stdout
@@ -447,11 +545,12 @@ class Gravfs:
         subprocess.run([sys.executable, "-c", code, self.store, state, self.big_address],
                        check=True, env=self.env)
 
-    def mount(self, state: str | None = None, fresh: bool = False) -> str:
+    def mount(self, state: str | None = None, fresh: bool = False, env: dict | None = None) -> str:
+        """``env``: more of the daemon's environment (GRAVFS_OPSTATS)."""
         if fresh:
             self.workspaces += 1
             state = os.path.join(self.base, f"ws{self.workspaces}")
-        self.cli(state or self.state, "mount", self.mnt, *self.options)
+        self.cli(state or self.state, "mount", self.mnt, *self.options, env=env)
         wait_mounted(self.mnt)
         return self.mnt
 
@@ -508,6 +607,7 @@ class Floor:
                 self.env = {**os.environ, "AWS_ACCESS_KEY_ID": s3.access_key,
                             "AWS_SECRET_ACCESS_KEY": s3.secret_key}
         self.work = big is not None
+        self.s3 = s3 is not None
         # what a work floor adds to the floor's figures: a create's work, a cold read's
         # and, on S3, a cold Spark scan's; the plain floor has no Spark dataset
         # (the plain floor keeps a file's bytes in one bytes object: no big writes)
@@ -516,11 +616,12 @@ class Floor:
         self.mounts = 0
         self.proc = None
 
-    def mount(self) -> str:
-        extra = []
+    def mount(self, count: str | None = None) -> str:
+        """``count``: count requests into this file (fuse_floor.py --count)."""
+        extra = ["--count", count] if count else []
         if self.work:  # a new directory each mount: its creates go to fresh names
             self.mounts += 1
-            extra = ["--work", os.path.join(self.base, f"work{self.mounts}")]
+            extra += ["--work", os.path.join(self.base, f"work{self.mounts}")]
         from gravfs.fuse.launch import tune_readahead
         from gravfs.fuse.options import MountOptions, parse
         options = ",".join(sorted(parse([]).fuse))  # a gravfs mount's: default_permissions
@@ -595,7 +696,7 @@ class Rclone:
 
 # -- measurement ---------------------------------------------------------------------------
 
-GROUPS = {"read", "write", "stat", "create", "ls", "spark", "scale"}  # what --only may name
+GROUPS = {"read", "write", "stat", "create", "ls", "spark", "requests", "scale"}  # --only's
 
 
 def wanted(a, group: str) -> bool:
@@ -652,7 +753,8 @@ def bench_native(a, data: dict, spark, out: dict) -> Iterator[None]:
         yield
 
 
-def bench_gravfs(a, g: Gravfs, spark, out: dict) -> Iterator[None]:
+def bench_gravfs(a, g: Gravfs, spark, out: dict, requests: dict) -> Iterator[None]:
+    """``requests``: the requests group's profile is filed here (local stores only)."""
     out.update({k: [] for k in ("read_cold_store_MBps", "read_cold_tier_MBps", "read_warm_MBps",
                                  "read_warm3_MBps", "read_warm_branch_MBps", "first_byte_ms",
                                  "streams_first_ms",
@@ -713,10 +815,16 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict) -> Iterator[None]:
             spark.measure(os.path.join(p["commit"], "parquet"), out)
         out["daemon_cpu_s"].append(g.daemon_cpu() - cpu0)
         g.umount()
+        if wanted(a, "requests") and g.name.startswith("gravfs-local"):
+            file_profiles(requests, profile_requests(
+                a, r, lambda path: os.path.join(g.mount(env={"GRAVFS_OPSTATS": path}), "branches", "main"),
+                g.umount, read_opstats, g.base, settle=lambda: writeback_seconds(g.state)))
         yield
 
 
-def bench_floor(a, fl: Floor, spark, out: dict) -> Iterator[None]:
+def bench_floor(a, fl: Floor, spark, out: dict, requests: dict) -> Iterator[None]:
+    """``requests``: the requests group's profile is filed here (on the work floor, of
+    creates only: its stats are the floor's)."""
     out.update({k: [] for k in ("read_cold_MBps", "read_warm_MBps", "read_warm3_MBps",
                                 "stat_first_per_s", "stat_per_s", "create_per_s",
                                 "readback_per_s", "ls_l_s", "write_MBps", "write_close_s",
@@ -742,6 +850,11 @@ def bench_floor(a, fl: Floor, spark, out: dict) -> Iterator[None]:
         if spark and wanted(a, "spark") and "spark" in fl.groups:
             spark.measure(os.path.join(mnt, "parquet"), out)
         fl.umount()
+        if wanted(a, "requests") and not fl.s3:
+            ops = [op for op, group in (("create", "create"), ("stat_first", "stat"))
+                   if group in fl.groups]
+            file_profiles(requests, profile_requests(a, r, lambda path: fl.mount(count=path),
+                                                     fl.umount, _read_json, fl.base, ops))
         yield
 
 
@@ -1197,7 +1310,8 @@ def main() -> int:
     ap.add_argument("--spark-rows", type=int, default=4_000_000)
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--only", default="",
-                    help="comma-separated groups to measure: read,write,stat,create,ls,spark,scale (default all; scale needs --scale)")
+                    help="comma-separated groups to measure: read,write,stat,create,ls,spark,requests,"
+                         "scale (default all; scale needs --scale)")
     ap.add_argument("--slow-once", action="store_true",
                     help="creates and ls -l only in the first run (minutes each through a mount)")
     ap.add_argument("--scale", default="",
@@ -1238,6 +1352,7 @@ def main() -> int:
         data[k] = os.path.join(data["base"], k)
     os.makedirs(data["base"])
     results: dict = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "params": vars(a), "targets": {},
+                     "requests": {},
                      "drop_caches": drop_caches(), "nproc": os.cpu_count(), "host": host()}
     spark = server = None
     mounts = []
@@ -1279,7 +1394,8 @@ def main() -> int:
                            options)
                 mounts.append(g)
                 g.setup(data["big"], data["small"], spark_local, a.list_entries)
-                runs[name] = bench_gravfs(a, g, spark, out.setdefault(name, {}))
+                runs[name] = bench_gravfs(a, g, spark, out.setdefault(name, {}),
+                                          results["requests"].setdefault(name, {}))
         if {"gravfs-s3", "rclone-s3", "s3-get-floor", "pyfuse3-work-floor-s3"} & set(targets):
             sys.path.insert(0, os.path.join(ROOT, "tests"))
             from s3server import SeaweedServer, find_weed
@@ -1298,7 +1414,7 @@ def main() -> int:
                            os.path.join(base, "gs"), s3env)
                 mounts.append(g)
                 g.setup(data["big"], data["small"], spark_local, a.list_entries)
-                runs["gravfs-s3"] = bench_gravfs(a, g, spark, out.setdefault("gravfs-s3", {}))
+                runs["gravfs-s3"] = bench_gravfs(a, g, spark, out.setdefault("gravfs-s3", {}), {})
             if "rclone-s3" in targets:
                 print("rclone-s3: setup ...", flush=True)
                 rc = Rclone(os.path.join(base, "rc"), server.endpoint_url, server.bucket,
@@ -1311,7 +1427,8 @@ def main() -> int:
                                                       out.setdefault("s3-get-floor", {}))
         for name, floor in floors.items():
             mounts.append(floor)
-            runs[name] = bench_floor(a, floor, spark, out.setdefault(name, {}))
+            runs[name] = bench_floor(a, floor, spark, out.setdefault(name, {}),
+                                     results["requests"].setdefault(name, {}))
         take_turns(a.runs, runs, out, tolerated=floors)
     except BaseException as exc:
         results["error"] = repr(exc)
@@ -1341,7 +1458,12 @@ def main() -> int:
     print(f"host: {h['cpu'] or 'CPU unknown'}, kernel {h['kernel']}, Python {h['python']} "
           f"(fixed loop {h['python_loop_ms']} ms before, {h['python_loop_ms_after']} ms after), "
           + ", ".join(f"{k} {v}" for k, v in h["packages"].items()))
+    results["requests_runs"] = {t: r for t, r in results["requests"].items() if r}
+    results["requests"] = {t: {op: median_profile(runs) for op, runs in r.items()}
+                           for t, r in results["requests_runs"].items()}
     print(table(results))
+    if results["requests"]:
+        print(requests_table(results))
     if results.get("scale"):
         print(scale_table(results["scale"]))
     print(f"results: {path}")

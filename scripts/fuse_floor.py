@@ -46,7 +46,13 @@ SST reader in Python.
                           [--work DIR --big-sha256 HEX
                            (--big-file PATH | --big-s3-endpoint URL --big-s3-bucket B --big-s3-key K
                             [--objects MANIFEST])]
-                          [--lake-db DIR]
+                          [--lake-db DIR] [--count FILE]
+
+With ``--count FILE`` each request type's calls and its handler's time (from entering
+the handler to its answer) are counted and written to FILE as JSON at unmount, in the
+form of the gravfs daemon's ``GRAVFS_OPSTATS`` table: bench_mount's requests group
+compares a create's and a first stat's requests with gravfs's. Counting adds a clock
+read and a dictionary update to each request, so the timed groups run without it.
 
 Runs in the foreground until unmounted (fusermount3 -u MOUNTPOINT).
 """
@@ -55,7 +61,9 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import hashlib
+import inspect
 import json
 import os
 import stat
@@ -671,6 +679,33 @@ class WorkFloorFS(FloorFS):
         return await self.big.read(off, size)
 
 
+def count_requests(fs: pyfuse3.Operations) -> dict[str, list]:
+    """Wrap the request handlers fs's classes define (pyfuse3's defaults, which answer
+    ENOSYS, stay as they are) so that each counts its calls and handler time:
+    {name: [calls, seconds]}, filled as requests come."""
+    counts: dict[str, list] = {}
+    for cls in type(fs).__mro__:
+        if cls is pyfuse3.Operations:
+            break
+        for name, fn in vars(cls).items():
+            if name not in counts and not name.startswith("_") and inspect.iscoroutinefunction(fn):
+                counts[name] = [0, 0.0]
+                setattr(fs, name, _counted(getattr(fs, name), counts[name]))
+    return counts
+
+
+def _counted(handler, cell: list):
+    @functools.wraps(handler)
+    async def counted(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return await handler(*args, **kwargs)
+        finally:
+            cell[0] += 1
+            cell[1] += time.perf_counter() - t
+    return counted
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mountpoint")
@@ -695,6 +730,8 @@ def main() -> None:
     ap.add_argument("--objects", metavar="MANIFEST",
                     help="with --big-s3-*: parquet/, files of the same bucket named in this JSON "
                          "list of {name, key, size, sha256}, each checked as big is")
+    ap.add_argument("--count", metavar="FILE",
+                    help="count each request type's calls and handler time; JSON to FILE at unmount")
     a = ap.parse_args()
     if not os.path.isdir(a.mountpoint):
         ap.error(f"{a.mountpoint}: not a directory")
@@ -734,6 +771,7 @@ def main() -> None:
     else:
         fs = FloorFS(a.small, a.many, a.big_mb, a.lake)
     options = {"fsname=fusefloor", "subtype=fusefloor"} | {o for o in a.options.split(",") if o}
+    counts = count_requests(fs) if a.count else None
     try:
         pyfuse3.init(fs, a.mountpoint, options)
     except RuntimeError as exc:
@@ -742,6 +780,9 @@ def main() -> None:
         trio.run(lambda: pyfuse3.main(min_tasks=4, max_tasks=64))  # as gravfs
     finally:
         pyfuse3.close(unmount=True)
+        if counts is not None:
+            with open(a.count, "w") as f:
+                json.dump({k: v for k, v in counts.items() if v[0]}, f, indent=1, sort_keys=True)
 
 
 if __name__ == "__main__":

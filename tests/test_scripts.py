@@ -6,11 +6,15 @@ figures are wanted."""
 from __future__ import annotations
 
 import glob
+import importlib.util
+import json
 import os
 import subprocess
 import sys
 
 import pytest
+
+from tests.fuse_util import *  # noqa: F401,F403 (gravfs_mount, fuse_available, wait_for)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "scripts", "bench_*.py"))) + [
@@ -28,3 +32,63 @@ def test_a_benchmark_script_imports_and_answers_help(script):
                          cwd=ROOT, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("usage: " + os.path.basename(script)), res.stdout[:200]
+
+
+def _bench_mount():
+    spec = importlib.util.spec_from_file_location(
+        "bench_mount", os.path.join(ROOT, "scripts", "bench_mount.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.fuse
+def test_the_floor_counts_each_request_type(tmp_path):
+    """fuse_floor.py --count: what bench_mount's requests group compares gravfs with."""
+    if not fuse_available():
+        pytest.fail("/dev/fuse is not usable: this test needs a real FUSE mount")
+    mnt, counts = tmp_path / "mnt", tmp_path / "counts.json"
+    mnt.mkdir()
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "fuse_floor.py"), str(mnt),
+                             "-o", "default_permissions", "--small", "3", "--many", "1",
+                             "--big-mb", "1", "--count", str(counts)])
+    try:
+        wait_for(lambda: os.path.ismount(mnt) or proc.poll() is not None, timeout=60)
+        assert os.path.ismount(mnt), f"the floor exited ({proc.returncode}) before mounting"
+        with open(mnt / "new", "wb") as f:
+            f.write(b"x" * 4096)
+        for i in range(3):
+            assert os.stat(mnt / "small" / f"f{i:06d}").st_size == 100
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        proc.wait(timeout=30)
+    with open(counts) as f:
+        got = json.load(f)
+    assert {k: got[k][0] for k in ("create", "write", "release")} == {
+        "create": 1, "write": 1, "release": 1}
+    assert got["lookup"][0] >= 5  # new (not there yet), small, its three files
+    assert all(n > 0 and 0 <= t < 60 for n, t in got.values())  # handlers never asked: absent
+    assert "readdir" not in got
+
+
+def test_bench_mount_reads_the_daemons_request_table(gravfs_mount, tmp_path):
+    """The requests group reads GRAVFS_OPSTATS as the daemon writes it: the handlers'
+    rows, not the timers inside them (dotted names)."""
+    m = gravfs_mount
+    m.umount()
+    stats = str(tmp_path / "opstats")
+    m.env["GRAVFS_OPSTATS"] = stats
+    m.mount()
+    with open(m.branch_path("new"), "wb") as f:
+        f.write(b"x" * 4096)
+    m.umount()  # writes the table
+    bench = _bench_mount()
+    counts = bench.read_opstats(stats)
+    assert counts["create"][0] == 1 and counts["write"][0] == 1 and counts["flush"][0] >= 1
+    assert not [k for k in counts if "." in k]
+    assert any("." in line.split()[0] for line in open(stats).read().splitlines()[1:]), \
+        "the daemon's table has timers inside handlers too (stage.inline): this skips them"
+    profile = bench.request_profile(counts, 2, 0.004)
+    assert profile["op_us"] == 2000
+    assert profile["requests"]["create"] == 0.5
+    assert profile["handler_us"]["create"] == pytest.approx(counts["create"][1] / 2 * 1e6)
