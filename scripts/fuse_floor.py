@@ -735,6 +735,8 @@ def main() -> None:
     a = ap.parse_args()
     if not os.path.isdir(a.mountpoint):
         ap.error(f"{a.mountpoint}: not a directory")
+    if a.count and not os.path.isdir(os.path.dirname(os.path.abspath(a.count))):
+        ap.error(f"--count {a.count}: no such directory to write it in")  # not at unmount
     s3 = (a.big_s3_endpoint, a.big_s3_bucket, a.big_s3_key)
     if a.objects and not a.work:
         ap.error("--objects goes with --work and the --big-s3-* options")
