@@ -1446,6 +1446,9 @@ def main() -> int:
         shutil.rmtree(base, ignore_errors=True)
 
     results["medians"] = {t: {k: median(v) for k, v in r.items()} for t, r in results["targets"].items()}
+    results["requests_runs"] = {t: r for t, r in results["requests"].items() if r}
+    results["requests"] = {t: {op: median_profile(runs) for op, runs in r.items()}
+                           for t, r in results["requests_runs"].items()}
     results["host"]["python_loop_ms_after"] = python_loop_ms()  # the host's speed may drift
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, f"mount-{time.strftime('%Y%m%d-%H%M%S')}{'-quick' if q else ''}.json")
@@ -1458,9 +1461,6 @@ def main() -> int:
     print(f"host: {h['cpu'] or 'CPU unknown'}, kernel {h['kernel']}, Python {h['python']} "
           f"(fixed loop {h['python_loop_ms']} ms before, {h['python_loop_ms_after']} ms after), "
           + ", ".join(f"{k} {v}" for k, v in h["packages"].items()))
-    results["requests_runs"] = {t: r for t, r in results["requests"].items() if r}
-    results["requests"] = {t: {op: median_profile(runs) for op, runs in r.items()}
-                           for t, r in results["requests_runs"].items()}
     print(table(results))
     if results["requests"]:
         print(requests_table(results))
