@@ -307,11 +307,6 @@ def read_back_rate(d: str) -> float:
     return len(names) / (time.perf_counter() - t)
 
 
-def first_stat_names(n: int) -> list[str]:
-    """The small tree's names (make_small_tree's), known without listing the directory."""
-    return [f"f{i:06d}" for i in range(n)]
-
-
 def request_profile(counts: dict[str, list], ops: int, seconds: float) -> dict:
     """An operation's time and, per request type, its calls and handler time per
     operation, from counts {handler: [calls, seconds]} over ``ops`` operations."""
@@ -348,7 +343,7 @@ def profile_requests(a, r: int, mount, umount, counts, top: str, ops=("create", 
     work = {"create": lambda d: (a.creates, a.creates / create_rate(os.path.join(d, f"profiled{r}"),
                                                                     a.creates)),
             "stat_first": lambda d: (a.stats, a.stats / stat_rate(
-                [os.path.join(d, "small", n) for n in first_stat_names(a.stats)]))}
+                [os.path.join(d, "small", n) for n in small_names(a.stats)]))}
     out = {}
     for op in ops:
         path = os.path.join(top, f"requests-{op}.txt")
@@ -419,10 +414,15 @@ def ls_l_seconds(d: str) -> float:
     return time.perf_counter() - t
 
 
+def small_names(n: int) -> list[str]:
+    """The names of make_small_tree's files (known without listing the directory)."""
+    return [f"f{i:06d}" for i in range(n)]
+
+
 def make_small_tree(d: str, n: int) -> None:
     os.makedirs(d, exist_ok=True)
-    for i in range(n):
-        with open(os.path.join(d, f"f{i:06d}"), "wb") as f:
+    for name in small_names(n):
+        with open(os.path.join(d, name), "wb") as f:
             f.write(b"x" * 100)
 
 
@@ -838,7 +838,7 @@ def bench_floor(a, fl: Floor, spark, out: dict, requests: dict) -> Iterator[None
         if wanted(a, "write") and "write" in fl.groups:
             write_then_close(os.path.join(mnt, f"written{r}"), a.big_mb, out)
         if wanted(a, "stat") and "stat" in fl.groups:
-            smalls = [os.path.join(mnt, "small", f"f{i:06d}") for i in range(a.stats)]
+            smalls = [os.path.join(mnt, "small", n) for n in small_names(a.stats)]
             out["stat_first_per_s"].append(stat_rate(smalls))  # not listed: a lookup each
             out["stat_per_s"].append(stat_rate(smalls, 3.0))
         if r == 0 or not a.slow_once:

@@ -42,6 +42,19 @@ def drop_pages(path: str) -> None:
         os.close(fd)
 
 
+def answers_after_drops(path: str, probe, times: int = 20) -> list:
+    """probe()'s answers, each right after the file's pages were dropped. A read that
+    must not wait (RWF_NOWAIT) misses then, but its miss starts the kernel's read-ahead,
+    which a fast disk can finish before the kernel looks again, and then the read gets
+    the bytes: a caller asserts a miss among the answers, not in each, and that every
+    answer given is right."""
+    answers = []
+    for _ in range(times):
+        drop_pages(path)
+        answers.append(probe())
+    return answers
+
+
 def _resident_pages(fd: int) -> int:
     """Pages of the file in the page cache, by mincore(2) of a mapping (which reads none)."""
     size = os.fstat(fd).st_size

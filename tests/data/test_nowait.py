@@ -7,7 +7,7 @@ import os
 import pytest
 
 from gravfs.data import nowait
-from tests.pages_util import NO_CACHED_OPENS, cached_opens_work, drop_pages, pages_droppable
+from tests.pages_util import NO_CACHED_OPENS, answers_after_drops, cached_opens_work, pages_droppable
 
 
 def test_a_cached_file_opens_and_reads_without_waiting(tmp_path):
@@ -24,12 +24,7 @@ def test_a_cached_file_opens_and_reads_without_waiting(tmp_path):
         assert nowait.pread_cached(fd, 100, len(data) - 50) is None  # short: not an answer
         if not pages_droppable(str(path)):
             pytest.skip("tmpfs pages are its storage: none to drop")
-        # a dropped page is a miss; the kernel may start reading it ahead meanwhile,
-        # and a fast disk can finish before the check (then the bytes are right)
-        answers = []
-        for _ in range(20):
-            drop_pages(str(path))
-            answers.append(nowait.pread_cached(fd, 4096, 0))
+        answers = answers_after_drops(str(path), lambda: nowait.pread_cached(fd, 4096, 0))
         assert None in answers  # would wait for the disk
         assert all(bytes(a) == data[:4096] for a in answers if a is not None)
         assert os.pread(fd, 4096, 0) == data[:4096]  # (the blocking read still works)
