@@ -435,13 +435,16 @@ def test_a_chunk_evicted_before_the_hash_reached_it_is_fetched_again(s3_repo):
 
     def settle(address, size, v, refetch=False):
         held["on"] = False
-        assert v.next == 1 and (address, 1) not in reader._chunks  # evicted unhashed
+        # evicted unhashed: chunk 1, or chunk 0 when the hash fell behind the reads (a
+        # CPU without SHA extensions hashes 4 MiB slower than loopback S3 sends it)
+        held["at"] = v.next
+        assert v.next <= 1 and (address, v.next) not in reader._chunks
         return real_settle(address, size, v, refetch)
 
     reader._chunks.peek, reader._feed, reader._settle = peek_hiding_chunk_1, feed_without_chunk_1, settle
     try:
         assert _read_whole(reader, good_address, len(good), step=512 * 1024) == good
-        assert held["stalled"] > 0, reader.stats
+        assert held["stalled"] > 0 or held["at"] == 0, reader.stats
         assert repo.tier.load_sums(good_address, len(good)) is not None
         held["on"] = True
         with pytest.raises(CorruptDataError):
