@@ -1340,6 +1340,9 @@ def main() -> int:
     a.creates = a.creates or (1000 if q else 10000)
     a.list_entries = a.list_entries or (10000 if q else 100000)
     a.stats = a.stats or (2000 if q else 10000)
+    for name in ("creates", "stats", "list_entries", "big_mb"):
+        if getattr(a, name) < 1:  # nothing measured, or a division by zero in the profiles
+            ap.error(f"--{name.replace('_', '-')}: at least 1 (got {getattr(a, name)})")
     use_spark = not (a.no_spark or q) and wanted(a, "spark")
     targets = a.targets.split(",")
     unknown = sorted(set(targets) - set(TARGETS))
