@@ -19,8 +19,8 @@ from typing import Optional
 
 from gravfs import __version__
 from gravfs.data.external import is_external
-from gravfs.errors import GravfsError
-from gravfs.fs.paths import display, escape_key, show
+from gravfs.errors import GravfsError, NotFoundError
+from gravfs.fs.paths import display, escape_key, show, to_key
 from gravfs.quoting import quote
 
 log = logging.getLogger("gravfs.cli")
@@ -166,10 +166,13 @@ def cmd_put(args) -> int:
     if args.local == "-":
         e = repo.write_file(branch, path, sys.stdin.buffer)
     else:
+        if not os.path.exists(args.local):  # (a dangling link too, as open(2) finds it)
+            raise NotFoundError(f"{_typed(args.local)}: no such file or directory")
         if not os.path.isfile(args.local):
             raise GravfsError(f"{_typed(args.local)}: not a regular file")
         e = repo.write_file(branch, path, args.local, mode=os.stat(args.local).st_mode)
-    print(f"Staged {branch}:{_typed(path)} ({e.size} bytes)")
+    # the key as stored: "a//b" and "/a" name a/b and a
+    print(f"Staged {branch}:{show(to_key(path), directory=False)} ({e.size} bytes)")
     return 0
 
 

@@ -90,7 +90,8 @@ def test_full_workflow(cli, tmp_path):
     (("branch", "create", "main"), 3, "already exists"),
     (("commit", "main", "-m", "x"), 1, "nothing to commit"),
     (("merge", "main", "main"), 1, "already merged"),
-    (("put", "/no/such/file", "main:x"), 1, "not a regular file"),
+    (("put", "/no/such/file", "main:x"), 2, "/no/such/file: no such file or directory"),
+    (("put", "/", "main:x"), 1, "/: not a regular file"),
     (("log", "main~5"), 2, "main~5: history of main has only 1 commit"),
 ])
 def test_errors_are_one_line(cli, args, code, needle):
@@ -179,6 +180,15 @@ def test_names_cannot_forge_lines_of_status_diff_ls_and_errors(cli, tmp_path):
     assert rc == 2 and err.count("\n") == 1 and '"nope\\nline two"' in err
     _, out, _ = cli("put", str(tmp_path / "f"), "main:new\nname")
     assert out.count("\n") == 1 and '"new\\nname"' in out
+
+
+def test_put_says_the_path_it_staged(cli, tmp_path):
+    """Repeated and leading slashes name the same key, and the message shows that key."""
+    (tmp_path / "f").write_text("x")
+    _, out, _ = cli("put", str(tmp_path / "f"), "main:/a//b.txt")
+    assert out.strip() == "Staged main:a/b.txt (1 bytes)"
+    _, out, _ = cli("ls", "main:a")
+    assert out.split()[-1] == "b.txt"
 
 
 def test_merge_conflict_names_are_quoted(cli, tmp_path):
