@@ -92,6 +92,7 @@ def test_full_workflow(cli, tmp_path):
     (("merge", "main", "main"), 1, "already merged"),
     (("put", "/no/such/file", "main:x"), 2, "/no/such/file: no such file or directory"),
     (("put", "/", "main:x"), 1, "/: not a regular file"),
+    (("compact", "nosuch"), 2, "branch 'nosuch' not found"),
     (("log", "main~5"), 2, "main~5: history of main has only 1 commit"),
 ])
 def test_errors_are_one_line(cli, args, code, needle):

@@ -311,6 +311,12 @@ def test_compaction_keeps_view_and_commits(repo):
     assert repo.staging.get_state("main").compacted is None
 
 
+def test_compaction_of_a_missing_branch_is_refused(repo):
+    with pytest.raises(NotFoundError, match="branch 'nosuch' not found"):
+        compact(repo, "nosuch")
+    assert repo.staging.stored_state("nosuch") is None  # no staging state left for it
+
+
 def test_streams_large_file_without_loading(repo, tmp_path):
     big = tmp_path / "big"
     with open(big, "wb") as f:
