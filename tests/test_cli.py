@@ -93,6 +93,9 @@ def test_full_workflow(cli, tmp_path):
     (("put", "/no/such/file", "main:x"), 2, "/no/such/file: no such file or directory"),
     (("put", "/", "main:x"), 1, "/: not a regular file"),
     (("compact", "nosuch"), 2, "branch 'nosuch' not found"),
+    (("import", "/no/such/dir", "main:x"), 2, "/no/such/dir: no such file or directory"),
+    (("import", "/etc/hostname", "main:x"), 1, "/etc/hostname: not a directory"),
+    (("cat", "main:"), 1, "/: is a directory"),
     (("log", "main~5"), 2, "main~5: history of main has only 1 commit"),
 ])
 def test_errors_are_one_line(cli, args, code, needle):

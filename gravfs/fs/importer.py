@@ -28,7 +28,7 @@ from gravfs.fs.entry import (ADDRESS_FULL, KIND_DIRECTORY, KIND_FILE, KIND_SYMLI
 from gravfs.version.committed.record import decode_value
 from gravfs.version.committed.manager import EMPTY_METARANGE_ID
 from gravfs.version.committer import Committer, NothingToCommitError
-from gravfs.errors import CorruptDataError, GravfsError
+from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
 from gravfs.faults import crash_point
 from gravfs.data.objects import DataObjects
 from gravfs.fs.paths import to_key
@@ -193,6 +193,8 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
     commit it (see the module doc). ``by_reference``: files are not copied; entries
     carry their ``file://`` address, size, mtime and a tag (read from the source,
     which must then stay in place and unchanged)."""
+    if not os.path.exists(src):
+        raise NotFoundError(f"{src}: no such file or directory")
     if not os.path.isdir(src):
         raise GravfsError(f"{src}: not a directory")
     head = repo.head(branch, fresh=True)  # fails early on a missing branch
