@@ -186,6 +186,14 @@ def _same_file(raw: Optional[bytes], st: os.stat_result) -> Optional[EntryInfo]:
     return None
 
 
+def check_source(src: str) -> None:
+    """An import's local source must be a directory: say which way it is not."""
+    if not os.path.exists(src):
+        raise NotFoundError(f"{src}: no such file or directory")
+    if not os.path.isdir(src):
+        raise GravfsError(f"{src}: not a directory")
+
+
 def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional[str] = None,
                 progress: bool = True, workers: int = 8, include_staged: bool = False,
                 by_reference: bool = False) -> ImportResult:
@@ -193,10 +201,7 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
     commit it (see the module doc). ``by_reference``: files are not copied; entries
     carry their ``file://`` address, size, mtime and a tag (read from the source,
     which must then stay in place and unchanged)."""
-    if not os.path.exists(src):
-        raise NotFoundError(f"{src}: no such file or directory")
-    if not os.path.isdir(src):
-        raise GravfsError(f"{src}: not a directory")
+    check_source(src)
     head = repo.head(branch, fresh=True)  # fails early on a missing branch
     committer = Committer(repo)
     with committer.branch_lock(branch):  # an import whose commit was cut short is finished

@@ -31,7 +31,7 @@ from typing import Iterator, Optional
 
 from gravfs.errors import GravfsError
 from gravfs.fs.entry import encode_entry, entry_identity
-from gravfs.fs.importer import entry_of, scan
+from gravfs.fs.importer import check_source, entry_of, scan
 from gravfs.fs.paths import show, to_key
 from gravfs.fs.repository import Repository
 from gravfs.spark.progress import counter
@@ -154,8 +154,7 @@ class TreeSource:
         self._listed: Optional[list[tuple[str, bool]]] = None
 
     def check(self) -> None:
-        if not os.path.isdir(self.src):
-            raise GravfsError(f"{self.src}: not a directory")
+        check_source(self.src)
 
     def _units(self, sc) -> list[tuple[str, bool]]:
         if self._listed is None:

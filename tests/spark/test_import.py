@@ -124,8 +124,11 @@ def test_bad_input_commits_nothing(spark, repo, tmp_path, tree):
     head = repo.head("main", fresh=True)
     with pytest.raises(NotFoundError, match="branch 'nosuch' not found"):
         import_tree(spark, repo, src, "nosuch")
-    with pytest.raises(GravfsError, match="not a directory"):
+    with pytest.raises(NotFoundError, match="missing: no such file or directory"):
         import_tree(spark, repo, str(tmp_path / "missing"), "main")
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(GravfsError, match="a-file: not a directory"):
+        import_tree(spark, repo, str(tmp_path / "a-file"), "main")
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(GravfsError, match="nothing to commit"):

@@ -101,7 +101,8 @@ def test_bad_inputs_fail_before_spark(env, tmp_path):
     store, state, src = env
     cases = [
         (["spark", "import", src, "nosuch"], "gravfs: branch 'nosuch' not found"),
-        (["spark", "import", str(tmp_path / "missing"), "main"], "not a directory"),
+        (["spark", "import", str(tmp_path / "missing"), "main"], "missing: no such file or directory"),
+        (["spark", "import", "/etc/hostname", "main"], "/etc/hostname: not a directory"),
         (["spark", "import", src, "main", "--conf", "novalue"], "--conf needs KEY=VALUE"),
         (["spark", "import", src, "main", "--partitions", "0"], "--partitions must be at least 1"),
         (["-s", str(tmp_path / "nostore"), "spark", "import", src, "main"], "no gravfs repository"),
