@@ -41,6 +41,10 @@ def _open(url: str) -> ObjectStore:
         from gravfs.store.s3 import S3Store
 
         parsed = urlparse(url)
+        if "?" in url or "#" in url:  # urlparse would drop them, and the endpoint with them
+            raise GravfsError(f"store URL {url!r} has a '?' or '#': an S3 store URL takes no "
+                              "options (the endpoint comes from GRAVFS_S3_ENDPOINT, "
+                              "AWS_ENDPOINT_URL or the mount option s3_endpoint)")
         if not parsed.netloc:
             raise GravfsError(f"store URL {url!r} has no bucket (expected s3://BUCKET/PREFIX)")
         return S3Store(parsed.netloc, parsed.path.strip("/"))

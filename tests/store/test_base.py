@@ -375,6 +375,10 @@ def test_open_store_urls(tmp_path, monkeypatch):
     for bad in ["gs://b/p", "http://x", "s3:///p", ""]:
         with pytest.raises(GravfsError):
             open_store(bad)
+    # options in the URL would be dropped, and an endpoint with them (off to AWS)
+    for bad in ["s3://b/p?endpoint=http://127.0.0.1:8333", "s3://b/p#x"]:
+        with pytest.raises(GravfsError, match="takes no options"):
+            open_store(bad)
 
 
 def test_stores_pickle(store):
