@@ -101,6 +101,12 @@ def parse(opts: list[str]) -> MountOptions:
     return out
 
 
+# Options whose zero would break the mount: no worker thread (every request that needs
+# one would wait forever), no S3 attempt, a timeout already passed.
+POSITIVE = frozenset({"threads", "s3_max_attempts", "s3_connect_timeout", "s3_read_timeout",
+                      "s3_timeout"})
+
+
 def _number(name: str, value: str, kind):
     try:
         v = kind(value)
@@ -108,4 +114,6 @@ def _number(name: str, value: str, kind):
         raise GravfsError(f"mount option {name}={value!r}: not a number") from None
     if v < 0:
         raise GravfsError(f"mount option {name}={value!r}: must not be negative")
+    if v == 0 and name in POSITIVE:
+        raise GravfsError(f"mount option {name}={value!r}: must be more than 0")
     return v

@@ -20,6 +20,9 @@ def test_numbers_and_flags():
     ("meta_cache_mb=lots", "not a number"),
     ("meta_cache_mb=-1", "must not be negative"),
     ("spin_us=short", "not a number"),
+    ("threads=0", "must be more than 0"),  # no worker thread: the mount hung on first use
+    ("s3_max_attempts=0", "must be more than 0"),
+    ("s3_timeout=0", "must be more than 0"),
     ("meta_cache_mb", "unknown mount option"),
     ("bogus=1", "unknown mount option"),
 ])
