@@ -21,6 +21,7 @@ from gravfs import __version__
 from gravfs.data.external import is_external
 from gravfs.errors import GravfsError, NotFoundError
 from gravfs.fs.paths import display, escape_key, show, to_key
+from gravfs.keyvalue import parse_pairs
 from gravfs.quoting import quote
 
 log = logging.getLogger("gravfs.cli")
@@ -276,7 +277,7 @@ def cmd_status(args) -> int:
 
 def cmd_commit(args) -> int:
     repo = _repo(args)
-    meta = dict(kv.split("=", 1) for kv in args.meta or [])
+    meta = dict(parse_pairs(args.meta or [], "--meta"))
     c = repo.commit(args.branch, args.message, author=args.author, metadata=meta)
     print(f"Committed {_short(c.id)} on {args.branch}: {c.message}")
     return 0

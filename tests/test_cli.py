@@ -96,6 +96,8 @@ def test_full_workflow(cli, tmp_path):
     (("import", "/no/such/dir", "main:x"), 2, "/no/such/dir: no such file or directory"),
     (("import", "/etc/hostname", "main:x"), 1, "/etc/hostname: not a directory"),
     (("cat", "main:"), 1, "/: is a directory"),
+    (("commit", "main", "-m", "x", "--meta", "foo"), 1, "--meta needs KEY=VALUE, got 'foo'"),
+    (("commit", "main", "-m", "x", "--meta", "=v"), 1, "--meta needs KEY=VALUE, got '=v'"),
     (("log", "main~5"), 2, "main~5: history of main has only 1 commit"),
 ])
 def test_errors_are_one_line(cli, args, code, needle):

@@ -22,6 +22,7 @@ from typing import Iterable, Optional
 
 import gravfs
 from gravfs.errors import GravfsError
+from gravfs.keyvalue import parse_pairs
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +39,7 @@ class SparkJobError(GravfsError):
 
 def parse_conf(items: Iterable[str]) -> list[tuple[str, str]]:
     """``K=V`` strings (as given to --conf) -> pairs; a malformed one is a GravfsError."""
-    out = []
-    for item in items:
-        k, sep, v = item.partition("=")
-        if not sep or not k.strip():
-            raise GravfsError(f"--conf needs KEY=VALUE, got {item!r}")
-        out.append((k.strip(), v))
-    return out
+    return parse_pairs(items, "--conf")
 
 
 def is_local(master: str) -> bool:

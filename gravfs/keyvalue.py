@@ -1,0 +1,19 @@
+"""``KEY=VALUE`` arguments of the command line (commit metadata, Spark settings)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from gravfs.errors import GravfsError
+
+
+def parse_pairs(items: Iterable[str], flag: str) -> list[tuple[str, str]]:
+    """``K=V`` strings, as given to ``flag``, as (key, value) pairs; a string without
+    '=' or with an empty key is a GravfsError naming the flag (not a dict's ValueError)."""
+    out = []
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise GravfsError(f"{flag} needs KEY=VALUE, got {item!r}")
+        out.append((k.strip(), v))
+    return out
