@@ -284,6 +284,8 @@ def cmd_commit(args) -> int:
 
 
 def cmd_log(args) -> int:
+    if args.n is not None and args.n < 0:
+        raise GravfsError(f"-n must not be negative, got {args.n}")
     repo = _repo(args)
     if args.paths:
         return _log_path(args, repo)

@@ -99,6 +99,7 @@ def test_full_workflow(cli, tmp_path):
     (("commit", "main", "-m", "x", "--meta", "foo"), 1, "--meta needs KEY=VALUE, got 'foo'"),
     (("commit", "main", "-m", "x", "--meta", "=v"), 1, "--meta needs KEY=VALUE, got '=v'"),
     (("log", "main~5"), 2, "main~5: history of main has only 1 commit"),
+    (("log", "main", "-n", "-1"), 1, "-n must not be negative, got -1"),
 ])
 def test_errors_are_one_line(cli, args, code, needle):
     rc, out, err = cli(*args, check=False)
