@@ -87,8 +87,12 @@ def mount(args) -> int:
     return _spawn(cfg)
 
 
-def _mount_device(mountpoint: str) -> Optional[str]:
-    """The "major:minor" of what is mounted at mountpoint (from mountinfo: no FUSE request)."""
+FSTYPE = "fuse.gravfs"  # the daemon mounts with subtype=gravfs
+
+
+def _mount_entry(mountpoint: str) -> Optional[tuple[str, str]]:
+    """("major:minor", filesystem type) of what is mounted at mountpoint, from
+    mountinfo (no FUSE request)."""
     found = None
     try:
         with open("/proc/self/mountinfo") as f:
@@ -96,14 +100,33 @@ def _mount_device(mountpoint: str) -> Optional[str]:
                 fields = line.split()
                 where = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
                 if where == mountpoint:
-                    found = fields[2]  # the last one is on top
+                    # the type follows the "-" that ends the optional fields; the last
+                    # mount at a place is the one on top
+                    found = (fields[2], fields[fields.index("-", 6) + 1])
     except OSError:
         pass
     return found
 
 
+def _mount_device(mountpoint: str) -> Optional[str]:
+    """The "major:minor" of what is mounted at mountpoint."""
+    entry = _mount_entry(mountpoint)
+    return entry[0] if entry else None
+
+
 def _mounted_at(mountpoint: str) -> bool:
-    return _mount_device(mountpoint) is not None
+    return _mount_entry(mountpoint) is not None
+
+
+def _gravfs_mount(mountpoint: str) -> None:
+    """Refuse to unmount what gravfs did not mount: run as root, fusermount would
+    unmount any filesystem (a data disk, a tmpfs) named by mistake."""
+    entry = _mount_entry(mountpoint)
+    if entry is None:
+        raise GravfsError(f"{mountpoint} is not mounted")
+    if entry[1] != FSTYPE:
+        raise GravfsError(f"{mountpoint} is not a gravfs mount (it is {entry[1]}): "
+                          f"left mounted")
 
 
 def tune_readahead(mountpoint: str, kb: int) -> None:
@@ -122,8 +145,10 @@ def tune_readahead(mountpoint: str, kb: int) -> None:
 
 
 def _clear_stale_mount(mountpoint: str) -> None:
-    """A daemon that died (kill -9, crash) leaves a dead mount: unmount it lazily."""
-    if not _mounted_at(mountpoint):
+    """A daemon that died (kill -9, crash) leaves a dead mount: unmount it lazily
+    (only gravfs's: another filesystem there is the user's to deal with)."""
+    entry = _mount_entry(mountpoint)
+    if entry is None or entry[1] != FSTYPE:
         return
     try:
         _ask_pid(mountpoint)
@@ -685,8 +710,7 @@ def umount(args) -> int:
     ``--force``: abort the mount's FUSE connection first (a daemon that no longer
     answers: see _ask_pid)."""
     mountpoint = os.path.abspath(args.mountpoint)
-    if not _mounted_at(mountpoint):
-        raise GravfsError(f"{mountpoint} is not mounted")
+    _gravfs_mount(mountpoint)
     if getattr(args, "force", False):
         _abort_connection(mountpoint)
         _lazy_unmount(mountpoint)

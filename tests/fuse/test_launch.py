@@ -226,6 +226,26 @@ def test_mount_helper_errors(tmp_path):
     assert not os.path.ismount(m.mnt)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_umount_leaves_a_filesystem_gravfs_did_not_mount_alone(tmp_path):
+    """As root, fusermount unmounts whatever it is given: gravfs umount of a tmpfs
+    (a wrong path) unmounted it, and --force lazily."""
+    m = Mount(str(tmp_path))
+    other = tmp_path / "other"
+    other.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(other)], check=True)
+    try:
+        (other / "kept").write_text("x")
+        for args in (("umount", str(other)), ("umount", "--force", str(other))):
+            res = m.cli(*args, check=False, timeout=60)
+            assert res.returncode == 1, res
+            assert res.stderr.strip() == (f"gravfs: {other} is not a gravfs mount (it is "
+                                          f"tmpfs): left mounted"), res.stderr
+            assert os.path.ismount(other) and (other / "kept").read_text() == "x"
+    finally:
+        subprocess.run(["umount", str(other)])
+
+
 def test_sigterm_as_soon_as_the_mount_exists_unmounts_cleanly(tmp_path):
     """A SIGTERM in the first milliseconds of the mount (a service stopped as it
     starts): between the kernel's mount and the signal receiver, it killed the daemon
