@@ -13,6 +13,7 @@ import base64
 import json
 import logging
 import os
+import stat
 import sys
 from datetime import datetime, timezone
 from typing import Optional
@@ -167,11 +168,13 @@ def cmd_put(args) -> int:
     if args.local == "-":
         e = repo.write_file(branch, path, sys.stdin.buffer)
     else:
-        if not os.path.exists(args.local):  # (a dangling link too, as open(2) finds it)
-            raise NotFoundError(f"{_typed(args.local)}: no such file or directory")
-        if not os.path.isfile(args.local):
+        try:  # (a dangling link is missing too, as open(2) finds it)
+            st = os.stat(args.local)
+        except FileNotFoundError:
+            raise NotFoundError(f"{_typed(args.local)}: no such file or directory") from None
+        if not stat.S_ISREG(st.st_mode):
             raise GravfsError(f"{_typed(args.local)}: not a regular file")
-        e = repo.write_file(branch, path, args.local, mode=os.stat(args.local).st_mode)
+        e = repo.write_file(branch, path, args.local, mode=st.st_mode)
     # the key as stored: "a//b" and "/a" name a/b and a
     print(f"Staged {branch}:{show(to_key(path), directory=False)} ({e.size} bytes)")
     return 0

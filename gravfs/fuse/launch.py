@@ -114,6 +114,12 @@ def _mount_device(mountpoint: str) -> Optional[str]:
     return entry[0] if entry else None
 
 
+def _mount_type(mountpoint: str) -> Optional[str]:
+    """The filesystem type mounted at mountpoint (FSTYPE for gravfs's), or None."""
+    entry = _mount_entry(mountpoint)
+    return entry[1] if entry else None
+
+
 def _mounted_at(mountpoint: str) -> bool:
     return _mount_entry(mountpoint) is not None
 
@@ -121,12 +127,11 @@ def _mounted_at(mountpoint: str) -> bool:
 def _gravfs_mount(mountpoint: str) -> None:
     """Refuse to unmount what gravfs did not mount: run as root, fusermount would
     unmount any filesystem (a data disk, a tmpfs) named by mistake."""
-    entry = _mount_entry(mountpoint)
-    if entry is None:
+    kind = _mount_type(mountpoint)
+    if kind is None:
         raise GravfsError(f"{mountpoint} is not mounted")
-    if entry[1] != FSTYPE:
-        raise GravfsError(f"{mountpoint} is not a gravfs mount (it is {entry[1]}): "
-                          f"left mounted")
+    if kind != FSTYPE:
+        raise GravfsError(f"{mountpoint} is not a gravfs mount (it is {kind}): left mounted")
 
 
 def tune_readahead(mountpoint: str, kb: int) -> None:
@@ -147,8 +152,7 @@ def tune_readahead(mountpoint: str, kb: int) -> None:
 def _clear_stale_mount(mountpoint: str) -> None:
     """A daemon that died (kill -9, crash) leaves a dead mount: unmount it lazily
     (only gravfs's: another filesystem there is the user's to deal with)."""
-    entry = _mount_entry(mountpoint)
-    if entry is None or entry[1] != FSTYPE:
+    if _mount_type(mountpoint) != FSTYPE:
         return
     try:
         _ask_pid(mountpoint)
