@@ -67,6 +67,7 @@ class CorruptDataError(GravfsError):
                 where += f" at offset {offset}"
             where += ": "
         super().__init__(where + message)
+        self.reason = message
         self.path = path
         self.offset = offset
 

@@ -461,8 +461,10 @@ class LocalTier:
                         with self._lock:
                             self.stats.verify_failures += 1
                             self._drop_locked(entry)
-                        if attempt == 2:
-                            raise
+                        if attempt == 2:  # a fresh copy failed too: the store's is bad
+                            raise CorruptDataError(
+                                f"{key} in the store is damaged ({e.reason}); "
+                                f"a copy fetched again failed too") from e
                         log.warning("cached %s failed verification (%s); fetching it again", key, e)
                         continue
                     entry.verified = True

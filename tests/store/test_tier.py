@@ -357,7 +357,8 @@ def test_corrupt_in_store_propagates_after_one_retry(store, tmp_path):
     key = "data/ff/" + "f" * 64  # name does not match content
     store.put(key, b"not what the name says")
     tier = LocalTier(store, str(tmp_path / "cache"))
-    with pytest.raises(CorruptDataError):
+    with pytest.raises(CorruptDataError, match=f"^{key} in the store is damaged "
+                       r"\(content does not match its hash\)"):
         tier.acquire(key, verify=sha_verify())
     assert store.downloads == [key, key]
     assert not tier.cached(key)
