@@ -20,7 +20,7 @@ from typing import Optional
 
 from gravfs import __version__
 from gravfs.data.external import is_external
-from gravfs.errors import GravfsError, NotFoundError
+from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
 from gravfs.fs.paths import display, escape_key, show, to_key
 from gravfs.keyvalue import parse_pairs
 from gravfs.quoting import quote
@@ -132,12 +132,17 @@ def _ref_command(args, kind: str, create, delete, listing) -> int:
         delete(args.name)
         print(f"Deleted {kind} {args.name}")
     else:
-        rows = listing()
+        damaged: list[str] = []
+        rows = listing(damaged)
         if args.json:
             _print_json([{"name": n, "commit": c} for n, c in rows])
         else:
             for n, c in rows:
                 print(f"{n}\t{_short(c)}")
+        for why in damaged:  # the others are listed all the same
+            print(f"gravfs: {why}", file=sys.stderr)
+        if damaged:
+            return CorruptDataError.exit_code
     return 0
 
 

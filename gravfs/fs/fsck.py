@@ -85,11 +85,13 @@ class FsckReport:
 def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
     rep = FsckReport()
     starts: list[tuple[str, str]] = []
-    for name, cid in repo.heads.branches():
+    damaged: list[str] = []
+    for name, cid in repo.heads.branches(damaged):
         starts.append((f"branch {name}", cid))
-    for name, cid in repo.heads.tags():
+    for name, cid in repo.heads.tags(damaged):
         starts.append((f"tag {name}", cid))
-    rep.refs = len(starts)
+    rep.problems.extend(damaged)
+    rep.refs = len(starts) + len(damaged)
     # commits the last garbage collection expired may have lost their trees
     swept = last_sweep(repo.store)
     rep.gc_run = swept.run_id if swept else ""

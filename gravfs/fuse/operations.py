@@ -993,11 +993,13 @@ class GravfsOperations(pyfuse3.Operations):
     async def _virtual_names(self, node: Inode) -> list[bytes]:
         if node.virtual == "root":
             return list(VIRTUAL_NAMES)
-        if node.virtual == "branches":
-            rows = await self.run(self.repo.list_branches)
-            return [n.encode() for n, _ in rows]
-        if node.virtual == "tags":
-            rows = await self.run(self.repo.list_tags)
+        if node.virtual in ("branches", "tags"):
+            damaged: list[str] = []  # left out and logged; the others are listed
+            listing = self.repo.list_branches if node.virtual == "branches" else \
+                self.repo.list_tags
+            rows = await self.run(listing, damaged)
+            for why in damaged:
+                log.error("%s", why)
             return [n.encode() for n, _ in rows]
         if node.virtual == "commits":
             return [cid.encode() for cid in await self.run(self._recent_commits)]
@@ -1005,8 +1007,9 @@ class GravfsOperations(pyfuse3.Operations):
 
     def _recent_commits(self) -> list[str]:
         from gravfs.version.history import walk
-        starts = {cid for _, cid in self.repo.list_branches()}
-        starts |= {cid for _, cid in self.repo.list_tags()}
+        damaged: list[str] = []  # logged by the listing of branches/ and tags/
+        starts = {cid for _, cid in self.repo.list_branches(damaged)}
+        starts |= {cid for _, cid in self.repo.list_tags(damaged)}
         if not starts:
             return []
         return [c.id for c in walk(self.repo.commits, sorted(starts), self.settings.commits_listed)]

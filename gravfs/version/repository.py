@@ -192,9 +192,11 @@ class VersionRepository:
         cid = None
         if "/" not in ref:
             try:
-                return RefTarget(self.commits.get(self.head(ref)), ref)
+                head = self.head(ref)
             except NotFoundError:
                 pass
+            else:  # a head whose commit is missing says so, not "ref not found"
+                return RefTarget(self.commits.get(head), ref)
             cid = self.heads.tag(ref)
         if cid is None and hashing.is_hex_id(ref):
             cid = self.commits.expand(ref)
@@ -242,8 +244,10 @@ class VersionRepository:
         self.staging.write(lambda txn: self.staging.drop_branch(txn, name))
         self.forget_head(name)
 
-    def list_branches(self) -> list[tuple[str, str]]:
-        return sorted(self.heads.branches())
+    def list_branches(self, damaged: Optional[list[str]] = None) -> list[tuple[str, str]]:
+        """(name, head) sorted; a damaged head raises, or with ``damaged`` is listed
+        there (see Heads.branches)."""
+        return sorted(self.heads.branches(damaged))
 
     def create_tag(self, name: str, ref: str) -> Commit:
         c = self._resolve_fresh(ref).commit
@@ -259,8 +263,8 @@ class VersionRepository:
     def delete_tag(self, name: str) -> None:
         self.heads.delete_tag(name)
 
-    def list_tags(self) -> list[tuple[str, str]]:
-        return sorted(self.heads.tags())
+    def list_tags(self, damaged: Optional[list[str]] = None) -> list[tuple[str, str]]:
+        return sorted(self.heads.tags(damaged))
 
     def log(self, ref: str, limit: Optional[int] = None) -> Iterator[Commit]:
         return walk(self.commits, [self.resolve(ref).commit.id], limit)

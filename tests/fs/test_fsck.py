@@ -68,3 +68,41 @@ def test_fsck_removes_temp_files_of_killed_store_writers(tmp_path):
     assert rc == 0, (out, err)
     assert "removed 1 temporary file(s) of killed writers" in out
     assert not os.path.exists(stale) and os.path.exists(fresh)  # a live writer's is kept
+
+
+def test_damaged_refs_are_problems_listed_apart_and_deletable(tmp_path):
+    """A branch head emptied or overwritten read as a missing branch: fsck called the
+    store clean (the branch was skipped), `log dev` said "ref not found", and garbage
+    collection would have taken its commits for unreachable."""
+    repo, store, state = _repo(tmp_path)
+    repo.create_branch("dev", "main")
+    repo.create_tag("t1", "main")
+    repo.close()
+    refs = os.path.join(store, "_gravfs", "refs")
+    with open(os.path.join(refs, "branches", "dev"), "wb"):
+        pass  # emptied
+    with open(os.path.join(refs, "tags", "t1"), "wb") as f:
+        f.write(b"not a commit\n")
+    rc, out, _ = run_cli("fsck", "-q", store=store, state=state, check=False)
+    assert rc == 1, out
+    assert "branch 'dev' is damaged: its object _gravfs/refs/branches/dev holds ''" in out
+    assert "tag 't1' is damaged" in out and "'not a commit'" in out
+    assert "2 problem(s): 3 refs" in out
+    rc, out, err = run_cli("log", "dev", store=store, state=state, check=False)
+    assert rc == 7 and "branch 'dev' is damaged" in err and "not found" not in err
+    rc, out, err = run_cli("branch", "list", store=store, state=state, check=False)
+    assert rc == 7 and out.startswith("main\t") and "dev" not in out
+    assert "gravfs: branch 'dev' is damaged" in err
+    run_cli("branch", "delete", "dev", store=store, state=state)
+    run_cli("tag", "delete", "t1", store=store, state=state)
+    rc, out, _ = run_cli("fsck", "-q", store=store, state=state, check=False)
+    assert rc == 0 and "fsck: clean: 1 refs" in out
+
+
+def test_a_branch_whose_head_commit_is_missing_says_so(tmp_path):
+    repo, store, state = _repo(tmp_path)
+    head = repo.head("main")
+    repo.close()
+    os.unlink(os.path.join(store, "_gravfs", "commits", head))
+    rc, _, err = run_cli("ls", "main", store=store, state=state, check=False)
+    assert rc == 2 and f"commit {head} not found" in err, err

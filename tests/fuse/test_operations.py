@@ -38,6 +38,18 @@ def test_layout_lists_branches_commits_tags(gravfs_mount):
     m.assert_clean_log()
 
 
+def test_a_damaged_ref_is_left_out_of_the_listing_and_logged(gravfs_mount):
+    """One emptied branch head made every listing of branches/ fail."""
+    m = gravfs_mount
+    m.cli("branch", "create", "dev")
+    m.cli("branch", "create", "ok")
+    with open(os.path.join(m.store, "_gravfs", "refs", "branches", "dev"), "wb"):
+        pass
+    assert sorted(os.listdir(m.path("branches"))) == ["main", "ok"]
+    assert "branch 'dev' is damaged" in m.log_text()
+    assert _errno(os.stat, m.path("branches", "dev")) == errno.EIO
+
+
 def test_write_commit_and_read_from_commit_dir(gravfs_mount):
     m = gravfs_mount
     os.makedirs(m.branch_path("a/b"))

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from gravfs.errors import CorruptDataError
 from gravfs.fs.repository import Repository
 from gravfs.version.retention import (DAY_NS, RetentionError, RetentionRules, load_rules,
                                       make_rules, parse_branch_rules, parse_days, save_rules,
@@ -243,3 +244,13 @@ def test_commits_whose_tree_was_collected_cannot_be_used(history):
         repo.revert("side", ids["m30"])
     assert repo.head("side") == before
     assert "b" not in dict(repo.list_branches())
+
+
+def test_a_damaged_head_stops_the_selection(history):
+    """An emptied branch head was skipped: its commits would have been collected."""
+    repo, ids, now = history
+    with open(os.path.join(repo.store.url.removeprefix("file://"), "_gravfs", "refs",
+                           "branches", "feature"), "wb"):
+        pass
+    with pytest.raises(CorruptDataError, match="branch 'feature' is damaged"):
+        select_commits(repo.store, RetentionRules(7), now)

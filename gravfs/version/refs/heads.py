@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 from typing import Iterator, Optional
 
-from gravfs.errors import AlreadyExistsError, NotFoundError, PreconditionFailedError
+from gravfs import hashing
+from gravfs.errors import (AlreadyExistsError, CorruptDataError, NotFoundError,
+                           PreconditionFailedError)
 from gravfs.version.refs.names import check_ref_name
 
 log = logging.getLogger(__name__)
@@ -26,12 +28,16 @@ class Heads:
     # -- branches ----------------------------------------------------------------
 
     def branch(self, name: str) -> tuple[str, str]:
-        """(commit id, version token) of a branch head; NotFoundError if absent."""
+        """(commit id, version token) of a branch head; NotFoundError if absent,
+        CorruptDataError if its object holds no commit id."""
+        raw, version = self._branch_raw(name)
+        return _commit_id(raw, f"branch {name!r}", BRANCHES + name), version
+
+    def _branch_raw(self, name: str) -> tuple[bytes, str]:
         try:
-            raw, version = self.store.read_versioned(BRANCHES + name)
+            return self.store.read_versioned(BRANCHES + name)
         except NotFoundError:
             raise NotFoundError(f"branch {name!r} not found") from None
-        return raw.decode().strip(), version
 
     def branch_or_none(self, name: str) -> Optional[str]:
         try:
@@ -55,24 +61,34 @@ class Heads:
         return v
 
     def delete_branch(self, name: str) -> None:
-        _, version = self.branch(name)
+        _, version = self._branch_raw(name)  # a damaged head can be deleted too
         self.store.compare_and_swap(BRANCHES + name, version, None)
         log.info("deleted branch %s", name)
 
-    def branches(self) -> Iterator[tuple[str, str]]:
+    def branches(self, damaged: Optional[list[str]] = None) -> Iterator[tuple[str, str]]:
+        """(name, head) of every branch. A head that holds no commit id raises
+        CorruptDataError (garbage collection must not take it for absent) unless
+        ``damaged`` is given: then its error is appended there and it is skipped."""
         for key in self.store.list(BRANCHES):
             name = key[len(BRANCHES):]
-            cid = self.branch_or_none(name)
-            if cid:
-                yield name, cid
+            try:
+                yield name, self.branch(name)[0]
+            except NotFoundError:
+                continue  # deleted since the listing
+            except CorruptDataError as exc:
+                if damaged is None:
+                    raise
+                damaged.append(str(exc))
 
     # -- tags -------------------------------------------------------------------
 
     def tag(self, name: str) -> Optional[str]:
+        """A tag's commit id; None if absent, CorruptDataError if it holds none."""
         try:
-            return self.store.get(TAGS + name).decode().strip()
+            raw = self.store.get(TAGS + name)
         except NotFoundError:
             return None
+        return _commit_id(raw, f"tag {name!r}", TAGS + name)
 
     def create_tag(self, name: str, commit_id: str) -> None:
         check_ref_name(name, "tag")
@@ -81,14 +97,32 @@ class Heads:
         log.info("created tag %s at %s", name, commit_id[:12])
 
     def delete_tag(self, name: str) -> None:
-        if self.tag(name) is None:
+        if not self.store.exists(TAGS + name):  # a damaged tag can be deleted too
             raise NotFoundError(f"tag {name!r} not found")
         self.store.delete(TAGS + name)
         log.info("deleted tag %s", name)
 
-    def tags(self) -> Iterator[tuple[str, str]]:
+    def tags(self, damaged: Optional[list[str]] = None) -> Iterator[tuple[str, str]]:
+        """(name, commit id) of every tag; a damaged one as in ``branches``."""
         for key in self.store.list(TAGS):
             name = key[len(TAGS):]
-            cid = self.tag(name)
-            if cid:
+            try:
+                cid = self.tag(name)
+            except CorruptDataError as exc:
+                if damaged is None:
+                    raise
+                damaged.append(str(exc))
+                continue
+            if cid is not None:
                 yield name, cid
+
+
+def _commit_id(raw: bytes, what: str, key: str) -> str:
+    """The commit id a ref object holds; CorruptDataError when it holds anything else
+    (an empty or overwritten object must not read as a missing ref)."""
+    text = raw.decode("utf-8", "replace").strip()
+    if len(text) != 2 * hashing.DIGEST_SIZE or not hashing.is_hex_id(text):
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        raise CorruptDataError(f"{what} is damaged: its object {key} holds {shown!r}, "
+                               "not a commit id")
+    return text
