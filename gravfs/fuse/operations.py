@@ -1397,6 +1397,15 @@ class GravfsOperations(pyfuse3.Operations):
             log.exception("could not stage %s:%s on close; its content stays in the mount",
                           node.tree.name, node.key)
 
+    async def _branch_deleted(self, node: Inode, exc: Exception) -> bool:
+        """Whether staging failed because the file's branch was deleted meanwhile."""
+        if not isinstance(exc, NotFoundError) or node.tree.kind != "branch":
+            return False
+        try:
+            return not await self.run(self.repo.branch_exists, node.tree.name)
+        except GravfsError:
+            return False  # cannot tell: keep the content in the mount
+
     def _drop_unstaged(self, node: Inode) -> None:
         """The name of a file whose staging failed is gone: forget its local copy."""
         of = self.open_files.get(node.ino)
@@ -1478,12 +1487,20 @@ class GravfsOperations(pyfuse3.Operations):
                     try:
                         await self._stage(of)
                     except Exception as exc:
-                        if node.linked:
+                        if node.linked and not await self._branch_deleted(node, exc):
                             self._keep_unstaged(of, exc)
                             raise
-                        # unlinked while its upload ran: nothing is left to keep
-                        log.debug("dropped %s:%s, unlinked while staging (%s)",
-                                  node.tree.name, node.key, exc)
+                        if node.linked:  # no name in the mount can show it any more
+                            where = await self.run(self._rescue, of)
+                            if where == of.path:  # not moved (logged): closing would delete it
+                                self._keep_unstaged(of, exc)
+                                raise
+                            log.warning("%s:%s was closed after its branch was deleted; its "
+                                        "content is saved as %s", node.tree.name,
+                                        os.fsdecode(node.key), where)
+                        else:  # unlinked while its upload ran: nothing is left to keep
+                            log.debug("dropped %s:%s, unlinked while staging (%s)",
+                                      node.tree.name, node.key, exc)
                     if of.handles <= 0 and self.open_files.get(node.ino) is of:
                         del self.open_files[node.ino]
                         if of.materialized:

@@ -141,6 +141,9 @@ class VersionRepository:
             if fresh or not hit:
                 raise
             return hit[1]
+        except NotFoundError:  # deleted: no write may go on from the cached head
+            self._heads_cache.pop(branch, None)
+            raise
         self._heads_cache[branch] = (now, cid)
         return cid
 

@@ -50,6 +50,29 @@ def test_a_damaged_ref_is_left_out_of_the_listing_and_logged(gravfs_mount):
     assert _errno(os.stat, m.path("branches", "dev")) == errno.EIO
 
 
+def test_a_file_closed_after_its_branch_was_deleted_goes_to_lost_and_found(gravfs_mount):
+    """Its close failed and the content stayed pinned in a daemon where no name showed
+    it; were the branch made again before the unmount, it was staged there."""
+    m = gravfs_mount
+    m.cli("branch", "create", "gone")
+    os.mkdir(m.branch_path("d", branch="gone"))
+    f = open(m.branch_path("d/open.txt", branch="gone"), "wb")
+    f.write(b"written while the branch went away")
+    f.flush()
+    m.cli("branch", "delete", "gone")
+    wait_for(lambda: "branch gone changed outside the mount (head deleted)" in m.log_text())
+    with pytest.raises(FileNotFoundError):
+        f.close()  # the writer learns that its file did not land
+    saved = os.path.join(m.state_dir, "repos", os.listdir(os.path.join(m.state_dir, "repos"))[0],
+                         "lost+found", "gone", "d", "open.txt")
+    wait_for(lambda: os.path.exists(saved))
+    assert _read(saved) == b"written while the branch went away"
+    assert "gone:d/open.txt was closed after its branch was deleted" in m.log_text()
+    m.cli("branch", "create", "gone")
+    m.umount()  # nothing left to stage: the new branch of that name gets nothing
+    assert m.cli("status", "gone").stdout.strip() == "On branch gone: nothing to commit"
+
+
 def test_write_commit_and_read_from_commit_dir(gravfs_mount):
     m = gravfs_mount
     os.makedirs(m.branch_path("a/b"))
