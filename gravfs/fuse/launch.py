@@ -34,7 +34,7 @@ import time
 from typing import Optional
 
 from gravfs.version.config import default_state_dir
-from gravfs.errors import GravfsError
+from gravfs.errors import GravfsError, NotFoundError
 from gravfs.fuse import options as mount_options
 from gravfs.store.modes import private_dir
 
@@ -76,6 +76,9 @@ def mount(args) -> int:
     mountpoint = os.path.abspath(args.mountpoint)
     _clear_stale_mount(mountpoint)
     if not os.path.isdir(mountpoint):
+        if not os.path.lexists(mountpoint):
+            raise NotFoundError(f"mount point {mountpoint}: no such directory (create it "
+                                "first, as for any mount)")
         raise GravfsError(f"mount point {mountpoint} is not a directory")
     if os.path.ismount(mountpoint):
         raise GravfsError(f"{mountpoint} is already a mount point")

@@ -224,6 +224,11 @@ def test_mount_helper_errors(tmp_path):
     res = _helper(m, m.store)
     assert res.returncode == 1
     assert not os.path.ismount(m.mnt)
+    res = m.cli("mount", str(tmp_path / "nodir"), check=False)
+    assert res.returncode == 2 and "nodir: no such directory" in res.stderr, res.stderr
+    (tmp_path / "afile").write_bytes(b"")
+    res = m.cli("mount", str(tmp_path / "afile"), check=False)
+    assert res.returncode == 1 and "afile is not a directory" in res.stderr, res.stderr
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
