@@ -26,6 +26,7 @@ import itertools
 import logging
 import os
 import random
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,6 +51,7 @@ DELETE_BATCH = 1000  # keys per DeleteObjects request (the S3 limit)
 SINGLE_PUT_MAX = 8 * MiB  # files below this (and the multipart threshold) upload in one PUT
 
 # Failures of the transport (server down, connection reset, timeouts).
+_BUCKET_NAME = re.compile(r"[a-zA-Z0-9._-]{1,255}")  # what botocore accepts (ARNs aside)
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     bce.ConnectionError,  # EndpointConnectionError, ConnectTimeoutError, ...
     bce.HTTPClientError,  # ReadTimeoutError, ConnectionClosedError, ResponseStreamingError
@@ -96,6 +98,9 @@ class S3Store(ObjectStore):
     ):
         if not bucket:
             raise GravfsError("S3 store needs a bucket name")
+        if not _BUCKET_NAME.fullmatch(bucket):  # boto3 would refuse it as an internal error
+            raise GravfsError(f"{bucket!r} is not an S3 bucket name (letters, digits, '.', "
+                              "'-' and '_', at most 255)")
         self._args = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
