@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gravfs.errors import StoreUnavailableError
+from gravfs.errors import NotFoundError, StoreUnavailableError
 from gravfs.fs.repository import Repository
 from gravfs.store.faulty import FaultyStore, StoreFault
 from gravfs.store.local import LocalStore
@@ -58,3 +58,24 @@ def test_an_unreachable_store_leaves_branches_at_the_heads_read_last(tmp_path, m
     assert "answers again" in caplog.text
     assert cached.read("main", "during") == b"written while the store was down"
     assert cached.read("main", "f") == b"1"
+
+
+def test_a_branch_found_deleted_leaves_no_cached_head_to_stage_on(tmp_path):
+    """The mount stages on its event loop from the cached head (stage_values_cached);
+    after its watcher read the branch as deleted, a close still staged there, under
+    a branch that no longer existed, and its content was lost without a word."""
+    writer = Repository.init(str(tmp_path / "store"), str(tmp_path / "ws-writer"),
+                             settings=small_settings())
+    writer.create_branch("gone", "main")
+    cached = Repository.open(str(tmp_path / "store"), str(tmp_path / "ws-mount"),
+                             head_ttl=3600)
+    cached.head("gone")
+    assert cached.stage_values_cached("gone", [(b"a", None)]) is not None
+    writer.delete_branch("gone")
+    with pytest.raises(NotFoundError):
+        cached.head("gone", fresh=True)  # the watcher's look
+    assert cached.stage_values_cached("gone", [(b"b", None)]) is None
+    with pytest.raises(NotFoundError):
+        cached.stage_values("gone", [(b"b", None)])
+    writer.close()
+    cached.close()
