@@ -16,7 +16,7 @@ import os
 import stat
 import sys
 from datetime import datetime, timezone
-from typing import Optional
+from typing import BinaryIO, Optional
 
 from gravfs import __version__
 from gravfs.data.external import is_external
@@ -204,10 +204,33 @@ def cmd_cat(args) -> int:
     if node.kind == "symlink":
         raise GravfsError(f"{node.shown}: is a symbolic link to "
                           f"{_typed(node.entry.symlink_target)}")
-    out = sys.stdout.buffer
+    out = _Stdout(sys.stdout.buffer)
     repo.copy_out(node, out)
     out.flush()
     return 0
+
+
+class _Stdout:
+    """Standard output whose write errors (a full disk, a closed socket) say where
+    they happened: a bare "No space left on device" read as the repository's."""
+
+    def __init__(self, raw: BinaryIO):
+        self.raw = raw
+
+    def write(self, data: bytes) -> int:
+        return self._do(self.raw.write, data)
+
+    def flush(self) -> None:
+        self._do(self.raw.flush)
+
+    @staticmethod
+    def _do(fn, *args):
+        try:
+            return fn(*args)
+        except BrokenPipeError:
+            raise  # the reader went away (head): quietly done
+        except OSError as exc:
+            raise GravfsError(f"writing to standard output: {exc.strerror or exc}") from None
 
 
 def cmd_ls(args) -> int:

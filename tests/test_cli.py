@@ -1,6 +1,9 @@
 """The command line as users run it: output, exit codes, one-line errors."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -196,6 +199,28 @@ def test_put_says_the_path_it_staged(cli, tmp_path):
     assert out.strip() == "Staged main:a/b.txt (1 bytes)"
     _, out, _ = cli("ls", "main:a")
     assert out.split()[-1] == "b.txt"
+
+
+def test_cat_says_when_standard_output_fails(tmp_path):
+    """A full disk behind stdout read "gravfs: No space left on device", as if the
+    repository were full; a reader that stops early (head) is not an error."""
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    run_cli("init", store=store, state=state)
+    (tmp_path / "f").write_bytes(os.urandom(300_000))
+    run_cli("put", str(tmp_path / "f"), "main:f", store=store, state=state)
+    env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state)
+    with open("/dev/full", "wb") as full:
+        p = subprocess.run([sys.executable, "-m", "gravfs.cli", "cat", "main:f"], env=env,
+                           stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode == 1
+    assert p.stderr == "gravfs: writing to standard output: No space left on device\n"
+    reader = subprocess.Popen(["head", "-c", "10"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+    p = subprocess.run([sys.executable, "-m", "gravfs.cli", "cat", "main:f"], env=env,
+                       stdout=reader.stdin, stderr=subprocess.PIPE, text=True, timeout=300)
+    reader.stdin.close()
+    assert len(reader.stdout.read()) == 10 and reader.wait() == 0
+    assert p.returncode == 0 and p.stderr == ""
 
 
 def test_merge_conflict_names_are_quoted(cli, tmp_path):
