@@ -50,8 +50,9 @@ READ_WHOLE = 4 * MiB  # a GET body up to this size (a reader's chunk) is read in
 DELETE_BATCH = 1000  # keys per DeleteObjects request (the S3 limit)
 SINGLE_PUT_MAX = 8 * MiB  # files below this (and the multipart threshold) upload in one PUT
 
-# Failures of the transport (server down, connection reset, timeouts).
 _BUCKET_NAME = re.compile(r"[a-zA-Z0-9._-]{1,255}")  # what botocore accepts (ARNs aside)
+
+# Failures of the transport (server down, connection reset, timeouts).
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     bce.ConnectionError,  # EndpointConnectionError, ConnectTimeoutError, ...
     bce.HTTPClientError,  # ReadTimeoutError, ConnectionClosedError, ResponseStreamingError
