@@ -201,6 +201,17 @@ def test_put_says_the_path_it_staged(cli, tmp_path):
     assert out.split()[-1] == "b.txt"
 
 
+def test_rm_of_a_directory_names_the_option_that_removes_it(cli, tmp_path):
+    (tmp_path / "f").write_text("x")
+    cli("put", str(tmp_path / "f"), "main:d/x")
+    rc, _, err = cli("rm", "main:d", check=False)
+    assert rc == 10 and err == "gravfs: d: directory not empty (rm -r removes it with its " \
+        "contents)\n", err
+    cli("rm", "-r", "main:d")
+    rc, _, err = cli("ls", "main:d", check=False)
+    assert rc == 2, err
+
+
 def test_cat_says_when_standard_output_fails(tmp_path):
     """A full disk behind stdout read "gravfs: No space left on device", as if the
     repository were full; a reader that stops early (head) is not an error."""

@@ -473,8 +473,8 @@ class Repository(VersionRepository):
         doomed = [n.key for n in self.walk_key(branch, prefix)]
         children = [k for k in doomed if k != prefix]
         if children and not recursive:
-            raise PathTypeError(f"{node.shown}: directory not empty (use recursive removal)",
-                                errno.ENOTEMPTY)
+            raise PathTypeError(f"{node.shown}: directory not empty (rm -r removes it with "
+                                "its contents)", errno.ENOTEMPTY)
         doomed.append(prefix)  # tombstone the marker even if only implied
         return self.stage(branch, [(k, None) for k in doomed])
 
