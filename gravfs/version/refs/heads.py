@@ -121,7 +121,7 @@ def _commit_id(raw: bytes, what: str, key: str) -> str:
     """The commit id a ref object holds; CorruptDataError when it holds anything else
     (an empty or overwritten object must not read as a missing ref)."""
     text = raw.decode("utf-8", "replace").strip()
-    if len(text) != 2 * hashing.DIGEST_SIZE or not hashing.is_hex_id(text):
+    if not hashing.is_hex_id(text, min_len=2 * hashing.DIGEST_SIZE):  # a whole id
         shown = text if len(text) <= 80 else text[:77] + "..."
         raise CorruptDataError(f"{what} is damaged: its object {key} holds {shown!r}, "
                                "not a commit id")
