@@ -341,32 +341,54 @@ def _open_index(repo):
     return open_index(repo.store, repo.tier)
 
 
+def _index_if_any(repo):
+    """The provenance index, or None when there is none or pyarrow is missing (callers
+    that can answer without it)."""
+    try:
+        from gravfs.provenance.reader import IndexMissingError, open_index
+    except ImportError as exc:
+        log.info("no provenance index reader (%s)", exc)
+        return None
+    try:
+        return open_index(repo.store, repo.tier)
+    except IndexMissingError:
+        log.info("this repository has no provenance index")
+        return None
+
+
 def _log_path(args, repo) -> int:
-    """``gravfs log REF -- PATH``: the commits that changed PATH, from the provenance index."""
-    from gravfs.fs.paths import to_key
+    """``gravfs log REF -- PATH``: the commits that changed PATH. The provenance index
+    answers for the commits it covers; the others (all, without an index) are looked up
+    in their trees, one lookup a commit."""
+    from gravfs.progress import progress_bar
     if len(args.paths) > 1:
         raise GravfsError("log takes one PATH after --")
     key = to_key(args.paths[0])
     if not key:
         raise GravfsError("log -- PATH needs a path")
-    start = repo.resolve(args.ref).commit.id
-    reader = _open_index(repo)
-    from gravfs.provenance.queries import path_history
-    hist = path_history(reader, repo.commits, repo.heads, start, key, args.n)
-    for ch in hist.changes:
-        c = ch.commit
+    with progress_bar(f"log -- {show(key)}: commits looked up", None) as bar:
+        reader = _index_if_any(repo)
+        if reader is None:
+            log.info("looking %s up in every commit of %s", show(key), args.ref)
+            changes = list(repo.path_history(args.ref, key, args.n, bar.advance))
+        else:
+            from gravfs.provenance.queries import path_history
+            start = repo.resolve(args.ref).commit.id
+            hist = path_history(reader, repo.commits, repo.heads, start, key,
+                                repo.entry_identity(key, bar.advance), args.n)
+            changes = [(ch.commit, ch.kind) for ch in hist.changes]
+            if hist.looked_up:
+                log.info("%d commit(s) of %s are newer than the provenance index: looked up "
+                         "in their trees", hist.looked_up, args.ref)
+    for c, kind in changes:
         if args.json:
-            _print_json({**c.to_json(), "change": ch.kind, **_path_json(key)})
+            _print_json({**c.to_json(), "change": kind, **_path_json(key)})
             continue
         print(f"commit {c.id}")
         if len(c.parents) > 1:
             print("Merge:  " + " ".join(_short(p) for p in c.parents))
         print(f"Author: {c.author}\nDate:   {_when(c.time_ns)}\n\n    {c.message}\n\n"
-              f"    {ch.kind}: {show(key)}\n")
-    if hist.skipped:
-        print(f"gravfs: note: {hist.skipped} commit(s) of {args.ref} are newer than the "
-              "provenance index and were not searched; update it with 'gravfs spark index'",
-              file=sys.stderr)
+              f"    {kind}: {show(key)}\n")
     return 0
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Optional
 
 from gravfs.fs.entry import decode_entry
-from gravfs.provenance.queries import changed
 from gravfs.version.committed.record import decode_value
 from gravfs.version.history import walk
 from gravfs.version.refs.commits import Commit
@@ -46,18 +45,4 @@ def path_history(repo, ref: str, key: bytes, limit: Optional[int] = None
                  ) -> list[tuple[str, str]]:
     """(commit id, change) of the commits of ref's history that changed ``key``, newest
     first: the entry of every commit looked up in its tree."""
-    start = repo.resolve(ref).commit.id
-    history = list(walk(repo.commits, [start]))  # closed under parents
-    at = {}
-    for c in history:
-        rec = repo.committed.get(c.metarange, key)
-        if rec is not None:
-            at[c.id] = rec.identity
-    out = []
-    for c in history:
-        kind = changed(c, at)
-        if kind is not None:
-            out.append((c.id, kind))
-            if limit is not None and len(out) >= limit:
-                break
-    return out
+    return [(c.id, kind) for c, kind in repo.path_history(ref, key, limit)]

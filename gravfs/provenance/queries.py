@@ -21,14 +21,14 @@ import heapq
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from gravfs import hashing
 from gravfs.errors import AmbiguousRefError
 from gravfs.provenance.layout import COMMITS, CONTENTS, PATHS, RANGES_IN_COMMITS
 from gravfs.keyrange import prefix_end
 from gravfs.provenance.reader import IndexReader
-from gravfs.version.history import walk
+from gravfs.version.history import path_changes
 from gravfs.version.refs.commits import Commit
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -253,7 +253,7 @@ class PathChange:
 class PathHistory:
     changes: list[PathChange]
     coverage: Coverage
-    skipped: int  # commits of the ref's history the index does not cover
+    looked_up: int  # commits of the ref's history the index does not cover
 
 
 def path_identities(reader: IndexReader, key: bytes) -> dict[str, bytes]:
@@ -267,36 +267,23 @@ def path_identities(reader: IndexReader, key: bytes) -> dict[str, bytes]:
     return out
 
 
-def changed(c: Commit, at: dict[str, bytes]) -> Optional[str]:
-    """How commit c changed the path (None: it did not). A commit changes it when its entry
-    there (or its absence) differs from every parent's, as git's log -- PATH shows a merge
-    only when it matches none of its parents."""
-    cur = at.get(c.id)
-    before = [at.get(p) for p in c.parents]
-    if not before:
-        return "added" if cur is not None else None
-    if any(b == cur for b in before):
-        return None
-    if cur is None:
-        return "removed"
-    return "added" if all(b is None for b in before) else "modified"
-
-
 def path_history(reader: IndexReader, store_commits, heads, start: str, key: bytes,
+                 lookup: Callable[[Commit], Optional[bytes]],
                  limit: Optional[int] = None) -> PathHistory:
-    """Commits of ``start``'s history (newest first, as ``gravfs log``) that changed ``key``."""
+    """Commits of ``start``'s history (newest first, as ``gravfs log``) that changed ``key``.
+    Commits the index does not cover (made since its last run) are answered by
+    ``lookup(commit)``, the entry's identity read from the commit's tree."""
     at = path_identities(reader, key)
     commits = IndexedCommits.of(reader, store_commits)
     cov = coverage(commits, list_refs(heads))
-    out: list[PathChange] = []
-    skipped = 0
-    for c in walk(commits, [start]):
-        if not commits.covers(c.id):
-            skipped += 1
-            continue
-        kind = changed(c, at)
-        if kind is not None:
-            out.append(PathChange(c, kind))
-            if limit is not None and len(out) >= limit:
-                break
-    return PathHistory(out, cov, skipped)
+    looked_up = 0
+
+    def identity(c: Commit) -> Optional[bytes]:
+        nonlocal looked_up
+        if commits.covers(c.id):
+            return at.get(c.id)
+        looked_up += 1
+        return lookup(c)
+
+    out = [PathChange(c, kind) for c, kind in path_changes(commits, start, identity, limit)]
+    return PathHistory(out, cov, looked_up)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from gravfs.version.refs.commits import Commit, CommitStore
 
@@ -26,6 +26,42 @@ def walk(commits: CommitStore, starts: list[str], limit: Optional[int] = None) -
                 seen.add(p)
                 pc = commits.get(p)
                 heapq.heappush(heap, (-pc.generation, -pc.time_ns, p, pc))
+
+
+def change_kind(cur: Optional[bytes], before: list[Optional[bytes]]) -> Optional[str]:
+    """How a commit changed a path, from the entry's identity there (None: absent) and in
+    each parent (None: it did not). It changed it when it differs from every parent's, as
+    git's log -- PATH shows a merge only when it matches none of its parents."""
+    if not before:
+        return "added" if cur is not None else None
+    if any(b == cur for b in before):
+        return None
+    if cur is None:
+        return "removed"
+    return "added" if all(b is None for b in before) else "modified"
+
+
+def path_changes(commits: CommitStore, start: str,
+                 identity: Callable[[Commit], Optional[bytes]],
+                 limit: Optional[int] = None) -> Iterator[tuple[Commit, str]]:
+    """(commit, kind) of start's history, newest first as walk(), that changed a path;
+    ``identity(c)`` is the path's entry identity in c (None: absent), asked once a commit."""
+    memo: dict[str, Optional[bytes]] = {}
+
+    def at(c: Commit) -> Optional[bytes]:
+        if c.id not in memo:
+            memo[c.id] = identity(c)
+        return memo[c.id]
+
+    n = 0
+    for c in walk(commits, [start]):
+        kind = change_kind(at(c), [at(commits.get(p)) for p in c.parents])
+        memo.pop(c.id, None)  # walk() yields each commit once, after its children
+        if kind is not None:
+            yield c, kind
+            n += 1
+            if limit is not None and n >= limit:
+                return
 
 
 def merge_base(commits: CommitStore, a: str, b: str) -> Optional[str]:

@@ -29,7 +29,7 @@ from gravfs.version.committed.manager import EMPTY_METARANGE_ID, CommittedManage
 from gravfs.version.committer import Committer
 from gravfs.version.compaction import CompactionPolicy, compact
 from gravfs.version.config import REPO_JSON, RepoSettings, Workspace, default_state_dir
-from gravfs.version.history import walk
+from gravfs.version.history import path_changes, walk
 from gravfs.version.outage import StoreOutage
 from gravfs.version.refs.commits import Commit, CommitStore
 from gravfs.version.refs.heads import Heads
@@ -271,6 +271,24 @@ class VersionRepository:
 
     def log(self, ref: str, limit: Optional[int] = None) -> Iterator[Commit]:
         return walk(self.commits, [self.resolve(ref).commit.id], limit)
+
+    def path_history(self, ref: str, key: bytes, limit: Optional[int] = None,
+                     seen: Optional[Callable[[], None]] = None) -> Iterator[tuple[Commit, str]]:
+        """(commit, added|modified|removed) of ref's history that changed the entry at
+        ``key``, newest first: one lookup in each commit's tree (the provenance index
+        answers without them); ``seen()`` is called after each (progress)."""
+        return path_changes(self.commits, self.resolve(ref).commit.id,
+                            self.entry_identity(key, seen), limit)
+
+    def entry_identity(self, key: bytes, seen: Optional[Callable[[], None]] = None
+                       ) -> Callable[[Commit], Optional[bytes]]:
+        """commit -> identity of its committed entry at ``key`` (None: none there)."""
+        def identity(c: Commit) -> Optional[bytes]:
+            rec = self.committed.get(c.metarange, key)
+            if seen is not None:
+                seen()
+            return rec.identity if rec is not None else None
+        return identity
 
     # -- reading ------------------------------------------------------------------
 
