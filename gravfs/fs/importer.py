@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 BATCH = 5000
 SMALL_FILE = 256 << 10  # read into memory whole (one open instead of two)
+READ_TRIES = 3  # reads of a file that changes while it is read (put_steady)
 BATCH_SECONDS = 2.0  # stage what is uploaded at least this often: a killed import resumes there
 
 
@@ -337,7 +338,7 @@ def entry_of(data, src: str, rel: str, kind: str, st: os.stat_result) -> EntryIn
                          kind=KIND_FILE, e_tag=f"{st.st_mtime_ns:x}-{st.st_size:x}",
                          address_type=ADDRESS_FULL)
     if kind == "file":
-        address, size = put_file(data, os.path.join(src, rel), st)
+        address, size, st = put_steady(data, os.path.join(src, rel))
         return EntryInfo(address=address, size=size, mtime_ns=st.st_mtime_ns, mode=st.st_mode,
                          kind=KIND_FILE)
     if kind == "symlink":
@@ -346,6 +347,27 @@ def entry_of(data, src: str, rel: str, kind: str, st: os.stat_result) -> EntryIn
                          mode=st.st_mode, kind=KIND_SYMLINK, symlink_target=target)
     return EntryInfo(address="", size=0, mtime_ns=st.st_mtime_ns, mode=st.st_mode,
                      kind=KIND_DIRECTORY)
+
+
+def _version(st: os.stat_result) -> tuple:
+    """What changes with any write to, or replacement of, a file."""
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def put_steady(data, path: str) -> tuple[str, int, os.stat_result]:
+    """put_file, read again while a writer changes the file under the read (a commit of
+    half old, half new bytes would be a torn file): (address, size, the stat the read
+    matches). After READ_TRIES changing reads the last is kept, with a warning."""
+    for _ in range(READ_TRIES):
+        before = os.stat(path)
+        address, size = put_file(data, path, before)
+        after = os.stat(path)
+        if _version(after) == _version(before) and size == after.st_size:
+            return address, size, before
+        log.info("%s changed while it was read; reading it again", path)
+    log.warning("%s kept changing while it was read (%d reads): the import holds the last "
+                "read, which may mix old and new bytes", path, READ_TRIES)
+    return address, size, after
 
 
 def put_file(data, path: str, st: os.stat_result) -> tuple[str, int]:

@@ -353,3 +353,50 @@ def test_import_by_reference_copies_nothing_and_reads_the_source(env, tmp_path):
         f.write(b"changed")
     rc, out, err = run_cli("cat", "main:ref/d3/f00013", store=store, state=state, check=False)
     assert rc != 0 and "changed" in err and "Traceback" not in err, (rc, err)
+
+
+def test_a_file_written_while_it_is_read_is_read_again(env, tmp_path, monkeypatch, caplog):
+    """A writer at work on a source file: a read that saw the file change (its size,
+    mtime or ctime moved) is done again, so the commit holds one whole version with its
+    own size and mtime; a file that changes at every read is kept as last read, with a
+    warning naming it."""
+    import logging
+
+    import gravfs.fs.importer as importer
+
+    store, state = env
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "log.txt").write_bytes(b"first version\n")
+    (src / "busy.txt").write_bytes(b"0\n")
+    (src / "quiet.txt").write_bytes(b"quiet\n")
+    real_put = importer.put_file
+    reads: dict = {}
+
+    def put_file(data, path, st):  # a writer appends while the read is under way
+        got = real_put(data, path, st)
+        name = os.path.basename(path)
+        reads[name] = reads.get(name, 0) + 1
+        if name == "busy.txt" or (name == "log.txt" and reads[name] == 1):
+            with open(path, "ab") as f:
+                f.write(b"appended %d\n" % reads[name])
+        return got
+
+    monkeypatch.setattr(importer, "put_file", put_file)
+    r = Repository.open(store, state)
+    try:
+        with caplog.at_level(logging.INFO, logger="gravfs.fs.importer"):
+            importer.import_tree(r, str(src), "main", "raw", progress=False)
+        assert reads == {"log.txt": 2, "busy.txt": importer.READ_TRIES, "quiet.txt": 1}
+        got = _files(r, "main", "raw")
+        assert got["raw/log.txt"] == b"first version\nappended 1\n"
+        st = os.stat(src / "log.txt")
+        entry = r.stat("main", "raw/log.txt").entry
+        assert (entry.size, entry.mtime_ns) == (st.st_size, st.st_mtime_ns)
+        # kept changing: the last read (before its last append) is committed
+        assert got["raw/busy.txt"] == b"0\nappended 1\nappended 2\n"
+        assert got["raw/quiet.txt"] == b"quiet\n"
+    finally:
+        r.close()
+    warned = [m.getMessage() for m in caplog.records if m.levelno == logging.WARNING]
+    assert len(warned) == 1 and warned[0].startswith(f"{src / 'busy.txt'} kept changing")
