@@ -8,7 +8,7 @@ from urllib.parse import urlparse
 from gravfs.errors import GravfsError
 from gravfs.store.base import ObjectStore
 
-__all__ = ["ObjectStore", "open_store"]
+__all__ = ["ObjectStore", "local_path", "open_store"]
 
 
 def open_store(url: str) -> ObjectStore:
@@ -25,18 +25,26 @@ def open_store(url: str) -> ObjectStore:
     return store
 
 
+def local_path(url: str) -> str | None:
+    """The directory of a local store (a plain path or ``file://PATH``); None when the
+    URL names another kind of store."""
+    if url.startswith("file://"):
+        path = url[len("file://"):]
+        if path.startswith("localhost/"):
+            path = path[len("localhost"):]
+        if not path:
+            raise GravfsError(f"store URL {url!r} has no path")
+        return path
+    return None if "://" in url else url
+
+
 def _open(url: str) -> ObjectStore:
     if not url:
         raise GravfsError("no store URL given (use a path, file://PATH or s3://BUCKET/PREFIX)")
     if url.startswith("file://"):
         from gravfs.store.local import LocalStore
 
-        path = url[len("file://"):]
-        if path.startswith("localhost/"):
-            path = path[len("localhost"):]
-        if not path:
-            raise GravfsError(f"store URL {url!r} has no path")
-        return LocalStore(path)
+        return LocalStore(local_path(url))
     if url.startswith("s3://"):
         from gravfs.store.s3 import S3Store
 
