@@ -32,6 +32,7 @@ from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
 from gravfs.faults import crash_point
 from gravfs.data.objects import DataObjects
 from gravfs.fs.paths import to_key
+from gravfs.store import local_path
 from gravfs.store.local import DeferredLocalStore, LocalStore
 from gravfs.progress import progress_bar
 from gravfs.version.refs.commits import Commit
@@ -47,8 +48,10 @@ READ_TRIES = 3  # reads of a file that changes while it is read (put_steady)
 BATCH_SECONDS = 2.0  # stage what is uploaded at least this often: a killed import resumes there
 
 
-def scan(src: str) -> Iterator[tuple[str, str, os.stat_result]]:
-    """(relative path, kind, stat) of everything under src, depth first."""
+def scan(src: str, leave_out: Optional[dict[str, str]] = None
+         ) -> Iterator[tuple[str, str, os.stat_result]]:
+    """(relative path, kind, stat) of everything under src, depth first; the directories
+    ``leave_out`` names (relative path -> what it is: see own_dirs) are passed over."""
     stack = [""]
     while stack:
         rel = stack.pop()
@@ -63,6 +66,9 @@ def scan(src: str) -> Iterator[tuple[str, str, os.stat_result]]:
             r = f"{rel}/{e.name}" if rel else e.name
             st = e.stat(follow_symlinks=False)
             if statmod.S_ISDIR(st.st_mode):
+                if leave_out and r in leave_out:
+                    log.warning("leaving out %s: it is %s", os.path.join(src, r), leave_out[r])
+                    continue
                 stack.append(r)
             elif statmod.S_ISLNK(st.st_mode):
                 yield r, "symlink", st
@@ -70,6 +76,33 @@ def scan(src: str) -> Iterator[tuple[str, str, os.stat_result]]:
                 yield r, "file", st
             else:
                 log.warning("skipping %s: not a regular file, directory or symlink", r)
+
+
+def own_dirs(repo, src: str) -> dict[str, str]:
+    """The repository's local store and gravfs's state directory, as paths relative to
+    an import's source that holds them (-> what each is). An import leaves them out, as
+    git leaves out .git: their files change while they are read, and a copy of the store
+    inside itself only grows it. A source inside the store or the repository's
+    workspace is refused."""
+    top = os.path.realpath(src)
+    store = local_path(repo.store.url)
+    state_dir = os.path.dirname(os.path.dirname(repo.workspace.root))  # <state>/repos/<id>
+
+    def under(path: str, base: str) -> bool:
+        return path == base or path.startswith(base.rstrip("/") + "/")
+
+    for path, what in ((store, "this repository's store"),
+                       (repo.workspace.root, "this repository's local state")):
+        if path is not None and under(top, os.path.realpath(path)):
+            raise GravfsError(f"cannot import {src}: it is in {what} ({path})")
+    out = {}
+    for path, what in ((store, "this repository's store"),
+                       (state_dir, "gravfs's state directory"),
+                       (repo.workspace.root, "this repository's local state")):
+        real = None if path is None else os.path.realpath(path)
+        if real is not None and real != top and under(real, top):
+            out[os.path.relpath(real, top)] = what
+    return out
 
 
 @dataclass
@@ -213,7 +246,7 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
     source = os.path.abspath(src)
     pfx = to_key(prefix)
     base = pfx + b"/" if pfx else b""
-    items = list(scan(src))
+    items = list(scan(src, own_dirs(repo, src)))
     if not items:
         raise NothingToCommitError(f"nothing to commit on branch {branch!r}: {src} is empty")
     total_bytes = sum(st.st_size for _, kind, st in items if kind == "file")

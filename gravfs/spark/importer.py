@@ -31,7 +31,7 @@ from typing import Iterator, Optional
 
 from gravfs.errors import GravfsError
 from gravfs.fs.entry import encode_entry, entry_identity
-from gravfs.fs.importer import check_source, entry_of, scan
+from gravfs.fs.importer import check_source, entry_of, own_dirs, scan
 from gravfs.fs.paths import show, to_key
 from gravfs.fs.repository import Repository
 from gravfs.spark.progress import counter
@@ -62,13 +62,15 @@ class SparkImportResult:
 
 # --- listing (driver) -------------------------------------------------------------
 
-def split_units(src: str, target: int) -> list[tuple[str, bool]]:
+def split_units(src: str, target: int, leave_out: Optional[dict[str, str]] = None
+                ) -> list[tuple[str, bool]]:
     """(relative dir, recursive) units covering the tree under src.
 
     A non-recursive unit stands for a directory's own files and symlinks (and
     the directory itself when it is empty); its subdirectories are units of
     their own. Directories are split breadth first until there are at least
-    ``target`` units or MAX_SPLIT_DEPTH is reached.
+    ``target`` units or MAX_SPLIT_DEPTH is reached. The directories ``leave_out``
+    names (see gravfs.fs.importer.own_dirs) are in none.
     """
     units: list[tuple[str, bool]] = []
     frontier = [""]
@@ -82,7 +84,11 @@ def split_units(src: str, target: int) -> list[tuple[str, bool]]:
             units.append((d, False))
             for e in _scandir(src, d):
                 if e.is_dir(follow_symlinks=False):
-                    nxt.append(f"{d}/{e.name}" if d else e.name)
+                    r = f"{d}/{e.name}" if d else e.name
+                    if leave_out and r in leave_out:
+                        log.warning("leaving out %s: it is %s", e.path, leave_out[r])
+                        continue
+                    nxt.append(r)
         frontier = nxt
         depth += 1
     return units
@@ -98,12 +104,15 @@ def _scandir(src: str, rel: str) -> list:
 
 # --- listing, hashing, uploading (executors) ----------------------------------------
 
-def list_unit(src: str, rel: str, recursive: bool) -> Iterator[tuple[str, str, os.stat_result]]:
+def list_unit(src: str, rel: str, recursive: bool, leave_out: Optional[dict[str, str]] = None
+              ) -> Iterator[tuple[str, str, os.stat_result]]:
     """(relative path, kind, stat) of a unit, as gravfs.fs.importer.scan yields them."""
     full = os.path.join(src, rel) if rel else src
     if recursive:
         found = False
-        for r, kind, st in scan(full):
+        inner = {k[len(rel) + 1:] if rel else k: v for k, v in (leave_out or {}).items()
+                 if not rel or k.startswith(rel + "/")}
+        for r, kind, st in scan(full, inner):
             found = True
             yield (f"{rel}/{r}" if rel else r), kind, st
         if not found and rel and not os.listdir(full):
@@ -124,11 +133,12 @@ def list_unit(src: str, rel: str, recursive: bool) -> Iterator[tuple[str, str, o
 
 
 def import_unit(store_url: str, src: str, base: bytes, unit: tuple[str, bool],
-                by_reference: bool = False) -> Iterator[tuple[bytes, bytes]]:
+                by_reference: bool = False, leave_out: Optional[dict[str, str]] = None
+                ) -> Iterator[tuple[bytes, bytes]]:
     """(key, encoded value) records of one unit, contents uploaded unless
     ``by_reference`` (runs on an executor)."""
     data = None if by_reference else task_store(store_url).bulk_data()[0]
-    items = list(list_unit(src, *unit))
+    items = list(list_unit(src, *unit, leave_out))
 
     def record(item) -> tuple[bytes, bytes]:
         rel, kind, st = item
@@ -152,13 +162,15 @@ class TreeSource:
         self.src = src
         self.name = os.path.abspath(src)
         self._listed: Optional[list[tuple[str, bool]]] = None
+        self.leave_out: dict[str, str] = {}  # the repository's own directories (check_inputs)
 
     def check(self) -> None:
         check_source(self.src)
 
     def _units(self, sc) -> list[tuple[str, bool]]:
         if self._listed is None:
-            self._listed = split_units(self.name, UNITS_PER_CORE * sc.defaultParallelism)
+            self._listed = split_units(self.name, UNITS_PER_CORE * sc.defaultParallelism,
+                                       self.leave_out)
         return self._listed
 
     def sample_bounds(self, sc, base: bytes, partitions: int) -> Optional[list[bytes]]:
@@ -173,11 +185,12 @@ class TreeSource:
         source = self.name
         slices = UNITS_PER_CORE * sc.defaultParallelism
         units = self._units(sc)
+        leave_out = self.leave_out
 
         def part_records(units):
             for u in units:
                 n = 0
-                for rec in import_unit(store_url, source, base, u, by_reference):
+                for rec in import_unit(store_url, source, base, u, by_reference, leave_out):
                     n += 1
                     yield rec
                 rows.add(n)
@@ -215,6 +228,8 @@ def check_inputs(repo, source, branch: str, prefix: str = "") -> Commit:
         source = TreeSource(source)
     to_key(prefix)  # a bad name ('..', NUL, over-long)
     source.check()
+    if isinstance(source, TreeSource):
+        source.leave_out = own_dirs(repo, source.name)
     head = repo.commits.get(repo.head(branch, fresh=True))
     if not Committer(repo).is_clean(branch):
         raise GravfsError(f"branch {branch!r} has uncommitted changes; commit or reset them "

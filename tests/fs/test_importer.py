@@ -400,3 +400,28 @@ def test_a_file_written_while_it_is_read_is_read_again(env, tmp_path, monkeypatc
         r.close()
     warned = [m.getMessage() for m in caplog.records if m.levelno == logging.WARNING]
     assert len(warned) == 1 and warned[0].startswith(f"{src / 'busy.txt'} kept changing")
+
+
+def test_the_repositorys_own_directories_are_left_out(tmp_path):
+    """``gravfs init`` in the data's own directory, then an import of '.': the store and
+    the state directory are left out with a warning each (before, they were imported,
+    the store into itself); an import from inside the store or the workspace is refused."""
+    data = tmp_path / "lake"
+    (data / "raw").mkdir(parents=True)
+    (data / "raw" / "a.csv").write_bytes(b"a\n")
+    store, state = str(data / "store"), str(data / "state")
+    Repository.init(store, state, settings=small_settings()).close()
+    rc, out, err = run_cli("import", "-q", str(data), "main:", store=store, state=state)
+    assert "Imported 1 file(s)" in out
+    assert f"leaving out {data / 'store'}: it is this repository's store" in err
+    assert f"leaving out {data / 'state'}: it is gravfs's state directory" in err
+    rc, out, err = run_cli("ls", "main:", store=store, state=state)
+    assert out.split() == ["dir", "raw/"]
+    rc, out, err = run_cli("import", "-q", str(data / "store" / "data"), "main:x", store=store,
+                           state=state, check=False)
+    assert rc == 1 and err == (f"gravfs: cannot import {data / 'store' / 'data'}: it is in "
+                               f"this repository's store ({store})\n")
+    # the state directory's other contents can be imported, never the workspace
+    rc, out, err = run_cli("import", "-q", str(data / "state" / "repos"), "main:x", store=store,
+                           state=state, check=False)
+    assert rc != 0 and "it is this repository's local state" in err and "empty" in err, err

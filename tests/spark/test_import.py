@@ -184,3 +184,32 @@ def test_names_that_are_not_utf8(spark, repo, tmp_path):
     assert res.files == 4
     assert head_metarange(repo, "main") == head_metarange(repo, "single")
     assert repo.committed.get(head_metarange(repo, "main"), b"caf\xe9/r\xe9sum\xe9.txt") is not None
+
+
+def test_the_repositorys_own_directories_are_left_out(spark, tmp_path):
+    """A source holding the repository's store and state directory (``gravfs init`` in
+    the data's directory, then an import of '.') imports neither: one deep enough to be
+    inside an executor's recursive listing, one the driver's split meets. A source inside
+    the store is refused."""
+    from gravfs.fs.repository import Repository
+    from tests.repo_util import small_settings
+
+    lake = tmp_path / "lake"
+    store = lake / "x" / "y" / "z" / "w" / "store"
+    (lake / "data").mkdir(parents=True)
+    for i in range(5):
+        (lake / "data" / f"f{i}").write_bytes(b"%d" % i)
+    r = Repository.init(str(store), str(lake / "state"), settings=small_settings())
+    (lake / "x" / "y" / "kept").write_bytes(b"kept")
+    try:
+        r.create_branch("single", "main")
+        local_import(r, str(lake), "single", progress=False)
+        res = import_tree(spark, r, str(lake), "main", partitions=2)
+        assert res.files == 6
+        assert head_metarange(r, "main") == head_metarange(r, "single")
+        keys = [rec.key for rec in r.committed.iter(head_metarange(r, "main"))]
+        assert b"x/y/kept" in keys and not any(b"store" in k or b"state" in k for k in keys)
+        with pytest.raises(GravfsError, match="it is in this repository's store"):
+            import_tree(spark, r, str(store / "data"), "main")
+    finally:
+        r.close()
