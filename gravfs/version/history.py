@@ -55,13 +55,13 @@ def path_changes(commits: CommitStore, start: str,
 
     n = 0
     for c in walk(commits, [start]):
+        if limit is not None and n >= limit:
+            return
         kind = change_kind(at(c), [at(commits.get(p)) for p in c.parents])
         memo.pop(c.id, None)  # walk() yields each commit once, after its children
         if kind is not None:
             yield c, kind
             n += 1
-            if limit is not None and n >= limit:
-                return
 
 
 def merge_base(commits: CommitStore, a: str, b: str) -> Optional[str]:

@@ -47,6 +47,7 @@ def test_path_history_of_a_merged_history(tmp_path):
     assert merged.id not in {cid for cid, _ in got}
     assert len(looked) == len(list(repo.log("main")))  # one lookup a commit
     assert [c.id for c, _ in repo.path_history("main", b"a/x", limit=2)] == [c5.id, c4.id]
+    assert list(repo.path_history("main", b"a/x", limit=0)) == []  # as gravfs log -n 0
     assert list(repo.path_history("main", b"a/nothing")) == []
     assert [(c.id, k) for c, k in repo.path_history("dev", b"a/x")] == [
         (c2.id, "modified"), (c1.id, "added")]
