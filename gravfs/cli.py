@@ -597,8 +597,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("ref")
     sp.__class__ = _IntermixedParser  # subparsers share one class; only log needs this
     sp.add_argument("paths", nargs="*", metavar="PATH",
-                    help="after --: list the commits that changed this file (uses the "
-                         "provenance index: gravfs spark index)")
+                    help="after --: list the commits that changed this file (the "
+                         "provenance index, gravfs spark index, answers without reading "
+                         "each commit's tree)")
     sp.add_argument("-n", type=int, default=None, metavar="N", help="at most N commits")
     sp.add_argument("--json", action="store_true")
 
