@@ -42,6 +42,22 @@ def parse_conf(items: Iterable[str]) -> list[tuple[str, str]]:
     return parse_pairs(items, "--conf")
 
 
+_LOCAL = re.compile(r"local(\[(\d+|\*)(\s*,\s*\d+)?\]|-cluster\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\])?")
+
+
+def check_master(master: str) -> None:
+    """Refuse a master URL Spark would refuse, before its JVM starts: spark-submit
+    prints a Java stack trace, and pyspark then reports only that its gateway exited."""
+    if master.startswith("local"):
+        ok = _LOCAL.fullmatch(master) is not None
+    else:
+        ok = master == "yarn" or master.startswith(("spark://", "k8s://"))
+    if not ok:
+        raise SparkStartError(f"{master!r} is not a Spark master URL (local, local[N], "
+                              "local[*], local[N,F], spark://HOST:PORT, yarn or "
+                              "k8s://https://HOST:PORT)")
+
+
 def is_local(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
@@ -108,6 +124,7 @@ def start_session(master: Optional[str] = None, conf: Iterable[tuple[str, str]] 
     keeps gravfs's own lines only; a failed task's traceback is in the file).
     """
     master = master or DEFAULT_MASTER
+    check_master(master)
     if not java_available():
         raise SparkStartError("Spark needs Java (17 or later): none found on PATH or in "
                               "JAVA_HOME")

@@ -89,11 +89,12 @@ def test_no_java(env):
 def test_spark_that_does_not_start(env):
     store, state, src = env
     head = _head(store, state)
-    rc, out, err = run_cli("spark", "import", src, "main", "--master", "nosuch://x", *SPARK_CONF,
+    # a master URL of the right form that Spark refuses once started
+    rc, out, err = run_cli("spark", "import", src, "main", "--master", "local[0]", *SPARK_CONF,
                            store=store, state=state, check=False)
     assert rc != 0
     line = _one_line(err)
-    assert line.startswith("gravfs: Spark did not start (master nosuch://x): "), line
+    assert line.startswith("gravfs: Spark did not start (master local[0]): "), line
     assert _head(store, state) == head
 
 
@@ -107,12 +108,30 @@ def test_bad_inputs_fail_before_spark(env, tmp_path):
         (["spark", "import", src, "main", "--partitions", "0"], "--partitions must be at least 1"),
         (["-s", str(tmp_path / "nostore"), "spark", "import", src, "main"], "no gravfs repository"),
         (["spark", "import", src, "main:a/../b"], "path a/../b contains '..'"),
+        # spark-submit printed a Java stack trace, then gravfs "its gateway exited"
+        (["spark", "import", src, "main", "--master", "bogus[2]"],
+         "'bogus[2]' is not a Spark master URL (local, local[N], local[*]"),
+        (["spark", "index", "--master", "local[x]"], "'local[x]' is not a Spark master URL"),
     ]
     for argv, want in cases:
         rc, out, err = run_cli(*argv, store=store, state=state, check=False)
         assert rc != 0, argv
         assert want in _one_line(err), (argv, err)
         assert len(err.strip().splitlines()) == 1, (argv, err)  # no JVM started to say more
+
+
+def test_master_urls_checked_before_the_jvm():
+    """The forms Spark takes pass; others are refused without starting a JVM."""
+    from gravfs.spark.runtime import SparkStartError, check_master
+
+    for good in ("local", "local[4]", "local[*]", "local[2,3]", "local[*, 4]",
+                 "local-cluster[2,1,1024]", "spark://h1:7077,h2:7077", "yarn",
+                 "k8s://https://api:443"):
+        check_master(good)
+    for bad in ("locale", "local[]", "local[x]", "local[2", "mesos://h:5050", "Yarn",
+                "h:7077", "local-cluster[2]"):
+        with pytest.raises(SparkStartError, match="is not a Spark master URL"):
+            check_master(bad)
 
 
 def test_task_failing_after_retries(env):
