@@ -31,8 +31,8 @@ from gravfs.version.committer import Committer, NothingToCommitError
 from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
 from gravfs.faults import crash_point
 from gravfs.data.objects import DataObjects
+from gravfs.fs import ownpaths
 from gravfs.fs.paths import to_key
-from gravfs.store import local_path
 from gravfs.store.local import DeferredLocalStore, LocalStore
 from gravfs.progress import progress_bar
 from gravfs.version.refs.commits import Commit
@@ -79,28 +79,15 @@ def scan(src: str, leave_out: Optional[dict[str, str]] = None
 
 
 def own_dirs(repo, src: str) -> dict[str, str]:
-    """The repository's local store and gravfs's state directory, as paths relative to
-    an import's source that holds them (-> what each is). An import leaves them out, as
-    git leaves out .git: their files change while they are read, and a copy of the store
-    inside itself only grows it. A source inside the store or the repository's
-    workspace is refused."""
+    """The repository's own directories (gravfs.fs.ownpaths) under an import's source,
+    as paths relative to it -> what each is: the import leaves them out. A source that
+    is in one of them is refused."""
     top = os.path.realpath(src)
-    store = local_path(repo.store.url)
-    state_dir = os.path.dirname(os.path.dirname(repo.workspace.root))  # <state>/repos/<id>
-
-    def under(path: str, base: str) -> bool:
-        return path == base or path.startswith(base.rstrip("/") + "/")
-
-    for path, what in ((store, "this repository's store"),
-                       (repo.workspace.root, "this repository's local state")):
-        if path is not None and under(top, os.path.realpath(path)):
-            raise GravfsError(f"cannot import {src}: it is in {what} ({path})")
     out = {}
-    for path, what in ((store, "this repository's store"),
-                       (state_dir, "gravfs's state directory"),
-                       (repo.workspace.root, "this repository's local state")):
-        real = None if path is None else os.path.realpath(path)
-        if real is not None and real != top and under(real, top):
+    for real, what in ownpaths.own_dirs(repo.store.url, repo.workspace.state_dir):
+        if ownpaths.within(top, real):
+            raise GravfsError(f"cannot import {src}: it is in {what}")
+        if ownpaths.within(real, top):
             out[os.path.relpath(real, top)] = what
     return out
 

@@ -36,7 +36,7 @@ from typing import Optional
 from gravfs.version.config import default_state_dir
 from gravfs.errors import GravfsError, NotFoundError
 from gravfs.fuse import options as mount_options
-from gravfs.store import local_path
+from gravfs.fs.ownpaths import own_dirs, within
 from gravfs.store.modes import private_dir
 
 log = logging.getLogger(__name__)
@@ -96,16 +96,13 @@ FSTYPE = "fuse.gravfs"  # the daemon mounts with subtype=gravfs
 
 
 def _check_hides_nothing(mountpoint: str, store: str, state_dir: str) -> None:
-    """Refuse a mount over the local store or the state directory (or a directory above
-    them): its daemon opens files there by path as it runs, and would find its own
-    mount instead (branches then look empty and every write fails)."""
+    """Refuse a mount point that holds the local store or the state directory: its daemon
+    opens files there by path as it runs, and would find its own mount instead
+    (branches then look empty and every write fails)."""
     mp = os.path.realpath(mountpoint)
-    for what, path in (("the store", local_path(store)), ("the state directory", state_dir)):
-        if path is None:
-            continue
-        real = os.path.realpath(path)
-        if real == mp or real.startswith(mp.rstrip("/") + "/"):
-            raise GravfsError(f"cannot mount on {mountpoint}: {what} ({path}) is "
+    for real, what in own_dirs(store, state_dir):
+        if within(real, mp):
+            raise GravfsError(f"cannot mount on {mountpoint}: {what} is "
                               f"{'there' if real == mp else 'under it'}, and the mount would "
                               "hide it from its own daemon; mount on another directory")
 

@@ -38,6 +38,7 @@ from gravfs.data.objects import digest_of
 from gravfs.data.sparse import is_sparse
 from gravfs.errors import GravfsError
 from gravfs.fs.entry import ADDRESS_FULL, KIND_DIRECTORY, KIND_SYMLINK, EntryInfo, decode_entry
+from gravfs.fs.ownpaths import own_dirs, within
 from gravfs.fs.paths import escape_key, show, split_last
 from gravfs.spark.treediff import DiffPlan, Segment, plan, segment_diffs
 from gravfs.spark.tables import task_ranges, tree_of
@@ -111,6 +112,10 @@ def check_export(repo, ref: str, dest_url: str, since: Optional[str] = None) -> 
             raise GravfsError(f"{ref} holds a top-level {name!r}, a name the export uses for "
                               "its own files")
     dest = open_dest(dest_url)
+    if dest.kind == "dir":
+        for real, what in own_dirs(repo.store.url, repo.workspace.state_dir):
+            if within(os.path.realpath(dest.root), real):
+                raise GravfsError(f"cannot export into {dest.root}: it is in {what}")
     dest.check()
     job = ExportJob(ref, commit, dest_url, since_id)
     success = _read_json(dest, SUCCESS)

@@ -137,6 +137,8 @@ class DirDest:
     def check(self) -> None:
         """DEST is a directory or can be made one (GravfsError otherwise); nothing is
         written into an existing one."""
+        if os.path.lexists(self.root) and not os.path.isdir(self.root):
+            raise GravfsError(f"{self.root} is not a directory")
         try:
             os.makedirs(self.root, exist_ok=True)
         except OSError as exc:
@@ -449,6 +451,8 @@ def open_dest(url: str):
 
 
 def _make(url: str):
+    if not url:
+        raise GravfsError("no destination given (a directory or s3://BUCKET/PREFIX)")
     if url.startswith("s3://"):
         p = urlparse(url)
         if not p.netloc:

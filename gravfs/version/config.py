@@ -107,6 +107,11 @@ class Workspace:
                 f.write(store_url + "\n")
         return cls(root)
 
+    @property
+    def state_dir(self) -> str:
+        """The state directory holding this workspace (``<state>/repos/<id>``)."""
+        return os.path.dirname(os.path.dirname(self.root))
+
     def sub(self, name: str) -> str:
         """The workspace directory ``name``, created (or tightened) 0700."""
         return private_dir(os.path.join(self.root, name))

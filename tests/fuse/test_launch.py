@@ -231,8 +231,8 @@ def test_mount_helper_errors(tmp_path):
     assert res.returncode == 1 and "afile is not a directory" in res.stderr, res.stderr
     # a mount over the store or the state directory would hide them from its own daemon
     # (before: it mounted, branches/ listed no branch and every write failed)
-    for where, what in ((tmp_path, f"the store ({m.store}) is under it"),
-                        (tmp_path / "state", f"the state directory ({m.state_dir}) is there")):
+    for where, what in ((tmp_path, f"this repository's store ({m.store}) is under it"),
+                        (tmp_path / "state", f"gravfs's state directory ({m.state_dir}) is there")):
         res = m.cli("mount", str(where), check=False)
         assert res.returncode == 1 and f"cannot mount on {where}: {what}" in res.stderr, \
             res.stderr

@@ -235,6 +235,13 @@ def test_cli_bad_input(env, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_bytes(b"x")
     assert "cannot write" in fails("main", str(blocker / "sub"))
+    assert f"{blocker} is not a directory" in fails("main", str(blocker))  # said "File exists"
+    assert "no destination given" in fails("main", "")  # was the working directory
+    # into the repository's own directories: the store, gravfs's state directory
+    for inside, what in ((tmp_path / "store" / "out", f"this repository's store ({store})"),
+                         (tmp_path / "state" / "out", f"gravfs's state directory ({state})")):
+        assert f"cannot export into {inside}: it is in {what}" in fails("main", str(inside))
+        assert not inside.exists()
     other = tmp_path / "other"
     other.mkdir()
     (other / "data.csv").write_bytes(b"1,2\n")
