@@ -230,6 +230,9 @@ def check_inputs(repo, source, branch: str, prefix: str = "") -> Commit:
     source.check()
     if isinstance(source, TreeSource):
         source.leave_out = own_dirs(repo, source.name)
+    elif source.kind == "s3":
+        from gravfs.spark.s3source import store_prefixes
+        source.leave_out = store_prefixes(repo.store.url, source.bucket, source.prefix)
     head = repo.commits.get(repo.head(branch, fresh=True))
     if not Committer(repo).is_clean(branch):
         raise GravfsError(f"branch {branch!r} has uncommitted changes; commit or reset them "

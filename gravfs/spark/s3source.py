@@ -107,12 +107,39 @@ def check_prefix(url: str) -> None:
         raise GravfsError(f"{url}: no objects under this prefix")
 
 
-def split_prefix(bucket: str, prefix: str, target: int
+STORE_TOPS = ("_gravfs/", "data/", "sparse/")  # what a store keeps under its prefix
+
+
+def store_prefixes(store_url: str, bucket: str, prefix: str) -> tuple[str, ...]:
+    """The key prefixes of the repository's own S3 store inside the source
+    ``s3://bucket/prefix``, which the import leaves out (as it leaves out a local store:
+    gravfs.fs.ownpaths); GravfsError when the source is inside the store."""
+    if not store_url.startswith("s3://"):
+        return ()
+    sbucket, sprefix = parse_s3_url(store_url)
+    if sbucket != bucket:
+        return ()
+    out = []
+    for top in STORE_TOPS:
+        own = sprefix + top
+        if prefix.startswith(own):
+            raise GravfsError(f"cannot import s3://{bucket}/{prefix}: it is in this "
+                              f"repository's store ({store_url})")
+        if own.startswith(prefix):
+            out.append(own)
+    return tuple(out)
+
+
+def _kept(objs: Iterable[S3Object], leave_out: tuple[str, ...]) -> list[S3Object]:
+    return [o for o in objs if not o.key.startswith(leave_out)] if leave_out else list(objs)
+
+
+def split_prefix(bucket: str, prefix: str, target: int, leave_out: tuple[str, ...] = ()
                  ) -> tuple[list[str], list[S3Object]]:
     """(prefixes for executors to list in full, objects the driver listed on the way).
 
     Levels are opened breadth first until there are at least ``target`` prefixes
-    or MAX_SPLIT_DEPTH is reached."""
+    or MAX_SPLIT_DEPTH is reached; the prefixes ``leave_out`` names are not opened."""
     units: list[str] = []
     loose: list[S3Object] = []
     frontier = [prefix]
@@ -124,8 +151,13 @@ def split_prefix(bucket: str, prefix: str, target: int
         nxt: list[str] = []
         for p in frontier:
             for objs, dirs in list_pages(bucket, p, "/"):
-                loose += objs
-                nxt += dirs
+                loose += _kept(objs, leave_out)
+                for d in dirs:
+                    if d in leave_out:
+                        log.warning("leaving out s3://%s/%s: it is this repository's store",
+                                    bucket, d)
+                    else:
+                        nxt.append(d)
         frontier = nxt
         depth += 1
     log.info("split %s into %d prefixes to list (%d objects listed on the way)",
@@ -171,11 +203,12 @@ def object_records(bucket: str, strip: int, base: bytes, objs: Iterable[S3Object
         yield from pool.map(record, list(objs))
 
 
-def unit_objects(bucket: str, unit) -> Iterator[S3Object]:
-    """The objects of a unit: a prefix to list in full, or objects the driver listed."""
+def unit_objects(bucket: str, unit, leave_out: tuple[str, ...] = ()) -> Iterator[S3Object]:
+    """The objects of a unit: a prefix to list in full (less those under ``leave_out``),
+    or objects the driver listed."""
     if isinstance(unit, str):
         for objs, _ in list_pages(bucket, unit):
-            yield from objs
+            yield from _kept(objs, leave_out)
     else:
         yield from (S3Object(*o) for o in unit)
 
@@ -190,6 +223,7 @@ class S3PrefixSource:
         self.bucket, self.prefix = parse_s3_url(url)
         self.name = f"s3://{self.bucket}/{self.prefix}"
         self._split: Optional[tuple[list[str], list[S3Object]]] = None
+        self.leave_out: tuple[str, ...] = ()  # the repository's own store (check_inputs)
 
     def check(self) -> None:
         check_prefix(self.name)
@@ -197,7 +231,7 @@ class S3PrefixSource:
     def _units(self, sc) -> tuple[list[str], list[S3Object]]:
         if self._split is None:
             target = self.UNITS_PER_CORE * sc.defaultParallelism
-            self._split = split_prefix(self.bucket, self.prefix, target)
+            self._split = split_prefix(self.bucket, self.prefix, target, self.leave_out)
         return self._split
 
     def sample_bounds(self, sc, base: bytes, partitions: int) -> Optional[list[bytes]]:
@@ -211,7 +245,7 @@ class S3PrefixSource:
         return even_bounds(keys, partitions)
 
     def records(self, sc, store_url: str, base: bytes, by_reference: bool, rows):
-        bucket, strip = self.bucket, len(self.prefix)
+        bucket, strip, leave_out = self.bucket, len(self.prefix), self.leave_out
         target = self.UNITS_PER_CORE * sc.defaultParallelism
         prefixes, loose = self._units(sc)
         chunk = 1000  # objects the driver listed travel in units of this many
@@ -225,8 +259,8 @@ class S3PrefixSource:
                 (data, bulk), tmp = ts.bulk_data(), ts.data.tmp_dir
             for unit in it:
                 n = 0
-                for rec in object_records(bucket, strip, base, unit_objects(bucket, unit),
-                                          data, tmp):
+                for rec in object_records(bucket, strip, base,
+                                          unit_objects(bucket, unit, leave_out), data, tmp):
                     n += 1
                     yield rec
                 rows.add(n)

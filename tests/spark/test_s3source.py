@@ -155,3 +155,37 @@ def test_cli_by_reference_and_missing_bucket(s3_server, objects, tmp_path):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gravfs: cannot list s3://no-such-bucket/p/"), err
     assert "bucket no-such-bucket does not exist" in lines[0]
+
+
+def test_the_repositorys_own_store_is_left_out(s3spark, s3_server, tmp_path, monkeypatch):
+    """A source prefix holding the repository's own S3 store imports the other objects
+    only, whether the driver's split meets the store's prefixes or an executor lists
+    them in full; a source inside the store is refused."""
+    import io
+
+    from gravfs.fs.repository import Repository
+    from gravfs.spark import s3source
+    from tests.repo_util import small_settings
+
+    base = f"mixed-{uuid.uuid4().hex[:8]}/"
+    store = s3_server.make_store(prefix=base + "lake")
+    repo = Repository.init(store, str(tmp_path / "state"), settings=small_settings())
+    try:
+        repo.write_file("main", "kept", io.BytesIO(b"in the store's data/"))
+        repo.commit("main", "one object in data/")
+        c = s3_server.client()
+        raw = {f"raw/part-{i}.csv": b"%d\n" % i for i in range(3)}
+        for rel, body in raw.items():
+            c.put_object(Bucket=s3_server.bucket, Key=base + rel, Body=body)
+        url = f"s3://{s3_server.bucket}/{base}"
+        for depth, dest in ((s3source.MAX_SPLIT_DEPTH, "driver"), (1, "executor")):
+            monkeypatch.setattr(s3source, "MAX_SPLIT_DEPTH", depth)
+            res = import_s3(s3spark, repo, url, "main", dest)
+            assert res.files == len(raw), dest
+            keys = {rec.key for rec in repo.committed.iter(head_metarange(repo, "main"))}
+            assert {k for k in keys if k.startswith(dest.encode() + b"/")} == {
+                f"{dest}/{rel}".encode() for rel in raw}, dest
+        with pytest.raises(GravfsError, match="it is in this repository's store"):
+            import_s3(s3spark, repo, f"{url}lake/data/", "main", "x")
+    finally:
+        repo.close()
