@@ -9,8 +9,12 @@ does not write into them, and a mount point may not hide them from its own daemo
 from __future__ import annotations
 
 import os
+from typing import Optional
+from urllib.parse import urlparse
 
 from gravfs.store import local_path
+
+S3_TOPS = ("_gravfs/", "data/", "sparse/")  # what a store keeps under its prefix
 
 
 def within(path: str, base: str) -> bool:
@@ -27,3 +31,20 @@ def own_dirs(store_url: str, state_dir: str) -> list[tuple[str, str]]:
         out.append((os.path.realpath(store), f"this repository's store ({store})"))
     out.append((os.path.realpath(state_dir), f"gravfs's state directory ({state_dir})"))
     return out
+
+
+def s3_store_keys(store_url: str) -> Optional[tuple[str, tuple[str, ...]]]:
+    """(bucket, key prefixes) of an S3 store's own objects; None for another store. Only
+    these are the store's: data may share its bucket, or its prefix."""
+    if not store_url.startswith("s3://"):
+        return None
+    p = urlparse(store_url)
+    prefix = p.path.strip("/")
+    base = prefix + "/" if prefix else ""
+    return p.netloc, tuple(base + top for top in S3_TOPS)
+
+
+def in_s3_store(store_url: str, bucket: str, key_prefix: str) -> bool:
+    """Whether keys under ``s3://bucket/key_prefix`` are the S3 store's own."""
+    own = s3_store_keys(store_url)
+    return own is not None and own[0] == bucket and key_prefix.startswith(own[1])

@@ -38,7 +38,7 @@ from gravfs.data.objects import digest_of
 from gravfs.data.sparse import is_sparse
 from gravfs.errors import GravfsError
 from gravfs.fs.entry import ADDRESS_FULL, KIND_DIRECTORY, KIND_SYMLINK, EntryInfo, decode_entry
-from gravfs.fs.ownpaths import own_dirs, within
+from gravfs.fs.ownpaths import in_s3_store, own_dirs, within
 from gravfs.fs.paths import escape_key, show, split_last
 from gravfs.spark.treediff import DiffPlan, Segment, plan, segment_diffs
 from gravfs.spark.tables import task_ranges, tree_of
@@ -116,6 +116,9 @@ def check_export(repo, ref: str, dest_url: str, since: Optional[str] = None) -> 
         for real, what in own_dirs(repo.store.url, repo.workspace.state_dir):
             if within(os.path.realpath(dest.root), real):
                 raise GravfsError(f"cannot export into {dest.root}: it is in {what}")
+    elif in_s3_store(repo.store.url, dest.bucket, dest.prefix):
+        raise GravfsError(f"cannot export into {dest_url}: it is in this repository's store "
+                          f"({repo.store.url})")
     dest.check()
     job = ExportJob(ref, commit, dest_url, since_id)
     success = _read_json(dest, SUCCESS)

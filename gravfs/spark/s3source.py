@@ -29,6 +29,7 @@ from typing import Iterable, Iterator, NamedTuple, Optional
 from urllib.parse import urlparse
 
 from gravfs.errors import GravfsError, NotFoundError
+from gravfs.fs.ownpaths import in_s3_store, s3_store_keys
 from gravfs.fs.entry import ADDRESS_FULL, KIND_FILE, EntryInfo, encode_entry, entry_identity
 from gravfs.spark.taskstore import task_store
 from gravfs.spark.treejob import even_bounds
@@ -107,27 +108,17 @@ def check_prefix(url: str) -> None:
         raise GravfsError(f"{url}: no objects under this prefix")
 
 
-STORE_TOPS = ("_gravfs/", "data/", "sparse/")  # what a store keeps under its prefix
-
-
 def store_prefixes(store_url: str, bucket: str, prefix: str) -> tuple[str, ...]:
     """The key prefixes of the repository's own S3 store inside the source
     ``s3://bucket/prefix``, which the import leaves out (as it leaves out a local store:
     gravfs.fs.ownpaths); GravfsError when the source is inside the store."""
-    if not store_url.startswith("s3://"):
+    if in_s3_store(store_url, bucket, prefix):
+        raise GravfsError(f"cannot import s3://{bucket}/{prefix}: it is in this "
+                          f"repository's store ({store_url})")
+    own = s3_store_keys(store_url)
+    if own is None or own[0] != bucket:
         return ()
-    sbucket, sprefix = parse_s3_url(store_url)
-    if sbucket != bucket:
-        return ()
-    out = []
-    for top in STORE_TOPS:
-        own = sprefix + top
-        if prefix.startswith(own):
-            raise GravfsError(f"cannot import s3://{bucket}/{prefix}: it is in this "
-                              f"repository's store ({store_url})")
-        if own.startswith(prefix):
-            out.append(own)
-    return tuple(out)
+    return tuple(k for k in own[1] if k.startswith(prefix))
 
 
 def _kept(objs: Iterable[S3Object], leave_out: tuple[str, ...]) -> list[S3Object]:
