@@ -45,7 +45,8 @@ class LocalStore(ObjectStore):
     """Objects as files under ``root`` (directories are created as needed)."""
 
     def __init__(self, root: str, fsync: bool = True):
-        self.root = os.path.abspath(root)
+        # the real path: every name of the store (a symlink, "..") shares one workspace
+        self.root = os.path.realpath(root)
         self.url = "file://" + self.root
         self._fsync = fsync
         self._modes: tuple[int, int] | None = None  # (directory, file) modes, see _entry_modes

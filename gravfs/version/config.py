@@ -11,13 +11,17 @@ copies of files whose owner may have made them unreadable to others.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 from dataclasses import asdict, dataclass, field
 
 from gravfs import hashing
 from gravfs.errors import CorruptDataError, GravfsError
+from gravfs.store import local_path
 from gravfs.store.modes import PRIVATE_FILE, make_dir, private_dir
+
+log = logging.getLogger(__name__)
 
 REPO_JSON = "_gravfs/repo.json"
 FORMAT_VERSION = 1
@@ -88,6 +92,34 @@ def default_state_dir() -> str:
     return os.path.join(base, "gravfs")
 
 
+def _same_local_store(repos: str, store_url: str) -> str | None:
+    """A workspace in ``repos`` whose store-url marker names the same local store by
+    another path; with several, the first by name, and a warning naming the others (their
+    staged changes show only when the store is opened by the URL each was made for)."""
+    try:
+        path = local_path(store_url)
+        names = sorted(os.listdir(repos))
+    except (GravfsError, OSError):
+        return None
+    if path is None:
+        return None
+    real = os.path.realpath(path)
+    hits = []
+    for name in names:
+        try:
+            with open(os.path.join(repos, name, "store-url")) as f:
+                other = local_path(f.read().strip())
+        except (GravfsError, OSError, UnicodeDecodeError):
+            continue
+        if other is not None and os.path.realpath(other) == real:
+            hits.append(os.path.join(repos, name))
+    if len(hits) > 1:
+        log.warning("workspaces %s all belong to the store %s; using %s (the others' staged "
+                    "changes show only through the URL in their store-url file)",
+                    ", ".join(hits), real, hits[0])
+    return hits[0] if hits else None
+
+
 @dataclass(frozen=True)
 class Workspace:
     """Paths of one repository's local state inside a state dir."""
@@ -96,10 +128,19 @@ class Workspace:
 
     @classmethod
     def for_store(cls, state_dir: str, store_url: str) -> "Workspace":
+        """The workspace of the store ``store_url`` names (a local store's URL is its real
+        path: see LocalStore), made on first use; or the one made for the same local
+        store under another URL (a path through a symlink, before URLs were real paths),
+        so every name of a store shares one staging."""
         name = hashing.hexdigest(store_url.encode())[:16]
         state_dir = os.path.abspath(state_dir)
         make_dir(state_dir)  # a new state dir is private; an existing one is left as it is
-        root = private_dir(os.path.join(private_dir(os.path.join(state_dir, "repos")), name))
+        repos = private_dir(os.path.join(state_dir, "repos"))
+        if not os.path.isdir(os.path.join(repos, name)):
+            other = _same_local_store(repos, store_url)
+            if other is not None:
+                return cls(private_dir(other))
+        root = private_dir(os.path.join(repos, name))
         marker = os.path.join(root, "store-url")
         if not os.path.exists(marker):
             fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
