@@ -104,6 +104,12 @@ class VersionRepository:
         commit, and the default branch."""
         store = open_store(target) if isinstance(target, str) else target
         settings = settings or RepoSettings.new()
+        first = next(iter(store.list("")), None)
+        if first is not None and not store.exists(REPO_JSON):
+            # gravfs owns what it finds under data/ and _gravfs/: garbage collection
+            # would delete another program's files there
+            raise GravfsError(f"{store.url} is not empty (it holds {first}): a repository "
+                              "needs a directory or S3 prefix of its own")
         if not store.put_if_absent(REPO_JSON, settings.to_json()):
             raise AlreadyExistsError(f"a gravfs repository already exists at {store.url}")
         repo = cls(store, state_dir, **kw)

@@ -32,6 +32,21 @@ def test_init_creates_main_with_root_commit(repo, store_target, tmp_path):
         Repository.open(str(tmp_path / "nothing"), str(tmp_path / "state3"))
 
 
+def test_init_refuses_a_store_that_holds_other_things(store_target, tmp_path):
+    """A directory or prefix holding anything but a repository: before, init made a
+    repository among the files, and garbage collection would have deleted those it found
+    under data/<xx>/ (objects no commit references)."""
+    from gravfs.store import open_store
+    from gravfs.version.config import REPO_JSON
+
+    store = open_store(store_target) if isinstance(store_target, str) else store_target
+    store.put("data/ab/their-file.csv", b"1,2\n")
+    with pytest.raises(GravfsError, match=r"is not empty \(it holds data/ab/their-file.csv\): "
+                                          "a repository needs a directory or S3 prefix of its own"):
+        Repository.init(store_target, str(tmp_path / "state"))
+    assert not store.exists(REPO_JSON) and store.get("data/ab/their-file.csv") == b"1,2\n"
+
+
 def test_staged_reads_then_commit(repo):
     repo.write_file("main", "a/b.txt", b"hello")
     repo.write_file("main", "a/c.txt", b"world")
