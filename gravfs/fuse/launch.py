@@ -74,7 +74,7 @@ def mount(args) -> int:
     for name in ("s3_connect_timeout", "s3_read_timeout", "s3_timeout", "s3_max_attempts"):
         if getattr(opts, name) is not None:  # read by the daemon's S3Store
             os.environ["GRAVFS_" + name.upper()] = str(getattr(opts, name))
-    mountpoint = os.path.abspath(args.mountpoint)
+    mountpoint = mount_path(args.mountpoint)
     _clear_stale_mount(mountpoint)
     if not os.path.isdir(mountpoint):
         if not os.path.lexists(mountpoint):
@@ -93,6 +93,21 @@ def mount(args) -> int:
 
 
 FSTYPE = "fuse.gravfs"  # the daemon mounts with subtype=gravfs
+
+
+def mount_path(path: str) -> str:
+    """The path the kernel lists a mount at (mountinfo), for a mount point named through
+    symlinks or '..'. Only directories above it and symlinks are looked at, never the mount
+    point itself: a stat there would wait on a daemon that no longer answers."""
+    p = os.path.abspath(path)
+    for _ in range(40):  # as the kernel's limit on nested links
+        p = os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
+        try:
+            target = os.readlink(p)  # a directory (or a mount on one) is EINVAL: no request
+        except OSError:
+            return p
+        p = os.path.abspath(os.path.join(os.path.dirname(p), target))
+    return p
 
 
 def _check_hides_nothing(mountpoint: str, store: str, state_dir: str) -> None:
@@ -730,7 +745,7 @@ def umount(args) -> int:
     could not stage some open files and saved them in lost+found instead.
     ``--force``: abort the mount's FUSE connection first (a daemon that no longer
     answers: see _ask_pid)."""
-    mountpoint = os.path.abspath(args.mountpoint)
+    mountpoint = mount_path(args.mountpoint)
     _gravfs_mount(mountpoint)
     if getattr(args, "force", False):
         _abort_connection(mountpoint)

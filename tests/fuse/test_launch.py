@@ -212,6 +212,28 @@ def test_mount_helper_like_fstab(tmp_path):
     assert m.cli("cat", "main:y.txt").stdout == "written through the helper mount"
 
 
+def test_mount_point_named_through_a_symlink(tmp_path):
+    """The kernel lists a mount at its real path: gravfs umount of the symlink said "is
+    not mounted", and a second mount through it said "already a mount point" where the
+    real path was meant."""
+    m = Mount(str(tmp_path))
+    m.init()
+    link = str(tmp_path / "link")
+    os.symlink(m.mnt, link)
+    m.cli("mount", link)
+    try:
+        assert os.path.ismount(m.mnt)
+        assert f" {m.mnt} " in open("/proc/mounts").read()
+        res = m.cli("mount", link, check=False)
+        assert res.returncode == 1 and f"{m.mnt} is already a mount point" in res.stderr
+        pid = m.pid()
+        m.cli("umount", link)
+        assert not os.path.ismount(m.mnt)
+        wait_for(lambda: _zombie(pid), timeout=30)
+    finally:
+        m.cleanup()
+
+
 def test_mount_helper_errors(tmp_path):
     m = Mount(str(tmp_path))
     res = _helper(m, m.store, m.mnt, "-o", f"state_dir={m.state_dir}")
