@@ -356,6 +356,13 @@ def _index_if_any(repo):
         return None
 
 
+def _is_dir(repo, ref: str, key: bytes) -> bool:
+    try:
+        return repo.stat(ref, key).kind == "dir"
+    except NotFoundError:
+        return False
+
+
 def _log_path(args, repo) -> int:
     """``gravfs log REF -- PATH``: the commits that changed PATH. The provenance index
     answers for the commits it covers; the others (all, without an index) are looked up
@@ -380,6 +387,9 @@ def _log_path(args, repo) -> int:
             if hist.looked_up:
                 log.info("%d commit(s) of %s are newer than the provenance index: looked up "
                          "in their trees", hist.looked_up, args.ref)
+    if not changes and _is_dir(repo, args.ref, key):
+        print(f"gravfs: note: {show(key)} is a directory in {args.ref}; log -- PATH lists the "
+              "commits that changed one file", file=sys.stderr)
     for c, kind in changes:
         if args.json:
             _print_json({**c.to_json(), "change": kind, **_path_json(key)})

@@ -65,6 +65,10 @@ def test_missing_index_says_how_to_build_it(env):
     rc, out, err = run_cli("log", "main", "--json", "--", "a/one", store=store, state=state)
     got = [(d["id"], d["change"]) for d in map(json.loads, out.splitlines())]
     assert [k for _, k in got] == ["modified", "added"] and got[1][0] == c1.id and err == ""
+    # a directory: nothing, and a note saying why (before: nothing at all)
+    rc, out, err = run_cli("log", "main", "--", "a", store=store, state=state)
+    assert out == "" and err == ("gravfs: note: a is a directory in main; log -- PATH lists "
+                                 "the commits that changed one file\n")
 
 
 def test_provenance_and_log_outputs(spark, env, tmp_path):
