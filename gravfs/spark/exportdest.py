@@ -451,8 +451,6 @@ def open_dest(url: str):
 
 
 def _make(url: str):
-    if not url:
-        raise GravfsError("no destination given (a directory or s3://BUCKET/PREFIX)")
     if url.startswith("s3://"):
         p = urlparse(url)
         if not p.netloc:
@@ -463,4 +461,6 @@ def _make(url: str):
     elif "://" in url:
         raise GravfsError(f"unsupported destination {url!r} (use a directory or "
                           "s3://BUCKET/PREFIX)")
+    if not url:  # not the working directory
+        raise GravfsError("no destination given (a directory or s3://BUCKET/PREFIX)")
     return DirDest(url)

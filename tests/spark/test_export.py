@@ -236,7 +236,8 @@ def test_cli_bad_input(env, tmp_path):
     blocker.write_bytes(b"x")
     assert "cannot write" in fails("main", str(blocker / "sub"))
     assert f"{blocker} is not a directory" in fails("main", str(blocker))  # said "File exists"
-    assert "no destination given" in fails("main", "")  # was the working directory
+    for empty in ("", "file://"):  # was the working directory
+        assert "no destination given" in fails("main", empty)
     # into the repository's own directories: the store, gravfs's state directory
     for inside, what in ((tmp_path / "store" / "out", f"this repository's store ({store})"),
                          (tmp_path / "state" / "out", f"gravfs's state directory ({state})")):
