@@ -331,27 +331,23 @@ def cmd_log(args) -> int:
     return 0
 
 
-def _open_index(repo):
-    """The repository's provenance index (one clear line when pyarrow is missing)."""
-    try:
-        from gravfs.provenance.reader import open_index
-    except ImportError as exc:
-        raise GravfsError(f"the provenance index needs pyarrow ({exc}): "
-                          "pip install 'gravfs[index]'") from None
-    return open_index(repo.store, repo.tier)
-
-
-def _index_if_any(repo):
-    """The provenance index, or None when there is none or pyarrow is missing (callers
-    that can answer without it)."""
+def _open_index(repo, missing_ok: bool = False):
+    """The repository's provenance index (one clear line when pyarrow is missing); with
+    ``missing_ok``, None when there is none or no reader (callers that can answer
+    without it)."""
     try:
         from gravfs.provenance.reader import IndexMissingError, open_index
     except ImportError as exc:
-        log.info("no provenance index reader (%s)", exc)
-        return None
+        if missing_ok:
+            log.info("no provenance index reader (%s)", exc)
+            return None
+        raise GravfsError(f"the provenance index needs pyarrow ({exc}): "
+                          "pip install 'gravfs[index]'") from None
     try:
         return open_index(repo.store, repo.tier)
     except IndexMissingError:
+        if not missing_ok:
+            raise
         log.info("this repository has no provenance index")
         return None
 
@@ -374,7 +370,7 @@ def _log_path(args, repo) -> int:
     if not key:
         raise GravfsError("log -- PATH needs a path")
     with progress_bar(f"log -- {show(key)}: commits looked up", None) as bar:
-        reader = _index_if_any(repo)
+        reader = _open_index(repo, missing_ok=True)
         if reader is None:
             log.info("looking %s up in every commit of %s", show(key), args.ref)
             changes = list(repo.path_history(args.ref, key, args.n, bar.advance))

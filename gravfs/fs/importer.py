@@ -51,7 +51,7 @@ BATCH_SECONDS = 2.0  # stage what is uploaded at least this often: a killed impo
 def scan(src: str, leave_out: Optional[dict[str, str]] = None
          ) -> Iterator[tuple[str, str, os.stat_result]]:
     """(relative path, kind, stat) of everything under src, depth first; the directories
-    ``leave_out`` names (relative path -> what it is: see own_dirs) are passed over."""
+    ``leave_out`` names (relative path -> what it is: see own_dirs_under) are passed over."""
     stack = [""]
     while stack:
         rel = stack.pop()
@@ -78,7 +78,7 @@ def scan(src: str, leave_out: Optional[dict[str, str]] = None
                 log.warning("skipping %s: not a regular file, directory or symlink", r)
 
 
-def own_dirs(repo, src: str) -> dict[str, str]:
+def own_dirs_under(repo, src: str) -> dict[str, str]:
     """The repository's own directories (gravfs.fs.ownpaths) under an import's source,
     as paths relative to it -> what each is: the import leaves them out. A source that
     is in one of them is refused."""
@@ -233,7 +233,7 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
     source = os.path.abspath(src)
     pfx = to_key(prefix)
     base = pfx + b"/" if pfx else b""
-    items = list(scan(src, own_dirs(repo, src)))
+    items = list(scan(src, own_dirs_under(repo, src)))
     if not items:
         raise NothingToCommitError(f"nothing to commit on branch {branch!r}: {src} is empty")
     total_bytes = sum(st.st_size for _, kind, st in items if kind == "file")

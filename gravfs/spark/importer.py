@@ -31,7 +31,7 @@ from typing import Iterator, Optional
 
 from gravfs.errors import GravfsError
 from gravfs.fs.entry import encode_entry, entry_identity
-from gravfs.fs.importer import check_source, entry_of, own_dirs, scan
+from gravfs.fs.importer import check_source, entry_of, own_dirs_under, scan
 from gravfs.fs.paths import show, to_key
 from gravfs.fs.repository import Repository
 from gravfs.spark.progress import counter
@@ -70,7 +70,7 @@ def split_units(src: str, target: int, leave_out: Optional[dict[str, str]] = Non
     the directory itself when it is empty); its subdirectories are units of
     their own. Directories are split breadth first until there are at least
     ``target`` units or MAX_SPLIT_DEPTH is reached. The directories ``leave_out``
-    names (see gravfs.fs.importer.own_dirs) are in none.
+    names (see gravfs.fs.importer.own_dirs_under) are in none.
     """
     units: list[tuple[str, bool]] = []
     frontier = [""]
@@ -229,7 +229,7 @@ def check_inputs(repo, source, branch: str, prefix: str = "") -> Commit:
     to_key(prefix)  # a bad name ('..', NUL, over-long)
     source.check()
     if isinstance(source, TreeSource):
-        source.leave_out = own_dirs(repo, source.name)
+        source.leave_out = own_dirs_under(repo, source.name)
     elif source.kind == "s3":
         from gravfs.spark.s3source import store_prefixes
         source.leave_out = store_prefixes(repo.store.url, source.bucket, source.prefix)
