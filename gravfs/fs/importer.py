@@ -232,6 +232,7 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
                           "first, or use --include-staged to commit them with the import")
     source = os.path.abspath(src)
     pfx = to_key(prefix)
+    repo.check_parents(branch, pfx)  # a file at pfx itself is replaced; one above, not
     base = pfx + b"/" if pfx else b""
     items = list(scan(src, own_dirs_under(repo, src)))
     if not items:

@@ -25,6 +25,7 @@ from gravfs.fs.entry import (KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_DIRECTORY
                              encode_entry, entry_identity)
 from gravfs.fs.paths import (dir_prefix, display, escape_name, first_name, hashed_head,
                              name_problem, show, split_last, to_key, unescape_name)
+from gravfs.version.collisions import file_above
 from gravfs.version.committed.record import encode_value
 from gravfs.version.repository import DEFAULT_TIER_BYTES, VersionRepository
 from gravfs.version.staging.branchview import BranchLayers
@@ -415,12 +416,18 @@ class Repository(VersionRepository):
                     raise PathTypeError(f"{show(own)}: a file exists there", errno.EEXIST)
             elif lay.first_under(own + b"/") is not None:
                 raise PathTypeError(f"{show(own)}: is a directory", errno.EISDIR)
-            parts = own.split(b"/")[:-1]
-            for i in range(1, len(parts) + 1):
-                anc = b"/".join(parts[:i])
-                item = lay.get(anc, self.staging, txn, self.committed)
-                if item is not None:
-                    raise PathTypeError(f"{show(anc)}: not a directory", errno.ENOTDIR)
+            self._check_parents(lay, txn, own)
+
+    def check_parents(self, branch: str, key: bytes) -> None:
+        """Refuse a path below a file (an import's prefix, whose own file it replaces)."""
+        with self.staging.read_txn() as txn:
+            self._check_parents(self.layers(branch, txn), txn, key)
+
+    def _check_parents(self, lay: BranchLayers, txn, key: bytes) -> None:
+        above = file_above(key, lambda k: lay.get(k, self.staging, txn, self.committed)
+                           is not None)
+        if above is not None:
+            raise PathTypeError(f"{show(above)}: not a directory", errno.ENOTDIR)
 
     def write_file(self, branch: str, path: str | bytes, src: str | bytes | BinaryIO,
                    mode: int = 0o644, mtime_ns: Optional[int] = None,

@@ -237,6 +237,7 @@ def check_inputs(repo, source, branch: str, prefix: str = "") -> Commit:
     if not Committer(repo).is_clean(branch):
         raise GravfsError(f"branch {branch!r} has uncommitted changes; commit or reset them "
                           "first")
+    repo.check_parents(branch, to_key(prefix))
     return head
 
 

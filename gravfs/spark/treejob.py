@@ -27,6 +27,7 @@ from gravfs.spark.ranges import (FileDirs, PartitionRanges, file_dirs_of, splice
                                  stitch_partitions, tree_records, write_partition)
 from gravfs.spark.runtime import job_failed
 from gravfs.spark.taskstore import task_store
+from gravfs.version.collisions import describe, file_ancestors
 from gravfs.version.committed.manager import EMPTY_METARANGE_ID
 from gravfs.version.committed.reader import MetaRange
 from gravfs.version.committed.record import decode_identity
@@ -179,8 +180,9 @@ def _check_rebase(repo, base: Commit, head: Commit, tree: MetaRange, prefix: byt
     """Raise ConflictError when the head moved since the job started and changed a
     path the import writes differently or removes (as a commit's rebase does); costs
     the size of that change, not of the tree."""
-    conflicts = []
+    conflicts, joined = [], {}
     scope = prefix + b"/" if prefix else b""
+    above = set(file_ancestors(prefix))
     for d in repo.committed.diff(base.metarange, head.metarange):
         rec = repo.committed.get(tree.id, d.key)
         if rec is not None:
@@ -189,12 +191,38 @@ def _check_rebase(repo, base: Commit, head: Commit, tree: MetaRange, prefix: byt
         elif (d.left is not None and d.right is not None
               and (d.key == prefix or d.key.startswith(scope))):
             conflicts.append(d.key)  # the import removes what they changed
+        elif d.right is not None and (d.key in above or d.key == prefix
+                                      or d.key.startswith(scope)):
+            pair = _file_meets_tree(repo, tree, d.key, scope)  # theirs, kept beside the tree
+            if pair is not None:
+                joined.setdefault(*pair)
     if conflicts:
         names = ", ".join(show(k) for k in conflicts[:10])
         more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
         raise ConflictError(f"branch head moved to {head.id[:12]} and changed the same paths: "
                             f"{names}{more}; nothing was committed", conflicts)
+    if joined:
+        found = sorted(joined)
+        raise ConflictError(f"branch head moved to {head.id[:12]}, and with its changes the "
+                            "import would make a path both a file and a directory: "
+                            f"{describe(found, joined, show)}; nothing was committed", found)
     log.info("head moved to %s meanwhile; applying the tree onto it", head.id[:12])
+
+
+def _file_meets_tree(repo, tree: MetaRange, key: bytes,
+                     scope: bytes) -> Optional[tuple[bytes, bytes]]:
+    """For a key the moved head added at, above or under the import's prefix, the
+    collision it makes with the tree as (file, key under it): a tree key under it when
+    it is a file, or a file of the tree above it."""
+    if not key.endswith(b"/"):
+        for rec in repo.committed.iter(tree.id, key + b"/"):
+            if rec.key.startswith(key + b"/"):
+                return key, rec.key  # (the tree is all under scope: above it, any key)
+            break
+    for p in file_ancestors(key):
+        if p.startswith(scope) and repo.committed.get(tree.id, p) is not None:
+            return p, key
+    return None
 
 
 def _replacing(repo, base_mr: str, tree: MetaRange, prefix: bytes) -> Iterator[tuple]:

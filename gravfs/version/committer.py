@@ -25,6 +25,7 @@ from typing import Iterator, Optional
 
 from gravfs.errors import ConflictError, GravfsError, NotFoundError, PreconditionFailedError
 from gravfs.faults import crash_point
+from gravfs.version import collisions
 from gravfs.version.committed.manager import EMPTY_METARANGE_ID
 from gravfs.version.committed.record import encode_value
 from gravfs.version.committed.results import Change
@@ -254,8 +255,10 @@ class Committer:
         (``still`` says what became of the changes)."""
         base = self.repo.commits.get(base_id)
         ours = {c[0]: c[1] for c in changes}
-        conflicts = []
+        conflicts, upstream = [], []
         for d in self.committed.diff(base.metarange, head.metarange):
+            if d.right is not None:
+                upstream.append(d.key)
             if d.key in ours:
                 theirs = None if d.right is None else d.right[1]
                 if theirs != ours[d.key]:
@@ -265,6 +268,18 @@ class Committer:
             more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
             raise ConflictError(f"branch head moved to {head.id[:12]} and changed the same "
                                 f"paths: {names}{more}; {still}", conflicts)
+        candidates = collisions.meeting(upstream, (k for k, v in ours.items() if v is not None))
+        if candidates:
+            on_head = collisions.InTree(self.committed, head.metarange)
+            found = collisions.new_collisions(
+                candidates, collisions.WithChanges(ours, on_head), on_head,
+                collisions.WithChanges(ours, collisions.InTree(self.committed, base.metarange)))
+            if found:
+                raise ConflictError(
+                    f"branch head moved to {head.id[:12]}, and with its changes yours would "
+                    f"make a path both a file and a directory: "
+                    f"{collisions.describe(found, candidates, self.committed.show_key)}; "
+                    f"{still}", found)
         log.info("rebasing %d staged change(s) onto %s", len(changes), head.id[:12])
 
     def _land(self, branch: str, st: BranchState, build, tokens: Optional[list[str]] = None,
@@ -332,12 +347,33 @@ class Committer:
                 base = self.repo.commits.get(base_id) if base_id else None
                 base_mr = base.metarange if base else EMPTY_METARANGE_ID
                 res = self.committed.merge(base_mr, src.metarange, head.metarange, strategy)
+                self._check_collisions(res, src.metarange, head.metarange,
+                                       f"merging {source} into {dest}")
                 return Commit(res.metarange_id, (head.id, src.id),
                               message or f"Merge {source} into {dest}", author, commit_time_ns(),
                               max(head.generation, src.generation) + 1,
                               {"merge_strategy": strategy})
 
             return self._land(dest, st, build)
+
+    def _check_collisions(self, res, source_mr: str, dest_mr: str, what: str) -> None:
+        """Raise ConflictError when the merge result ``res`` joins a file of one side
+        with a path under it from the other (gravfs.version.collisions). Such a pair
+        holds a key new to dest, which the merge set from the source side: lookups
+        for those keys only."""
+        if res.metarange_id in (source_mr, dest_mr):
+            return  # one side's tree: its own layout
+        dest = collisions.InTree(self.committed, dest_mr)
+        result = collisions.InTree(self.committed, res.metarange_id)
+        candidates = collisions.around(
+            (k for k in res.set_in_dest if not dest.has(k)), result)
+        found = collisions.new_collisions(
+            candidates, result, collisions.InTree(self.committed, source_mr), dest)
+        if found:
+            raise ConflictError(
+                f"{what} would make a path both a file and a directory: "
+                f"{collisions.describe(found, candidates, self.committed.show_key)}; rename "
+                "or remove one of them on either side, commit, and try again", found)
 
     def revert(self, branch: str, ref: str, author: str) -> Commit:
         target = self.repo.resolve(ref).commit
@@ -351,6 +387,8 @@ class Committer:
 
             def build(head: Commit) -> Optional[Commit]:
                 res = self.committed.merge(target.metarange, parent.metarange, head.metarange, "fail")
+                self._check_collisions(res, parent.metarange, head.metarange,
+                                       f"reverting {target.id[:12]}")
                 return Commit(res.metarange_id, (head.id,), f"Revert {target.id[:12]}: "
                               f"{target.message}", author, commit_time_ns(), head.generation + 1,
                               {"reverted": target.id})

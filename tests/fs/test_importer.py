@@ -425,3 +425,37 @@ def test_the_repositorys_own_directories_are_left_out(tmp_path):
                            state=state, check=False)
     assert rc == 1 and err == (f"gravfs: cannot import {data / 'state' / 'repos'}: it is in "
                                f"gravfs's state directory ({state})\n")
+
+
+def test_an_import_below_a_file_is_refused(env, tmp_path, monkeypatch):
+    """A file at an ancestor of PREFIX: refused before anything is read (the file at
+    PREFIX itself is replaced, above it is not); a file committed there while the
+    import runs makes its commit a conflict, and nothing lands."""
+    from gravfs.errors import ConflictError, PathTypeError
+    from gravfs.fs import importer
+
+    store, state = env
+    _tree(str(tmp_path / "src"), 3)
+    (tmp_path / "x").write_bytes(b"a file\n")
+    run_cli("put", str(tmp_path / "x"), "main:in", store=store, state=state)
+    run_cli("commit", "main", "-m", "file", store=store, state=state)
+    rc, _, err = run_cli("import", "-q", str(tmp_path / "src"), "main:in/deep", store=store,
+                         state=state, check=False)
+    assert rc == PathTypeError.exit_code and "in: not a directory" in err
+    r = Repository.open(store, state)
+    try:
+        real = importer._stage_removals
+
+        def meanwhile(*a, **kw):
+            r.write_file("main", "late", b"a file where the import goes\n")
+            r.commit("main", "committed meanwhile")
+            return real(*a, **kw)
+
+        monkeypatch.setattr(importer, "_stage_removals", meanwhile)
+        with pytest.raises(ConflictError, match=r"both a file and a directory: late \(and "
+                                                r"late/deeper/d0/f00000\)"):
+            importer.import_tree(r, str(tmp_path / "src"), "main", "late/deeper", progress=False)
+        assert r.commits.get(r.head("main", fresh=True)).message == "committed meanwhile"
+        assert _files(r, "main") == {"in": b"a file\n", "late": b"a file where the import goes\n"}
+    finally:
+        r.close()

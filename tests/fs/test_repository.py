@@ -229,6 +229,61 @@ def test_merge_conflicts_and_strategies(repo):
     assert repo.read("dev2", "x") == b"dev"
 
 
+@pytest.mark.parametrize("strategy", ["fail", "source-wins", "dest-wins"])
+def test_merge_that_would_make_a_file_a_directory_is_a_conflict(repo, strategy):
+    """A file "a" on one side and "a/c" on the other: each was fine alone, but the
+    mount could show only one of them (git calls it a file/directory conflict)."""
+    repo.write_file("main", "a/b", b"1")
+    repo.commit("main", "base")
+    repo.create_branch("x")
+    repo.remove("main", "a/b")
+    repo.write_file("main", "a", b"a file now")
+    repo.commit("main", "a is a file")
+    repo.write_file("x", "a/c", b"2")
+    repo.commit("x", "a/c")
+    head = repo.head("main")
+    for src, dst in (("x", "main"), ("main", "x")):
+        with pytest.raises(ConflictError, match=r"both a file and a directory: a \(and a/c\)") \
+                as ei:
+            repo.merge(src, dst, strategy=strategy)
+        assert ei.value.keys == [b"a"]
+    assert repo.head("main") == head
+    # made the same on both sides first, the merge goes through
+    repo.remove("x", "a/c")
+    repo.write_file("x", "a2/c", b"2")
+    repo.commit("x", "moved")
+    repo.merge("x", "main", strategy=strategy)
+    assert repo.read("main", "a") == b"a file now" and repo.read("main", "a2/c") == b"2"
+
+
+def test_merge_keeps_a_layout_one_side_already_holds(repo):
+    """Keys "d" and "d/e" as an object store held them, on the source: the other side's
+    "d/f" merges in beside them (the layout at "d" is the source's already)."""
+    repo.create_branch("lake")
+    repo.write_file("lake", "d/e", b"e")
+    other = repo.write_file("lake", "other", b"o")
+    repo.stage("lake", [(b"d", other)])  # stage() does not check placement (as imports)
+    repo.commit("lake", "d beside d/e")
+    repo.write_file("main", "d/f", b"f")
+    repo.commit("main", "d/f")
+    repo.merge("lake", "main")
+    assert [repo.read("main", p) for p in ("d", "d/e", "d/f")] == [b"o", b"e", b"f"]
+
+
+def test_revert_that_would_make_a_file_a_directory_is_a_conflict(repo):
+    repo.write_file("main", "a", b"1")
+    repo.commit("main", "a")
+    repo.remove("main", "a")
+    gone = repo.commit("main", "rm a")
+    repo.write_file("main", "a/x", b"2")
+    repo.commit("main", "a/x")
+    head = repo.head("main")
+    with pytest.raises(ConflictError, match=r"reverting .* both a file and a directory: "
+                       r"a \(and a/x\)"):
+        repo.revert("main", gone.id)
+    assert repo.head("main") == head
+
+
 def test_merge_refuses_dirty_destination(repo):
     repo.create_branch("dev")
     repo.write_file("dev", "a", b"1")
@@ -307,6 +362,16 @@ def test_two_workspaces_rebase_or_conflict(store_target, tmp_path):
     assert b.status("main") == [("changed", b"common")]
     b.reset("main")
     assert b.read("main", "common") == b"A"
+    # a file on one side where the other put a path under it: a conflict, staging kept
+    a.write_file("main", "q", b"file")
+    b.write_file("main", "q/r", b"under")
+    head = a.commit("main", "q").id
+    with pytest.raises(ConflictError, match=r"both a file and a directory: q \(and q/r\); "
+                       "your changes are still staged") as ei:
+        b.commit("main", "q/r")
+    assert ei.value.keys == [b"q"]
+    assert b.head("main", fresh=True) == head
+    assert b.status("main") == [("added", b"q/r")]
 
 
 def test_compaction_keeps_view_and_commits(repo):

@@ -9,11 +9,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from gravfs.version.committer import NothingToCommitError
-from gravfs.errors import ConflictError
+from gravfs.errors import ConflictError, PathTypeError
 from gravfs.fs.repository import Repository
 from tests.repo_util import small_settings
 
-PATHS = [f"{d}/{f}" for d in ("a", "b", "a/x") for f in ("1", "2", "3")] + ["top"]
+# "a/x" is a file on some branches and a directory on others: merges may join them
+PATHS = [f"{d}/{f}" for d in ("a", "b", "a/x") for f in ("1", "2", "3")] + ["top", "a/x"]
 CONTENT = st.sampled_from([b"", b"one", b"two", b"three" * 50])
 BRANCHES = ["main", "dev", "feat"]
 
@@ -41,6 +42,10 @@ class RepoMachine(RuleBasedStateMachine):
     @rule(b=st.sampled_from(BRANCHES), path=st.sampled_from(PATHS), data=CONTENT)
     def put(self, b, path, data):
         if b not in self.working:
+            return
+        if any(_collide(path, k) for k in self.working[b]):
+            with pytest.raises(PathTypeError):  # a file where a directory is, or under a file
+                self.repo.write_file(b, path, data)
             return
         self.repo.write_file(b, path, data)
         self.working[b][path] = data
@@ -122,6 +127,12 @@ class RepoMachine(RuleBasedStateMachine):
                 self.repo.merge(src, dst, strategy=strategy)
             assert sorted(k.decode() for k in ei.value.keys) == conflicts
             return
+        joined = sorted(f for f in result if any(k.startswith(f + "/") for k in result))
+        if joined:  # each side was fine alone: whatever the strategy, a conflict
+            with pytest.raises(ConflictError, match="both a file and a directory") as ei:
+                self.repo.merge(src, dst, strategy=strategy)
+            assert [k.decode() for k in ei.value.keys] == joined
+            return
         c = self.repo.merge(src, dst, strategy=strategy)
         self.committed[dst] = result
         self.working[dst] = dict(result)
@@ -143,6 +154,11 @@ class RepoMachine(RuleBasedStateMachine):
                      key=lambda n: n.encode())
         got = [n.name + ("/" if n.kind == "dir" else "") for n in self.repo.list_dir("main")]
         assert got == top
+
+
+def _collide(a: str, b: str) -> bool:
+    """Whether a file at one path and a file at the other cannot both be."""
+    return b.startswith(a + "/") or a.startswith(b + "/")
 
 
 TestRepoModel = RepoMachine.TestCase

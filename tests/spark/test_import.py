@@ -166,6 +166,24 @@ def test_head_moved_during_import(spark, repo, tree, monkeypatch):
     path["p"] = "elsewhere.txt"
     with pytest.raises(ConflictError, match="elsewhere.txt"):
         import_tree(spark, repo, src, "main", "", partitions=2)
+    # a file committed meanwhile above the prefix, or where the tree has a directory:
+    # each fine alone, together a path both a file and a directory; nothing lands
+    head = repo.head("main", fresh=True)
+    for late, prefix, pair in (("into", "into/deep", r"into \(and into/deep/README\)"),
+                               ("fresh/part=002/h2", "fresh", r"fresh/part=002/h2 \(and "
+                                                              r"fresh/part=002/h2/latest\)")):
+        path["p"] = late
+        with pytest.raises(ConflictError, match=f"both a file and a directory: {pair}"):
+            import_tree(spark, repo, src, "main", prefix, partitions=2)
+        assert repo.commits.get(repo.head("main", fresh=True)).parents == (head,)
+        repo.reset("main")
+        repo.remove("main", late)
+        head = repo.commit("main", "undo").id
+    # and a file above the prefix when the import starts: refused before any Spark work
+    repo.write_file("main", "into", b"a file")
+    repo.commit("main", "into")
+    with pytest.raises(GravfsError, match="into: not a directory"):
+        import_tree(spark, repo, src, "main", "into/deep", partitions=2)
 
 
 def test_names_that_are_not_utf8(spark, repo, tmp_path):

@@ -180,7 +180,7 @@ def test_merge_matches_model(mgrs, seed, density, n_changes, local, strategy, ov
     source, dest = apply_model(base, sch), apply_model(base, dch)
     bid, sid, did = write(bounded, base), write(bounded, source), write(bounded, dest)
 
-    conflicts, result = [], {}
+    conflicts, result, from_source = [], {}, []
     for k in sorted(set(base) | set(source) | set(dest)):
         b, s, d = base.get(k), source.get(k), dest.get(k)
         ident = lambda r: None if r is None else r.identity  # noqa: E731
@@ -194,6 +194,9 @@ def test_merge_matches_model(mgrs, seed, density, n_changes, local, strategy, ov
             pick = d
         if pick is not None:
             result[k] = pick
+        if s is not None and pick is s and s_changed and (
+                not d_changed or ident(s) != ident(d)):
+            from_source.append(k)  # given the source side's value in dest
 
     for m in (bounded, canonical):
         if conflicts and strategy == "fail":
@@ -206,6 +209,8 @@ def test_merge_matches_model(mgrs, seed, density, n_changes, local, strategy, ov
         res = m.merge(bid, sid, did, strategy)
         assert list(m.iter(res.metarange_id)) == records(result)
         assert res.conflicts == conflicts
+        if did != bid:  # (dest at base: the source's tree is taken whole)
+            assert res.set_in_dest == from_source
         if m is canonical:
             assert res.metarange_id == write(m, result)
         # The merge reads no more than the two diffs plus the rewritten ranges.

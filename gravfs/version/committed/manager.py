@@ -413,7 +413,7 @@ class CommittedManager:
         def stop_writing() -> None:
             raise _Abort
 
-        overrides = _counting(join_changes(self.ranges, base, source, dest, strategy, stats,
+        overrides = _Overrides(join_changes(self.ranges, base, source, dest, strategy, stats,
                                            conflicts, stop_writing))
         views = [_View(DEST_BIT, dest, self.ranges, stats),
                  _View(SOURCE_BIT, source, self.ranges, stats)]
@@ -433,7 +433,8 @@ class CommittedManager:
         mr = w.finish(dest)
         if mr.id != EMPTY_ID:
             self.ranges.remember_metarange(mr)
-        return MergeResult(mr.id, stats, conflicts=conflicts, changes=overrides.count)
+        return MergeResult(mr.id, stats, conflicts=conflicts, changes=overrides.count,
+                           set_in_dest=overrides.set_in_dest)
 
 
     def _merge_parallel(self, base: MetaRange, source: MetaRange, dest: MetaRange,
@@ -468,7 +469,9 @@ class CommittedManager:
         mr = w.finish(dest)
         if mr.id != EMPTY_ID:
             self.ranges.remember_metarange(mr)
-        return MergeResult(mr.id, stats, conflicts=conflicts, changes=len(overrides))
+        return MergeResult(mr.id, stats, conflicts=conflicts, changes=len(overrides),
+                           set_in_dest=[e[0] for e in overrides
+                                        if e[3] & DEST_BIT and e[1] is not None])
 
     def _conflict_error(self, conflicts: list[bytes]) -> ConflictError:
         shown = ", ".join(self.show_key(k) for k in conflicts[:10])  # quoted: one line
@@ -493,12 +496,14 @@ class _Abort(Exception):
     """Internal: stop a merge at its first conflict under strategy "fail"."""
 
 
-class _counting:
-    """Iterator wrapper counting the items it passed on."""
+class _Overrides:
+    """A merge's overrides passed on to the stitcher, counted, with the keys they give
+    a source-side value in dest (MergeResult.set_in_dest)."""
 
     def __init__(self, it):
         self._it = iter(it)
         self.count = 0
+        self.set_in_dest: list[bytes] = []
 
     def __iter__(self):
         return self
@@ -506,6 +511,8 @@ class _counting:
     def __next__(self):
         item = next(self._it)
         self.count += 1
+        if item[3] & DEST_BIT and item[1] is not None:
+            self.set_in_dest.append(item[0])
         return item
 
 

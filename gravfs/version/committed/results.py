@@ -92,7 +92,10 @@ class ApplyResult:
 
 @dataclass
 class MergeResult(ApplyResult):
-    """Outcome of a three-way merge; ``conflicts`` lists keys resolved by the strategy."""
+    """Outcome of a three-way merge; ``conflicts`` lists keys resolved by the strategy;
+    ``set_in_dest``, the keys given a source-side value (not removals): the only ones
+    the merge can add to dest (see gravfs.version.collisions)."""
 
     conflicts: list[bytes] = field(default_factory=list)
     changes: int = 0
+    set_in_dest: list[bytes] = field(default_factory=list)
