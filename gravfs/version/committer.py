@@ -17,13 +17,15 @@ its pending uploads there: every entry sealed references a stored object).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
-from gravfs.errors import ConflictError, GravfsError, NotFoundError, PreconditionFailedError
+from gravfs.errors import (ConflictError, GravfsError, NotFoundError, PathTypeError,
+                           PreconditionFailedError)
 from gravfs.faults import crash_point
 from gravfs.version import collisions
 from gravfs.version.committed.manager import EMPTY_METARANGE_ID
@@ -435,6 +437,7 @@ class Committer:
 
                 return self.area.write(run_all)
             head = self.repo.commits.get(self.repo.head(branch))
+            self._check_reset_placement(branch, key, head)
             st = self.area.get_state(branch)
             restore: list[Change] = []
             if st.compacted:
@@ -465,6 +468,24 @@ class Committer:
                 return n + len(restore)
 
             return self.area.write(run)
+
+    def _check_reset_placement(self, branch: str, key: bytes, head: Commit) -> None:
+        """Refuse a reset of ``key`` that brings the head's entries there back under a
+        file staged above it since (the file "a" staged after "a/b" was removed): the
+        branch would hold both, and the mount could show only one."""
+        at = collisions.InTree(self.committed, head.metarange)
+        if not (at.has(key) or at.any_under(key)):
+            return  # nothing of the head's comes back
+        with self.area.read_txn() as txn:
+            lay = self.repo.layers(branch, txn)
+            above = collisions.file_above(key, lambda k: not at.has(k) and lay.get(
+                k, self.area, txn, self.committed) is not None)
+        if above is not None:
+            raise PathTypeError(
+                f"resetting {self.committed.show_key(key)} would bring it back under the "
+                f"file {self.committed.show_key(above)} staged since; reset "
+                f"{self.committed.show_key(above)} with it, or remove that file first",
+                errno.ENOTDIR)
 
 
 def _under(k: bytes, key: bytes) -> bool:

@@ -319,6 +319,24 @@ def test_reset_all_and_path(repo):
     assert repo.status("main") == []
 
 
+def test_reset_that_would_bring_a_path_back_under_a_staged_file_is_refused(repo):
+    """a/b committed, then removed and "a" staged as a file: resetting a/b alone would
+    make "a" both; refused with nothing dropped. Resetting "a" takes both back."""
+    repo.write_file("main", "a/b", b"1")
+    repo.commit("main", "c")
+    repo.remove("main", "a/b")
+    repo.write_file("main", "a", b"a file")
+    with pytest.raises(PathTypeError, match="resetting a/b would bring it back under the "
+                                            "file a staged since") as ei:
+        repo.reset("main", "a/b")
+    assert ei.value.errno == errno.ENOTDIR
+    assert repo.status("main") == [("added", b"a"), ("removed", b"a/b")]
+    repo.write_file("main", "c/d", b"new")  # a reset that brings nothing back is taken
+    repo.reset("main", "c/d")
+    assert repo.reset("main", "a") == 2
+    assert repo.read("main", "a/b") == b"1" and repo.status("main") == []
+
+
 def test_writes_during_commit_go_to_the_next_commit(repo, monkeypatch):
     from gravfs.version.committer import Committer
     repo.write_file("main", "before", b"1")
