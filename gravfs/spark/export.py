@@ -25,6 +25,7 @@ their size and e_tag).
 
 from __future__ import annotations
 
+import bisect
 import io
 import json
 import logging
@@ -268,18 +269,57 @@ def _done_part(dest, part: str) -> Optional[dict]:
     return _counts(pq.read_table(io.BytesIO(data)).to_pylist())
 
 
-def copy_items(store_url: str, dest_url: str, part: str,
-               items: Iterator[tuple[bytes, bytes]]) -> dict:
-    """Copy (key, encoded value) items, write the report part; returns the counts."""
+SHADOWED = ("a directory of the tree has the same name (its keys under it are exported; "
+            "the mount shows the directory too)")
+
+
+def shadowed_files(rs, metarange_id: str, keys: list[bytes], whole_range: bool) -> set[bytes]:
+    """Keys among ``keys`` (sorted) that name a file or symlink while the tree also holds
+    keys under them (imported from an object store): a directory can hold only one.
+    ``whole_range``: the keys are a whole range of the tree, so a key under one of them
+    is found among them unless it lies past their end (then, as for keys that are
+    only some of the tree's, one seek in the tree)."""
+    out, mr = set(), None
+    for k in keys:
+        if k.endswith(b"/"):
+            continue  # a directory's own marker
+        under = k + b"/"
+        if whole_range:
+            i = bisect.bisect_left(keys, under)
+            if i < len(keys):
+                if keys[i].startswith(under):
+                    out.add(k)
+                continue
+        if mr is None:
+            mr = rs.metarange(metarange_id)
+        nxt = rs.first_key_from(mr, under)
+        if nxt is not None and nxt.startswith(under):
+            out.add(k)
+    return out
+
+
+def copy_items(store_url: str, dest_url: str, part: str, items: Iterator[tuple[bytes, bytes]],
+               metarange_id: str, whole_range: bool) -> dict:
+    """Copy (key, encoded value) items of the tree ``metarange_id``, write the report
+    part; returns the counts. In a directory, a file whose name a directory of the
+    tree takes is skipped (see shadowed_files; the report gives the reason)."""
     dest = open_dest(dest_url)
     done = _done_part(dest, part)
     if done is not None:
         return done
     ts = task_store(store_url)
+    items = list(items)
+    shadowed = shadowed_files(task_ranges(store_url), metarange_id, sorted(k for k, _ in items),
+                              whole_range) if dest.kind == "dir" else set()
+    if shadowed:
+        log.warning("%d file(s) not exported: a directory of the tree has the same name "
+                    "(%s)", len(shadowed), ", ".join(show(k) for k in sorted(shadowed)[:5]))
 
     def one(kv):
         key, value = kv
         e = decode_entry(decode_value(value)[1])
+        if key in shadowed:
+            return _row(key, e, Copy(SKIPPED, reason=SHADOWED))
         return _row(key, e, copy_entry(ts, dest, key, e))
 
     with ThreadPoolExecutor(COPY_THREADS) as pool:
@@ -288,11 +328,13 @@ def copy_items(store_url: str, dest_url: str, part: str,
     return _counts(rows)
 
 
-def export_range(store_url: str, dest_url: str, report_dir: str, range_id: str) -> dict:
-    """A full export's task: the entries of one range."""
+def export_range(store_url: str, dest_url: str, report_dir: str, metarange_id: str,
+                 range_id: str) -> dict:
+    """A full export's task: the entries of one range of the tree ``metarange_id``."""
     part = f"{report_dir}/part-{range_id}.parquet"
     return copy_items(store_url, dest_url, part,
-                      task_ranges(store_url).range_items(range_id, fill_cache=False))
+                      task_ranges(store_url).range_items(range_id, fill_cache=False),
+                      metarange_id, whole_range=True)
 
 
 def delete_items(dest_url: str, part: str, items: list[tuple[bytes, bytes]]) -> dict:
@@ -367,7 +409,8 @@ def _full(spark, repo, job: ExportJob) -> dict:
     if ids:
         rdd = spark.sparkContext.parallelize(ids, len(ids))
         try:
-            results = rdd.map(lambda rid: export_range(url, dest_url, report, rid)).collect()
+            results = rdd.map(lambda rid: export_range(url, dest_url, report, mr.id,
+                                                       rid)).collect()
         except Exception as exc:  # a task failed after its retries
             raise job_failed(exc, f"exporting {job.ref} to {job.dest}") from exc
     res = _total(results)
@@ -401,10 +444,11 @@ def _incremental(spark, repo, job: ExportJob) -> dict:
                     dest_url, f"{report}/deleted-{i:05d}-of-{n:05d}.parquet",
                     [(k, v) for _, k, v in it])]).collect()
             _sweep(repo, job, sorted({d for r in removed for d in r["parents"]}))
+            tree = repo.commits.get(job.commit).metarange
             copied = changes.filter(lambda c: c[0] != REMOVED) \
                 .mapPartitionsWithIndex(lambda i, it: [copy_items(
                     url, dest_url, f"{report}/copied-{i:05d}-of-{n:05d}.parquet",
-                    ((k, v) for _, k, v in it))]).collect()
+                    ((k, v) for _, k, v in it), tree, whole_range=False)]).collect()
         except Exception as exc:
             raise job_failed(exc, f"exporting {job.ref} since {job.since[:12]} to "
                              f"{job.dest}") from exc

@@ -28,6 +28,7 @@ import logging
 import os
 import stat as statmod
 import uuid
+from contextlib import contextmanager
 from typing import Iterable, Iterator, Optional
 from urllib.parse import urlparse
 
@@ -165,36 +166,101 @@ class DirDest:
         except OSError as exc:
             log.warning("could not remove %s: %s", os.fsdecode(self.tmp_dir()), exc)
 
-    # entries
+    # entries: their directories are walked from DEST one name at a time, never through
+    # a symlink, so nothing an entry's path names is written or read outside DEST (a
+    # tree may hold a symlink "a" beside keys under "a/": see export.shadowed_files)
+    @contextmanager
+    def _dir(self, names: list[bytes], create: bool) -> Iterator[int]:
+        """A descriptor of the directory DEST/names... ``create``: make missing
+        directories, and replace a file or symlink where the path needs a directory
+        (the tree's keys under that name win, as in the mount); without it a missing
+        or non-directory step raises FileNotFoundError or NotADirectoryError."""
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for d in names:
+                parent, fd = fd, -1
+                try:
+                    fd = self._step(parent, d, create)
+                finally:
+                    os.close(parent)
+            yield fd
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
+    @contextmanager
+    def _parent(self, rel: bytes, create: bool) -> Iterator[tuple[int, bytes]]:
+        """(descriptor of rel's directory, rel's last name): see _dir."""
+        *names, last = rel.rstrip(b"/").split(b"/")
+        with self._dir(names, create) as fd:
+            yield fd, last
+
+    def _step(self, fd: int, name: bytes, create: bool) -> int:
+        """Open directory ``name`` under ``fd`` without following a link."""
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        for _ in range(3):
+            try:
+                return os.open(name, flags, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                    raise
+                if not create:
+                    raise (FileNotFoundError if exc.errno == errno.ENOENT
+                           else NotADirectoryError)(exc.errno, exc.strerror, name) from None
+                if exc.errno != errno.ENOENT:  # a file, or a symlink (ELOOP)
+                    log.warning("%s/%s: a file or symlink where the exported tree has a "
+                                "directory; replaced by the directory", self.root,
+                                name.decode("utf-8", "replace"))
+                    try:
+                        os.unlink(name, dir_fd=fd)
+                    except FileNotFoundError:
+                        pass
+            try:
+                os.mkdir(name, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass  # another task made it (or a file again: the next round)
+        return os.open(name, flags, dir_fd=fd)
+
     def present(self, rel: bytes, kind: str, size: int, sha256: Optional[str],
                 target: str = "", mode: int = 0, mtime_ns: int = 0) -> bool:
         """Is a verified copy of this entry already at ``rel``? (mode/mtime are fixed
         when only they differ; a content of unknown hash is never taken as present)."""
-        path = self._path(rel)
         try:
-            st = os.lstat(path)
+            with self._parent(rel, create=False) as (fd, name):
+                return self._present_at(fd, name, kind, size, sha256, target, mode, mtime_ns)
         except (FileNotFoundError, NotADirectoryError):
             return False
+
+    @staticmethod
+    def _present_at(fd: int, name: bytes, kind: str, size: int, sha256: Optional[str],
+                    target: str, mode: int, mtime_ns: int) -> bool:
+        st = os.lstat(name, dir_fd=fd)
         if kind == "symlink":
-            if not statmod.S_ISLNK(st.st_mode) or os.readlink(path) != os.fsencode(target):
+            if not statmod.S_ISLNK(st.st_mode) or os.readlink(name, dir_fd=fd) != \
+                    os.fsencode(target):
                 return False
             if st.st_mtime_ns != mtime_ns:
-                os.utime(path, ns=(mtime_ns, mtime_ns), follow_symlinks=False)
+                os.utime(name, ns=(mtime_ns, mtime_ns), dir_fd=fd, follow_symlinks=False)
             return True
         if kind == "dir":
             if not statmod.S_ISDIR(st.st_mode):
                 return False
             if statmod.S_IMODE(st.st_mode) != mode & 0o7777:
-                os.chmod(path, mode & 0o7777)
+                os.chmod(name, mode & 0o7777, dir_fd=fd)
             return True
         if not statmod.S_ISREG(st.st_mode) or st.st_size != size or sha256 is None:
             return False
-        if _hash_file(path) != sha256:
-            return False
-        if statmod.S_IMODE(st.st_mode) != mode & 0o7777:
-            os.chmod(path, mode & 0o7777)
-        if st.st_mtime_ns != mtime_ns:
-            os.utime(path, ns=(mtime_ns, mtime_ns))
+        try:
+            own = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        except OSError:
+            return False  # replaced meanwhile
+        with open(own, "rb") as f:
+            if _hash_stream(f) != sha256:
+                return False
+            if statmod.S_IMODE(st.st_mode) != mode & 0o7777:
+                os.fchmod(f.fileno(), mode & 0o7777)
+            if st.st_mtime_ns != mtime_ns:
+                os.utime(f.fileno(), ns=(mtime_ns, mtime_ns))
         return True
 
     def write_file(self, rel: bytes, chunks: Iterable[bytes], size: int, mode: int,
@@ -235,25 +301,24 @@ class DirDest:
             os.utime(tmp, ns=(mtime_ns, mtime_ns), follow_symlinks=False)
             self._place(tmp, rel)
         except BaseException:
-            os.unlink(tmp)
+            unlink_quiet(tmp)
             raise
         return Copy(COPIED)
 
     def write_dir(self, rel: bytes, mode: int) -> Copy:
-        path = self._path(rel.rstrip(b"/"))
-        os.makedirs(path, exist_ok=True)
-        os.chmod(path, mode & 0o7777)
+        with self._dir(rel.rstrip(b"/").split(b"/"), create=True) as fd:
+            os.fchmod(fd, mode & 0o7777)  # (the walk made it, or opened it: a directory)
         return Copy(COPIED)
 
     def _place(self, tmp: bytes, rel: bytes) -> None:
-        path = self._path(rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        os.replace(tmp, path)
+        with self._parent(rel, create=True) as (fd, name):
+            os.replace(tmp, name, dst_dir_fd=fd)
 
     def delete_entry(self, rel: bytes) -> None:
         """Remove a file or symlink (absent: nothing to do)."""
         try:
-            os.unlink(self._path(rel))
+            with self._parent(rel, create=False) as (fd, name):
+                os.unlink(name, dir_fd=fd)
         except (FileNotFoundError, NotADirectoryError):
             pass
         except IsADirectoryError:
@@ -261,7 +326,8 @@ class DirDest:
 
     def remove_dir_if_empty(self, rel: bytes) -> bool:
         try:
-            os.rmdir(self._path(rel))
+            with self._parent(rel, create=False) as (fd, name):
+                os.rmdir(name, dir_fd=fd)
             return True
         except OSError as exc:
             if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR):
@@ -278,13 +344,17 @@ def _pwrite_all(fd: int, data: bytes, pos: int) -> None:
 
 
 def _hash_file(path: bytes) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        while True:
-            buf = f.read(READ_BACK)
-            if not buf:
-                return h.hexdigest()
-            h.update(buf)
+        return _hash_stream(f)
+
+
+def _hash_stream(f) -> str:
+    h = hashlib.sha256()
+    while True:
+        buf = f.read(READ_BACK)
+        if not buf:
+            return h.hexdigest()
+        h.update(buf)
 
 
 # --- an S3 prefix ------------------------------------------------------------------------

@@ -172,6 +172,39 @@ def test_incremental_export(spark, env, tmp_path):
     assert json.loads(open(os.path.join(dest, "_SUCCESS")).read())["since"] == first
 
 
+def test_a_name_both_a_file_and_a_directory_exports_the_directory(spark, env, tmp_path):
+    """Keys "README" and "README/inside" (an object store may hold both), and a symlink
+    "lnk" to a directory outside DEST beside keys under "lnk/": DEST holds the
+    directories (as the mount shows them), the file and the symlink are skipped with a
+    reason, and nothing is written outside DEST; in an incremental export (where
+    DEST already has the file and the symlink from the first one) and in a full one."""
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
+    from gravfs.spark.export import SHADOWED
+
+    repo, store, state = env
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    repo.symlink("main", "lnk", str(outside))
+    first = repo.commit("main", "a link out").id
+    dest = str(tmp_path / "out")
+    run_export(spark, repo, check_export(repo, "main", dest))
+    assert os.readlink(os.path.join(dest, "lnk")) == str(outside)
+    addr, n = repo.data.put_bytes(b"inside")
+    e = EntryInfo(address=addr, size=n, mtime_ns=5, mode=0o100644, kind=KIND_FILE)
+    repo.stage("main", [(b"README/inside", e), (b"lnk/in", e), (b"lnk/deep/er", e)])
+    repo.commit("main", "keys under a file and under a symlink")
+    want = {k: v for k, v in tree_of_ref(repo, "main").items() if k not in ("README", "lnk")}
+    for where, since in ((dest, first), (str(tmp_path / "full"), None)):
+        res = run_export(spark, repo, check_export(repo, "main", where, since=since))
+        assert list(outside.iterdir()) == []
+        assert tree_of_dir(where) == want
+        assert open(os.path.join(where, "lnk", "deep", "er"), "rb").read() == b"inside"
+        skipped = {r["path"]: r["reason"] for r in report_rows(where) if r["action"] == "skipped"}
+        if since is None:  # (incrementally, README is no change: not in the report)
+            assert skipped == {"README": SHADOWED, "lnk": SHADOWED}
+            assert res["skipped"] == 2
+
+
 def _dest_s3(server, tmp_path) -> str:
     return f"s3://{server.bucket}/export-{tmp_path.name}"
 

@@ -374,6 +374,16 @@ class RangeStore:
         o = self.open_range(range_id)
         yield from o.reader.seek(start, fill_cache=fill_cache)
 
+    def first_key_from(self, mr: MetaRange, start: bytes) -> bytes | None:
+        """The tree's first key >= start: one seek (the range whose max key is the first
+        >= start holds it)."""
+        i = mr.locate(start)
+        if i == len(mr):
+            return None
+        for k, _ in self.range_items(mr.ids[i], start, fill_cache=False):
+            return k
+        return None
+
     def range_records(self, range_id: str, start: bytes = b"") -> Iterator[Record]:
         """Decoded records of a range with key >= start."""
         o = self.open_range(range_id)
