@@ -92,7 +92,7 @@ def test_full_workflow(cli, tmp_path):
     (("branch", "create", "bad name"), 4, "invalid branch name"),
     (("branch", "create", "main"), 3, "already exists"),
     (("commit", "main", "-m", "x"), 1, "nothing to commit"),
-    (("merge", "main", "main"), 1, "already merged"),
+    (("merge", "main", "main"), 1, "into itself"),
     (("put", "/no/such/file", "main:x"), 2, "/no/such/file: no such file or directory"),
     (("put", "/", "main:x"), 1, "/: not a regular file"),
     (("compact", "nosuch"), 2, "branch 'nosuch' not found"),
@@ -246,6 +246,26 @@ def test_merge_conflict_names_are_quoted(cli, tmp_path):
     cli("commit", "dev", "-m", "dev side")
     rc, _, err = cli("merge", "dev", "main", check=False)
     assert rc == 6 and err.count("\n") == 1 and '"c\\nx"' in err
+
+
+def test_commands_that_write_a_branch_refuse_a_tag_or_a_commit(cli, tmp_path):
+    """Each says the ref is not a branch (as put does), not "branch not found"."""
+    (tmp_path / "f").write_text("x")
+    cli("put", str(tmp_path / "f"), "main:f")
+    cli("commit", "main", "-m", "c")
+    cli("tag", "create", "v1", "main")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "g").write_text("g")
+    for args in (["commit", "v1", "-m", "x"], ["reset", "v1"], ["merge", "main", "v1"],
+                 ["revert", "v1", "main"], ["import", "-q", str(tmp_path / "src"), "v1:x"],
+                 ["put", str(tmp_path / "f"), "v1:x"]):
+        rc, _, err = cli(*args, check=False)
+        assert (rc, err) == (9, "gravfs: 'v1' is not a branch; commits and tags are "
+                                "read-only\n"), args
+    rc, _, err = cli("merge", "main", "main", check=False)
+    assert (rc, err) == (1, "gravfs: cannot merge branch 'main' into itself\n")
+    rc, _, err = cli("commit", "nope", "-m", "x", check=False)
+    assert (rc, err) == (2, "gravfs: branch 'nope' not found\n")
 
 
 def test_z_and_json_give_names_raw(cli, tmp_path):

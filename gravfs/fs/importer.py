@@ -223,7 +223,8 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
     carry their ``file://`` address, size, mtime and a tag (read from the source,
     which must then stay in place and unchanged)."""
     check_source(src)
-    head = repo.head(branch, fresh=True)  # fails early on a missing branch
+    repo.writable_head(branch)  # a missing branch, a tag or a commit: one line, early
+    head = repo.head(branch, fresh=True)
     committer = Committer(repo)
     with committer.branch_lock(branch):  # an import whose commit was cut short is finished
         committer.recover(branch)

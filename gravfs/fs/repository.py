@@ -436,7 +436,7 @@ class Repository(VersionRepository):
         key = to_key(path)
         if not key:
             raise BadNameError("cannot write the root directory")
-        self._writable(branch)
+        self.writable_head(branch)
         self.check_placement(branch, key, directory=False)
         if isinstance(src, (bytes, bytearray, memoryview)):
             address, size = self.data.put_bytes(bytes(src))
@@ -548,7 +548,7 @@ class Repository(VersionRepository):
         if node.kind == "dir":
             raise PathTypeError(f"{node.shown}: is a directory", errno.EPERM)
         dkey = to_key(dst)
-        self._writable(branch)
+        self.writable_head(branch)
         self.check_placement(branch, dkey, directory=False)
         try:
             self.stat(branch, dkey)

@@ -233,6 +233,7 @@ def check_inputs(repo, source, branch: str, prefix: str = "") -> Commit:
     elif source.kind == "s3":
         from gravfs.spark.s3source import store_prefixes
         source.leave_out = store_prefixes(repo.store.url, source.bucket, source.prefix)
+    repo.writable_head(branch)  # a missing branch, a tag or a commit: one line, early
     head = repo.commits.get(repo.head(branch, fresh=True))
     if not Committer(repo).is_clean(branch):
         raise GravfsError(f"branch {branch!r} has uncommitted changes; commit or reset them "

@@ -331,8 +331,9 @@ class VersionRepository:
 
     # -- writing ------------------------------------------------------------------
 
-    def _writable(self, branch: str) -> str:
-        """Head id of a branch we may write; refuses commits and tags."""
+    def writable_head(self, branch: str) -> str:
+        """Head id of a branch we may write; refuses commits and tags (ReadOnlyError), as
+        every command that writes a branch does."""
         try:
             return self.head(branch)
         except NotFoundError:
@@ -351,7 +352,7 @@ class VersionRepository:
         the compaction policy's thresholds it is compacted here (synchronously:
         set ``compaction = None`` and call compact() yourself to do it elsewhere).
         """
-        base = self._writable(branch)
+        base = self.writable_head(branch)
         if self.head_ttl > 0:  # never record a stale cached head as the staging base
             st = self.staging.get_state(branch)
             if st.base and st.base != base:
@@ -383,6 +384,7 @@ class VersionRepository:
 
     def commit(self, branch: str, message: str, author: Optional[str] = None,
                metadata: Optional[dict] = None) -> Commit:
+        self.writable_head(branch)
         c = Committer(self).commit(branch, message, author or default_author(), metadata or {})
         self.forget_head(branch)
         return c
@@ -392,6 +394,7 @@ class VersionRepository:
 
     def reset(self, branch: str, prefix: Optional[bytes] = None) -> int:
         """Drop the branch's uncommitted changes, or those at and under key ``prefix``."""
+        self.writable_head(branch)
         return Committer(self).reset(branch, prefix)
 
     def diff(self, left: str, right: str):
@@ -401,11 +404,15 @@ class VersionRepository:
 
     def merge(self, source: str, dest: str, strategy: str = "fail",
               message: Optional[str] = None, author: Optional[str] = None) -> Commit:
+        self.writable_head(dest)
+        if source == dest:
+            raise GravfsError(f"cannot merge branch {dest!r} into itself")
         taken = self._resolve_fresh(source).commit
         return self._taking([taken], dest, lambda: Committer(self).merge(
             source, dest, strategy, message, author or default_author()))
 
     def revert(self, branch: str, ref: str, author: Optional[str] = None) -> Commit:
+        self.writable_head(branch)
         target = self._resolve_fresh(ref).commit
         taken = [target] + [self.commits.get(p) for p in target.parents[:1]]
         return self._taking(taken, branch, lambda: Committer(self).revert(
