@@ -47,7 +47,7 @@ from gravfs.fuse.openfiles import (WRITEBACK_MAX, DirHandle, FileHandle, Listing
 from gravfs.fuse.options import MountOptions
 from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
 from gravfs.fuse.trees import Tree
-from gravfs.fs.paths import MAX_NAME_BYTES
+from gravfs.fs.paths import MAX_NAME_BYTES, escape_key
 from gravfs.quoting import quote
 from gravfs.sstable import DEFAULT_CACHE
 from gravfs import threadwork
@@ -212,9 +212,9 @@ class GravfsOperations(pyfuse3.Operations):
         """Save the content of a file that could not be staged as
         ``<workspace>/lost+found/<branch>/<path>`` (``.1``, ``.2``... when taken), where
         the next mount leaves it alone; returns where it is."""
-        node = of.node
+        node = of.node  # (the path as listings show it: a foreign key's ".." is a name)
         dest = os.path.join(self.repo.workspace.sub("lost+found"), node.tree.name,
-                            os.fsdecode(node.key))
+                            os.fsdecode(escape_key(node.key, directory=False)))
         taken, n = dest, 0
         while os.path.lexists(dest):
             n += 1
