@@ -269,7 +269,8 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
                     batch, flushed = [], time.monotonic()
             if batch:
                 _stage(repo, job.token, batch, bulk)
-        removed = _stage_removals(repo, job, pfx, {key_of(i) for i in items})
+        removed = _stage_removals(repo, job, pfx, {key_of(i) for i in items},
+                                  branch if include_staged else None)
         log.info("staged %d entries (%d bytes, %d files already uploaded) and %d removal(s) "
                  "in %.1fs", len(items), total_bytes, reused, removed, time.monotonic() - t0)
         crash_point("import:staged")
@@ -294,23 +295,35 @@ def replaced_keys(committed, metarange_id: str, pfx: bytes) -> Iterator[bytes]:
     (a file where the imported directory goes) and every key under ``pfx/``; every
     key of the tree for the root (``pfx`` empty)."""
     if metarange_id == EMPTY_METARANGE_ID:
-        return
+        return iter(())
+    return _at_or_under((rec.key for rec in committed.iter(metarange_id, pfx)), pfx)
+
+
+def _at_or_under(keys: Iterator[bytes], pfx: bytes) -> Iterator[bytes]:
+    """Of keys in order from ``pfx`` on: ``pfx`` and those under ``pfx/`` (all for b"")."""
     base = pfx + b"/" if pfx else b""
-    for rec in committed.iter(metarange_id, pfx):
-        k = rec.key
+    for k in keys:
         if k == pfx or k.startswith(base):
             yield k
         elif k > base:
             return
 
 
-def _stage_removals(repo, job: "ImportJob", pfx: bytes, keys: set) -> int:
+def _stage_removals(repo, job: "ImportJob", pfx: bytes, keys: set,
+                    staged_on: Optional[str] = None) -> int:
     """Stage deletions of what the import's base commit holds under the prefix and the
-    source lacks (see the module doc); returns how many."""
+    source lacks (see the module doc); returns how many. ``staged_on``: the branch whose
+    staged changes the import commits too (--include-staged): what they put there
+    (a file staged at the prefix, say) is replaced as well."""
     mr = repo.commits.get(job.base).metarange
+    held = replaced_keys(repo.committed, mr, pfx)
+    if staged_on is not None:
+        with repo.staging.read_txn() as txn:  # the branch as its reader sees it
+            view = (item[0] for item in repo.layers(staged_on, txn).iter(pfx))
+            held = sorted(set(held) | set(_at_or_under(view, pfx)))
     gone: list = []
     n = 0
-    for k in replaced_keys(repo.committed, mr, pfx):
+    for k in held:
         if k not in keys:
             gone.append((k, None))
             if len(gone) >= BATCH:

@@ -459,3 +459,31 @@ def test_an_import_below_a_file_is_refused(env, tmp_path, monkeypatch):
         assert _files(r, "main") == {"in": b"a file\n", "late": b"a file where the import goes\n"}
     finally:
         r.close()
+
+
+def test_include_staged_replaces_what_was_staged_at_the_prefix(env, tmp_path):
+    """--include-staged: a file staged at PREFIX, and files staged under it that the
+    source lacks, are replaced as committed ones are (the staged file stayed beside
+    the imported directory: a name both a file and a directory)."""
+    store, state = env
+    new = _tree(str(tmp_path / "src"), 3)
+    r = Repository.open(store, state)
+    try:
+        r.write_file("main", "keep", b"k")
+        r.commit("main", "base")
+        r.write_file("main", "zz", b"a staged file where the import goes")
+        r.write_file("main", "other/x", b"staged elsewhere")
+        from gravfs.fs.importer import import_tree
+        res = import_tree(r, str(tmp_path / "src"), "main", "zz", progress=False,
+                          include_staged=True)
+        assert res.staged == 2
+        assert _files(r, "main") == {"keep": b"k", "other/x": b"staged elsewhere",
+                                     **{f"zz/{k}": v for k, v in new.items()}}
+        r.write_file("main", "zz/d0/staged", b"s")  # replaced: the head holds the result
+        from gravfs.version.committer import NothingToCommitError
+        with pytest.raises(NothingToCommitError):
+            import_tree(r, str(tmp_path / "src"), "main", "zz", progress=False,
+                        include_staged=True)
+        assert "zz/d0/staged" not in _files(r, "main") and r.status("main") == []
+    finally:
+        r.close()
