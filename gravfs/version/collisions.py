@@ -9,8 +9,8 @@ these are conflicts, as in git. A layout that one side already holds (data impor
 from object stores may have both ``a`` and ``a/b``) is that side's, and is kept.
 
 A merge can make such a pair only with a key new to its destination, which it set
-from the source side (``around``); a rebase, with keys that the moved head and the
-staged changes each set (``meeting``). Either way the work is the size of the changes.
+from the source side (``around``); a rebase, with a key the moved head set and one the
+staged changes set (``meeting``). Either way the work follows the size of the changes.
 """
 
 from __future__ import annotations
@@ -36,28 +36,28 @@ def file_above(key: bytes, is_file: Has) -> bytes | None:
     return next((p for p in file_ancestors(key) if is_file(p)), None)
 
 
-def _one_way(left: Iterable[bytes], right: list[bytes], right_set: set[bytes],
-             out: dict[bytes, bytes]) -> None:
-    for k in left:
-        for p in file_ancestors(k):
-            if p in right_set:
-                out.setdefault(p, k)
-        if not k.endswith(b"/"):
-            under = k + b"/"
-            i = bisect_left(right, under)
-            if i < len(right) and right[i].startswith(under):
-                out.setdefault(k, right[i])
-
-
-def meeting(left: Iterable[bytes], right: Iterable[bytes]) -> dict[bytes, bytes]:
-    """Pairs {file: a key under it} with one from each set of keys: the candidates for
-    a new collision (cheap: sets and sorted lists of the changed keys only)."""
-    left, right = sorted(set(left)), sorted(set(right))
-    if not left or not right:
-        return {}
+def meeting(theirs: Iterable[bytes], ours: dict[bytes, object]) -> dict[bytes, bytes]:
+    """Pairs {file: a key under it} of a key ``theirs`` set (a moved head's changes)
+    and one ``ours`` sets (changes: key -> identity, None to delete): the candidates
+    for a new collision. Walks ``theirs``, looking up ``ours`` (a commit's staged
+    changes, which may be many)."""
     out: dict[bytes, bytes] = {}
-    _one_way(left, right, set(right), out)
-    _one_way(right, left, set(left), out)
+    keys: list[bytes] | None = None
+    for k in theirs:
+        for p in file_ancestors(k):
+            if ours.get(p) is not None:
+                out.setdefault(p, k)
+        if k.endswith(b"/") or k in out:
+            continue
+        if keys is None:
+            keys = sorted(ours)  # (already in key order: linear)
+        under = k + b"/"
+        for i in range(bisect_left(keys, under), len(keys)):
+            if not keys[i].startswith(under):
+                break
+            if ours[keys[i]] is not None:
+                out[k] = keys[i]
+                break
     return out
 
 

@@ -270,7 +270,7 @@ class Committer:
             more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
             raise ConflictError(f"branch head moved to {head.id[:12]} and changed the same "
                                 f"paths: {names}{more}; {still}", conflicts)
-        candidates = collisions.meeting(upstream, (k for k, v in ours.items() if v is not None))
+        candidates = collisions.meeting(upstream, ours)
         if candidates:
             on_head = collisions.InTree(self.committed, head.metarange)
             found = collisions.new_collisions(

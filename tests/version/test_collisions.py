@@ -17,13 +17,16 @@ def test_file_ancestors():
     assert file_above(b"a/b/c", set().__contains__) is None
 
 
-def test_meeting_pairs_keys_of_the_two_sides_only():
-    assert meeting([b"a"], [b"a/c", b"b"]) == {b"a": b"a/c"}
-    assert meeting([b"x/y/z"], [b"x/y"]) == {b"x/y": b"x/y/z"}
-    assert meeting([b"d/"], [b"d"]) == {b"d": b"d/"}  # a marker of the directory "d"
-    assert meeting([b"a", b"a/b"], [b"c"]) == {}  # one side's own layout is no candidate
-    assert meeting([b"ab", b"a-b"], [b"a/b"]) == {}  # "ab" sorts near "a/" but is not under it
-    assert meeting([], [b"a/b"]) == {}
+def test_meeting_pairs_a_key_of_theirs_with_one_ours_sets():
+    i = b"\x01" * 32
+    assert meeting([b"a"], {b"a/c": i, b"b": i}) == {b"a": b"a/c"}
+    assert meeting([b"x/y/z"], {b"x/y": i}) == {b"x/y": b"x/y/z"}
+    assert meeting([b"d/"], {b"d": i}) == {b"d": b"d/"}  # a marker of the directory "d"
+    assert meeting([b"a"], {b"a/c": None, b"a/d": i}) == {b"a": b"a/d"}  # deletions set none
+    assert meeting([b"x/y"], {b"x": None}) == {}
+    assert meeting([b"c"], {b"a": i, b"a/b": i}) == {}  # ours alone is no candidate
+    assert meeting([b"a"], {b"ab": i, b"a-b": i, b"a.b/c": i}) == {}  # near "a/", not under
+    assert meeting([], {b"a/b": i}) == {} and meeting([b"a"], {}) == {}
 
 
 def test_trees_and_changes_over_them(tmp_path):
