@@ -66,15 +66,26 @@ class InTree:
 
     def __init__(self, committed, metarange_id: str):
         self.committed, self.metarange_id = committed, metarange_id
+        self._range: tuple[str, list[bytes]] = ("", [])  # the last range's keys
 
     def has(self, key: bytes) -> bool:
         return self.committed.get(self.metarange_id, key) is not None
 
     def first_under(self, path: bytes) -> bytes | None:
+        """The first key under ``path/``. Asked in key order (a merge's added keys), the
+        answers come from one range's key list at a time: each range read once."""
         under = path + b"/"
-        for rec in self.committed.iter(self.metarange_id, under):
-            return rec.key if rec.key.startswith(under) else None
-        return None
+        rs = self.committed.ranges
+        mr = rs.metarange(self.metarange_id)
+        i = mr.locate(under)
+        if i == len(mr):
+            return None
+        rid = mr.ids[i]
+        if self._range[0] != rid:
+            self._range = (rid, rs.range_lists(rid)[0])
+        keys = self._range[1]
+        k = keys[bisect_left(keys, under)]  # (the range's max key is >= under)
+        return k if k.startswith(under) else None
 
     def any_under(self, path: bytes) -> bool:
         return self.first_under(path) is not None
@@ -113,7 +124,8 @@ class WithChanges:
 
 def around(keys: Iterable[bytes], tree: InTree) -> dict[bytes, bytes]:
     """Pairs {file: a key under it} of ``tree`` that involve one of ``keys`` (the keys
-    a merge added): files above them, and keys under those that are files."""
+    a merge added, in key order): files above them, and keys under those that are
+    files."""
     out: dict[bytes, bytes] = {}
     files: dict[bytes, bool] = {}  # ancestors many added keys share: looked up once
     for k in keys:

@@ -361,16 +361,14 @@ class Committer:
     def _check_collisions(self, res, source_mr: str, dest_mr: str, what: str) -> None:
         """Raise ConflictError when the merge result ``res`` joins a file of one side
         with a path under it from the other (gravfs.version.collisions). Such a pair
-        holds a key new to dest, which the merge set from the source side: lookups
-        for those keys only."""
+        holds a key the merge added to dest: those are looked at only."""
         if res.metarange_id in (source_mr, dest_mr):
             return  # one side's tree: its own layout
-        dest = collisions.InTree(self.committed, dest_mr)
         result = collisions.InTree(self.committed, res.metarange_id)
-        candidates = collisions.around(
-            (k for k in res.set_in_dest if not dest.has(k)), result)
+        candidates = collisions.around(res.added_to_dest, result)
         found = collisions.new_collisions(
-            candidates, result, collisions.InTree(self.committed, source_mr), dest)
+            candidates, result, collisions.InTree(self.committed, source_mr),
+            collisions.InTree(self.committed, dest_mr))
         if found:
             raise ConflictError(
                 f"{what} would make a path both a file and a directory: "

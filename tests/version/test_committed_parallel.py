@@ -199,7 +199,7 @@ def test_parallel_merge_equals_single_process(env, p, ns, nd, strategy):
     assert got.metarange_id == want.metarange_id
     assert got.conflicts == want.conflicts
     assert got.changes == want.changes
-    assert got.set_in_dest == want.set_in_dest  # (key order either way)
+    assert got.added_to_dest == want.added_to_dest  # (key order either way)
     assert ranges(two, got.metarange_id) == ranges(one, want.metarange_id)
 
 

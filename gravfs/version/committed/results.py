@@ -93,9 +93,9 @@ class ApplyResult:
 @dataclass
 class MergeResult(ApplyResult):
     """Outcome of a three-way merge; ``conflicts`` lists keys resolved by the strategy;
-    ``set_in_dest``, the keys given a source-side value (not removals): the only ones
-    the merge can add to dest (see gravfs.version.collisions)."""
+    ``added_to_dest``, the keys dest lacked that the merge gives the source side's
+    record (see gravfs.version.collisions); empty when the result is one side's tree."""
 
     conflicts: list[bytes] = field(default_factory=list)
     changes: int = 0
-    set_in_dest: list[bytes] = field(default_factory=list)
+    added_to_dest: list[bytes] = field(default_factory=list)
