@@ -57,6 +57,16 @@ def kind_of_mode(mode: int) -> int:
     return _KIND_OF_FMT.get(stat.S_IFMT(mode), KIND_FILE)
 
 
+# Times are nanoseconds in 64 bits (the identity packs them so, and so do Arrow's and
+# Spark's columns): 1677-09-21 to 2262-04-11. A time outside (ext4 keeps seconds to
+# 2446) is clamped to that range, as a filesystem clamps times to its own.
+TIME_NS_MIN, TIME_NS_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def clamp_time_ns(ns: int) -> int:
+    return min(max(ns, TIME_NS_MIN), TIME_NS_MAX)
+
+
 @dataclass(slots=True)  # slots: 520 bytes a decoded entry instead of 870 (caches hold many)
 class EntryInfo:
     """What gravfs knows about one path.
@@ -93,6 +103,13 @@ class EntryInfo:
 
     def __post_init__(self) -> None:
         self.mode, self.kind = _normal_mode(self.mode, self.kind)
+        if not (TIME_NS_MIN <= self.mtime_ns <= TIME_NS_MAX and TIME_NS_MIN <= self.ctime_ns
+                <= TIME_NS_MAX and (self.atime_ns is None
+                                    or TIME_NS_MIN <= self.atime_ns <= TIME_NS_MAX)):
+            self.mtime_ns, self.ctime_ns = clamp_time_ns(self.mtime_ns), clamp_time_ns(
+                self.ctime_ns)
+            if self.atime_ns is not None:
+                self.atime_ns = clamp_time_ns(self.atime_ns)
 
     @property
     def is_dir(self) -> bool:

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from gravfs.fs.entry import (ADDRESS_FULL, KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK, EntryInfo,
-                             decode_entry)
+from gravfs.fs.entry import (ADDRESS_FULL, KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK,
+                             TIME_NS_MAX, TIME_NS_MIN, EntryInfo, decode_entry)
 from gravfs.version.committed.record import decode_value
 from gravfs.version.committed.manager import EMPTY_METARANGE_ID
 from gravfs.version.committer import Committer, NothingToCommitError
@@ -362,6 +362,10 @@ def _resume(repo, job: ImportJob, items: list, key_of) -> tuple[list, int, int]:
 def entry_of(data, src: str, rel: str, kind: str, st: os.stat_result) -> EntryInfo:
     """The entry ``gravfs import`` stages for one listed item (uploading a file's content);
     ``data`` None: a file is referenced by its ``file://`` URL instead (byref.md)."""
+    if not TIME_NS_MIN <= st.st_mtime_ns <= TIME_NS_MAX:
+        log.warning("%s: its mtime (%d s since 1970) is outside the years gravfs records "
+                    "(1677-2262); it is kept as the nearest", os.path.join(src, rel),
+                    st.st_mtime_ns // 10**9)
     if kind == "file" and data is None:
         path = os.path.join(src, rel)
         try:

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gravfs.fs.entry import (_DEFAULT_MODE, KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_FIFO, KIND_FILE,
-                             KIND_SOCKET, EntryInfo, decode_entry, encode_entry,
-                             entry_identity, kind_of_mode, shown_atime)
+                             KIND_SOCKET, TIME_NS_MAX, TIME_NS_MIN, EntryInfo, decode_entry,
+                             encode_entry, entry_identity, kind_of_mode, shown_atime)
 from gravfs.version.committed.messages import Entry
 
 # written by gravfs before the POSIX fields existed (commit 7b187b6's entry.py)
@@ -88,3 +88,16 @@ def test_an_atime_set_to_the_epoch_is_kept_apart_from_none_recorded():
     assert decode_entry(encode_entry(unset)).atime_ns is None
     assert entry_identity(epoch) != entry_identity(unset)
     assert entry_identity(back) == entry_identity(epoch)
+
+
+def test_times_outside_64_bit_nanoseconds_are_clamped():
+    """ext4 keeps mtimes to 2446 and before 1901; gravfs records nanoseconds in 64 bits
+    (1677-2262). An entry made with a time outside keeps the nearest one (the identity
+    packed it and failed: "int too large to convert"), as a filesystem clamps times."""
+    far = 15032385535 * 10**9  # 2446-05-10, an mtime ext4 keeps
+    e = EntryInfo(address="data/x", size=1, mtime_ns=far, atime_ns=-far, ctime_ns=far)
+    assert (e.mtime_ns, e.atime_ns, e.ctime_ns) == (TIME_NS_MAX, TIME_NS_MIN, TIME_NS_MAX)
+    assert decode_entry(encode_entry(e)) == e
+    assert entry_identity(e) == entry_identity(encode_entry(e))
+    assert replace(e, mtime_ns=-far).mtime_ns == TIME_NS_MIN  # (a setattr through the mount)
+    assert EntryInfo(mtime_ns=-1).mtime_ns == -1  # 1969: in range, kept

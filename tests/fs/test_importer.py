@@ -487,3 +487,25 @@ def test_include_staged_replaces_what_was_staged_at_the_prefix(env, tmp_path):
         assert "zz/d0/staged" not in _files(r, "main") and r.status("main") == []
     finally:
         r.close()
+
+
+def test_a_file_with_an_mtime_past_2262_is_imported_with_the_nearest(env, tmp_path, caplog):
+    """ext4 keeps mtimes to 2446: the import failed with "int too large to convert"."""
+    from gravfs.fs.entry import TIME_NS_MAX
+    from gravfs.fs.importer import import_tree
+
+    store, state = env
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "future").write_bytes(b"f")
+    (src / "old").write_bytes(b"o")
+    os.utime(src / "future", ns=(0, 15032385535 * 10**9))
+    os.utime(src / "old", ns=(0, -315619200 * 10**9 + 123))  # 1960: in range, kept
+    r = Repository.open(store, state)
+    try:
+        import_tree(r, str(src), "main", progress=False)
+        assert r.stat("main", "future").entry.mtime_ns == TIME_NS_MAX
+        assert r.stat("main", "old").entry.mtime_ns == -315619200 * 10**9 + 123
+        assert "future: its mtime (15032385535 s since 1970) is outside" in caplog.text
+    finally:
+        r.close()

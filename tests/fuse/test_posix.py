@@ -15,6 +15,7 @@ import tempfile
 
 import pytest
 
+from gravfs.fs.entry import TIME_NS_MAX, TIME_NS_MIN
 from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
 from tests.fuse_util import Mount, fuse_available, read_bytes as _read, write_bytes as _write
 from tests.fuse_util import errno_of_call as _errno, wait_for
@@ -194,6 +195,18 @@ def test_times_follow_posix(gravfs_mount):
     cid = m.commit()
     assert os.stat(m.path("commits", cid, "d")).st_atime_ns == 0
     assert os.stat(m.path("commits", cid, "d/f")).st_atime_ns == 0
+    # times past 2262 (ext4 keeps them to 2446) or before 1677: the nearest gravfs records
+    far = 15032385535 * 10**9
+    with open(m.branch_path("d/w"), "ab") as writing:
+        writing.write(b"more")
+        writing.flush()
+        for path in (p, m.branch_path("d/w")):
+            os.utime(path, ns=(far, -far))
+            st = os.stat(path)
+            assert (st.st_atime_ns, st.st_mtime_ns) == (TIME_NS_MAX, TIME_NS_MIN), path
+    assert os.stat(m.branch_path("d/w")).st_mtime_ns == TIME_NS_MIN
+    cid = m.commit()
+    assert os.stat(m.path("commits", cid, "d/w")).st_atime_ns == TIME_NS_MAX
     m.assert_clean_log()
 
 
