@@ -8,9 +8,10 @@ from one side with ``a/b`` from the other. The mount could show only one of them
 these are conflicts, as in git. A layout that one side already holds (data imported
 from object stores may have both ``a`` and ``a/b``) is that side's, and is kept.
 
-A merge can make such a pair only with a key new to its destination, which it set
-from the source side (``around``); a rebase, with a key the moved head set and one the
-staged changes set (``meeting``). Either way the work follows the size of the changes.
+Such a pair is one key that one side changed and one the other changed (a key
+neither changed is in both sides, whose layout it then is): a merge's two change sets,
+a rebase's moved head and staged changes (``meeting``). So the work follows the size
+of the changes.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ def file_above(key: bytes, is_file: Has) -> bytes | None:
 
 
 def meeting(theirs: Iterable[bytes], ours: dict[bytes, object]) -> dict[bytes, bytes]:
-    """Pairs {file: a key under it} of a key ``theirs`` set (a moved head's changes)
-    and one ``ours`` sets (changes: key -> identity, None to delete): the candidates
-    for a new collision. Walks ``theirs``, looking up ``ours`` (a commit's staged
-    changes, which may be many)."""
+    """Pairs {file: a key under it} of a key ``theirs`` set (a moved head's changes,
+    the smaller side of a merge) and one ``ours`` sets (key -> identity, None to
+    delete): the candidates for a new collision. Walks ``theirs``, looking up
+    ``ours`` (which may be many)."""
     out: dict[bytes, bytes] = {}
     keys: list[bytes] | None = None
     for k in theirs:
@@ -120,25 +121,6 @@ class WithChanges:
             if changes.get(rec.key, True) is not None:  # not deleted by the changes
                 return True
         return False
-
-
-def around(keys: Iterable[bytes], tree: InTree) -> dict[bytes, bytes]:
-    """Pairs {file: a key under it} of ``tree`` that involve one of ``keys`` (the keys
-    a merge added, in key order): files above them, and keys under those that are
-    files."""
-    out: dict[bytes, bytes] = {}
-    files: dict[bytes, bool] = {}  # ancestors many added keys share: looked up once
-    for k in keys:
-        for p in file_ancestors(k):
-            if p not in files:
-                files[p] = tree.has(p)
-            if files[p]:
-                out.setdefault(p, k)
-        if not k.endswith(b"/") and k not in out:
-            under = tree.first_under(k)
-            if under is not None:
-                out[k] = under
-    return out
 
 
 def new_collisions(candidates: dict[bytes, bytes], result, *sides) -> list[bytes]:

@@ -360,12 +360,14 @@ class Committer:
 
     def _check_collisions(self, res, source_mr: str, dest_mr: str, what: str) -> None:
         """Raise ConflictError when the merge result ``res`` joins a file of one side
-        with a path under it from the other (gravfs.version.collisions). Such a pair
-        holds a key the merge added to dest: those are looked at only."""
-        if res.metarange_id in (source_mr, dest_mr):
-            return  # one side's tree: its own layout
+        with a path under it from the other (gravfs.version.collisions). Every key of
+        the result that is not a side's own change is in both sides, so such a pair
+        is one key of each side's changes: the smaller set is walked."""
+        small, big = sorted((res.from_source, res.from_dest), key=len)
+        if not small:
+            return  # (one side's tree, or one side's changes only: its own layout)
+        candidates = collisions.meeting(small, dict.fromkeys(big, True))
         result = collisions.InTree(self.committed, res.metarange_id)
-        candidates = collisions.around(res.added_to_dest, result)
         found = collisions.new_collisions(
             candidates, result, collisions.InTree(self.committed, source_mr),
             collisions.InTree(self.committed, dest_mr))

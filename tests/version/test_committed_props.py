@@ -180,12 +180,13 @@ def test_merge_matches_model(mgrs, seed, density, n_changes, local, strategy, ov
     source, dest = apply_model(base, sch), apply_model(base, dch)
     bid, sid, did = write(bounded, base), write(bounded, source), write(bounded, dest)
 
-    conflicts, result, from_source = [], {}, []
+    conflicts, result, from_source, from_dest = [], {}, [], []
     for k in sorted(set(base) | set(source) | set(dest)):
         b, s, d = base.get(k), source.get(k), dest.get(k)
         ident = lambda r: None if r is None else r.identity  # noqa: E731
         s_changed, d_changed = ident(s) != ident(b), ident(d) != ident(b)
-        if s_changed and d_changed and ident(s) != ident(d):
+        conflict = s_changed and d_changed and ident(s) != ident(d)
+        if conflict:
             conflicts.append(k)
             pick = s if strategy == "source-wins" else d
         elif s_changed:
@@ -194,8 +195,9 @@ def test_merge_matches_model(mgrs, seed, density, n_changes, local, strategy, ov
             pick = d
         if pick is not None:
             result[k] = pick
-        if pick is s and s is not None and d is None:
-            from_source.append(k)  # a key dest lacked, added with the source's record
+        # a record that is one side's change (changed alike on both: no side's own)
+        if pick is not None and (conflict or s_changed != d_changed):
+            (from_source if pick is s and s_changed else from_dest).append(k)
 
     for m in (bounded, canonical):
         if conflicts and strategy == "fail":
@@ -208,8 +210,8 @@ def test_merge_matches_model(mgrs, seed, density, n_changes, local, strategy, ov
         res = m.merge(bid, sid, did, strategy)
         assert list(m.iter(res.metarange_id)) == records(result)
         assert res.conflicts == conflicts
-        if did != bid:  # (dest at base: the source's tree is taken whole)
-            assert res.added_to_dest == from_source
+        if bid not in (sid, did):  # (a side at base: the other's tree is taken whole)
+            assert (res.from_source, res.from_dest) == (from_source, from_dest)
         if m is canonical:
             assert res.metarange_id == write(m, result)
         # The merge reads no more than the two diffs plus the rewritten ranges.

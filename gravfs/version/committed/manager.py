@@ -21,8 +21,7 @@ from typing import Callable, Iterable, Iterator
 from gravfs.version.committed import parallel, recordids
 from gravfs.version.committed.breaks import BreakPolicy
 from gravfs.version.committed.diff import diff_trees
-from gravfs.version.committed.merge import (DEST_BIT, NEW_IN_DEST, SOURCE_BIT, STRATEGIES,
-                                             join_changes)
+from gravfs.version.committed.merge import DEST_BIT, SOURCE_BIT, STRATEGIES, join_changes
 from gravfs.version.committed.reader import MetaRange, RangeInfo, RangeStore
 from gravfs.version.committed.record import EMPTY_ID, Record, decode_record, encode_value, put_varint
 
@@ -435,7 +434,8 @@ class CommittedManager:
         if mr.id != EMPTY_ID:
             self.ranges.remember_metarange(mr)
         return MergeResult(mr.id, stats, conflicts=conflicts, changes=overrides.count,
-                           added_to_dest=overrides.added_to_dest)
+                           from_source=overrides.sides[DEST_BIT],
+                           from_dest=overrides.sides[SOURCE_BIT])
 
 
     def _merge_parallel(self, base: MetaRange, source: MetaRange, dest: MetaRange,
@@ -471,7 +471,10 @@ class CommittedManager:
         if mr.id != EMPTY_ID:
             self.ranges.remember_metarange(mr)
         return MergeResult(mr.id, stats, conflicts=conflicts, changes=len(overrides),
-                           added_to_dest=[e[0] for e in overrides if e[3] & NEW_IN_DEST])
+                           from_source=[e[0] for e in overrides
+                                        if e[3] == DEST_BIT and e[1] is not None],
+                           from_dest=[e[0] for e in overrides
+                                      if e[3] == SOURCE_BIT and e[1] is not None])
 
     def _conflict_error(self, conflicts: list[bytes]) -> ConflictError:
         shown = ", ".join(self.show_key(k) for k in conflicts[:10])  # quoted: one line
@@ -497,13 +500,13 @@ class _Abort(Exception):
 
 
 class _Overrides:
-    """A merge's overrides passed on to the stitcher, counted, with the keys they add to
-    dest (MergeResult.added_to_dest)."""
+    """A merge's overrides passed on to the stitcher, counted, with the keys each side's
+    records fill (MergeResult.from_source and from_dest)."""
 
     def __init__(self, it):
         self._it = iter(it)
         self.count = 0
-        self.added_to_dest: list[bytes] = []
+        self.sides: dict[int, list[bytes]] = {DEST_BIT: [], SOURCE_BIT: []}
 
     def __iter__(self):
         return self
@@ -511,8 +514,8 @@ class _Overrides:
     def __next__(self):
         item = next(self._it)
         self.count += 1
-        if item[3] & NEW_IN_DEST:
-            self.added_to_dest.append(item[0])
+        if item[1] is not None:
+            self.sides[item[3]].append(item[0])
         return item
 
 

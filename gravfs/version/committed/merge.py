@@ -27,7 +27,6 @@ STRATEGIES = ("fail", "source-wins", "dest-wins")
 
 DEST_BIT = 1      # view 0: dest
 SOURCE_BIT = 2    # view 1: source
-NEW_IN_DEST = 4   # no view's: with DEST_BIT, the key is absent from dest (the merge adds it)
 
 
 def _outcome(d: Diff):
@@ -56,8 +55,8 @@ def join_changes(rs: RangeStore, base: MetaRange, source: MetaRange, dest: MetaR
     d = next(ddiff, None)
     while s is not None or d is not None:
         if d is None or (s is not None and s.key < d.key):
-            ident, value = _outcome(s)  # (dest holds base's record here)
-            yield (s.key, ident, value, DEST_BIT | NEW_IN_DEST if s.left is None else DEST_BIT)
+            ident, value = _outcome(s)
+            yield (s.key, ident, value, DEST_BIT)
             s = next(sdiff, None)
         elif s is None or d.key < s.key:
             ident, value = _outcome(d)
@@ -71,8 +70,7 @@ def join_changes(rs: RangeStore, base: MetaRange, source: MetaRange, dest: MetaR
                 conflicts.append(s.key)
                 if strategy == "source-wins":
                     ident, value = _outcome(s)
-                    yield (s.key, ident, value,
-                           DEST_BIT | NEW_IN_DEST if dr is None and sr is not None else DEST_BIT)
+                    yield (s.key, ident, value, DEST_BIT)
                 elif strategy == "dest-wins":
                     ident, value = _outcome(d)
                     yield (d.key, ident, value, SOURCE_BIT)

@@ -93,9 +93,12 @@ class ApplyResult:
 @dataclass
 class MergeResult(ApplyResult):
     """Outcome of a three-way merge; ``conflicts`` lists keys resolved by the strategy;
-    ``added_to_dest``, the keys dest lacked that the merge gives the source side's
-    record (see gravfs.version.collisions); empty when the result is one side's tree."""
+    ``from_source`` and ``from_dest``, in key order, the keys whose record in the result
+    is one side's change from base (removals aside): a key no side changed, or both
+    alike, is in both sides (see gravfs.version.collisions). Both are empty when the
+    result is one side's tree."""
 
     conflicts: list[bytes] = field(default_factory=list)
     changes: int = 0
-    added_to_dest: list[bytes] = field(default_factory=list)
+    from_source: list[bytes] = field(default_factory=list)
+    from_dest: list[bytes] = field(default_factory=list)
