@@ -414,7 +414,7 @@ class CommittedManager:
             raise _Abort
 
         overrides = _Overrides(join_changes(self.ranges, base, source, dest, strategy, stats,
-                                           conflicts, stop_writing))
+                                            conflicts, stop_writing))
         views = [_View(DEST_BIT, dest, self.ranges, stats),
                  _View(SOURCE_BIT, source, self.ranges, stats)]
         try:
