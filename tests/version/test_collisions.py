@@ -50,3 +50,4 @@ def test_trees_and_changes_over_them(tmp_path):
     assert new_collisions({b"f": b"f/x"}, result, tree) == [b"f"]
     assert new_collisions({b"f": b"f/x"}, result, tree, result) == []
     assert new_collisions({b"f": b"f/y"}, result, tree) == []
+    repo.close()
