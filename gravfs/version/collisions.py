@@ -67,26 +67,15 @@ class InTree:
 
     def __init__(self, committed, metarange_id: str):
         self.committed, self.metarange_id = committed, metarange_id
-        self._range: tuple[str, list[bytes]] = ("", [])  # the last range's keys
 
     def has(self, key: bytes) -> bool:
         return self.committed.get(self.metarange_id, key) is not None
 
     def first_under(self, path: bytes) -> bytes | None:
-        """The first key under ``path/``. Asked in key order (a merge's added keys), the
-        answers come from one range's key list at a time: each range read once."""
         under = path + b"/"
         rs = self.committed.ranges
-        mr = rs.metarange(self.metarange_id)
-        i = mr.locate(under)
-        if i == len(mr):
-            return None
-        rid = mr.ids[i]
-        if self._range[0] != rid:
-            self._range = (rid, rs.range_lists(rid)[0])
-        keys = self._range[1]
-        k = keys[bisect_left(keys, under)]  # (the range's max key is >= under)
-        return k if k.startswith(under) else None
+        k = rs.first_key_from(rs.metarange(self.metarange_id), under)
+        return k if k is not None and k.startswith(under) else None
 
     def any_under(self, path: bytes) -> bool:
         return self.first_under(path) is not None
