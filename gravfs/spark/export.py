@@ -43,8 +43,8 @@ from gravfs.fs.ownpaths import in_s3_store, own_dirs, within
 from gravfs.fs.paths import escape_key, show, split_last
 from gravfs.spark.treediff import DiffPlan, Segment, plan, segment_diffs
 from gravfs.spark.tables import task_ranges, tree_of
-from gravfs.spark.exportdest import (COPIED, DELETED, PRESENT, RESERVED, SKIPPED, STATE_DIR,
-                                     SUCCESS, Copy, open_dest)
+from gravfs.spark.exportdest import (COPIED, DELETED, NOT_UTF8, PRESENT, RESERVED, SKIPPED,
+                                     STATE_DIR, SUCCESS, TOO_LONG, Copy, open_dest)
 from gravfs.spark.runtime import job_failed
 from gravfs.spark.taskstore import task_store
 from gravfs.version.committed.record import decode_value, encode_value
@@ -211,6 +211,9 @@ def copy_entry(ts, dest, key: bytes, e: EntryInfo) -> Copy:
             return Copy(SKIPPED, reason=f"{'a symlink' if kind == 'symlink' else 'a directory'}: "
                         "S3 has none")
         rel = escape_key(key, directory=False)
+        unfit = dest.unfit(rel)
+        if unfit is not None:
+            return Copy(SKIPPED, reason=unfit)
         meta = dest.metadata(e.address, e.e_tag, e.mode, e.mtime_ns)
         if dest.present(rel, e.size, meta):
             return Copy(PRESENT, _known_sha(e))
@@ -324,6 +327,10 @@ def copy_items(store_url: str, dest_url: str, part: str, items: Iterator[tuple[b
 
     with ThreadPoolExecutor(COPY_THREADS) as pool:
         rows = list(pool.map(one, items))
+    unfit = [r["path"] for r in rows if r["reason"] in (NOT_UTF8, TOO_LONG)]
+    if unfit:
+        log.warning("%d file(s) not exported: S3 cannot hold their keys (%s)",
+                    len(unfit), ", ".join(unfit[:5]))
     dest.put_bytes(part, _report(rows))
     return _counts(rows)
 
@@ -347,12 +354,15 @@ def delete_items(dest_url: str, part: str, items: list[tuple[bytes, bytes]]) -> 
         e = decode_entry(decode_value(value)[1])
         kind = _kind(e)
         own = key[:-1] if kind == "dir" and key.endswith(b"/") else key
+        rel = escape_key(key, directory=False)
+        unfit = dest.unfit(rel) if dest.kind == "s3" and kind == "file" else None
         if kind == "dir":
             parents.add(own)  # removed once empty, unless REF still has it
-        elif dest.kind == "dir" or kind == "file":
-            dest.delete_entry(escape_key(key, directory=False))
+        elif unfit is None and (dest.kind == "dir" or kind == "file"):
+            dest.delete_entry(rel)
         parents.add(split_last(own)[0])
-        rows.append(_row(key, e, Copy(DELETED)))
+        # a key S3 cannot hold was never exported: nothing to delete
+        rows.append(_row(key, e, Copy(SKIPPED, reason=unfit) if unfit else Copy(DELETED)))
     if dest.get_bytes(part) is None:
         dest.put_bytes(part, _report(rows))
     out = _counts(rows)

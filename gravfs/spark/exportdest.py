@@ -16,7 +16,8 @@ only once the copy is verified: size and checksum.
   source version, mode and mtime in its metadata (``gravfs-address``...), set
   atomically with its content, so a resumed export recognizes a finished copy of
   the same entry by a HEAD. S3 has no symlinks or
-  directories: those entries are skipped (the report says so).
+  directories: those entries are skipped (the report says so), as are files
+  whose key S3 cannot hold (a name that is not UTF-8, a key over 1,024 bytes).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ STATE_DIR = "_gravfs_export"    # DEST/_gravfs_export/: the export's own files
 SUCCESS = "_SUCCESS"
 RESERVED = (STATE_DIR, SUCCESS)  # top-level names an exported commit may not use
 PART = 16 << 20                  # S3: single PUT up to this, else parts of this size
+MAX_S3_KEY = 1024                # S3's limit on a key's UTF-8 length
+NOT_UTF8 = "the name is not UTF-8, which S3 keys must be"
+TOO_LONG = f"the key would be longer than S3's {MAX_S3_KEY} bytes"
 READ_BACK = 8 << 20
 HOLE_GRID = GRID                 # a sparse file's zero pieces of this size stay holes
 
@@ -366,12 +370,20 @@ class S3Dest(S3Store):
 
     kind = "s3"
 
-    def _key(self, rel: bytes) -> str:
+    def unfit(self, rel: bytes) -> Optional[str]:
+        """Why ``rel`` cannot be a key under this prefix (None: it can). Such a file
+        is skipped, so one legacy name does not fail the whole export."""
         try:
-            return self.prefix + rel.decode("utf-8")
+            name = rel.decode("utf-8")
         except UnicodeDecodeError:
-            raise GravfsError(f"{rel.decode('utf-8', 'replace')}: the name is not UTF-8, "
-                              "which S3 keys must be") from None
+            return NOT_UTF8
+        return TOO_LONG if len((self.prefix + name).encode()) > MAX_S3_KEY else None
+
+    def _key(self, rel: bytes) -> str:
+        why = self.unfit(rel)
+        if why is not None:
+            raise GravfsError(f"{rel.decode('utf-8', 'replace')[:80]}: {why}")
+        return self.prefix + rel.decode("utf-8")
 
     # the export's own small files: through the object-store contract
     def put_bytes(self, rel: str, data: bytes) -> None:

@@ -14,6 +14,7 @@ import textwrap
 import time
 
 import boto3
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -439,3 +440,47 @@ def test_report_part_killed_before_its_rename_leaves_nothing_in_the_report(tmp_p
     from gravfs.spark.exportdest import DirDest
     DirDest(root).prepare()
     assert os.listdir(tmp) == []
+
+
+def test_s3_export_skips_keys_s3_cannot_hold(env, tmp_path, s3):
+    """A name that is not UTF-8 or a key over S3's 1,024 bytes is skipped with its
+    reason; before, one such file failed the whole export on every try."""
+    repo, store, state = env
+    latin, deep = b"part=000/caf\xe9.csv", b"/".join([b"d" * 250] * 5) + b"/f"
+    repo.write_file("main", latin, b"latin-1 name")
+    repo.write_file("main", deep, b"deep")
+    repo.commit("main", "names S3 cannot hold")
+    first = repo.head("main", fresh=True)
+    dest, cli_state = _dest_s3(s3, tmp_path), str(tmp_path / "cli-state")
+    res = export_cli(store, cli_state, "main", dest, **s3_env(s3))
+    want = {p: v[1] for p, v in tree_of_ref(repo, "main", files_only=True).items()
+            if p.encode("utf-8", "surrogateescape") not in (latin, deep)}
+    assert _objects(s3, dest) == want
+    assert res["copied"] == len(want) and res["skipped"] == 5 * 2 + 1 + 2
+    reasons = {r["key"]: r["reason"] for r in _s3_report(s3, dest) if r["action"] == "skipped"}
+    assert reasons[latin] == "the name is not UTF-8, which S3 keys must be"
+    assert reasons[deep] == "the key would be longer than S3's 1024 bytes"
+    # removing them: nothing to delete, and the incremental export goes through
+    repo.remove("main", latin)
+    repo.remove("main", deep)
+    repo.commit("main", "gone")
+    res = export_cli(store, cli_state, "main", dest, "--since", first, **s3_env(s3))
+    assert res["deleted"] == 0 and res["skipped"] == 2
+    assert _objects(s3, dest) == want
+
+
+def _s3_report(server, url: str) -> list[dict]:
+    """The rows of every report part of the export at ``url``."""
+    env = s3_env(server)
+    c = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"],
+                     aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                     aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+    prefix = url.split("/", 3)[3] + "/_gravfs_export/"
+    rows = []
+    for page in c.get_paginator("list_objects_v2").paginate(Bucket=server.bucket,
+                                                            Prefix=prefix):
+        for o in page.get("Contents", ()):
+            if o["Key"].endswith(".parquet"):
+                body = c.get_object(Bucket=server.bucket, Key=o["Key"])["Body"].read()
+                rows += pq.read_table(pa.BufferReader(body)).to_pylist()
+    return rows
