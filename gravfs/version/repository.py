@@ -199,6 +199,8 @@ class VersionRepository:
         if not ref:
             raise BadNameError("empty ref")
         cid = None
+        if hashing.is_hex_id(ref, min_len=2 * hashing.DIGEST_SIZE) and self.commits.exists(ref):
+            return RefTarget(self.commits.get(ref))  # a whole id: never a ref of that name
         if "/" not in ref:
             try:
                 head = self.head(ref)

@@ -136,6 +136,28 @@ def test_bad_branch_names_are_refused(repo, bad):
         repo.create_branch(bad)
 
 
+def test_a_whole_commit_id_is_no_ref_name_and_always_names_its_commit(repo):
+    """Refs are looked up before ids, so a tag named like commit A's id but pointing
+    at B stood in for A: ``gravfs ls A`` showed B's files."""
+    repo.write_file("main", "a", b"1")
+    first = repo.commit("main", "one")
+    repo.write_file("main", "a", b"2")
+    second = repo.commit("main", "two")
+    with pytest.raises(BadNameError, match="whole commit id"):
+        repo.create_branch(first.id)
+    with pytest.raises(BadNameError, match="whole commit id"):
+        repo.create_tag(first.id, "main")
+    # such a tag made by an older gravfs: the id still names its commit
+    repo.store.put("_gravfs/refs/tags/" + first.id, (second.id + "\n").encode())
+    assert repo.resolve(first.id).commit.id == first.id
+    assert repo.read(first.id, "a") == b"1"
+    repo.delete_tag(first.id)  # and the tag can be deleted
+    # hex-looking names shorter than an id stay names, found before id prefixes
+    repo.create_branch("decade", first.id)
+    assert repo.resolve("decade").commit.id == first.id
+    assert repo.resolve(second.id[:12]).commit.id == second.id
+
+
 def test_branch_isolation_and_delete(repo):
     repo.write_file("main", "shared", b"base")
     repo.commit("main", "base")

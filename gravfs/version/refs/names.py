@@ -2,11 +2,14 @@
 
 A name is one path component (no '/'): every branch and tag is a directory
 under ``branches/`` or ``tags/`` in the mount, where a slash would be
-indistinguishable from a subdirectory.
+indistinguishable from a subdirectory. A whole commit id is no name: refs are
+looked up before ids (as git does for prefixes), so a ref named like a commit's
+id would stand in for that commit.
 """
 
 from __future__ import annotations
 
+from gravfs import hashing
 from gravfs.errors import BadNameError
 
 _FORBIDDEN = set(" ~^:?*[\\/") | {chr(c) for c in range(32)} | {"\x7f"}
@@ -45,4 +48,6 @@ def _problem(name: str) -> str | None:
         return "is '@'"
     if "~" in name:
         return "contains '~'"
+    if hashing.is_hex_id(name, min_len=2 * hashing.DIGEST_SIZE):
+        return "is a whole commit id, which always names that commit"
     return None
