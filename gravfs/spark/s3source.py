@@ -15,7 +15,7 @@ The source bucket is reached with the store's S3 settings: the endpoint of
 
 Keys are kept as S3 lists them (UTF-8, not URL-quoted), relative to the
 source prefix; keys ending in '/' (the "folder" objects of consoles) are
-skipped.
+skipped, with a warning when one holds bytes.
 """
 
 from __future__ import annotations
@@ -186,12 +186,23 @@ def object_records(bucket: str, strip: int, base: bytes, objs: Iterable[S3Object
         return base + obj.key[strip:].encode("utf-8"), encode_value(entry_identity(e),
                                                                     encode_entry(e))
 
-    objs = (o for o in objs if not o.key.endswith("/"))
+    objs = (o for o in objs if not _folder_marker(bucket, o))
     if data is None:
         yield from map(record, objs)
         return
     with ThreadPoolExecutor(COPY_THREADS) as pool:
         yield from pool.map(record, list(objs))
+
+
+def _folder_marker(bucket: str, obj: S3Object) -> bool:
+    """Is ``obj`` a key ending in '/' (left out)? One that holds bytes is named in a
+    warning: a console's folder marker holds none, so its content would be lost unseen."""
+    if not obj.key.endswith("/"):
+        return False
+    if obj.size:
+        log.warning("s3://%s/%s: not imported: its key ends in '/' (a folder marker), yet it "
+                    "holds %d bytes", bucket, obj.key, obj.size)
+    return True
 
 
 def unit_objects(bucket: str, unit, leave_out: tuple[str, ...] = ()) -> Iterator[S3Object]:

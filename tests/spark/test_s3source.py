@@ -8,6 +8,7 @@ each object's s3:// address, size, last-modified and ETag (byref.md).
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import uuid
@@ -18,7 +19,7 @@ from gravfs.errors import GravfsError
 from gravfs.fs.entry import ADDRESS_FULL, ADDRESS_RELATIVE
 from gravfs.fs.importer import import_tree as local_import
 from gravfs.spark.importer import import_s3
-from gravfs.spark.s3source import _ns
+from gravfs.spark.s3source import S3Object, _ns, object_records
 from tests.fuse_util import s3_env
 from tests.repo_util import head_metarange
 from tests.spark.test_runtime import SPARK_CONF, run_cli
@@ -189,3 +190,16 @@ def test_the_repositorys_own_store_is_left_out(s3spark, s3_server, tmp_path, mon
             import_s3(s3spark, repo, f"{url}lake/data/", "main", "x")
     finally:
         repo.close()
+
+
+def test_a_folder_marker_holding_bytes_is_named_in_a_warning(caplog):
+    """Keys ending in '/' are left out; one that holds bytes is not a console's empty
+    folder marker, and its content would otherwise go unseen."""
+    empty = S3Object("d/folder/", 0, "etag", 1)
+    full = S3Object("d/notes/", 12, "etag", 1)
+    with caplog.at_level(logging.WARNING, logger="gravfs.spark.s3source"):
+        got = list(object_records("bkt", 0, b"", [empty, full]))
+    assert got == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "s3://bkt/d/notes/: not imported: its key ends in '/' (a folder marker), yet it "
+        "holds 12 bytes"]
