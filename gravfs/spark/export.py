@@ -38,13 +38,14 @@ from typing import Iterator, Optional
 from gravfs.data.objects import digest_of
 from gravfs.data.sparse import is_sparse
 from gravfs.errors import GravfsError
-from gravfs.fs.entry import ADDRESS_FULL, KIND_DIRECTORY, KIND_SYMLINK, EntryInfo, decode_entry
+from gravfs.fs.entry import ADDRESS_FULL, EntryInfo, decode_entry
 from gravfs.fs.ownpaths import in_s3_store, own_dirs, within
 from gravfs.fs.paths import escape_key, show, split_last
+from gravfs.fs.repository import KIND_NAMES
 from gravfs.spark.treediff import DiffPlan, Segment, plan, segment_diffs
 from gravfs.spark.tables import task_ranges, tree_of
 from gravfs.spark.exportdest import (COPIED, DELETED, NOT_UTF8, PRESENT, RESERVED, SKIPPED,
-                                     STATE_DIR, SUCCESS, TOO_LONG, Copy, open_dest)
+                                     SPECIAL, STATE_DIR, SUCCESS, TOO_LONG, Copy, open_dest)
 from gravfs.spark.runtime import job_failed
 from gravfs.spark.taskstore import task_store
 from gravfs.version.committed.record import decode_value, encode_value
@@ -173,7 +174,8 @@ def _holds(success: Optional[dict], state: Optional[dict]) -> str:
 # --- copying one entry (executors) ----------------------------------------------------------
 
 def _kind(e: EntryInfo) -> str:
-    return "dir" if e.kind == KIND_DIRECTORY else "symlink" if e.kind == KIND_SYMLINK else "file"
+    """The entry's kind as ``gravfs ls`` names it (exportdest.SPECIAL: the special files)."""
+    return KIND_NAMES.get(e.kind, "file")
 
 
 def _chunks(ts, e: EntryInfo) -> Iterator[bytes]:
@@ -208,8 +210,8 @@ def copy_entry(ts, dest, key: bytes, e: EntryInfo) -> Copy:
     kind = _kind(e)
     if dest.kind == "s3":
         if kind != "file":
-            return Copy(SKIPPED, reason=f"{'a symlink' if kind == 'symlink' else 'a directory'}: "
-                        "S3 has none")
+            what = "a directory" if kind == "dir" else f"a {kind}"
+            return Copy(SKIPPED, reason=f"{what}: S3 has none")
         rel = escape_key(key, directory=False)
         unfit = dest.unfit(rel)
         if unfit is not None:
@@ -220,12 +222,14 @@ def copy_entry(ts, dest, key: bytes, e: EntryInfo) -> Copy:
         return dest.write_file(rel, _chunks(ts, e), e.size, meta)
     rel = escape_key(key, directory=kind == "dir")
     sha = _known_sha(e) if kind == "file" else None
-    if dest.present(rel, kind, e.size, sha, e.symlink_target, e.mode, e.mtime_ns):
+    if dest.present(rel, kind, e.size, sha, e.symlink_target, e.mode, e.mtime_ns, e.rdev):
         return Copy(PRESENT, sha)
     if kind == "dir":
         return dest.write_dir(rel, e.mode)
     if kind == "symlink":
         return dest.write_symlink(rel, e.symlink_target, e.mtime_ns)
+    if kind in SPECIAL:
+        return dest.write_special(rel, kind, e.rdev, e.mode, e.mtime_ns)
     copied = dest.write_file(rel, _chunks(ts, e), e.size, e.mode, e.mtime_ns,
                              sparse=is_sparse(e.address))
     if sha is not None and copied.sha256 != sha:
@@ -358,7 +362,7 @@ def delete_items(dest_url: str, part: str, items: list[tuple[bytes, bytes]]) -> 
         unfit = dest.unfit(rel) if dest.kind == "s3" and kind == "file" else None
         if kind == "dir":
             parents.add(own)  # removed once empty, unless REF still has it
-        elif unfit is None and (dest.kind == "dir" or kind == "file"):
+        elif unfit is None and (dest.kind == "dir" or kind == "file"):  # (S3 holds no other)
             dest.delete_entry(rel)
         parents.add(split_last(own)[0])
         # a key S3 cannot hold was never exported: nothing to delete

@@ -8,7 +8,9 @@ only once the copy is verified: size and checksum.
   hash of the bytes read from the store), gets the entry's mode and mtime, and
   is renamed into place: a file at its final path is always a complete,
   verified copy. Zero chunks of a sparse file stay holes. Symlinks are
-  symlinks, directory markers directories.
+  symlinks, directory markers directories, FIFOs and sockets made again
+  (``mknod``), devices too where the export may make them (else skipped, with
+  the reason in the report).
 - S3: a content up to PART bytes is one PUT, a larger one a multipart upload
   of PART-sized parts, each with Content-MD5 (the server refuses a body that
   does not match); the object's ETag (MD5, or the MD5 of the parts' MD5s) and
@@ -51,6 +53,10 @@ READ_BACK = 8 << 20
 HOLE_GRID = GRID                 # a sparse file's zero pieces of this size stay holes
 
 COPIED, PRESENT, SKIPPED, DELETED = "copied", "present", "skipped", "deleted"
+# the special files (by the report's names of kinds): no content, a type and a device
+SPECIAL = {"fifo": statmod.S_IFIFO, "socket": statmod.S_IFSOCK,
+           "chardev": statmod.S_IFCHR, "blockdev": statmod.S_IFBLK}
+DEVICES = ("chardev", "blockdev")
 
 
 class Copy:
@@ -226,19 +232,29 @@ class DirDest:
         return os.open(name, flags, dir_fd=fd)
 
     def present(self, rel: bytes, kind: str, size: int, sha256: Optional[str],
-                target: str = "", mode: int = 0, mtime_ns: int = 0) -> bool:
+                target: str = "", mode: int = 0, mtime_ns: int = 0, rdev: int = 0) -> bool:
         """Is a verified copy of this entry already at ``rel``? (mode/mtime are fixed
         when only they differ; a content of unknown hash is never taken as present)."""
         try:
             with self._parent(rel, create=False) as (fd, name):
-                return self._present_at(fd, name, kind, size, sha256, target, mode, mtime_ns)
+                return self._present_at(fd, name, kind, size, sha256, target, mode, mtime_ns,
+                                        rdev)
         except (FileNotFoundError, NotADirectoryError):
             return False
 
     @staticmethod
     def _present_at(fd: int, name: bytes, kind: str, size: int, sha256: Optional[str],
-                    target: str, mode: int, mtime_ns: int) -> bool:
+                    target: str, mode: int, mtime_ns: int, rdev: int) -> bool:
         st = os.lstat(name, dir_fd=fd)
+        if kind in SPECIAL:
+            if statmod.S_IFMT(st.st_mode) != SPECIAL[kind] or (
+                    kind in DEVICES and st.st_rdev != rdev):
+                return False
+            if statmod.S_IMODE(st.st_mode) != mode & 0o7777:
+                os.chmod(name, mode & 0o7777, dir_fd=fd)
+            if st.st_mtime_ns != mtime_ns:
+                os.utime(name, ns=(mtime_ns, mtime_ns), dir_fd=fd, follow_symlinks=False)
+            return True
         if kind == "symlink":
             if not statmod.S_ISLNK(st.st_mode) or os.readlink(name, dir_fd=fd) != \
                     os.fsencode(target):
@@ -302,6 +318,23 @@ class DirDest:
         tmp = self.tmp_dir() + b"/" + uuid.uuid4().hex.encode()
         os.symlink(os.fsencode(target), tmp)
         try:
+            os.utime(tmp, ns=(mtime_ns, mtime_ns), follow_symlinks=False)
+            self._place(tmp, rel)
+        except BaseException:
+            unlink_quiet(tmp)
+            raise
+        return Copy(COPIED)
+
+    def write_special(self, rel: bytes, kind: str, rdev: int, mode: int, mtime_ns: int) -> Copy:
+        """A FIFO, socket or device node: made again, not copied (a regular file would
+        change its type). A device needs privilege; without it the entry is skipped."""
+        tmp = self.tmp_dir() + b"/" + uuid.uuid4().hex.encode()
+        try:
+            os.mknod(tmp, SPECIAL[kind] | 0o600, rdev if kind in DEVICES else 0)
+        except PermissionError:
+            return Copy(SKIPPED, reason=f"a {kind}: making one needs privilege (CAP_MKNOD)")
+        try:
+            os.chmod(tmp, mode & 0o7777)
             os.utime(tmp, ns=(mtime_ns, mtime_ns), follow_symlinks=False)
             self._place(tmp, rel)
         except BaseException:

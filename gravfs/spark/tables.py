@@ -24,9 +24,9 @@ from typing import Iterator, Optional
 
 from gravfs.errors import GravfsError
 from gravfs.fs.entry import (ADDRESS_BY_PREFIX_DEPRECATED, ADDRESS_FULL, ADDRESS_RELATIVE,
-                             KIND_DIRECTORY, KIND_SYMLINK, decode_entry)
+                             decode_entry)
 from gravfs.fs.paths import MAX_NAME_BYTES, show
-from gravfs.fs.repository import Repository
+from gravfs.fs.repository import KIND_NAMES, Repository
 from gravfs.spark.taskstore import task_store
 from gravfs.version.committed.reader import MetaRange, RangeStore
 from gravfs.version.committed.record import decode_value
@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 
 ADDRESS_KINDS = {ADDRESS_RELATIVE: "relative", ADDRESS_FULL: "full",
                  ADDRESS_BY_PREFIX_DEPRECATED: "by_prefix"}
-KINDS = {KIND_DIRECTORY: "dir", KIND_SYMLINK: "symlink"}  # anything else: "file"
 
 # The columns of entries(), with their Spark types. The tasks make every column but
 # mtime, which Spark derives from mtime_ns (MTIME), so rows carry plain Python values.
@@ -80,7 +79,7 @@ def entry_row(key: bytes, value: bytes, range_id: Optional[str]) -> tuple:
     """The row of one record (ROW_COLUMNS, in order)."""
     identity, data = decode_value(value)
     e = decode_entry(data)
-    kind = KINDS.get(e.kind, "file")
+    kind = KIND_NAMES.get(e.kind, "file")
     return (shown_path(key, kind == "dir"), key, kind, e.address or None,
             ADDRESS_KINDS.get(e.address_type, str(e.address_type)), e.size, e.mtime_ns,
             e.mode, e.symlink_target if kind == "symlink" else None, e.e_tag or None,

@@ -9,7 +9,7 @@ import os
 import pyarrow.parquet as pq
 import pytest
 
-from gravfs.fs.entry import KIND_FILE, EntryInfo
+from gravfs.fs.entry import KIND_CHAR_DEVICE, KIND_FIFO, KIND_FILE, EntryInfo
 from gravfs.fs.importer import import_tree as local_import
 from gravfs.fs.repository import Repository
 from gravfs.spark import entries
@@ -85,6 +85,18 @@ def test_foreign_keys_are_shown_escaped(spark, repo):
     assert got == ls_recursive(repo, "main")
     keys_back = {bytes(r["key"]) for r in entries(spark, repo, "main").collect()}
     assert keys_back == set(keys)
+
+
+def test_special_files_have_the_kind_ls_shows(spark, repo):
+    """A FIFO or a device is "fifo", "chardev"... as in ``gravfs ls`` (it was "file")."""
+    items = [(b"pipe", EntryInfo(address="", size=0, mtime_ns=1, mode=0o644, kind=KIND_FIFO)),
+             (b"dev/null", EntryInfo(address="", size=0, mtime_ns=1, mode=0o666,
+                                     kind=KIND_CHAR_DEVICE, rdev=os.makedev(1, 3)))]
+    repo.stage("main", items)
+    repo.commit("main", "special")
+    got = rows_of(entries(spark, repo, "main"))
+    assert got == ls_recursive(repo, "main")
+    assert got["pipe"][0] == "fifo" and got["dev/null"][0] == "chardev"
 
 
 def test_entries_of_an_empty_commit(spark, repo):

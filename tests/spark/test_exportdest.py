@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import stat
+import tempfile
 
-from gravfs.spark.exportdest import DirDest
+import pytest
+
+from gravfs.fs.entry import (KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_FIFO, KIND_SOCKET,
+                             EntryInfo)
+from gravfs.spark.export import _kind, copy_entry
+from gravfs.spark.exportdest import SPECIAL, DirDest
 
 
 def _dest(tmp_path):
@@ -78,3 +86,60 @@ def test_shadowed_files_of_a_range_and_of_some_keys(tmp_path):
     assert shadowed_files(rs, mr_id, [b"f", b"f.0001", b"g", b"g/", b"h"],
                           whole_range=False) == {b"f", b"g", b"h"}
     repo.close()
+
+
+def test_special_files_are_made_again_not_copied_as_files(tmp_path):
+    """A FIFO, socket or device of the tree is made again with its type (and device
+    number); before, each became an empty regular file. A second run finds it present."""
+    d = _dest(tmp_path)
+    null = os.makedev(1, 3)
+    for key, kind, rdev in ((b"p/fifo", KIND_FIFO, 0), (b"sock", KIND_SOCKET, 0),
+                            (b"dev/null", KIND_CHAR_DEVICE, null)):
+        e = EntryInfo(address="", size=0, mtime_ns=5 * 10**18, kind=kind, mode=0o640, rdev=rdev)
+        assert copy_entry(None, d, key, e).action == "copied"
+        st = os.lstat(os.path.join(d.root, os.fsdecode(key)))
+        assert stat.S_IFMT(st.st_mode) == SPECIAL[_kind(e)]
+        assert (stat.S_IMODE(st.st_mode), st.st_rdev, st.st_mtime_ns) == (0o640, rdev, 5 * 10**18)
+        assert copy_entry(None, d, key, e).action == "present"
+    # a regular file where a FIFO should be is replaced
+    with open(os.path.join(d.root, "f2"), "wb") as f:
+        f.write(b"x")
+    e = EntryInfo(address="", size=0, mtime_ns=1, kind=KIND_FIFO, mode=0o600)
+    assert copy_entry(None, d, b"f2", e).action == "copied"
+    assert stat.S_ISFIFO(os.lstat(os.path.join(d.root, "f2")).st_mode)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running the export as another user needs root")
+def test_a_device_the_export_may_not_make_is_skipped():
+    """Without CAP_MKNOD (an export run by a user) a device node is skipped, with the
+    reason; FIFOs need no privilege."""
+    top = tempfile.mkdtemp(prefix="gravfs-export-")  # (pytest's tmp_path is root's only)
+    try:
+        os.chmod(top, 0o777)
+        d = DirDest(os.path.join(top, "out"))
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child runs as nobody
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                d.check()
+                d.prepare()
+                dev = EntryInfo(address="", size=0, mtime_ns=1, kind=KIND_BLOCK_DEVICE,
+                                mode=0o600, rdev=os.makedev(7, 0))
+                fifo = EntryInfo(address="", size=0, mtime_ns=1, kind=KIND_FIFO, mode=0o600)
+                got = [copy_entry(None, d, b"loop0", dev), copy_entry(None, d, b"fifo", fifo)]
+                os.write(w, repr([(c.action, c.reason) for c in got]).encode())
+            except BaseException as exc:
+                os.write(w, repr(exc).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        out = os.read(r, 4096).decode()
+        os.waitpid(pid, 0)
+        assert out == repr([("skipped", "a blockdev: making one needs privilege "
+                             "(CAP_MKNOD)"), ("copied", None)])
+        assert not os.path.lexists(os.path.join(d.root, "loop0"))
+        assert os.listdir(d.tmp_dir()) == []
+    finally:
+        shutil.rmtree(top)
