@@ -91,6 +91,11 @@ XATTR_NAMESPACES = (b"user.", b"trusted.", b"security.")
 UNSUPPORTED_XATTRS = (b"security.selinux",)
 # Not kept, but asked before every write: answered "none" (security.capability).
 NEVER_SET_XATTRS = (b"security.capability",)
+# An entry's attributes live in its record, rewritten whole by each setxattr and
+# read with every listing of its range: their bytes are bounded, as a filesystem's
+# xattr space is (ENOSPC past it). Their names must also fit one listxattr reply.
+XATTRS_MAX_BYTES = 1 << 20
+XATTR_LIST_MAX = 65536  # the kernel's limit on a listxattr reply
 MAX_FOREIGN_LOGGED = 10_000  # keys other writers made, each logged once
 MAX_SUPERSEDED_NAMES = 10_000  # superseded names awaiting the watcher's invalidation
 ATTR_SLACK = 1.0  # seconds: the kernel starts an attribute's timeout when it gets the reply
@@ -1929,7 +1934,12 @@ class GravfsOperations(pyfuse3.Operations):
         key = self._xattr_name(name)
 
         def change(e: EntryInfo) -> EntryInfo:
-            return replace(e, xattrs={**e.xattrs, key: bytes(value)})
+            xattrs = {**e.xattrs, key: bytes(value)}
+            names = sum(len(k.encode()) + 1 for k in xattrs)
+            if names > XATTR_LIST_MAX or names + sum(map(len, xattrs.values())) > \
+                    XATTRS_MAX_BYTES:
+                raise fail(errno.ENOSPC)
+            return replace(e, xattrs=xattrs)
 
         await self._change_meta(node, tree, change)
 

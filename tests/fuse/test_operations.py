@@ -292,6 +292,45 @@ def test_xattrs_kept_as_metadata(gravfs_mount):
     assert _errno(os.setxattr, m.path("commits", cid, "x"), "user.a", b"1") == errno.EROFS
 
 
+def test_xattr_space_is_bounded(gravfs_mount):
+    """An entry's attributes are bounded (ENOSPC past 1 MiB, or past names one
+    listxattr reply can hold), as a filesystem's xattr space is; before, 300 values
+    of 64 KiB made a 20 MB record, each setxattr rewriting it whole."""
+    m = gravfs_mount
+    p = m.branch_path("x")
+    _write(p, b"1")
+    value = os.urandom(65536)
+    n = 0
+    while True:
+        try:
+            os.setxattr(p, f"user.k{n}", value)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+            break
+        n += 1
+        assert n < 20
+    assert n == 15  # 15 values and their names fit 1 MiB, a 16th does not
+    os.setxattr(p, "user.k0", b"small")  # replacing one frees its space
+    os.setxattr(p, "user.k15", value)
+    assert len(os.listxattr(p)) == 16
+    # names: as many as one listxattr reply holds
+    q = m.branch_path("y")
+    _write(q, b"1")
+    long_names = [f"user.{i:03d}" + "n" * 240 for i in range(300)]
+    set_ = 0
+    for name in long_names:
+        try:
+            os.setxattr(q, name, b"")
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+            break
+        set_ += 1
+    assert set_ == 65536 // 249
+    assert sorted(os.listxattr(q)) == long_names[:set_]
+    cid = m.commit()
+    assert len(os.listxattr(m.path("commits", cid, "y"))) == set_
+
+
 def test_fsync_makes_content_durable(gravfs_mount):
     m = gravfs_mount
     with open(m.branch_path("f"), "wb") as f:
