@@ -1693,8 +1693,8 @@ class GravfsOperations(pyfuse3.Operations):
     @guarded
     @settled
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
-        if flags & pyfuse3.RENAME_EXCHANGE:
-            raise fail(errno.EINVAL)
+        if flags & ~pyfuse3.RENAME_NOREPLACE:  # RENAME_EXCHANGE, RENAME_WHITEOUT: not
+            raise fail(errno.EINVAL)           # supported (a whiteout was a plain rename)
         po, pn = self._node(parent_inode_old), self._node(parent_inode_new)
         if po.tree is None or pn.tree is None:
             raise fail(errno.EPERM if po.virtual == "branches" or pn.virtual == "branches"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import hashlib
 import os
@@ -231,6 +232,29 @@ def test_rename_files_and_directories(gravfs_mount):
     cid = m.commit()
     assert sorted(os.listdir(m.path("commits", cid))) == ["b", "d2", "empty", "job"]
     m.assert_clean_log()
+
+
+def _renameat2(src: str, dst: str, flags: int) -> int:
+    """renameat2(2) (Python has no binding): 0 or the errno."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.renameat2(-100, os.fsencode(src), -100, os.fsencode(dst), flags)  # AT_FDCWD
+    return 0 if rc == 0 else ctypes.get_errno()
+
+
+def test_rename_flags(gravfs_mount):
+    """RENAME_NOREPLACE keeps an existing target; RENAME_EXCHANGE and RENAME_WHITEOUT
+    are not supported (EINVAL, as the man page says of a filesystem without them):
+    a whiteout rename was done as a plain rename, leaving no whiteout behind."""
+    m = gravfs_mount
+    a, b, c = (m.branch_path(n) for n in "abc")
+    _write(a, b"A")
+    _write(b, b"B")
+    assert _renameat2(a, b, 1) == errno.EEXIST  # RENAME_NOREPLACE
+    assert _renameat2(a, b, 2) == errno.EINVAL  # RENAME_EXCHANGE
+    assert _renameat2(a, c, 4) == errno.EINVAL  # RENAME_WHITEOUT
+    assert (_read(a), _read(b), os.path.exists(c)) == (b"A", b"B", False)
+    assert _renameat2(a, c, 1) == 0
+    assert _read(c) == b"A" and not os.path.exists(a)
 
 
 def test_rename_open_file_follows_path(gravfs_mount):
