@@ -23,7 +23,7 @@ from gravfs.data.external import is_external
 from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
 from gravfs.fs.paths import display, escape_key, show, to_key
 from gravfs.keyvalue import parse_pairs
-from gravfs.quoting import quote
+from gravfs.quoting import printable, quote
 
 log = logging.getLogger("gravfs.cli")
 
@@ -310,7 +310,8 @@ def cmd_commit(args) -> int:
     repo = _repo(args)
     meta = dict(parse_pairs(args.meta or [], "--meta"))
     c = repo.commit(args.branch, args.message, author=args.author, metadata=meta)
-    print(f"Committed {_short(c.id)} on {args.branch}: {c.message}")
+    title = c.message.partition("\n")[0]
+    print(f"Committed {_short(c.id)} on {args.branch}: {printable(title)}")
     return 0
 
 
@@ -327,8 +328,13 @@ def cmd_log(args) -> int:
         print(f"commit {c.id}")
         if len(c.parents) > 1:
             print("Merge:  " + " ".join(_short(p) for p in c.parents))
-        print(f"Author: {c.author}\nDate:   {_when(c.time_ns)}\n\n    {c.message}\n")
+        print(f"Author: {printable(c.author)}\nDate:   {_when(c.time_ns)}\n\n{_body(c.message)}\n")
     return 0
+
+
+def _body(message: str) -> str:
+    """A commit message as log shows it: each line indented, as git does, and printable."""
+    return "\n".join("    " + printable(line) for line in message.split("\n"))
 
 
 def _open_index(repo, missing_ok: bool = False):
@@ -393,7 +399,7 @@ def _log_path(args, repo) -> int:
         print(f"commit {c.id}")
         if len(c.parents) > 1:
             print("Merge:  " + " ".join(_short(p) for p in c.parents))
-        print(f"Author: {c.author}\nDate:   {_when(c.time_ns)}\n\n    {c.message}\n\n"
+        print(f"Author: {printable(c.author)}\nDate:   {_when(c.time_ns)}\n\n{_body(c.message)}\n\n"
               f"    {kind}: {show(key)}\n")
     return 0
 

@@ -1,7 +1,9 @@
 """Printing keys and names the way git does with core.quotePath=false.
 
 Shared by every layer that prints a key (the version layer's conflict messages,
-the catalog's paths, the CLI): a name can never forge a line of output.
+the catalog's paths, the CLI): a name can never forge a line of output. Text
+other users wrote (commit messages, authors) goes through ``printable``: a
+terminal never receives its control sequences.
 """
 
 from __future__ import annotations
@@ -44,4 +46,21 @@ def quote(name: bytes) -> str:
             else:
                 out.extend("\\%03o" % b for b in raw)
     out.append('"')
+    return "".join(out)
+
+
+def printable(line: str) -> str:
+    """One line of another user's text as a terminal may show it: control and format
+    characters (an escape sequence, a carriage return, bidi overrides) but the tab as
+    C or octal escapes, the way ``quote`` writes them; everything else as is."""
+    if all(c == "\t" or _char_safe(c) for c in line):
+        return line
+    out = []
+    for c in line:
+        if c == "\t" or _char_safe(c):
+            out.append(c)
+        else:
+            raw = c.encode("utf-8", "surrogateescape")
+            out.append(_C_ESCAPES[raw[0]] if len(raw) == 1 and raw[0] in _C_ESCAPES
+                       else "".join("\\%03o" % b for b in raw))
     return "".join(out)

@@ -192,6 +192,26 @@ def test_names_cannot_forge_lines_of_status_diff_ls_and_errors(cli, tmp_path):
     assert out.count("\n") == 1 and '"new\\nname"' in out
 
 
+def test_messages_and_authors_reach_the_terminal_without_control_sequences(cli, tmp_path):
+    """Another user's commit message or author was printed raw: an escape sequence in it
+    cleared the reader's screen. Now such characters are escaped (as in quoted names),
+    every line of a message is indented as git does, --json keeps the text as written."""
+    src = tmp_path / "f"
+    src.write_bytes(b"1")
+    cli("put", str(src), "main:f")
+    message = "evil\x1b[2J\x07\rline\nsecond\tline\n\u202eabc"
+    _, out, _ = cli("commit", "main", "-m", message, "--author", "a\x1b[31mred")
+    assert out.endswith(": evil\\033[2J\\a\\rline\n")
+    _, out, _ = cli("log", "main", "-n", "1")
+    assert "\x1b" not in out and "\r" not in out and "\u202e" not in out
+    assert "Author: a\\033[31mred\n" in out
+    assert "\n\n    evil\\033[2J\\a\\rline\n    second\tline\n    \\342\\200\\256abc\n" in out
+    _, out, _ = cli("log", "main", "-n", "1", "--json")
+    assert json.loads(out)["message"] == message
+    _, out, _ = cli("log", "main", "--", "f")
+    assert "\x1b" not in out and "    second\tline" in out
+
+
 def test_put_says_the_path_it_staged(cli, tmp_path):
     """Repeated and leading slashes name the same key, and the message shows that key."""
     (tmp_path / "f").write_text("x")
