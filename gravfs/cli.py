@@ -127,10 +127,10 @@ def _ref_command(args, kind: str, create, delete, listing) -> int:
     """create / delete / list, shared by `branch` and `tag`."""
     if args.action == "create":
         c = create()
-        print(f"Created {kind} {args.name} at {_short(c.id)}")
+        print(f"Created {kind} {_typed(args.name)} at {_short(c.id)}")
     elif args.action == "delete":
         delete(args.name)
-        print(f"Deleted {kind} {args.name}")
+        print(f"Deleted {kind} {_typed(args.name)}")  # (one an older gravfs let through)
     else:
         damaged: list[str] = []
         rows = listing(damaged)
@@ -138,7 +138,7 @@ def _ref_command(args, kind: str, create, delete, listing) -> int:
             _print_json([{"name": n, "commit": c} for n, c in rows])
         else:
             for n, c in rows:
-                print(f"{n}\t{_short(c)}")
+                print(f"{_typed(n)}\t{_short(c)}")
         for why in damaged:  # the others are listed all the same
             print(f"gravfs: {why}", file=sys.stderr)
         if damaged:

@@ -15,7 +15,8 @@ _C_ESCAPES = {0x07: "\\a", 0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 0
 _UNSAFE_CATEGORIES = ("Cc", "Cf", "Zl", "Zp", "Cs")
 
 
-def _char_safe(ch: str) -> bool:
+def char_safe(ch: str) -> bool:
+    """Not a control, format or separator character (nor a lone surrogate)."""
     return unicodedata.category(ch) not in _UNSAFE_CATEGORIES
 
 
@@ -31,13 +32,13 @@ def quote(name: bytes) -> str:
     if not name:
         return ""
     text = name.decode("utf-8", "surrogateescape")
-    if all(c not in '"\\' and _char_safe(c) for c in text):
+    if all(c not in '"\\' and char_safe(c) for c in text):
         return text
     out = ['"']
     for c in text:
         if c in '"\\':
             out.append("\\" + c)
-        elif _char_safe(c):
+        elif char_safe(c):
             out.append(c)
         else:
             raw = c.encode("utf-8", "surrogateescape")
@@ -53,11 +54,11 @@ def printable(line: str) -> str:
     """One line of another user's text as a terminal may show it: control and format
     characters (an escape sequence, a carriage return, bidi overrides) but the tab as
     C or octal escapes, the way ``quote`` writes them; everything else as is."""
-    if all(c == "\t" or _char_safe(c) for c in line):
+    if all(c == "\t" or char_safe(c) for c in line):
         return line
     out = []
     for c in line:
-        if c == "\t" or _char_safe(c):
+        if c == "\t" or char_safe(c):
             out.append(c)
         else:
             raw = c.encode("utf-8", "surrogateescape")

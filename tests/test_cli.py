@@ -212,6 +212,26 @@ def test_messages_and_authors_reach_the_terminal_without_control_sequences(cli, 
     assert "\x1b" not in out and "    second\tline" in out
 
 
+def test_ref_names_read_as_they_are(cli, tmp_path):
+    """A name that is not UTF-8 made the branch, then failed with an internal error; a
+    bidi override or a line separator made a name read otherwise. Both are refused;
+    such a name an older gravfs made is listed quoted, and can be deleted."""
+    rc, _, err = cli("branch", "create", "bad\udcff", check=False)
+    assert rc == 4 and "not valid UTF-8" in err and "internal error" not in err
+    rc, _, err = cli("tag", "create", "v\u202e1", "main", check=False)
+    assert rc == 4 and "U+202E" in err
+    _, out, _ = cli("branch", "list")
+    assert [r.split("\t")[0] for r in out.splitlines()] == ["main"]
+    head = json.loads(cli("branch", "list", "--json")[1])[0]["commit"]
+    refs = tmp_path / "store" / "_gravfs" / "refs" / "tags"
+    refs.mkdir(parents=True, exist_ok=True)
+    (refs / "v\u202e1").write_text(head + "\n")  # as an older gravfs made it
+    _, out, _ = cli("tag", "list")
+    assert out.split("\t")[0] == '"v\\342\\200\\2561"'
+    _, out, _ = cli("tag", "delete", "v\u202e1")
+    assert out == 'Deleted tag "v\\342\\200\\2561"\n'
+
+
 def test_put_says_the_path_it_staged(cli, tmp_path):
     """Repeated and leading slashes name the same key, and the message shows that key."""
     (tmp_path / "f").write_text("x")
