@@ -537,6 +537,25 @@ class DataObjects:
         """The local tier holds a copy of the object."""
         return self.tier.cached(address)
 
+    def restore(self, address: str) -> bool:
+        """Write a data object gone from the store again from this host's cached copy,
+        if the copy hashes to its address; whether it did."""
+        path = self.tier.cached_path(address)
+        if path is None:
+            return False
+        try:
+            digest, _ = hash_file(path)
+            if address_of(digest) != address:
+                log.warning("cached copy of %s does not match its address; not restored",
+                            address)
+                return False
+            self.store.upload(address, path)
+        except FileNotFoundError:
+            return False  # evicted meanwhile
+        log.warning("%s was gone from the store: written again from this host's cache",
+                    address)
+        return True
+
     def local_path(self, address: str) -> Optional[str]:
         """The object's file when the store is a local directory (read in place)."""
         return self.store.local_path(address)

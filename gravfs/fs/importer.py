@@ -27,12 +27,14 @@ from gravfs.fs.entry import (ADDRESS_FULL, KIND_DIRECTORY, KIND_FILE, KIND_SYMLI
                              TIME_NS_MAX, TIME_NS_MIN, EntryInfo, decode_entry)
 from gravfs.version.committed.record import decode_value
 from gravfs.version.committed.manager import EMPTY_METARANGE_ID
-from gravfs.version.committer import Committer, NothingToCommitError
+from gravfs.version.committer import CLAIM_THREADS, Committer, NothingToCommitError
 from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
 from gravfs.faults import crash_point
 from gravfs.data.objects import DataObjects
 from gravfs.fs import ownpaths
 from gravfs.fs.paths import to_key
+from gravfs.fs.references import live_addresses
+from gravfs.store.base import REFRESH_AGE
 from gravfs.store.local import DeferredLocalStore, LocalStore
 from gravfs.progress import progress_bar
 from gravfs.version.refs.commits import Commit
@@ -112,6 +114,7 @@ class ImportJob:
         self.token: Optional[str] = None
         self.base: Optional[str] = None
         self.resumed = False
+        self.started = time.time()  # when the token's first run began
         self.dropped = 0
         self._fd: Optional[int] = None
 
@@ -149,6 +152,7 @@ class ImportJob:
             same = rec.get("source") == self.source and rec.get("prefix") == self.prefix
             if same and self.token is None and self._adopt(token):
                 self.token, self._fd, self.base, self.resumed = token, fd, rec["base"], True
+                self.started = float(rec.get("time", 0.0))
                 log.info("resuming interrupted import %s of %s into %s", token, self.source,
                          self.branch)
                 continue
@@ -340,23 +344,47 @@ def _resume(repo, job: ImportJob, items: list, key_of) -> tuple[list, int, int]:
     if not job.resumed:
         return items, 0, 0
     area = repo.staging
-    todo, reused, reused_bytes = [], 0, 0
+    todo, kept = [], []
     keys = set()
     with area.read_txn() as txn:
         for item in items:
             key = key_of(item)
             keys.add(key)
-            if item[1] == "file" and _same_file(area.lookup(txn, [job.token], key), item[2]):
-                reused += 1
-                reused_bytes += item[2].st_size
+            e = _same_file(area.lookup(txn, [job.token], key), item[2]) \
+                if item[1] == "file" else None
+            if e is not None:
+                kept.append((item, e))
             else:
                 todo.append(item)
         stale = [k for k, _ in area.iter_token(txn, job.token) if k not in keys]
     if stale:
         area.write(lambda txn: area.delete_from_token(txn, job.token, stale))
+    if kept and time.time() - job.started > REFRESH_AGE:
+        gone = _claim_uploaded(repo, kept)
+        todo += [item for item, _ in kept if id(item) in gone]
+        kept = [(item, e) for item, e in kept if id(item) not in gone]
+    reused, reused_bytes = len(kept), sum(item[2].st_size for item, _ in kept)
     log.info("resumed import: %d file(s) already uploaded, %d to do, %d gone from the source",
              reused, len(todo), len(stale))
     return todo, reused, reused_bytes
+
+
+def _claim_uploaded(repo, kept: list) -> set[int]:
+    """An interrupted import resumed more than an hour after it began: claim what its
+    earlier runs uploaded (GC elsewhere may have deleted it, or may be marking it
+    now: gravfs.store.base); ids of the items whose content must be uploaded again."""
+    objects: dict[str, list[int]] = {}
+    for item, e in kept:
+        for obj in live_addresses(e, repo.store.url, repo.data):
+            objects.setdefault(obj, []).append(id(item))
+    with ThreadPoolExecutor(CLAIM_THREADS) as pool:
+        there = list(pool.map(repo.store.claim_existing, objects))
+    gone = {i for ids, ok in zip(objects.values(), there) if not ok for i in ids}
+    if gone:
+        log.warning("resumed import: the content of %d file(s) uploaded by its earlier run "
+                    "is gone from the store (garbage collection); uploading it again",
+                    len(gone))
+    return gone
 
 
 def entry_of(data, src: str, rel: str, kind: str, st: os.stat_result) -> EntryInfo:

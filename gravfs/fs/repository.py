@@ -25,6 +25,7 @@ from gravfs.fs.entry import (KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_DIRECTORY
                              encode_entry, entry_identity)
 from gravfs.fs.paths import (dir_prefix, display, escape_name, first_name, hashed_head,
                              name_problem, show, split_last, to_key, unescape_name)
+from gravfs.fs.references import live_addresses
 from gravfs.version.collisions import file_above
 from gravfs.version.committed.record import encode_value
 from gravfs.version.repository import DEFAULT_TIER_BYTES, VersionRepository
@@ -236,6 +237,12 @@ class Repository(VersionRepository):
     def close(self) -> None:
         self.data.stop_uploader()
         super().close()
+
+    def staged_objects(self, data: bytes) -> list[str]:
+        return live_addresses(decode_entry(data), self.store.url, self.data)
+
+    def restore_object(self, key: str) -> bool:
+        return key.startswith("data/") and self.data.restore(key)
 
     # -- reading ------------------------------------------------------------------
 

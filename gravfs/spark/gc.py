@@ -41,6 +41,7 @@ from typing import Callable, Optional
 
 from gravfs.errors import GravfsError, NotFoundError
 from gravfs.fs.entry import decode_entry
+from gravfs.fs.references import live_addresses
 from gravfs.spark import gctasks
 from gravfs.spark.runtime import job_failed
 from gravfs.spark.gcfence import FenceHeldError, SweepFence
@@ -354,7 +355,7 @@ def _staging_known(repo) -> tuple[set[str], set[str]]:
                 e = decode_entry(decode_value(staged_value(raw))[1])
             except GravfsError:
                 continue
-            addresses.update(gctasks.live_addresses(e, repo.store.url, repo.data))
+            addresses.update(live_addresses(e, repo.store.url, repo.data))
         for _name, raw in txn.cursor(db=st.branches_db):
             state = json.loads(raw)
             mr = (state.get("compacted") or {}).get("metarange")

@@ -23,7 +23,8 @@ from typing import Iterable, Iterator, Optional
 
 from gravfs.data import sparse
 from gravfs.errors import GravfsError, NotFoundError
-from gravfs.fs.entry import ADDRESS_FULL, KIND_FILE, decode_entry
+from gravfs.fs.entry import ADDRESS_FULL, decode_entry
+from gravfs.fs.references import live_addresses
 from gravfs.spark.taskstore import task_store
 from gravfs.store.base import sweep_lease
 from gravfs.version.committed.messages import Entry
@@ -85,28 +86,6 @@ def metarange_ranges(store_url: str, metaranges: Iterable[str]) -> Iterator[tupl
             continue
         for rid in m.ids:
             yield "range", rid
-
-
-def live_addresses(entry, store_url: str, data) -> list[str]:
-    """The store objects one entry keeps alive: its data object, or a sparse file's
-    manifest and extents. A by-reference entry (ADDRESS_FULL) keeps nothing, unless
-    its URL points into this store (then the object it names)."""
-    address = entry.address
-    if not address or entry.kind != KIND_FILE:
-        return []
-    if entry.address_type == ADDRESS_FULL:
-        base = store_url.rstrip("/") + "/"
-        return [address[len(base):]] if address.startswith(base) else []
-    if not sparse.is_sparse(address):
-        return [address]
-    if sparse.zeros_manifest(address) is not None:
-        return []  # zeros throughout: nothing stored
-    out = [address]
-    try:
-        out += [a for _, _, a in data.manifest(address).extents]
-    except NotFoundError:
-        log.warning("sparse manifest %s is missing; its extents cannot be known", address)
-    return out
 
 
 def range_rows(store_url: str, range_id: str) -> Optional[list[tuple[str, str]]]:

@@ -13,6 +13,14 @@ Commit protocol (crash-safe at every step):
 
 Between (1) and (2) the repository's ``after_seal`` hook runs (the catalog drains
 its pending uploads there: every entry sealed references a stored object).
+
+Staging older than an hour (``BranchState.since_ns``) is claimed before (4): every
+object it references is looked up and refreshed as a deduplicating writer does
+(gravfs.store.base), because garbage collection sees only its own host's staging
+and, run elsewhere, deletes what was staged here longer than its minimum age ago
+and never committed. A data object gone is written again from this host's cache
+when it holds a copy; otherwise the commit is refused, naming the files, rather
+than landing a tree that references nothing.
 """
 
 from __future__ import annotations
@@ -21,15 +29,19 @@ import errno
 import fcntl
 import logging
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
-from gravfs.errors import (ConflictError, GravfsError, NotFoundError, PathTypeError,
-                           PreconditionFailedError)
+from gravfs.errors import (ConflictError, CorruptDataError, GravfsError, NotFoundError,
+                           PathTypeError, PreconditionFailedError)
 from gravfs.faults import crash_point
+from gravfs.store.base import REFRESH_AGE
 from gravfs.version import collisions
 from gravfs.version.committed.manager import EMPTY_METARANGE_ID
-from gravfs.version.committed.record import encode_value
+from gravfs.version.committed.reader import METARANGES_PREFIX, RANGES_PREFIX
+from gravfs.version.committed.record import decode_value, encode_value
 from gravfs.version.committed.results import Change
 from gravfs.version.history import is_ancestor, merge_base
 from gravfs.version.refs.commits import Commit, commit_time_ns
@@ -40,6 +52,13 @@ from gravfs.version.staging.area import TOMBSTONE, BranchState, new_token, put_r
 log = logging.getLogger(__name__)
 
 CAS_RETRIES = 20
+
+
+CLAIM_THREADS = 16
+
+
+class StagedContentGoneError(CorruptDataError):
+    """Staged changes reference objects no longer in the store (see module doc)."""
 
 
 class NothingToCommitError(GravfsError):
@@ -113,9 +132,11 @@ class Committer:
             return False
 
     def _finish(self, branch: str, tokens: list[str], compacted: Optional[dict], landed: bool,
-                new_base: Optional[str], staging: bool = True) -> None:
+                new_base: Optional[str], staging: bool = True,
+                sealed_ns: Optional[int] = None) -> None:
         """Drop the tokens a landed commit consumed; ``staging``: they were the branch's
-        staged changes (not only an import's token), so its staging starts afresh."""
+        staged changes (not only an import's token), so its staging starts afresh.
+        ``sealed_ns``: when the commit sealed them (what was staged since is younger)."""
         def run(txn):
             st = self.area.state(txn, branch)
             if landed:
@@ -125,6 +146,9 @@ class Committer:
                 if staging:
                     st.base = new_base
                     st.puts = st.tombstones = 0
+                    if not st.sealed and not st.compacted:
+                        st.since_ns = (None if self.area.token_is_empty(txn, st.staging)
+                                       else sealed_ns or st.since_ns)
             st.pending = None
             self.area.save_state(txn, branch, st)
 
@@ -185,6 +209,7 @@ class Committer:
     def commit(self, branch: str, message: str, author: str, metadata: dict) -> Commit:
         with self.branch_lock(branch):
             self.recover(branch)
+            sealed_ns = time.time_ns()
             st = self.seal(branch)
             crash_point("commit:sealed")
             # never reference an object that is not in the store: entries are staged
@@ -194,9 +219,10 @@ class Committer:
                 self.committed.start_workers()  # likely a parallel apply (counters: writes)
             head_id, _ = self.repo.heads.branch(branch)
             head = self.repo.commits.get(head_id)
-            changes, base = self.staged_changes(st, head)
+            changes, base = self._staged_changes_of_old(branch, st, head)
             if not changes:
                 raise NothingToCommitError(f"nothing to commit on branch {branch!r}")
+            self.claim_if_old(branch, st, changes)
 
             def build(head: Commit) -> Optional[Commit]:
                 mr = self._apply_rebased(base, head, changes, st)
@@ -205,7 +231,7 @@ class Committer:
                 return Commit(mr, (head.id,), message, author, commit_time_ns(),
                               head.generation + 1, dict(metadata))
 
-            return self._land(branch, st, build)
+            return self._land(branch, st, build, sealed_ns=sealed_ns)
 
     def commit_import(self, branch: str, token: str, base: str, message: str, author: str,
                       metadata: dict, include_staged: bool) -> tuple[Commit, int]:
@@ -217,14 +243,17 @@ class Committer:
         """
         with self.branch_lock(branch):
             self.recover(branch)
+            sealed_ns = time.time_ns()
             st = self.seal(branch) if include_staged else BranchState(staging=new_token())
             if include_staged:
                 self._after_seal()  # see commit(); imports upload synchronously
             head = self.repo.commits.get(self.repo.heads.branch(branch)[0])
-            staged, staged_base = self.staged_changes(st, head)
+            staged, staged_base = self._staged_changes_of_old(branch, st, head)
             imported = self._token_changes([token])
             if not staged and not imported:
                 raise NothingToCommitError(f"nothing to commit on branch {branch!r}")
+            if staged:
+                self.claim_if_old(branch, st, staged)
 
             def build(head: Commit) -> Optional[Commit]:
                 mr = self._apply_rebased(staged_base, head, staged, st) if staged else head.metarange
@@ -237,7 +266,8 @@ class Committer:
                 return Commit(mr, (head.id,), message, author, commit_time_ns(),
                               head.generation + 1, dict(metadata))
 
-            c = self._land(branch, st, build, tokens=[token, *st.sealed], staging=include_staged)
+            c = self._land(branch, st, build, tokens=[token, *st.sealed], staging=include_staged,
+                           sealed_ns=sealed_ns)
             return c, len(staged)
 
     def _apply_rebased(self, base_id: str, head: Commit, changes: list[Change],
@@ -285,10 +315,10 @@ class Committer:
         log.info("rebasing %d staged change(s) onto %s", len(changes), head.id[:12])
 
     def _land(self, branch: str, st: BranchState, build, tokens: Optional[list[str]] = None,
-              staging: bool = True) -> Commit:
+              staging: bool = True, sealed_ns: Optional[int] = None) -> Commit:
         """Write build(head)'s commit and move the head to it (retried when the head
-        moves); then drop ``tokens`` (default: the sealed ones of ``st``). ``staging``:
-        see _finish."""
+        moves); then drop ``tokens`` (default: the sealed ones of ``st``). ``staging``,
+        ``sealed_ns``: see _finish."""
         tokens = list(st.sealed) if tokens is None else tokens
         compacted = st.compacted
         for attempt in range(CAS_RETRIES):
@@ -313,11 +343,74 @@ class Committer:
                 log.info("head of %s moved during commit; retrying (%d)", branch, attempt + 1)
                 self.area.update_state(branch, lambda s: setattr(s, "pending", None))
                 continue
-            self._finish(branch, tokens, compacted, True, c.id, staging)
+            self._finish(branch, tokens, compacted, True, c.id, staging, sealed_ns)
             log.info("committed %s on %s", c.id[:12], branch)
             return c
         raise PreconditionFailedError(f"branch {branch!r} kept moving; gave up after "
                                       f"{CAS_RETRIES} attempts (changes are still staged)")
+
+    # -- old staging ---------------------------------------------------------------
+
+    @staticmethod
+    def _age_h(st: BranchState) -> Optional[float]:
+        """Hours since the oldest staged change, when past REFRESH_AGE (else None)."""
+        if st.since_ns is None or time.time_ns() - st.since_ns < REFRESH_AGE * 1e9:
+            return None
+        return (time.time_ns() - st.since_ns) / 3.6e12
+
+    def _staged_changes_of_old(self, branch: str, st: BranchState, head: Commit):
+        """staged_changes(), where a compacted tree that is gone says so when old."""
+        try:
+            return self.staged_changes(st, head)
+        except NotFoundError:
+            hours = self._age_h(st)
+            if st.compacted and hours is not None:
+                raise self._gone(branch, hours, [], True) from None
+            raise
+
+    def claim_if_old(self, branch: str, st: BranchState, changes) -> None:
+        """Claim what staging older than REFRESH_AGE references (see the module doc);
+        StagedContentGoneError, nothing changed, when some of it is gone for good."""
+        hours = self._age_h(st)
+        if hours is None:
+            return
+        objects: dict[str, Optional[bytes]] = {}  # object -> a key referencing it
+        for c in changes:
+            if c[1] is None and c[3] is None:
+                continue  # a deletion
+            data = c[2] if c[2] is not None else decode_value(c[3])[1]
+            for obj in self.repo.staged_objects(data):
+                objects.setdefault(obj, c[0])
+        if st.compacted:  # the compacted tree's own ranges (the base's are the base's)
+            base = self.repo.commits.get(st.compacted["base"]).metarange
+            known = set(self.committed.ranges.metarange(base).ids)
+            objects.setdefault(METARANGES_PREFIX + st.compacted["metarange"], None)
+            for rid in self.committed.ranges.metarange(st.compacted["metarange"]).ids:
+                if rid not in known:
+                    objects.setdefault(RANGES_PREFIX + rid, None)
+        log.info("staging of %s is %.1f h old: claiming the %d object(s) it references",
+                 branch, hours, len(objects))
+        with ThreadPoolExecutor(CLAIM_THREADS) as pool:
+            there = list(pool.map(self.repo.store.claim_existing, objects))
+        gone = {obj: key for (obj, key), ok in zip(objects.items(), there)
+                if not ok and not self.repo.restore_object(obj)}
+        if gone:
+            raise self._gone(branch, hours, sorted({k for k in gone.values() if k is not None}),
+                             any(k is None for k in gone.values()))
+
+    def _gone(self, branch: str, hours: float, files: list[bytes],
+              tree: bool) -> StagedContentGoneError:
+        what = ", ".join(self.committed.show_key(k) for k in files[:10])
+        more = f" and {len(files) - 10} more" if len(files) > 10 else ""
+        lost = ([f"the content of {len(files)} file(s) ({what}{more})"] if files else []) + \
+            (["the tree its staging was compacted into"] if tree else [])
+        drop = (f"drop them with 'gravfs reset {branch} PATH'" if not tree
+                else f"drop all of it with 'gravfs reset {branch}'")
+        return StagedContentGoneError(
+            f"nothing committed on {branch}: it was staged {hours:.0f} h ago and never "
+            f"committed, and {' and '.join(lost)} is gone from the store (garbage collection "
+            "on another host removes what was staged longer than its minimum age ago and "
+            f"never committed); write those files again, or {drop}")
 
     # -- merge / revert ----------------------------------------------------------
 

@@ -333,6 +333,16 @@ class VersionRepository:
 
     # -- writing ------------------------------------------------------------------
 
+    # what the layers above know of staged values (the committer claims old staging's)
+    def staged_objects(self, data: bytes) -> list[str]:
+        """Store objects a staged value's data references (values are opaque here)."""
+        return []
+
+    def restore_object(self, key: str) -> bool:
+        """Write ``key``, gone from the store, again from a copy on this host; whether
+        it did (none here: the layers above keep content)."""
+        return False
+
     def writable_head(self, branch: str) -> str:
         """Head id of a branch we may write; refuses commits and tags (ReadOnlyError), as
         every command that writes a branch does."""

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from gravfs.fs.entry import EntryInfo
+from gravfs.fs.entry import EntryInfo, decode_entry
+from gravfs.version.staging.view import decode_staged
 from gravfs.version.committer import Committer
 from gravfs.faults import CRASH_EXIT_CODE
 from gravfs.fs.importer import ImportJob
@@ -101,6 +102,39 @@ def test_killed_import_is_invisible_then_resumed(env, tmp_path):
     assert _import_records(store, state) == {}
     locks = os.listdir(os.path.join(Repository.open(store, state).workspace.locks))
     assert not [n for n in locks if n.startswith("import-")], locks
+
+
+def test_resumed_old_import_uploads_again_what_gc_took(env, tmp_path):
+    """An import resumed more than an hour after its first run claims what that run
+    uploaded: content garbage collection on another host deleted meanwhile (the
+    import's token is this host's staging, unseen there) is uploaded again; before,
+    the resumed import committed files whose content was gone."""
+    store, state = env
+    src = tmp_path / "src"
+    want = _tree(str(src), 20)
+    p = _import_proc(store, state, str(src), "main:x", crash="import:staged")
+    assert p.returncode == CRASH_EXIT_CODE, p.stderr
+    r = Repository.open(store, state)
+    try:
+        (token, (rec, _)), = _import_records(store, state, r).items()
+        rec["time"] -= 26 * 3600  # begun a day ago
+        r.staging.write(lambda txn: r.staging.put_import(txn, token, rec))
+        with r.staging.read_txn() as txn:
+            addresses = sorted({decode_entry(decode_staged(raw)[1]).address
+                                for _, raw in r.staging.iter_token(txn, token)})
+    finally:
+        r.close()
+    for a in addresses[:3]:  # what GC elsewhere deleted
+        os.unlink(os.path.join(store, a))
+    _, out, err = run_cli("import", "-q", str(src), "main:x", store=store, state=state)
+    assert "17 file(s) were uploaded already" in out
+    assert "gone from the store (garbage collection); uploading it again" in err
+    r = Repository.open(store, state)
+    try:
+        assert _files(r, "main", "x") == {f"x/{k}": v for k, v in want.items()}
+        assert all(os.path.exists(os.path.join(store, a)) for a in addresses)
+    finally:
+        r.close()
 
 
 def test_sigkill_mid_import_then_resume_picks_up_changes(env, tmp_path):

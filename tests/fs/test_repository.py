@@ -3,12 +3,14 @@
 import copy
 import errno
 import io
+import os
 import pickle
 import re
+import time
 
 import pytest
 
-from gravfs.version.committer import NothingToCommitError
+from gravfs.version.committer import Committer, NothingToCommitError, StagedContentGoneError
 from gravfs.errors import (AlreadyExistsError, AmbiguousRefError, BadNameError, ConflictError,
                            GravfsError, NotFoundError, PathTypeError, ReadOnlyError)
 from gravfs.fs.entry import EntryInfo, encode_entry
@@ -615,3 +617,118 @@ def test_a_listed_node_computes_its_names_once_and_copies_that_have_not_do_too()
         assert (c.fs_name, c.listing_key, c.foreign) == (b"x", b"x", None)
     odd = node_from_item(b"d/a\x00b", raw)  # a name POSIX cannot show: escaped
     assert odd.foreign is not None and odd.fs_name != b"a\x00b"
+
+
+def _age_staging(repo, branch: str, hours: float) -> None:
+    """As if the branch's oldest staged change was made ``hours`` ago."""
+    def older(st):
+        st.since_ns -= int(hours * 3.6e12)
+    repo.staging.update_state(branch, older)
+
+
+def _gc_took(repo, address: str, cached_copy: bool = False) -> None:
+    """What garbage collection on another host does to an object only this host's
+    staging references: deletes it (the local tier's copy stays if asked)."""
+    repo.store.delete(address)
+    if not cached_copy:
+        repo.tier.discard(address)
+
+
+def test_old_staging_whose_content_gc_took_is_not_committed(repo):
+    """Staging older than an hour is claimed at commit: a data object another host's
+    GC deleted (staged a day ago, never committed) made a commit whose file could
+    not be read; now the commit is refused, naming the file, and nothing changes."""
+    repo.write_file("main", "keep", b"kept content")
+    repo.write_file("main", "d/lost", b"content GC took")
+    head = repo.head("main", fresh=True)
+    _age_staging(repo, "main", 25)
+    _gc_took(repo, repo.stat("main", "d/lost").entry.address)
+    with pytest.raises(StagedContentGoneError, match=r"content of 1 file\(s\) \(d/lost\) is gone "
+                       r"from the store.*gravfs reset main PATH"):
+        repo.commit("main", "late")
+    assert repo.head("main", fresh=True) == head
+    assert sorted(p for _, p in repo.status("main")) == [b"d/lost", b"keep"]
+    repo.reset("main", b"d/lost")
+    repo.commit("main", "what is left")
+    assert repo.read("main", "keep") == b"kept content"
+    assert repo.staging.get_state("main").since_ns is None
+
+
+def test_old_staging_is_restored_from_this_hosts_copy(repo):
+    """A data object gone from the store but in this host's cache is written again."""
+    repo.write_file("main", "f", b"cached here")
+    address = repo.stat("main", "f").entry.address
+    repo.read("main", "f")  # (a copy in the tier)
+    if not repo.tier.cached(address):
+        repo.tier.acquire(address).release()
+    _age_staging(repo, "main", 25)
+    _gc_took(repo, address, cached_copy=True)
+    repo.commit("main", "restored")
+    assert repo.store.exists(address)
+    repo.tier.discard(address)
+    assert repo.read("main", "f") == b"cached here"
+
+
+def test_old_staging_claims_refresh_its_objects(tmp_path):
+    """An object staged long ago gets a fresh last-modified before the commit refers to
+    it, as a deduplicating write would: a GC mark running now no longer condemns it."""
+    store = str(tmp_path / "store")
+    repo = Repository.init(store, str(tmp_path / "state"), settings=small_settings())
+    try:
+        repo.write_file("main", "f", b"old content")
+        address = repo.stat("main", "f").entry.address
+        path = os.path.join(store, address)
+        two_hours_ago = time.time() - 7200
+        os.utime(path, (two_hours_ago, two_hours_ago))
+        _age_staging(repo, "main", 2)
+        repo.commit("main", "claimed")
+        assert os.stat(path).st_mtime > time.time() - 60
+    finally:
+        repo.close()
+
+
+def test_staging_age_restarts_with_what_a_commit_leaves(repo):
+    """After a commit the age is that of what is still staged: none, or the writes
+    that came while the commit ran (no older than its seal)."""
+    repo.write_file("main", "a", b"1")
+    assert repo.staging.get_state("main").since_ns is not None
+    repo.commit("main", "one")
+    assert repo.staging.get_state("main").since_ns is None
+    repo.write_file("main", "b", b"2")
+    _age_staging(repo, "main", 30)
+    committer = Committer(repo)
+    real_seal = committer.seal
+
+    def seal_then_write(branch):
+        st = real_seal(branch)
+        repo.write_file("main", "c", b"written while committing")
+        return st
+
+    committer.seal = seal_then_write
+    before = time.time_ns()
+    committer.commit("main", "two", "me", {})
+    since = repo.staging.get_state("main").since_ns
+    assert before <= since <= time.time_ns()
+    repo.commit("main", "three")
+    assert repo.staging.get_state("main").since_ns is None
+
+
+def test_old_compacted_staging_whose_tree_gc_took_is_not_committed(store_target, tmp_path):
+    """Old staging compacted into a tree GC took: refused, whether the tree is still
+    parsed in memory (a mount) or must be read (a command)."""
+    state = str(tmp_path / "state")
+    with Repository.init(store_target, state, settings=small_settings()) as repo:
+        repo.write_file("main", "a", b"1")
+        compact(repo, "main")
+        st = repo.staging.get_state("main")
+        assert st.compacted
+        _age_staging(repo, "main", 25)
+        _gc_took(repo, "_gravfs/metaranges/" + st.compacted["metarange"])
+        with pytest.raises(StagedContentGoneError, match="the tree its staging was compacted "
+                           "into is gone from the store.*gravfs reset main'"):
+            repo.commit("main", "late")
+    with Repository.open(store_target, state) as repo:
+        with pytest.raises(StagedContentGoneError, match="compacted into is gone"):
+            repo.commit("main", "late")
+        repo.reset("main")
+        assert repo.status("main") == []

@@ -40,6 +40,7 @@ import logging
 import os
 import secrets
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
@@ -113,13 +114,16 @@ class BranchState:
     # provisional puts in the staging token (at least: one replaced in a sealed token
     # is still counted), and so whether a commit has any to carry (see carry_provisional)
     provisional: int = 0
+    # when the oldest uncommitted change was staged here (ns, this host's clock; None:
+    # nothing staged): a commit of old staging claims what it references (committer)
+    since_ns: Optional[int] = None
 
     def copy(self) -> "BranchState":
         """A copy sharing nothing mutable (cheaper than a JSON round trip)."""
         return BranchState(self.staging, list(self.sealed), self.base,
                            None if self.compacted is None else dict(self.compacted),
                            None if self.pending is None else copy.deepcopy(self.pending),
-                           self.puts, self.tombstones, self.provisional)
+                           self.puts, self.tombstones, self.provisional, self.since_ns)
 
     def tokens(self) -> list[str]:
         """Every token whose entries are visible, newest first."""
@@ -356,6 +360,8 @@ class StagingArea:
                     puts += 1
             st.puts += puts
             st.tombstones += tombs
+            if st.since_ns is None and items:
+                st.since_ns = time.time_ns()
             self.save_state(txn, branch, st)
             return st
 
