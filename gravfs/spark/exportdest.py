@@ -317,12 +317,7 @@ class DirDest:
     def write_symlink(self, rel: bytes, target: str, mtime_ns: int) -> Copy:
         tmp = self.tmp_dir() + b"/" + uuid.uuid4().hex.encode()
         os.symlink(os.fsencode(target), tmp)
-        try:
-            os.utime(tmp, ns=(mtime_ns, mtime_ns), follow_symlinks=False)
-            self._place(tmp, rel)
-        except BaseException:
-            unlink_quiet(tmp)
-            raise
+        self._settle(tmp, rel, None, mtime_ns)
         return Copy(COPIED)
 
     def write_special(self, rel: bytes, kind: str, rdev: int, mode: int, mtime_ns: int) -> Copy:
@@ -333,14 +328,20 @@ class DirDest:
             os.mknod(tmp, SPECIAL[kind] | 0o600, rdev if kind in DEVICES else 0)
         except PermissionError:
             return Copy(SKIPPED, reason=f"a {kind}: making one needs privilege (CAP_MKNOD)")
+        self._settle(tmp, rel, mode, mtime_ns)
+        return Copy(COPIED)
+
+    def _settle(self, tmp: bytes, rel: bytes, mode: Optional[int], mtime_ns: int) -> None:
+        """Give the temp entry made for ``rel`` its mode (None: a symlink has none) and
+        mtime, and rename it into place; it is removed if that fails."""
         try:
-            os.chmod(tmp, mode & 0o7777)
+            if mode is not None:
+                os.chmod(tmp, mode & 0o7777)
             os.utime(tmp, ns=(mtime_ns, mtime_ns), follow_symlinks=False)
             self._place(tmp, rel)
         except BaseException:
             unlink_quiet(tmp)
             raise
-        return Copy(COPIED)
 
     def write_dir(self, rel: bytes, mode: int) -> Copy:
         with self._dir(rel.rstrip(b"/").split(b"/"), create=True) as fd:
