@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import secrets
 import time
@@ -105,9 +106,10 @@ def parse_duration(text: str) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise GravfsError(f"--min-age: {text!r} is not a duration (e.g. 0, 90s, 30m, 24h, 7d)") \
-            from None
-    if value < 0 or value != value:
+        value = math.nan
+    if not math.isfinite(value * mult):  # (also "nan", "inf", "1e400h")
+        raise GravfsError(f"--min-age: {text!r} is not a duration (e.g. 0, 90s, 30m, 24h, 7d)")
+    if value < 0:
         raise GravfsError(f"--min-age: {text!r} is negative")
     return value * mult
 

@@ -7,6 +7,7 @@ imports the CLI above it; Spark is loaded only when a run starts.
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Callable
 
@@ -97,6 +98,8 @@ def cmd_spark_gc(args, open_repo: Callable, log_path: Callable) -> int:
 
     min_age = parse_duration(args.min_age)
     conf = parse_conf(args.conf)
+    if args.report:  # before the mark, which may take hours: not after it
+        _check_report_dir(args.report)
     with open_repo(args) as repo:
         if args.sweep_only:
             if not RUN_ID.match(args.sweep_only):
@@ -139,3 +142,16 @@ def cmd_spark_gc(args, open_repo: Callable, log_path: Callable) -> int:
               + (f"; {res.refreshed_objects} kept, reused meanwhile" if res.refreshed_objects
                  else ""))
     return 0
+
+
+def _check_report_dir(path: str) -> None:
+    """--report's directory exists or can be made, and can be written."""
+    from gravfs.errors import GravfsError
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise GravfsError(f"--report: {path} is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise GravfsError(f"--report: cannot make directory {path}: {exc.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise GravfsError(f"--report: cannot write to {path}")

@@ -95,9 +95,16 @@ def test_killed_sweep_and_its_rerun(tmp_path, monkeypatch):
 def test_bad_input_is_one_line_before_spark(tmp_path):
     store, state = str(tmp_path / "store"), str(tmp_path / "state")
     Repository.init(store, state).close()
+    (tmp_path / "file").write_text("a file")
     for args, msg in ((["spark", "gc"], "no retention rules"),
                       (["spark", "gc", "--min-age", "soon"], "not a duration"),
                       (["spark", "gc", "--min-age=-1h"], "negative"),
+                      # before, a NaN was "negative" and an infinite age was taken
+                      (["spark", "gc", "--min-age", "nan"], "not a duration"),
+                      (["spark", "gc", "--min-age", "1e400h"], "not a duration"),
+                      # before, found only after the whole mark
+                      (["spark", "gc", "--report", str(tmp_path / "file")], "not a directory"),
+                      (["spark", "gc", "--report", "/proc/none"], "cannot make directory"),
                       (["spark", "gc", "--sweep-only", "nope"], "not a run id"),
                       (["spark", "gc", "--sweep-only", "20250101T000000Z-abcdef"],
                        "no garbage collection run")):
