@@ -390,10 +390,13 @@ class Committer:
                     objects.setdefault(RANGES_PREFIX + rid, None)
         log.info("staging of %s is %.1f h old: claiming the %d object(s) it references",
                  branch, hours, len(objects))
+        t0 = time.monotonic()
         with ThreadPoolExecutor(CLAIM_THREADS) as pool:
             there = list(pool.map(self.repo.store.claim_existing, objects))
         gone = {obj: key for (obj, key), ok in zip(objects.items(), there)
                 if not ok and not self.repo.restore_object(obj)}
+        log.info("claimed %d object(s) of %s's staging in %.1fs; %d gone", len(objects),
+                 branch, time.monotonic() - t0, len(gone))
         if gone:
             raise self._gone(branch, hours, sorted({k for k in gone.values() if k is not None}),
                              any(k is None for k in gone.values()))
