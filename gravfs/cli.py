@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import errno
 import json
 import logging
 import os
@@ -20,7 +21,7 @@ from typing import BinaryIO, Optional
 
 from gravfs import __version__
 from gravfs.data.external import is_external
-from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
+from gravfs.errors import CorruptDataError, GravfsError, NotFoundError, PathTypeError
 from gravfs.fs.paths import display, escape_key, show, to_key
 from gravfs.keyvalue import parse_pairs
 from gravfs.quoting import printable, quote
@@ -170,6 +171,17 @@ def cmd_put(args) -> int:
     branch, path = _split_ref_path(args.dest, "BRANCH:PATH")
     if not path:
         raise GravfsError("put needs BRANCH:PATH")
+    if path.endswith("/"):  # into that directory under LOCAL's name (as cp, aws s3 cp)
+        if args.local == "-":
+            raise GravfsError("put - needs a file name: BRANCH:DIR/NAME")
+        if path.strip("/"):
+            try:
+                there = repo.stat(branch, path).kind
+            except NotFoundError:
+                there = "dir"  # made by the file in it, as in an object store
+            if there != "dir":
+                raise PathTypeError(f"{_typed(path)}: not a directory", errno.ENOTDIR)
+        path += os.path.basename(os.path.abspath(args.local))
     if args.local == "-":
         e = repo.write_file(branch, path, sys.stdin.buffer)
     else:

@@ -241,6 +241,22 @@ def test_put_says_the_path_it_staged(cli, tmp_path):
     assert out.split()[-1] == "b.txt"
 
 
+def test_put_into_a_directory_keeps_the_files_name(cli, tmp_path):
+    """DEST ending in '/' is a directory, as for cp or aws s3 cp: the file goes in under
+    its own name (before, "main:a/" staged a file named a); a file there is an error."""
+    (tmp_path / "f.csv").write_text("x")
+    _, out, _ = cli("put", str(tmp_path / "f.csv"), "main:a/")
+    assert out.strip() == "Staged main:a/f.csv (1 bytes)"
+    _, out, _ = cli("put", str(tmp_path / "f.csv"), "main:a/")  # a directory now
+    assert out.strip() == "Staged main:a/f.csv (1 bytes)"
+    _, out, _ = cli("put", str(tmp_path / "f.csv"), "main:/")
+    assert out.strip() == "Staged main:f.csv (1 bytes)"
+    rc, _, err = cli("put", str(tmp_path / "f.csv"), "main:f.csv/", check=False)
+    assert (rc, err.strip()) == (10, "gravfs: f.csv/: not a directory")
+    rc, _, err = cli("put", "-", "main:a/", input=b"x", check=False)
+    assert rc == 1 and "needs a file name" in err
+
+
 def test_rm_of_a_directory_names_the_option_that_removes_it(cli, tmp_path):
     (tmp_path / "f").write_text("x")
     cli("put", str(tmp_path / "f"), "main:d/x")
