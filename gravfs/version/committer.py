@@ -375,9 +375,9 @@ class Committer:
         if hours is None:
             return
         objects: dict[str, Optional[bytes]] = {}  # object -> a key referencing it
-        for c in changes:
-            if c[1] is None and c[3] is None:
-                continue  # a deletion
+        for c in changes:  # (key, identity, data[, encoded value]); no identity: a deletion
+            if c[1] is None:
+                continue
             data = c[2] if c[2] is not None else decode_value(c[3])[1]
             for obj in self.repo.staged_objects(data):
                 objects.setdefault(obj, c[0])

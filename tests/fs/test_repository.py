@@ -638,6 +638,9 @@ def test_old_staging_whose_content_gc_took_is_not_committed(repo):
     """Staging older than an hour is claimed at commit: a data object another host's
     GC deleted (staged a day ago, never committed) made a commit whose file could
     not be read; now the commit is refused, naming the file, and nothing changes."""
+    repo.write_file("main", "gone", b"committed")
+    repo.commit("main", "base")
+    repo.remove("main", "gone")  # a deletion among the staged changes
     repo.write_file("main", "keep", b"kept content")
     repo.write_file("main", "d/lost", b"content GC took")
     head = repo.head("main", fresh=True)
@@ -647,7 +650,7 @@ def test_old_staging_whose_content_gc_took_is_not_committed(repo):
                        r"from the store.*gravfs reset main PATH"):
         repo.commit("main", "late")
     assert repo.head("main", fresh=True) == head
-    assert sorted(p for _, p in repo.status("main")) == [b"d/lost", b"keep"]
+    assert sorted(p for _, p in repo.status("main")) == [b"d/lost", b"gone", b"keep"]
     repo.reset("main", b"d/lost")
     repo.commit("main", "what is left")
     assert repo.read("main", "keep") == b"kept content"
