@@ -6,6 +6,7 @@ aside and keeps in a fresh database what can still be read; ``gravfs mount``
 prints the same line and the daemon logs it.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from gravfs.fs.entry import EntryInfo
 from gravfs.version.config import Workspace
 from gravfs.fs.repository import Repository
-from gravfs.version.staging.area import PUT, PUT_ID
+from gravfs.version.staging.area import PUT, PUT_ID, StagingArea
 from gravfs.version.staging.lmdbcheck import read_meta, read_metas
 from gravfs.version.staging.lmdbread import P_LEAF, SnapshotReader
 from gravfs.store import open_store
@@ -181,6 +182,8 @@ def test_repair_keeps_long_paths(staged):
         longs[path] = path.encode()[-40:]
     addr, size = r.data.put_bytes(b"last")  # the repair may go back one transaction
     r.stage("main", [(b"zz-last", EntryInfo(address=addr, size=size, mtime_ns=1))])
+    since = r.staging.get_state("main").since_ns
+    assert since is not None
     r.close()
     assert all(len(p.encode()) > 600 for p in longs)
     leaves, n = _leaf_pages(data_file)
@@ -193,6 +196,12 @@ def test_repair_keeps_long_paths(staged):
     files = _staged_files(store, state)
     assert {p: files.get(p) for p in longs} == longs, out
     assert "long paths" not in out  # none was dropped
+    # the branch keeps the age of its staging (a commit of it claims what it references)
+    r = Repository.open(store, state)
+    try:
+        assert r.staging.get_state("main").since_ns == since
+    finally:
+        r.close()
 
 
 def test_repair_refuses_a_database_in_use(staged):
@@ -471,5 +480,28 @@ def test_the_change_counter_is_lmdbs_last_transaction_id_from_any_thread_state(t
         subprocess.run([sys.executable, "-c", code, str(tmp_path / "lmdb")], check=True,
                        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
         assert area.change_counter() == start + 3 == area.env.info()["last_txnid"]
+    finally:
+        area.close()
+
+
+def test_a_branch_state_reads_across_versions(tmp_path):
+    """A mount daemon of an earlier gravfs kept running beside newer commands: the JSON
+    of a branch state holds only the fields it knows (the staging's age has its own
+    table; in the JSON it made that daemon answer EIO on the branch), and a state a
+    later gravfs wrote with fields unknown here still reads."""
+    area = StagingArea(str(tmp_path / "staging"))
+    try:
+        area.put_many("main", [(b"a", None)], base=None)
+        st = area.get_state("main")
+        assert st.since_ns is not None
+        with area.read_txn() as txn:
+            raw = txn.get(b"main", db=area.branches_db)
+        stored = json.loads(raw)
+        assert set(stored) == {"staging", "sealed", "base", "compacted", "pending", "puts",
+                               "tombstones", "provisional"}
+        later = json.dumps({**stored, "a_later_field": [1, 2]}).encode()
+        area.write(lambda txn: txn.put(b"main", later, db=area.branches_db))
+        again = area.get_state("main")
+        assert again.staging == st.staging and again.since_ns == st.since_ns
     finally:
         area.close()

@@ -6,6 +6,8 @@ Layout (one LMDB environment per repository and workspace):
   newest first, base commit, compacted metarange, pending commit, counters).
 - db ``imports``: token -> JSON ``ImportRecord`` of an import staging into a token of
   its own, outside every branch's layers until the import commits (gravfs.fs.importer).
+- db ``since``: branch name -> when its oldest uncommitted change was staged (decimal
+  ns; ``BranchState.since_ns``), apart from the JSON so that earlier versions read it.
 - db ``entries``: ``token (8 bytes) || path`` -> ``0x03 || valueRecordID || lakeFS
   value`` for a put, ``0x00`` for a tombstone, or ``0x02 || lakeFS value`` for a
   provisional put: read like a put, committed (and compacted) as a deletion, and
@@ -115,7 +117,9 @@ class BranchState:
     # is still counted), and so whether a commit has any to carry (see carry_provisional)
     provisional: int = 0
     # when the oldest uncommitted change was staged here (ns, this host's clock; None:
-    # nothing staged): a commit of old staging claims what it references (committer)
+    # nothing staged): a commit of old staging claims what it references (committer).
+    # Kept in db ``since``, not in the JSON: a daemon of an earlier gravfs still running
+    # beside a newer command reads the state it knows (see load).
     since_ns: Optional[int] = None
 
     def copy(self) -> "BranchState":
@@ -131,12 +135,22 @@ class BranchState:
 
     @classmethod
     def load(cls, raw: bytes) -> "BranchState":
-        return cls(**json.loads(raw))
+        """The state a JSON record holds; fields this version does not know (a later
+        gravfs wrote them) are left out rather than failing every read of the branch."""
+        d = json.loads(raw)
+        if not d.keys() <= _STORED:
+            d = {k: v for k, v in d.items() if k in _STORED}
+        return cls(**d)
 
     def dump(self) -> bytes:
         # vars(), not asdict(): the fields are plain JSON values, and asdict's deep
         # copy doubled the cost of every staging write
-        return _JSON.encode(vars(self)).encode()
+        d = dict(vars(self))
+        del d["since_ns"]  # (its own table: see the field)
+        return _JSON.encode(d).encode()
+
+
+_STORED = frozenset(BranchState.__dataclass_fields__) - {"since_ns"}
 
 
 def new_token() -> str:
@@ -185,7 +199,7 @@ class StagingArea:
         if problem:
             raise lmdbcheck.damaged(path, problem)
         try:
-            self.env = lmdb.open(path, map_size=_INITIAL_MAP, max_dbs=4, max_readers=256,
+            self.env = lmdb.open(path, map_size=_INITIAL_MAP, max_dbs=5, max_readers=256,
                                  subdir=True, lock=True, sync=sync, mode=0o600,  # files only: path exists
                                  readonly=readonly, create=not readonly)
             if not readonly:
@@ -197,10 +211,18 @@ class StagingArea:
             self.entries_db = self.env.open_db(b"entries", create=not readonly)
             self.imports_db = self.env.open_db(b"imports", create=not readonly)
             self.long_db = self.env.open_db(b"long_paths", create=not readonly)
+            self.since_db = self._optional_db(b"since", readonly)
         except (lmdb.InvalidError, lmdb.CorruptedError, lmdb.VersionMismatchError) as exc:
             raise lmdbcheck.damaged(path, str(exc).rstrip(".")) from exc
         except lmdb.Error as exc:
             raise GravfsError(f"cannot open staging database {path}: {exc}") from exc
+
+    def _optional_db(self, name: bytes, readonly: bool):
+        """A table an earlier gravfs did not make: None when reading such a database."""
+        try:
+            return self.env.open_db(name, create=not readonly)
+        except lmdb.NotFoundError:
+            return None
 
     def close(self) -> None:
         if not self.synchronous:
@@ -269,22 +291,33 @@ class StagingArea:
     # -- branch state -------------------------------------------------------------
 
     def state(self, txn, branch: str) -> BranchState:
-        raw = txn.get(branch.encode(), db=self.branches_db)
+        name = branch.encode()
+        raw = txn.get(name, db=self.branches_db)
         if raw is None:
             token = self._fresh.get(branch)
             if token is None:
                 token = self._fresh[branch] = new_token()
-            return BranchState(staging=token)
-        last = self._last_state.get(branch)
-        if last is not None and last[0] == raw:  # unchanged since this process saw it: no JSON
-            return last[1].copy()
-        st = BranchState.load(raw)
-        self._last_state[branch] = (raw, st.copy())
+            st = BranchState(staging=token)
+        else:
+            last = self._last_state.get(branch)
+            if last is not None and last[0] == raw:  # unchanged since this process saw it
+                st = last[1].copy()
+            else:
+                st = BranchState.load(raw)
+                self._last_state[branch] = (raw, st.copy())
+        if self.since_db is not None:
+            since = txn.get(name, db=self.since_db)
+            st.since_ns = None if since is None else int(since)
         return st
 
     def save_state(self, txn, branch: str, st: BranchState) -> None:
+        name = branch.encode()
         raw = st.dump()
-        txn.put(branch.encode(), raw, db=self.branches_db)
+        txn.put(name, raw, db=self.branches_db)
+        if st.since_ns is None:
+            txn.delete(name, db=self.since_db)
+        else:
+            txn.put(name, b"%d" % st.since_ns, db=self.since_db)
         self._fresh.pop(branch, None)
         # kept even if the transaction aborts: state() compares the stored bytes
         self._last_state[branch] = (raw, st.copy())
@@ -586,6 +619,7 @@ class StagingArea:
         st = self.state(txn, branch)
         self.drop_tokens(txn, st.tokens() + list(self.import_records(txn, branch)))
         txn.delete(branch.encode(), db=self.branches_db)
+        txn.delete(branch.encode(), db=self.since_db)
 
 
 def _delete_prefix(txn, db, prefix: bytes) -> int:

@@ -39,7 +39,7 @@ from gravfs.version.staging.lmdbread import SnapshotReader
 log = logging.getLogger(__name__)
 
 _DBS = ("branches", "imports", "entries")
-_OPTIONAL_DBS = ("long_paths",)  # absent from databases written before long paths
+_OPTIONAL_DBS = ("long_paths", "since")  # absent from databases written before them
 _BATCH = 10_000
 
 # raises on data that does not decode (its result is ignored)
@@ -169,6 +169,9 @@ def _valid(db: str, key: bytes, value: bytes, check_data: DataCheck) -> bool:
             BranchState.load(value)
         elif db == "imports":
             return len(key) == 8 and "branch" in json.loads(value)
+        elif db == "since":  # branch name -> ns (see area.BranchState.since_ns)
+            key.decode()
+            int(value)
         elif db == "long_paths":  # hashed entry key -> the path it stands for
             return entry_key(key[:8], value) == key and len(value) > MAX_PLAIN_PATH
         elif value != TOMBSTONE:  # a put of some kind (see staged_value)
@@ -218,8 +221,9 @@ def _salvage(report: RepairReport, fresh: StagingArea, check_data: DataCheck) ->
     entries = named
     paths = [(k, long_paths[k]) for k, _ in entries if k in long_paths]
     dbs = {"branches": fresh.branches_db, "imports": fresh.imports_db, "entries": fresh.entries_db,
-           "long_paths": fresh.long_db}
+           "long_paths": fresh.long_db, "since": fresh.since_db}
     for db, recs in (("branches", valid["branches"]), ("imports", valid["imports"]),
+                     ("since", [(k, v) for k, v in valid["since"] if k.decode() in states]),
                      ("long_paths", paths), ("entries", entries)):
         for i in range(0, len(recs), _BATCH):
             chunk = recs[i:i + _BATCH]
