@@ -19,6 +19,7 @@ import logging
 import os
 import stat as statmod
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import replace
@@ -230,8 +231,7 @@ class GravfsOperations(pyfuse3.Operations):
                 os.replace(of.path, dest)
                 of.path = ""
             else:  # written back: its content is a pending upload (or in the store)
-                with open(dest, "xb") as out:
-                    self.data.copy_to(of.entry.address, out)
+                dest = self._rescue_copy(of.entry.address, dest)
         except (OSError, GravfsError) as exc:
             if of.materialized:
                 log.error("could not save %s to %s (%s); it stays in %s", node.key, dest, exc,
@@ -239,9 +239,30 @@ class GravfsOperations(pyfuse3.Operations):
                 return of.path
             log.error("could not save %s to %s (%s); its content is the data object %s",
                       node.key, dest, exc, of.entry.address)
-            unlink_quiet(dest)
             return f"data object {of.entry.address}"
         return dest
+
+    def _rescue_copy(self, address: str, dest: str) -> str:
+        """Copy a content to ``dest`` (or ``dest.N`` when taken) whole or not at all: it
+        is written beside it under a hidden temp name, synced, then linked into place,
+        so a name in lost+found is always a complete file (one that appeared while the
+        copy was written showed empty, then partial)."""
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=".rescue-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                self.data.copy_to(address, out)
+                out.flush()
+                os.fsync(out.fileno())
+            taken, n = dest, 0
+            while True:
+                try:
+                    os.link(tmp, dest)
+                    return dest
+                except FileExistsError:
+                    n += 1
+                    dest = f"{taken}.{n}"
+        finally:
+            unlink_quiet(tmp)
 
     # -- helpers ----------------------------------------------------------------------
 
