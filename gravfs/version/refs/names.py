@@ -4,9 +4,9 @@ A name is one path component (no '/'): every branch and tag is a directory
 under ``branches/`` or ``tags/`` in the mount, where a slash would be
 indistinguishable from a subdirectory. It is valid UTF-8 (S3 keys, JSON and the
 staging database hold it as such) without Unicode control, format or separator
-characters, so that it reads as it is in listings. A whole commit id is no name: refs are
-looked up before ids (as git does for prefixes), so a ref named like a commit's
-id would stand in for that commit.
+characters, so that it reads as it is in listings. A whole commit id is no name:
+refs are looked up before ids (as git does for prefixes), so a ref named like a
+commit's id would stand in for that commit.
 """
 
 from __future__ import annotations
