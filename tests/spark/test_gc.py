@@ -25,6 +25,7 @@ from gravfs.fs.fsck import fsck
 from gravfs.fs.repository import Repository
 from gravfs.spark.gc import gc
 from gravfs.version.committed.reader import METARANGES_PREFIX, RANGES_PREFIX
+from gravfs.version.committer import StagedContentGoneError
 from gravfs.version.retention import DAY_NS, RetentionRules, save_rules
 from tests.repo_util import small_settings
 
@@ -296,3 +297,31 @@ def test_live_set_join_is_never_broadcast(spark):
             plan = joined._jdf.queryExecution().executedPlan().toString()
         assert "BroadcastHashJoin" not in plan, plan
         assert "SortMergeJoin" in plan, plan
+
+
+def test_old_staging_of_another_host_is_not_committed_once_gc_took_it(spark, local_history,
+                                                                      tmp_path):
+    """GC sees only its own host's staging: content staged on another host two days ago
+    and never committed is deleted by a run there. That host's commit used to land the
+    file without its content; it now refuses, naming it, and goes through once the
+    file is written again."""
+    store, state, ids = local_history
+    with Repository.open(store, str(tmp_path / "other-host")) as other:
+        other.write_file("main", "late.txt", b"staged on another host, never committed")
+        address = other.stat("main", "late.txt").entry.address
+        other.staging.update_state("main", lambda st: setattr(
+            st, "since_ns", st.since_ns - int(2 * DAY * 1e9)))
+    _age_store(store, 2 * DAY)
+    with Repository.open(store, state) as repo:
+        res = gc(spark, repo, min_age=3 * 3600)
+        assert address in _report_rows(repo, res) and not repo.store.exists(address)
+    with Repository.open(store, str(tmp_path / "other-host")) as other:
+        other.tier.discard(address)
+        head = other.head("main", fresh=True)
+        with pytest.raises(StagedContentGoneError, match=r"\(late.txt\) is gone from the store"):
+            other.commit("main", "late")
+        assert other.head("main", fresh=True) == head
+        other.write_file("main", "late.txt", b"staged on another host, never committed")
+        other.commit("main", "late, written again")
+        assert other.read("main", "late.txt") == b"staged on another host, never committed"
+        assert fsck(other, check_data=True, progress=False).exit_code == 0
