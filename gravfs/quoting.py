@@ -38,16 +38,18 @@ def quote(name: bytes) -> str:
     for c in text:
         if c in '"\\':
             out.append("\\" + c)
-        elif char_safe(c):
-            out.append(c)
         else:
-            raw = c.encode("utf-8", "surrogateescape")
-            if len(raw) == 1 and raw[0] in _C_ESCAPES:
-                out.append(_C_ESCAPES[raw[0]])
-            else:
-                out.extend("\\%03o" % b for b in raw)
+            out.append(c if char_safe(c) else _escaped(c))
     out.append('"')
     return "".join(out)
+
+
+def _escaped(c: str) -> str:
+    """An unsafe character as a C escape, or octal escapes of its bytes."""
+    raw = c.encode("utf-8", "surrogateescape")
+    if len(raw) == 1 and raw[0] in _C_ESCAPES:
+        return _C_ESCAPES[raw[0]]
+    return "".join("\\%03o" % b for b in raw)
 
 
 def printable(line: str) -> str:
@@ -56,12 +58,4 @@ def printable(line: str) -> str:
     C or octal escapes, the way ``quote`` writes them; everything else as is."""
     if all(c == "\t" or char_safe(c) for c in line):
         return line
-    out = []
-    for c in line:
-        if c == "\t" or char_safe(c):
-            out.append(c)
-        else:
-            raw = c.encode("utf-8", "surrogateescape")
-            out.append(_C_ESCAPES[raw[0]] if len(raw) == 1 and raw[0] in _C_ESCAPES
-                       else "".join("\\%03o" % b for b in raw))
-    return "".join(out)
+    return "".join(c if c == "\t" or char_safe(c) else _escaped(c) for c in line)

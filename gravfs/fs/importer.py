@@ -27,7 +27,7 @@ from gravfs.fs.entry import (ADDRESS_FULL, KIND_DIRECTORY, KIND_FILE, KIND_SYMLI
                              TIME_NS_MAX, TIME_NS_MIN, EntryInfo, decode_entry)
 from gravfs.version.committed.record import decode_value
 from gravfs.version.committed.manager import EMPTY_METARANGE_ID
-from gravfs.version.committer import CLAIM_THREADS, Committer, NothingToCommitError
+from gravfs.version.committer import Committer, NothingToCommitError
 from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
 from gravfs.faults import crash_point
 from gravfs.data.objects import DataObjects
@@ -377,9 +377,7 @@ def _claim_uploaded(repo, kept: list) -> set[int]:
     for item, e in kept:
         for obj in live_addresses(e, repo.store.url, repo.data):
             objects.setdefault(obj, []).append(id(item))
-    with ThreadPoolExecutor(CLAIM_THREADS) as pool:
-        there = list(pool.map(repo.store.claim_existing, objects))
-    gone = {i for ids, ok in zip(objects.values(), there) if not ok for i in ids}
+    gone = {i for obj in repo.store.claim_many(objects) for i in objects[obj]}
     if gone:
         log.warning("resumed import: the content of %d file(s) uploaded by its earlier run "
                     "is gone from the store (garbage collection); uploading it again",

@@ -19,6 +19,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from gravfs.errors import BadNameError
@@ -219,6 +220,14 @@ class ObjectStore(abc.ABC):
         # lease of its listing, so what still exists after it is safe
         time.sleep(max(0.0, sweep_lease() - (time.monotonic() - started)))
         return self.size(key) is not None
+
+    def claim_many(self, keys: Iterable[str], threads: int = 16) -> set[str]:
+        """``claim_existing`` of many keys at once (writers that reference what they
+        staged long ago); the keys that are not stored."""
+        keys = list(keys)
+        with ThreadPoolExecutor(threads) as pool:
+            there = list(pool.map(self.claim_existing, keys))
+        return {k for k, ok in zip(keys, there) if not ok}
 
     def create_claiming(self, key: str, create: Callable[[], bool]) -> bool:
         """``create()`` (a put-if-absent: True when it created ``key``); when the

@@ -30,7 +30,6 @@ import fcntl
 import logging
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
@@ -52,9 +51,6 @@ from gravfs.version.staging.area import TOMBSTONE, BranchState, new_token, put_r
 log = logging.getLogger(__name__)
 
 CAS_RETRIES = 20
-
-
-CLAIM_THREADS = 16
 
 
 class StagedContentGoneError(CorruptDataError):
@@ -391,10 +387,8 @@ class Committer:
         log.info("staging of %s is %.1f h old: claiming the %d object(s) it references",
                  branch, hours, len(objects))
         t0 = time.monotonic()
-        with ThreadPoolExecutor(CLAIM_THREADS) as pool:
-            there = list(pool.map(self.repo.store.claim_existing, objects))
-        gone = {obj: key for (obj, key), ok in zip(objects.items(), there)
-                if not ok and not self.repo.restore_object(obj)}
+        gone = {obj: objects[obj] for obj in self.repo.store.claim_many(objects)
+                if not self.repo.restore_object(obj)}
         log.info("claimed %d object(s) of %s's staging in %.1fs; %d gone", len(objects),
                  branch, time.monotonic() - t0, len(gone))
         if gone:

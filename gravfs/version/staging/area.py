@@ -151,6 +151,7 @@ class BranchState:
 
 
 _STORED = frozenset(BranchState.__dataclass_fields__) - {"since_ns"}
+_UNKNOWN = object()
 
 
 def new_token() -> str:
@@ -192,6 +193,8 @@ class StagingArea:
         # of a branch with nothing staged costs no random token (an urandom call) each
         # time; dropped when a state is saved, so a token once stored is never fresh again
         self._fresh: dict[str, str] = {}
+        # each branch's age as state() last read it: a save that keeps it writes nothing
+        self._since_read: dict[str, Optional[int]] = {}
         # called with each write transaction's number (the change_counter() it commits
         # as; a retried try keeps it) inside the transaction, on the writing thread
         self.on_write: Optional[Callable[[int], None]] = None
@@ -308,16 +311,19 @@ class StagingArea:
         if self.since_db is not None:
             since = txn.get(name, db=self.since_db)
             st.since_ns = None if since is None else int(since)
+            self._since_read[branch] = st.since_ns
         return st
 
     def save_state(self, txn, branch: str, st: BranchState) -> None:
         name = branch.encode()
         raw = st.dump()
         txn.put(name, raw, db=self.branches_db)
-        if st.since_ns is None:
-            txn.delete(name, db=self.since_db)
-        else:
-            txn.put(name, b"%d" % st.since_ns, db=self.since_db)
+        if self._since_read.get(branch, _UNKNOWN) != st.since_ns:  # (most saves keep it)
+            if st.since_ns is None:
+                txn.delete(name, db=self.since_db)
+            else:
+                txn.put(name, b"%d" % st.since_ns, db=self.since_db)
+            self._since_read[branch] = st.since_ns
         self._fresh.pop(branch, None)
         # kept even if the transaction aborts: state() compares the stored bytes
         self._last_state[branch] = (raw, st.copy())
@@ -620,6 +626,7 @@ class StagingArea:
         self.drop_tokens(txn, st.tokens() + list(self.import_records(txn, branch)))
         txn.delete(branch.encode(), db=self.branches_db)
         txn.delete(branch.encode(), db=self.since_db)
+        self._since_read.pop(branch, None)
 
 
 def _delete_prefix(txn, db, prefix: bytes) -> int:
