@@ -18,5 +18,7 @@ def unlink_quiet(path: str | bytes) -> None:
     try:
         os.unlink(path)
     except OSError as e:
-        if e.errno != errno.ENOENT:
+        if e.errno == errno.EROFS:  # nothing could have been written there either
+            log.debug("could not remove %r: %s", path, e)
+        elif e.errno != errno.ENOENT:
             log.warning("could not remove %r: %s", path, e)

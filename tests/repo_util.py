@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -53,3 +54,16 @@ def run_cli(*args, store: str, state: str, input: bytes | None = None, check: bo
     if check and p.returncode != 0:
         raise AssertionError(f"gravfs {' '.join(args)} failed ({p.returncode}): {err}")
     return p.returncode, out, err
+
+
+@contextlib.contextmanager
+def read_only(path: str):
+    """``path`` made read-only in place (a read-only bind mount over itself), as a
+    store on a disk mounted read-only, or one whose disk went read-only on an error."""
+    if subprocess.run(["mount", "--bind", path, path], capture_output=True).returncode:
+        pytest.skip("a read-only bind mount needs root (CAP_SYS_ADMIN)")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", path], check=True, capture_output=True)
+        yield path
+    finally:
+        subprocess.run(["umount", path], check=True)

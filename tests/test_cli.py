@@ -377,3 +377,18 @@ def test_error_messages_quote_local_paths(cli, tmp_path):
     (tmp_path / "a\nfile").write_text("not a directory")
     rc, _, err = cli("init", str(tmp_path / "a\nfile" / "store"), check=False)  # an OSError
     assert rc == 1 and err.count("\n") == 1 and "a\\nfile" in err, err
+
+
+def test_a_commit_to_a_read_only_store_names_the_store_and_keeps_the_staging(cli, tmp_path):
+    from tests.repo_util import read_only
+    (tmp_path / "f").write_text("staged")
+    cli("put", str(tmp_path / "f"), "main:f")
+    with read_only(str(tmp_path / "store")) as ro:
+        (tmp_path / "g").write_text("new content")
+        for args in [("commit", "main", "-m", "m"), ("put", str(tmp_path / "g"), "main:g")]:
+            rc, _, err = cli(*args, check=False)
+            assert rc == 1 and err.count("\n") == 1, err  # no warning about temp files
+            assert err.startswith(f"gravfs: {ro}/") and "Read-only file system" in err, err
+    assert "added  f" in cli("status", "main")[1]
+    cli("commit", "main", "-m", "m")
+    assert cli("cat", "main:f")[1] == "staged"

@@ -256,7 +256,9 @@ class LocalStore(ObjectStore):
             return False
         except OSError as e:
             if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
-                raise
+                # name the store's side: the source is the caller's own file, and a
+                # message naming it sent users looking at the wrong disk
+                raise OSError(e.errno, e.strerror, path) from e
             with open(src_path, "rb") as f:
                 return self._put_if_absent(key, f.read())
         self._sync_dir(path)

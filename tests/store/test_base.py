@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import multiprocessing
 import os
@@ -465,3 +466,24 @@ def test_local_store_of_an_older_gravfs_is_tightened_at_open(tmp_path):
     assert oct(os.stat(root / "data").st_mode & 0o777) == "0o700"
     assert oct(os.stat(root / "_gravfs").st_mode & 0o777) == "0o700"
     assert oct(os.stat(root).st_mode & 0o777) == "0o755"
+
+
+def test_local_store_on_a_read_only_disk_names_the_store_and_nothing_else(tmp_path, caplog):
+    from tests.repo_util import read_only
+    LocalStore(str(tmp_path / "store")).put("data/ab/kept", b"kept")
+    src = tmp_path / "sst"
+    src.write_bytes(b"range")
+    with read_only(str(tmp_path / "store")) as ro:
+        store = LocalStore(ro)
+        assert store.get("data/ab/kept") == b"kept"
+        with caplog.at_level("WARNING"):
+            with pytest.raises(OSError) as put:
+                store.put("data/ab/new", b"x")
+            with pytest.raises(OSError) as linked:
+                store.put_file_if_absent("data/ab/other", str(src))
+        assert put.value.errno == linked.value.errno == errno.EROFS
+        # the store's path, not the caller's own file, and no warning about a temp
+        # file that could not have been made
+        assert linked.value.filename == os.path.join(ro, "data", "ab", "other")
+        assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+    assert src.read_bytes() == b"range"
