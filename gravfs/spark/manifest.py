@@ -23,6 +23,13 @@ would also need Hadoop's S3 connector for ``s3://`` files. A row that does not
 parse (a missing field, a size or date that is not one) fails the import with
 the file named. ``key_prefix`` keeps the rows whose key starts with it, their
 paths relative to it. Keys ending in '/' (folder objects) are skipped.
+
+The inventory of a versioned bucket lists every version of a key and its delete
+markers, with columns ``is_latest`` and ``is_delete_marker``: where they are,
+only a key's latest version is imported, and a key whose latest version is a
+delete marker not at all (its older versions are not the bucket's content). A
+key listed twice otherwise (two inventories of one bucket side by side) fails
+the import naming it.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from gravfs.version.committed.record import encode_value
 log = logging.getLogger(__name__)
 
 NEEDED = ("bucket", "key", "size", "lastmodifieddate", "etag")
+VERSIONS = ("islatest", "isdeletemarker")  # a versioned bucket's inventory (module doc)
 DEFAULT_COLUMNS = "bucket,key,size,last_modified_date,e_tag"
 _SUFFIXES = (".csv", ".csv.gz", ".parquet")
 BATCH_ROWS = 65536
@@ -115,20 +123,48 @@ class _Columns:
                               f"(it has: {', '.join(names)})")
         self.names = names
         self.pick = {n: names[normed.index(n)] for n in NEEDED}
+        self.versions = {n: names[normed.index(n)] for n in VERSIONS if n in normed}
+
+    def read(self, *needed: str) -> list[str]:
+        """The file's names of ``needed`` (default: all NEEDED) and the version columns."""
+        return [self.pick[n] for n in needed or NEEDED] + list(self.versions.values())
+
+    def csv_types(self) -> dict:
+        import pyarrow as pa
+        types = {self.pick["size"]: pa.int64(),
+                 self.pick["lastmodifieddate"]: pa.timestamp("ns", "UTC")}
+        for n in ("bucket", "key", "etag"):
+            types[self.pick[n]] = pa.string()
+        for name in self.versions.values():
+            types[name] = pa.bool_()
+        return types
+
+    def current(self, table, where: str):
+        """The mask of rows that are a key's current content, or None when the file
+        lists no versions: not an older version, not a delete marker."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        mask = None
+        for n, name in self.versions.items():
+            col = table.column(table.schema.get_field_index(name))
+            if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+                col = pc.equal(pc.utf8_lower(col), "true")
+            elif not pa.types.is_boolean(col.type):
+                raise GravfsError(f"{where}: column {name} is not true or false")
+            flag = pc.fill_null(col, n == "islatest")  # absent: latest, not a marker
+            keep = flag if n == "islatest" else pc.invert(flag)
+            mask = keep if mask is None else pc.and_(mask, keep)
+        return mask
 
 
 def _csv_batches(path: str, names: list[str], where: str):
-    import pyarrow as pa
     from pyarrow import csv
 
     cols = _Columns(names, where)
-    types = {cols.pick["size"]: pa.int64(), cols.pick["lastmodifieddate"]: pa.timestamp("ns", "UTC")}
-    for n in ("bucket", "key", "etag"):
-        types[cols.pick[n]] = pa.string()
     reader = csv.open_csv(path, read_options=csv.ReadOptions(column_names=names,
                                                              block_size=8 << 20),
                           convert_options=csv.ConvertOptions(
-                              column_types=types, include_columns=list(cols.pick.values())))
+                              column_types=cols.csv_types(), include_columns=cols.read()))
     for batch in reader:
         yield cols, batch
 
@@ -140,7 +176,7 @@ def _parquet_batches(path: str, where: str, row_group: Optional[int]):
     cols = _Columns(f.schema_arrow.names, where)
     groups = range(f.num_row_groups) if row_group is None else [row_group]
     for g in groups:
-        for batch in f.iter_batches(BATCH_ROWS, row_groups=[g], columns=list(cols.pick.values())):
+        for batch in f.iter_batches(BATCH_ROWS, row_groups=[g], columns=cols.read()):
             yield cols, batch
 
 
@@ -156,6 +192,9 @@ def read_rows(url: str, fmt: str, names: Optional[list[str]], row_group: Optiona
                    else _csv_batches(path, names, url))
         try:
             for cols, batch in batches:
+                current = cols.current(batch, url)
+                if current is not None:
+                    batch = batch.filter(current)
                 t = {n: batch.column(batch.schema.get_field_index(cols.pick[n])) for n in NEEDED}
                 lm = t["lastmodifieddate"]
                 if pa.types.is_timestamp(lm.type):
@@ -227,14 +266,20 @@ def unit_keys(unit, names, key_prefix: str) -> dict:
     try:
         if fmt == "parquet":
             f = pq.ParquetFile(path)
-            col = _Columns(f.schema_arrow.names, url).pick["key"]
+            cols = _Columns(f.schema_arrow.names, url)
             groups = range(f.num_row_groups) if group is None else [group]
-            keys = f.read_row_groups(list(groups), columns=[col]).column(0)
+            table = f.read_row_groups(list(groups), columns=cols.read("key"))
         else:
-            col = _Columns(names, url).pick["key"]
-            keys = csv.read_csv(path, read_options=csv.ReadOptions(column_names=names),
-                                convert_options=csv.ConvertOptions(include_columns=[col])
-                                ).column(0)
+            cols = _Columns(names, url)
+            # typed as the rows are read: keys that look like numbers stay strings
+            table = csv.read_csv(path, read_options=csv.ReadOptions(column_names=names),
+                                 convert_options=csv.ConvertOptions(
+                                     column_types=cols.csv_types(),
+                                     include_columns=cols.read("key")))
+        current = cols.current(table, url)
+        if current is not None:
+            table = table.filter(current)
+        keys = table.column(cols.pick["key"])
         if key_prefix:
             keys = keys.filter(pc.starts_with(keys, key_prefix))
         n = len(keys)

@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional
 
+from gravfs.errors import GravfsError
+from gravfs.fs.paths import show
 from gravfs.version.committed.reader import MetaRange, RangeInfo, RangeStore
 from gravfs.version.committed.writer import TreeWriter
 
@@ -104,6 +106,8 @@ def write_partition(writer: TreeWriter, index: int,
         values = [kv[1] for kv in chunk]
         for k in keys:
             if last is not None and k <= last:
+                if k == last:  # a source's own fault (see gravfs.spark.manifest)
+                    raise GravfsError(f"the source lists {show(k)} more than once")
                 raise ValueError(f"partition {index}: keys not in ascending order at {k!r}")
             last = k
         count += len(keys)

@@ -12,6 +12,7 @@ import datetime
 import gzip
 import json
 import os
+import re
 import uuid
 from urllib.parse import quote_plus
 
@@ -253,3 +254,76 @@ def test_cli_names_keys_both_file_and_directory(s3_server, tmp_path):
     got = json.loads(out)
     assert got["file_and_directory"] == 2
     assert got["file_and_directory_keys"] == ["again/a", "again/c"]
+
+
+def versioned(rows: list[dict]) -> list[dict]:
+    """Rows as the inventory of a versioned bucket lists them: every current object,
+    then (sorted with it, as S3 writes them) an older version of every third and a
+    newer delete marker over an old version of a key gone since."""
+    old = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+    out = []
+    for i, r in enumerate(rows):
+        out.append(dict(r, version_id=f"v{i}", is_latest=True, is_delete_marker=False))
+        if i % 3 == 0:
+            out.append(dict(r, version_id=f"o{i}", is_latest=False, is_delete_marker=False,
+                            size=r["size"] + 1, last_modified_date=old, e_tag="0" * 32))
+            gone = r["key"] + ".gone"
+            out.append(dict(r, key=gone, version_id=f"d{i}", is_latest=True,
+                            is_delete_marker=True, size=None, e_tag=None))
+            out.append(dict(r, key=gone, version_id=f"g{i}", is_latest=False,
+                            is_delete_marker=False, last_modified_date=old))
+    return out
+
+
+def test_a_versioned_buckets_inventory_imports_the_current_versions(s3spark, s3_server, lake,
+                                                                    repo, tmp_path):
+    """Its rows list every version and delete marker (S3 Inventory's IsLatest and
+    IsDeleteMarker columns): the import holds the bucket's current objects, the same
+    tree as the inventory of the current versions only."""
+    prefix, want, rows, d = lake
+    rows = versioned(rows)
+    assert len(rows) > len(want) + 20
+    cols = "Bucket, Key, VersionId, IsLatest, IsDeleteMarker, Size, LastModifiedDate, ETag"
+    lines = []
+    for r in rows:
+        fields = [r["bucket"], quote_plus(r["key"], safe="/"), r["version_id"],
+                  str(r["is_latest"]).lower(), str(r["is_delete_marker"]).lower(),
+                  "" if r["size"] is None else str(r["size"]),
+                  r["last_modified_date"].strftime("%Y-%m-%dT%H:%M:%S.000Z"), r["e_tag"] or ""]
+        lines.append(",".join(f'"{f}"' for f in fields))
+    (tmp_path / "v.csv").write_text("\n".join(lines) + "\n")
+    table = pa.table({"bucket": [r["bucket"] for r in rows], "key": [r["key"] for r in rows],
+                      "version_id": [r["version_id"] for r in rows],
+                      "is_latest": pa.array([r["is_latest"] for r in rows], pa.bool_()),
+                      "is_delete_marker": pa.array([r["is_delete_marker"] for r in rows],
+                                                   pa.bool_()),
+                      "size": pa.array([r["size"] for r in rows], pa.int64()),
+                      "last_modified_date": pa.array([r["last_modified_date"] for r in rows],
+                                                     pa.timestamp("ms", "UTC")),
+                      "e_tag": [r["e_tag"] for r in rows]})
+    pq.write_table(table, str(tmp_path / "v.parquet"), row_group_size=40)
+    repo.create_branch("prefix", "main")
+    import_s3(s3spark, repo, f"s3://{s3_server.bucket}/{prefix}", "prefix", "x",
+              by_reference=True, partitions=2)
+    for branch, src, columns in (("csv", tmp_path / "v.csv", cols),
+                                 ("parquet", tmp_path / "v.parquet", None)):
+        repo.create_branch(branch, "main")
+        res = import_manifest(s3spark, repo, str(src), branch, "x", columns=columns,
+                              key_prefix=prefix, partitions=3)
+        assert res.files == len(want), branch
+        assert head_metarange(repo, branch) == head_metarange(repo, "prefix"), branch
+
+
+def test_a_key_listed_twice_fails_naming_it_and_commits_nothing(s3spark, lake, repo, tmp_path):
+    """Two inventories of one bucket side by side (or one of a versioned bucket without
+    its version columns): the import cannot tell which row is the content."""
+    prefix, want, rows, d = lake
+    both = tmp_path / "both"
+    both.mkdir()
+    write_csv(str(both / "monday.csv"), rows)
+    write_csv(str(both / "tuesday.csv"), rows[:1])
+    head = repo.head("main", fresh=True)
+    twice = f"the source lists x/{rows[0]['key'][len(prefix):]} more than once"
+    with pytest.raises(SparkJobError, match=re.escape(twice)):
+        import_manifest(s3spark, repo, str(both), "main", "x", key_prefix=prefix, partitions=2)
+    assert repo.head("main", fresh=True) == head
