@@ -327,3 +327,14 @@ def test_a_key_listed_twice_fails_naming_it_and_commits_nothing(s3spark, lake, r
     with pytest.raises(SparkJobError, match=re.escape(twice)):
         import_manifest(s3spark, repo, str(both), "main", "x", key_prefix=prefix, partitions=2)
     assert repo.head("main", fresh=True) == head
+
+
+def test_csv_keys_that_look_like_numbers_stay_names(s3spark, s3_server, repo, tmp_path):
+    """A CSV whose keys are all digits: pyarrow would read them as integers."""
+    when = datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)
+    rows = [{"bucket": s3_server.bucket, "key": k, "size": 3, "last_modified_date": when,
+             "e_tag": "1" * 32} for k in ("007", "10", "9")]
+    write_csv(str(tmp_path / "n.csv"), rows)
+    res = import_manifest(s3spark, repo, str(tmp_path / "n.csv"), "main", "n")
+    assert res.files == 3
+    assert [n.fs_name for n in repo.list_dir("main", "n")] == [b"007", b"10", b"9"]
