@@ -54,7 +54,8 @@ def add_spark_parser(sub, common, open_repo: Callable, split_ref_path: Callable)
                     help="the columns of a manifest's CSV files, comma-separated (default: "
                     "manifest.json's fileSchema, else bucket,key,size,last_modified_date,e_tag)")
     im.add_argument("--key-prefix", metavar="P",
-                    help="manifest: import the keys under P only, as paths relative to P")
+                    help="manifest: import the keys under the folder P only, as paths "
+                    "relative to it")
 
     def run(args) -> int:
         return cmd_spark_import(args, open_repo, split_ref_path)

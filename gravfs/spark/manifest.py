@@ -21,8 +21,8 @@ Executors read the files with pyarrow, one task per file (per row group of a
 local Parquet file): measured faster here than Spark's own readers, which
 would also need Hadoop's S3 connector for ``s3://`` files. A row that does not
 parse (a missing field, a size or date that is not one) fails the import with
-the file named. ``key_prefix`` keeps the rows whose key starts with it, their
-paths relative to it. Keys ending in '/' (folder objects) are skipped.
+the file named. ``key_prefix`` (a folder: '/' is added) keeps the rows whose
+key starts with it, their paths relative to it. Keys ending in '/' (folder objects) are skipped.
 
 The inventory of a versioned bucket lists every version of a key and its delete
 markers, with columns ``is_latest`` and ``is_delete_marker``: where they are,
@@ -318,7 +318,9 @@ class ManifestSource:
         self.src = src
         self.name = src if src.startswith("s3://") else os.path.abspath(src)
         self.columns = columns
-        self.key_prefix = key_prefix or ""
+        # a folder, as an S3 prefix source's: "lake" keeps lake/x, not lakehouse/y
+        self.key_prefix = key_prefix + "/" if key_prefix and not key_prefix.endswith("/") \
+            else key_prefix or ""
         self._files: Optional[list[tuple[str, str]]] = None
         self._names: Optional[list[str]] = None
         self._order: Optional[list] = None  # units in key order, when they are presorted

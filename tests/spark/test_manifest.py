@@ -338,3 +338,17 @@ def test_csv_keys_that_look_like_numbers_stay_names(s3spark, s3_server, repo, tm
     res = import_manifest(s3spark, repo, str(tmp_path / "n.csv"), "main", "n")
     assert res.files == 3
     assert [n.fs_name for n in repo.list_dir("main", "n")] == [b"007", b"10", b"9"]
+
+
+def test_a_key_prefix_is_a_folder(s3spark, s3_server, repo, tmp_path):
+    """``--key-prefix lake`` keeps lake/x (as x), as ``s3://bucket/lake`` would: not
+    lakehouse/y (as house/y), nor the object lake itself (as the import's own folder)."""
+    when = datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)
+    rows = [{"bucket": s3_server.bucket, "key": k, "size": 3, "last_modified_date": when,
+             "e_tag": "1" * 32} for k in ("lake", "lake/d/x", "lakehouse/y")]
+    write_parquet(str(tmp_path / "p.parquet"), rows)
+    res = import_manifest(s3spark, repo, str(tmp_path / "p.parquet"), "main", "in",
+                          key_prefix="lake")
+    assert res.files == 1
+    assert [n.fs_name for n in repo.list_dir("main", "in")] == [b"d"]
+    assert [n.fs_name for n in repo.list_dir("main", "in/d")] == [b"x"]
