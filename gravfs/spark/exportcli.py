@@ -59,7 +59,7 @@ def cmd_entries(args, open_repo: Callable, log_path: Callable) -> int:
     from gravfs.spark.tables import out_mode, tree_of, write_entries
     with open_repo(args) as repo:
         tree_of(repo, args.ref)  # a missing ref fails before the JVM starts
-        mode = out_mode(args.out)
+        mode = out_mode(repo, args.out)
         with _session(args, log_path, "gravfs entries", "") as spark:
             res = write_entries(spark, repo, args.ref, args.out, mode)
     if args.json:

@@ -25,6 +25,7 @@ from typing import Iterator, Optional
 from gravfs.errors import GravfsError
 from gravfs.fs.entry import (ADDRESS_BY_PREFIX_DEPRECATED, ADDRESS_FULL, ADDRESS_RELATIVE,
                              decode_entry)
+from gravfs.fs.ownpaths import in_s3_store, own_dirs, within
 from gravfs.fs.paths import MAX_NAME_BYTES, show
 from gravfs.fs.repository import KIND_NAMES, Repository
 from gravfs.spark.taskstore import task_store
@@ -202,12 +203,25 @@ def write_entries(spark, repo, ref: str, out: str, mode: str = "errorifexists") 
             "seconds": round(secs, 3)}
 
 
-def out_mode(out: str) -> str:
+def out_mode(repo, out: str) -> str:
     """Spark's save mode for ``out``: a local path must be absent or an empty directory
-    (else GravfsError, before Spark starts); an empty one is written into."""
-    if "://" in out and not out.startswith("file://"):
+    (else GravfsError, before Spark starts); an empty one is written into. Never the
+    repository's own store or state directory (their files are not data: GC or the
+    next import would take the table for theirs)."""
+    if not out:
+        raise GravfsError("no output directory given (--out DIR)")
+    scheme = out.split("://", 1)[0] if "://" in out else ""
+    if scheme in ("s3", "s3a", "s3n"):
+        bucket, _, key = out.split("://", 1)[1].partition("/")
+        if in_s3_store(repo.store.url, bucket, key.rstrip("/") + "/"):
+            raise GravfsError(f"cannot write entries into {out}: it is in this repository's "
+                              f"store ({repo.store.url})")
+    if scheme not in ("", "file"):
         return "errorifexists"  # another file system: Spark checks
-    path = out[len("file://"):] if out.startswith("file://") else out
+    path = out[len("file://"):] if scheme else out
+    for real, what in own_dirs(repo.store.url, repo.workspace.state_dir):
+        if within(os.path.realpath(path), real):
+            raise GravfsError(f"cannot write entries into {out}: it is in {what}")
     if not os.path.exists(path):
         return "errorifexists"
     if not os.path.isdir(path) or os.listdir(path):

@@ -16,6 +16,7 @@ from gravfs.spark import entries
 from gravfs.version.committed.record import encode_value
 from gravfs.fs.entry import encode_entry, entry_identity
 from gravfs.quoting import quote
+from tests.fuse_util import s3_env
 from tests.repo_util import small_settings
 from tests.spark.test_import import make_tree
 from tests.spark.test_runtime import SPARK_CONF, run_cli
@@ -126,6 +127,29 @@ def test_cli_entries_writes_parquet(tmp_path):
     rc, so, err = run_cli("spark", "entries", "main", "--out", out, store=store, state=state,
                           check=False)
     assert rc != 0 and err.strip().count("\n") == 0 and "not an empty directory" in err
+    # nor into the repository's own directories, nor nowhere
+    for bad, msg in ((os.path.join(store, "_gravfs", "t"), "it is in this repository's store"),
+                     (os.path.join(store, "t"), "it is in this repository's store"),
+                     (os.path.join(state, "t"), "it is in gravfs's state directory"),
+                     ("", "no output directory given")):
+        rc, so, err = run_cli("spark", "entries", "main", "--out", bad, store=store,
+                              state=state, check=False)
+        assert rc == 1 and err.strip().count("\n") == 0 and msg in err, err
+        assert not os.path.exists(bad or "_")
+
+
+@pytest.mark.s3
+def test_cli_entries_not_into_an_s3_stores_own_keys(s3_server, tmp_path):
+    if s3_server.proc is None or s3_server.proc.poll() is not None:
+        s3_server.start()
+    store, state = s3_server.make_store().url, str(tmp_path / "state")
+    env = s3_env(s3_server)
+    run_cli("init", store=store, state=state, **env)
+    for bad in (f"{store}/data/t", store.replace("s3://", "s3a://") + "/_gravfs/t"):
+        rc, so, err = run_cli("spark", "entries", "main", "--out", bad, store=store,
+                              state=state, check=False, **env)
+        assert rc == 1 and err.strip() == f"gravfs: cannot write entries into {bad}: it is " \
+            f"in this repository's store ({store})", err
 
 
 def test_cli_entries_missing_ref(tmp_path):
