@@ -21,7 +21,8 @@ def add_export_parsers(jobs, parents: list, open_repo: Callable, log_path: Calla
                          "per task.")
     en.add_argument("ref", metavar="REF")
     en.add_argument("--out", required=True, metavar="DIR",
-                    help="output directory (absent or empty; any path Spark can write)")
+                    help="output directory, absent or empty: a path, s3://BUCKET/PREFIX "
+                    "(written with gravfs's S3 settings), or any URL Spark can write")
     en.set_defaults(func=lambda args: cmd_entries(args, open_repo, log_path))
 
     ex = jobs.add_parser("export", parents=parents,

@@ -168,6 +168,8 @@ def ship_package(spark) -> str:
 
 
 _PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): (.+)$")
+# a JVM exception in py4j's text: ": org.apache.hadoop.fs.UnsupportedFileSystemException: ..."
+_JAVA_ERROR = re.compile(r"^(?::\s*|Caused by:\s*)?(?:[a-z_]\w*\.)+([A-Z]\w*(?:Exception|Error)): (.+)$")
 
 
 def job_failed(exc: BaseException, what: str) -> SparkJobError:
@@ -185,5 +187,9 @@ def job_failed(exc: BaseException, what: str) -> SparkJobError:
         detail = found.group(2) if name == "GravfsError" or "gravfs" in found.group(1) \
             else f"{name}: {found.group(2)}"
     else:
-        detail = (text.strip().splitlines() or [type(exc).__name__])[0]
+        lines = [l.strip() for l in text.strip().splitlines()]
+        java = next((m for m in map(_JAVA_ERROR.match, lines) if m), None)
+        # "An error occurred while calling o60.parquet." says nothing without its cause
+        detail = f"{java.group(1)}: {java.group(2)}" if java is not None \
+            else (lines or [type(exc).__name__])[0]
     return SparkJobError(f"{what} failed: {detail[:400]}")

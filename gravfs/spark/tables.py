@@ -187,13 +187,17 @@ def arrow_batches(rows: Iterator[tuple], schema, size: int = BATCH_ROWS) -> Iter
 
 
 def write_entries(spark, repo, ref: str, out: str, mode: str = "errorifexists") -> dict:
-    """Write entries(ref) as Parquet under ``out`` (a path Spark can write); returns a
-    summary (commit, ranges, entries, seconds)."""
+    """Write entries(ref) as Parquet under ``out`` (``s3://BUCKET/PREFIX``, or a path
+    Spark can write); returns a summary (commit, ranges, entries, seconds)."""
     cid, mr = tree_of(repo, ref)
     t0 = time.monotonic()
     df = ranges_frame(spark, repo.store.url, list(mr.ids))
     try:
-        df.write.mode(mode).parquet(out)
+        if out.startswith("s3://"):  # gravfs's S3 code: Spark here has no S3 file system
+            from gravfs.spark.s3parquet import write_parquet
+            write_parquet(df, out, repo.store.url, arrow_schema(df.schema))
+        else:
+            df.write.mode(mode).parquet(out)
     except Exception as exc:  # py4j/pyspark errors: one line
         from gravfs.spark.runtime import job_failed
         raise job_failed(exc, f"writing the entries of {ref} to {out}") from exc
@@ -216,6 +220,10 @@ def out_mode(repo, out: str) -> str:
         if in_s3_store(repo.store.url, bucket, key.rstrip("/") + "/"):
             raise GravfsError(f"cannot write entries into {out}: it is in this repository's "
                               f"store ({repo.store.url})")
+    if scheme == "s3":
+        from gravfs.spark.s3parquet import check_empty
+        check_empty(out)
+        return "errorifexists"
     if scheme not in ("", "file"):
         return "errorifexists"  # another file system: Spark checks
     path = out[len("file://"):] if scheme else out

@@ -152,6 +152,60 @@ def test_cli_entries_not_into_an_s3_stores_own_keys(s3_server, tmp_path):
             f"in this repository's store ({store})", err
 
 
+@pytest.mark.s3
+def test_cli_entries_to_an_s3_prefix(s3_server, tmp_path):
+    """Written with gravfs's S3 code (Spark here has no S3 file system): the same rows as
+    a local output, parts named by partition, _SUCCESS last; a prefix that holds objects
+    is refused before Spark starts, as is a missing bucket."""
+    if s3_server.proc is None or s3_server.proc.poll() is not None:
+        s3_server.start()
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    env = s3_env(s3_server)
+    Repository.init(store, state, settings=small_settings()).close()
+    src = str(tmp_path / "src")
+    os.makedirs(src)
+    n = make_tree(src, dirs=3, files=10)
+    run_cli("import", "-q", src, "main", store=store, state=state)
+    run_cli("spark", "entries", "main", "--out", str(tmp_path / "local"), "--master",
+            "local[2]", *SPARK_CONF, store=store, state=state)
+    prefix = f"entries-{tmp_path.name}"
+    out = f"s3://{s3_server.bucket}/{prefix}"
+    rc, so, err = run_cli("spark", "entries", "main", "--out", out, "--master", "local[2]",
+                          "--json", *SPARK_CONF, store=store, state=state, **env)
+    assert json.loads(so)["entries"] == n
+    c = s3_server.client()
+    keys = sorted(o["Key"] for o in c.list_objects_v2(Bucket=s3_server.bucket,
+                                                      Prefix=prefix + "/")["Contents"])
+    assert keys[0] == f"{prefix}/_SUCCESS" and len(keys) > 2, keys
+    got = tmp_path / "got"
+    got.mkdir()
+    for k in keys[1:]:
+        assert k.endswith(".snappy.parquet")
+        c.download_file(s3_server.bucket, k, str(got / os.path.basename(k)))
+    table, want = pq.read_table(str(got)), pq.read_table(str(tmp_path / "local"))
+    assert table.schema.names == want.schema.names
+    # Spark writes its timestamps as INT96 (read back without a zone), these in UTC
+    assert table.schema.field("mtime").type.tz in ("UTC", "Etc/UTC")
+    rows = table.sort_by("path").to_pylist()
+    for r in rows:
+        r["mtime"] = r["mtime"].replace(tzinfo=None)
+    assert rows == want.sort_by("path").to_pylist()
+    # an empty commit: one part with the columns and no rows
+    empty = str(tmp_path / "empty")
+    Repository.init(empty, state, settings=small_settings()).close()
+    run_cli("spark", "entries", "main", "--out", out + "-empty", "--master", "local[2]",
+            *SPARK_CONF, store=empty, state=state, **env)
+    c.download_file(s3_server.bucket, f"{prefix}-empty/part-00000.snappy.parquet",
+                    str(tmp_path / "empty.parquet"))
+    nothing = pq.read_table(str(tmp_path / "empty.parquet"))
+    assert nothing.num_rows == 0 and nothing.schema.names == want.schema.names
+    for bad, msg in ((out, "holds objects already"),
+                     ("s3://no-such-bucket-here/x", "no-such-bucket-here")):
+        rc, so, err = run_cli("spark", "entries", "main", "--out", bad, store=store,
+                              state=state, check=False, **env)
+        assert rc != 0 and err.strip().count("\n") == 0 and msg in err, err
+
+
 def test_cli_entries_missing_ref(tmp_path):
     store, state = str(tmp_path / "store"), str(tmp_path / "state")
     Repository.init(store, state, settings=small_settings()).close()

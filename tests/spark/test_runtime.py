@@ -148,6 +148,17 @@ def test_task_failing_after_retries(env):
     assert _head(store, state) == head
 
 
+def test_a_jvm_error_is_named_by_its_exception(spark):
+    """py4j's first line ("An error occurred while calling o60.parquet.") says nothing;
+    the JVM exception under it does."""
+    from gravfs.spark.runtime import job_failed
+    with pytest.raises(Exception) as e:
+        spark.range(1).write.parquet("nosuchscheme://bucket/x")
+    assert str(job_failed(e.value, "writing x")) == (
+        'writing x failed: UnsupportedFileSystemException: No FileSystem for scheme '
+        '"nosuchscheme"')
+
+
 # --- standalone cluster ------------------------------------------------------------------
 
 def _free_port() -> int:
