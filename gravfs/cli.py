@@ -212,7 +212,7 @@ def cmd_cat(args) -> int:
     ref, path = _split_ref_path(args.target)
     node = repo.stat(ref, path)
     if node.kind == "dir":
-        raise GravfsError(f"{node.shown or '/'}: is a directory")
+        raise GravfsError(f"{node.shown}: is a directory")
     if node.kind == "symlink":
         raise GravfsError(f"{node.shown}: is a symbolic link to "
                           f"{_typed(node.entry.symlink_target)}")

@@ -263,6 +263,8 @@ def test_rm_of_a_directory_names_the_option_that_removes_it(cli, tmp_path):
     rc, _, err = cli("rm", "main:d", check=False)
     assert rc == 10 and err == "gravfs: d: directory not empty (rm -r removes it with its " \
         "contents)\n", err
+    rc, _, err = cli("rm", "main:/", check=False)  # the root is named, not an empty name
+    assert rc == 10 and err.startswith("gravfs: /: directory not empty"), err
     cli("rm", "-r", "main:d")
     rc, _, err = cli("ls", "main:d", check=False)
     assert rc == 2, err

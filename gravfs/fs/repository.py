@@ -97,8 +97,9 @@ class Node:
 
     @property
     def shown(self) -> str:
-        """The path as commands and messages print it (gravfs.fs.paths.show)."""
-        return show(self._own_key)
+        """The path as commands and messages print it (gravfs.fs.paths.show); the
+        root is '/', not an empty name."""
+        return show(self._own_key) or "/"
 
     @property
     def _own_key(self) -> bytes:

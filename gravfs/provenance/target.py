@@ -13,7 +13,6 @@ import errno
 import os
 
 from gravfs.errors import GravfsError, NotFoundError, PathTypeError
-from gravfs.fs.paths import show, to_key
 from gravfs.provenance.address import file_address
 from gravfs.provenance.queries import looks_like_address, resolve_address
 from gravfs.provenance.reader import IndexReader
@@ -36,7 +35,7 @@ def content_address(repo, reader: IndexReader, text: str) -> str:
     ref, path = text.split(":", 1)
     node = repo.stat(ref, path)
     if node.kind == "dir":
-        raise PathTypeError(f"{show(to_key(path))}: is a directory in {ref} (provenance "
+        raise PathTypeError(f"{node.shown}: is a directory in {ref} (provenance "
                             f"takes a file)", errno.EISDIR)
     if not node.entry.address:
         raise GravfsError(f"{node.shown}: has no content in {ref} (a {node.kind})")
