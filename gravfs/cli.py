@@ -443,8 +443,9 @@ def cmd_provenance(args) -> int:
 
 def cmd_diff(args) -> int:
     repo = _repo(args)
+    keys = [to_key(p) for p in args.paths]
     n = 0
-    for d in repo.diff(args.left, args.right):
+    for d in repo.diff(args.left, args.right, None if not keys or b"" in keys else keys):
         if args.json:
             _print_json({"type": d.kind, **_path_json(d.key)})
         elif args.z:
@@ -619,7 +620,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = cmd("log", cmd_log, "show commit history (with -- PATH: the commits that changed PATH)")
     sp.add_argument("ref")
-    sp.__class__ = _IntermixedParser  # subparsers share one class; only log needs this
+    sp.__class__ = _IntermixedParser  # subparsers share one class; log and diff need this
     sp.add_argument("paths", nargs="*", metavar="PATH",
                     help="after --: list the commits that changed this file (the "
                          "provenance index, gravfs spark index, answers without reading "
@@ -635,9 +636,14 @@ def build_parser() -> argparse.ArgumentParser:
                          "in a ref")
     sp.add_argument("--json", action="store_true")
 
-    sp = cmd("diff", cmd_diff, "show paths that differ between two refs")
+    sp = cmd("diff", cmd_diff, "show paths that differ between two refs (with -- PATH...: "
+             "at and under those paths)")
     sp.add_argument("left", metavar="REF1")
     sp.add_argument("right", metavar="REF2")
+    sp.__class__ = _IntermixedParser
+    sp.add_argument("paths", nargs="*", metavar="PATH",
+                    help="after --: only the differences at and under these paths (files "
+                         "or directories)")
     sp.add_argument("--json", action="store_true")
     sp.add_argument("-z", dest="z", action="store_true",
                     help="NUL-terminated records with names unquoted (as the mount shows them)")

@@ -270,6 +270,27 @@ def test_rm_of_a_directory_names_the_option_that_removes_it(cli, tmp_path):
     assert rc == 2, err
 
 
+def test_diff_of_paths(cli, tmp_path):
+    """``diff A B -- PATH...``: changes at and under each PATH, not of a name PATH begins."""
+    (tmp_path / "f").write_text("x")
+    for p in ("d/a", "d/b", "d.txt", "dd/c", "e/f"):
+        cli("put", str(tmp_path / "f"), f"main:{p}")
+    cli("commit", "main", "-m", "one")
+    (tmp_path / "f").write_text("y")
+    for p in ("d/a", "d.txt", "dd/c", "e/f", "d/new"):
+        cli("put", str(tmp_path / "f"), f"main:{p}")
+    cli("rm", "main:d/b")
+    cli("commit", "main", "-m", "two")
+    _, out, _ = cli("diff", "main~1", "main", "--", "d", "e/f")
+    assert out.splitlines() == [" changed  d/a", " removed  d/b", "   added  d/new",
+                                " changed  e/f"]
+    _, out, _ = cli("diff", "--json", "main~1", "main", "--", "d/b")
+    assert [json.loads(l) for l in out.splitlines()] == [{"path": "d/b", "type": "removed"}]
+    _, out, _ = cli("diff", "main~1", "main", "--", "nosuch")
+    assert out == "no differences\n"
+    assert len(cli("diff", "main~1", "main", "--", "/")[1].splitlines()) == 6
+
+
 def test_cat_says_when_standard_output_fails(tmp_path):
     """A full disk behind stdout read "gravfs: No space left on device", as if the
     repository were full; a reader that stops early (head) is not an error."""

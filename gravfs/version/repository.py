@@ -409,10 +409,11 @@ class VersionRepository:
         self.writable_head(branch)
         return Committer(self).reset(branch, prefix)
 
-    def diff(self, left: str, right: str):
-        """Changes from left to right (committed trees; staging is not included)."""
+    def diff(self, left: str, right: str, under: Optional[list[bytes]] = None):
+        """Changes from left to right (committed trees; staging is not included); with
+        ``under``, only at and under those keys."""
         a, b = self.resolve(left).commit, self.resolve(right).commit
-        return self.committed.diff(a.metarange, b.metarange)
+        return self.committed.diff(a.metarange, b.metarange, under)
 
     def merge(self, source: str, dest: str, strategy: str = "fail",
               message: Optional[str] = None, author: Optional[str] = None) -> Commit:

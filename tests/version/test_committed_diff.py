@@ -80,6 +80,42 @@ def test_diff_matches_dict_model(tmp_path, seed, pattern):
     m.close()
 
 
+def test_diff_under_paths_is_the_full_diff_filtered_and_reads_only_their_ranges(tmp_path):
+    """``gravfs diff A B -- PATH``: changes at PATH and under PATH/, none of a sibling
+    whose name PATH begins (p.txt, p0), from one walk that starts at PATH's range."""
+    def r(key: bytes, ver: int = 0) -> Record:
+        return Record(key, hashlib.sha256(key + b"%d" % ver).digest(), b"v%d" % ver)
+
+    keys = [b"d%03d/f%04d" % (d, f) for d in range(40) for f in range(300)]
+    keys += [b"d020", b"d020.txt", b"d0200/x", b"d020/"]  # a file, siblings, its marker
+    base = {k: r(k) for k in keys}
+    store = LocalStore(str(tmp_path / "store"), fsync=False)
+    m = CommittedManager(store, LocalTier(store, str(tmp_path / "cache"), 1 << 30, fsync=False),
+                         BreakPolicy(4 << 10, 16 << 10, 64, seed=3))  # ranges of ~100
+    left = m.write_metarange(sorted(base.values()))
+    assert len(m.iter_ranges(left)) > 40
+    other = dict(base)
+    for k in (b"d020", b"d020.txt", b"d0200/x", b"d020/", b"d020/f0000", b"d020/f0299",
+              b"d001/f0005", b"d039/f0299"):
+        other[k] = r(k, 1)
+    del other[b"d020/f0150"]
+    other[b"d020/new"] = r(b"d020/new")
+    right = m.write_metarange(sorted(other.values()))
+    full = [(d.key, d.kind) for d in m.diff(left, right)]
+    for under in ([b"d020"], [b"d020/f0150"], [b"d039", b"d001/f0005"], [b"d020", b"d020/f0000"],
+                  [b"nosuch"], [b"d"]):
+        it = m.diff(left, right, under)
+        got = [(d.key, d.kind) for d in it]
+        want = [(k, kind) for k, kind in full
+                if any(k == u or k.startswith(u + b"/") for u in under)]
+        assert sorted(got) == sorted(want) and len(got) == len(set(got)), under
+        if under == [b"d020"]:
+            assert {k for k, _ in got} == {b"d020", b"d020/", b"d020/f0000", b"d020/f0299",
+                                           b"d020/f0150", b"d020/new"}
+            assert it.stats.ranges_read < len(m.iter_ranges(left)) / 4, it.stats.ranges_read
+    m.close()
+
+
 class _Cur:
     def __init__(self, keys, values, pos=0):
         self.keys, self.values, self.pos = keys, values, pos

@@ -181,3 +181,16 @@ def diff_trees(rs: RangeStore, left: MetaRange, right: MetaRange, stats: Stats,
             lrec, rrec = decode_record(*lkv), decode_record(*rkv)
             if lrec.identity != rrec.identity:
                 yield Diff(lkv[0], CHANGED, lrec, rrec)
+
+
+def diff_under(rs: RangeStore, left: MetaRange, right: MetaRange, stats: Stats,
+               key: bytes) -> Iterator[Diff]:
+    """The differences at ``key`` and under it (``key/...``): the walk starts at the
+    range holding ``key`` and ends past ``key/``'s keys, so it costs the change under
+    ``key``, not the tree's."""
+    inside = key + b"/"
+    past = key + b"0"  # the first key after every key/... ('0' follows '/')
+    for d in diff_trees(rs, left, right, stats, start=key[:-1], end=past):
+        if d.key == key or d.key.startswith(inside):
+            yield d
+

@@ -16,11 +16,11 @@ import weakref
 from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Optional
 
 from gravfs.version.committed import parallel, recordids
 from gravfs.version.committed.breaks import BreakPolicy
-from gravfs.version.committed.diff import diff_trees
+from gravfs.version.committed.diff import diff_trees, diff_under
 from gravfs.version.committed.merge import DEST_BIT, SOURCE_BIT, STRATEGIES, join_changes
 from gravfs.version.committed.reader import MetaRange, RangeInfo, RangeStore
 from gravfs.version.committed.record import EMPTY_ID, Record, decode_record, encode_value, put_varint
@@ -377,14 +377,22 @@ class CommittedManager:
 
     # --- comparing -----------------------------------------------------------
 
-    def diff(self, left_id: str, right_id: str) -> DiffIterator:
-        """Differences from left to right, in key order (added/removed/changed)."""
+    def diff(self, left_id: str, right_id: str, under: Optional[list[bytes]] = None
+             ) -> DiffIterator:
+        """Differences from left to right, in key order (added/removed/changed); with
+        ``under``, only at and under those keys (one walk each, in key order)."""
         stats = Stats()
         if left_id == right_id:
             return DiffIterator(iter(()), stats)
         left = self.ranges.metarange(left_id)
         right = self.ranges.metarange(right_id)
-        return DiffIterator(diff_trees(self.ranges, left, right, stats), stats)
+        if under is None:
+            return DiffIterator(diff_trees(self.ranges, left, right, stats), stats)
+        keys = sorted(set(under))
+        keys = [k for i, k in enumerate(keys)  # a key under another comes with it
+                if not any(k.startswith(o + b"/") for o in keys[:i])]
+        return DiffIterator((d for k in keys
+                             for d in diff_under(self.ranges, left, right, stats, k)), stats)
 
     def merge(self, base_id: str, source_id: str, dest_id: str,
               strategy: str = "fail") -> MergeResult:
