@@ -304,7 +304,8 @@ def _node_json(n) -> dict:
 
 def cmd_status(args) -> int:
     repo = _repo(args)
-    rows = repo.status(args.branch)
+    keys = [to_key(p) for p in args.paths]
+    rows = repo.status(args.branch, None if not keys or b"" in keys else keys)
     if args.json:
         _print_json([{"type": k, **_path_json(p)} for k, p in rows])
         return 0
@@ -606,8 +607,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-z", dest="z", action="store_true",
                     help="NUL-terminated records with names unquoted (as the mount shows them)")
 
-    sp = cmd("status", cmd_status, "show uncommitted changes")
+    sp = cmd("status", cmd_status, "show uncommitted changes (with -- PATH...: at and under "
+             "those paths)")
     sp.add_argument("branch")
+    sp.__class__ = _IntermixedParser
+    sp.add_argument("paths", nargs="*", metavar="PATH",
+                    help="after --: only the changes at and under these paths")
     sp.add_argument("--json", action="store_true")
     sp.add_argument("-z", dest="z", action="store_true",
                     help="NUL-terminated records with names unquoted (as the mount shows them)")
@@ -620,7 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = cmd("log", cmd_log, "show commit history (with -- PATH: the commits that changed PATH)")
     sp.add_argument("ref")
-    sp.__class__ = _IntermixedParser  # subparsers share one class; log and diff need this
+    sp.__class__ = _IntermixedParser  # subparsers share one class; log, diff, status need it
     sp.add_argument("paths", nargs="*", metavar="PATH",
                     help="after --: list the commits that changed this file (the "
                          "provenance index, gravfs spark index, answers without reading "

@@ -289,6 +289,18 @@ def test_diff_of_paths(cli, tmp_path):
     _, out, _ = cli("diff", "main~1", "main", "--", "nosuch")
     assert out == "no differences\n"
     assert len(cli("diff", "main~1", "main", "--", "/")[1].splitlines()) == 6
+    # status takes paths the same way, also over a compacted staging
+    cli("put", str(tmp_path / "f"), "main:d/c")
+    cli("put", str(tmp_path / "f"), "main:dd/e")
+    cli("rm", "main:e/f")
+    for compacted in (False, True):
+        if compacted:
+            cli("compact", "main")
+        assert cli("status", "main", "--", "d", "e")[1].splitlines() == [
+            "   added  d/c", " removed  e/f"]
+        assert cli("status", "main", "--", "nosuch")[1] == \
+            "On branch main: nothing to commit\n"
+        assert len(cli("status", "main")[1].splitlines()) == 3
 
 
 def test_cat_says_when_standard_output_fails(tmp_path):

@@ -489,19 +489,23 @@ class Committer:
 
     # -- status / reset -------------------------------------------------------------
 
-    def status(self, branch: str) -> list[tuple[str, bytes]]:
-        """Uncommitted changes as (kind, key), kind in added/changed/removed."""
+    def status(self, branch: str, under: Optional[list[bytes]] = None
+               ) -> list[tuple[str, bytes]]:
+        """Uncommitted changes as (kind, key), kind in added/changed/removed; with
+        ``under``, only those at and under these keys."""
         head = self.repo.commits.get(self.repo.head(branch))
         st = self.area.get_state(branch)
         changes = self._token_changes(st.tokens())
         if st.compacted:
             cbase = self.repo.commits.get(st.compacted["base"])
             comp = list(diff_as_changes(self.committed.diff(cbase.metarange,
-                                                            st.compacted["metarange"])))
+                                                            st.compacted["metarange"], under)))
             changes = overlay(comp, changes)
         out = []
         for change in changes:
             key, ident = change[0], change[1]
+            if under is not None and not any(_under(key, k) for k in under):
+                continue
             cur = self.committed.get(head.metarange, key)
             if ident is None:
                 if cur is not None:
@@ -532,7 +536,8 @@ class Committer:
             restore: list[Change] = []
             if st.compacted:
                 cbase = self.repo.commits.get(st.compacted["base"])
-                for d in self.committed.diff(cbase.metarange, st.compacted["metarange"]):
+                for d in self.committed.diff(cbase.metarange, st.compacted["metarange"],
+                                             [key]):
                     if _under(d.key, key):
                         rec = self.committed.get(head.metarange, d.key)
                         restore.append(Change(d.key, None, b"") if rec is None

@@ -401,8 +401,8 @@ class VersionRepository:
         self.forget_head(branch)
         return c
 
-    def status(self, branch: str):
-        return Committer(self).status(branch)
+    def status(self, branch: str, under: Optional[list[bytes]] = None):
+        return Committer(self).status(branch, under)
 
     def reset(self, branch: str, prefix: Optional[bytes] = None) -> int:
         """Drop the branch's uncommitted changes, or those at and under key ``prefix``."""
