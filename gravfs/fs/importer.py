@@ -37,6 +37,7 @@ from gravfs.fs.references import live_addresses
 from gravfs.store.base import REFRESH_AGE
 from gravfs.store.local import DeferredLocalStore, LocalStore
 from gravfs.progress import progress_bar
+from gravfs.threadmap import ordered_map
 from gravfs.version.refs.commits import Commit
 from gravfs.fs.repository import encode_items
 from gravfs.version.repository import default_author
@@ -45,6 +46,7 @@ from gravfs.version.staging.area import PUTS, new_token, staged_value
 log = logging.getLogger(__name__)
 
 BATCH = 5000
+AHEAD = 16  # files a worker may have uploaded ahead of staging (gravfs.threadmap)
 SMALL_FILE = 256 << 10  # read into memory whole (one open instead of two)
 READ_TRIES = 3  # reads of a file that changes while it is read (put_steady)
 BATCH_SECONDS = 2.0  # stage what is uploaded at least this often: a killed import resumes there
@@ -264,7 +266,7 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
             bar.advance(reused_bytes)
             batch: list = []
             flushed = time.monotonic()
-            for key, entry in pool.map(entry_for, todo):
+            for key, entry in ordered_map(pool, entry_for, todo, workers * AHEAD):
                 batch.append((key, entry))
                 if entry.kind == KIND_FILE:
                     bar.advance(entry.size)
@@ -290,6 +292,8 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
         raise GravfsError(f"cannot import {where}{exc.strerror or exc}; nothing was committed "
                           f"(importing {src} again resumes)") from exc
     finally:
+        if bulk is not None and bulk.discard():  # uploaded, never staged: a failure's
+            log.info("removed the unpublished uploads of the interrupted import")
         job.close()
     return ImportResult(commit, len(items), reused, job.dropped, staged)
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from gravfs.errors import GravfsError
+from gravfs.threadmap import ordered_map
 from gravfs.fs.entry import encode_entry, entry_identity
 from gravfs.fs.importer import check_source, entry_of, own_dirs_under, scan
 from gravfs.fs.paths import show, to_key
@@ -150,7 +151,7 @@ def import_unit(store_url: str, src: str, base: bytes, unit: tuple[str, bool],
         yield from map(record, items)
         return
     with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
-        yield from pool.map(record, items)
+        yield from ordered_map(pool, record, items, 16 * UPLOAD_THREADS)
 
 
 class TreeSource:

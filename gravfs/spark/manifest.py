@@ -46,6 +46,7 @@ from urllib.parse import unquote_plus
 from gravfs.errors import GravfsError
 from gravfs.fs.entry import ADDRESS_FULL, KIND_FILE, EntryInfo, encode_entry, entry_identity
 from gravfs.spark.s3source import COPY_THREADS, S3Object, entry_of_object, parse_s3_url, source_store
+from gravfs.threadmap import ordered_map
 from gravfs.version.committed.record import encode_value
 
 log = logging.getLogger(__name__)
@@ -250,7 +251,7 @@ def manifest_records(unit, names, base: bytes, key_prefix: str, by_reference: bo
                                                                   encode_entry(e))
 
     with ThreadPoolExecutor(COPY_THREADS) as pool:
-        yield from pool.map(copied, list(wanted()))
+        yield from ordered_map(pool, copied, wanted(), 16 * COPY_THREADS)
 
 
 def unit_keys(unit, names, key_prefix: str) -> dict:

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from gravfs.errors import BadNameError
+from gravfs.threadmap import ordered_map
 
 log = logging.getLogger(__name__)
 
@@ -224,10 +225,11 @@ class ObjectStore(abc.ABC):
     def claim_many(self, keys: Iterable[str], threads: int = 16) -> set[str]:
         """``claim_existing`` of many keys at once (writers that reference what they
         staged long ago); the keys that are not stored."""
-        keys = list(keys)
+        def claim(key: str) -> tuple[str, bool]:
+            return key, self.claim_existing(key)
+
         with ThreadPoolExecutor(threads) as pool:
-            there = list(pool.map(self.claim_existing, keys))
-        return {k for k, ok in zip(keys, there) if not ok}
+            return {k for k, ok in ordered_map(pool, claim, keys, 16 * threads) if not ok}
 
     def create_claiming(self, key: str, create: Callable[[], bool]) -> bool:
         """``create()`` (a put-if-absent: True when it created ``key``); when the

@@ -478,11 +478,15 @@ class DeferredLocalStore(BatchedLocalStore):
         super().__init__(root)
         self._fsync = False  # the bytes are synced by publish(), in one pass
         self._pending: dict[str, str] = {}  # object path -> its temp file
+        self._discarded = False
 
     def _stage(self, path: str, tmp: str) -> None:
         with self._dlock:
-            old = self._pending.pop(path, None)
-            self._pending[path] = tmp
+            if self._discarded:  # a straggling writer (see discard)
+                old = tmp
+            else:
+                old = self._pending.pop(path, None)
+                self._pending[path] = tmp
         if old is not None:
             unlink_quiet(old)
 
@@ -499,6 +503,17 @@ class DeferredLocalStore(BatchedLocalStore):
             if self._path(key) in self._pending:
                 return True
         return super().claim_existing(key)
+
+    def discard(self) -> int:
+        """Remove the temp files of the objects not published (their writer failed or
+        was interrupted: nothing references them), and of any written after this:
+        an interrupt can land in a pool's thread start, leaving a worker its pool does
+        not wait for. Returns how many were pending."""
+        with self._dlock:
+            batch, self._pending, self._discarded = self._pending, {}, True
+        for tmp in batch.values():
+            unlink_quiet(tmp)
+        return len(batch)
 
     def publish(self) -> int:
         """Make the pending objects durable and visible; returns how many."""

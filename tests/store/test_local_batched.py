@@ -37,3 +37,19 @@ def test_deferred_objects_are_visible_only_once_published(tmp_path, monkeypatch)
     assert LocalStore(root).get("data/ab/one") == b"one"
     assert LocalStore(root).get("data/cd/two") == b"uploaded"
     assert _temps(root) == [] and s.publish() == 0
+
+
+def test_discarded_objects_leave_no_temp_files_even_from_a_late_writer(tmp_path):
+    root = str(tmp_path / "store")
+    s = DeferredLocalStore(root)
+    s.put("data/ab/kept", b"kept")
+    s.publish()
+    s.put("data/ab/one", b"one")
+    s.put("data/cd/two", b"two")
+    assert len(_temps(root)) == 2
+    assert s.discard() == 2
+    assert _temps(root) == []
+    s.put("data/ef/late", b"late")  # a worker its pool did not wait for
+    assert _temps(root) == [] and s.publish() == 0
+    assert s.size("data/ab/one") is None and s.size("data/ef/late") is None
+    assert LocalStore(root).get("data/ab/kept") == b"kept"
