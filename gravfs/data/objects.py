@@ -42,6 +42,7 @@ from gravfs.data.nowait import open_cached, pread_cached
 from gravfs.errors import CorruptDataError, GravfsError
 from gravfs.faults import crash_point
 from gravfs.store.modes import make_dir, private_dir
+from gravfs.threadmap import ordered_map
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +292,8 @@ class DataObjects:
         else:
             with ThreadPoolExecutor(min(workers, len(addresses)),
                                     thread_name_prefix="gravfs-drain") as pool:
-                n = sum(1 for ok in pool.map(self.upload_pending, addresses) if ok)
+                n = sum(1 for ok in ordered_map(pool, self.upload_pending, addresses, 16 * workers)
+                        if ok)
         if n:
             log.info("uploaded %d pending data object(s)", n)
         return n

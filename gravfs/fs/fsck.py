@@ -34,6 +34,7 @@ from gravfs.fs.entry import KIND_DIRECTORY, KIND_FILE, decode_entry
 from gravfs.errors import GravfsError
 from gravfs.fs.paths import key_problem, show
 from gravfs.progress import progress_bar
+from gravfs.threadmap import ordered_map
 from gravfs.version.retention import last_sweep
 
 log = logging.getLogger(__name__)
@@ -191,7 +192,8 @@ def _check_sources(repo, sources: set[Source], rep: FsckReport, progress: bool) 
     with progress_bar("checking by-reference sources", total=len(sources),
                       enabled=progress and bool(sources)) as bar, \
             ThreadPoolExecutor(SOURCE_CHECKERS, thread_name_prefix="gravfs-fsck") as pool:
-        for found in pool.map(check, sorted(sources, key=lambda s: (s.url, s.e_tag, s.size))):
+        for found in ordered_map(pool, check, sorted(sources, key=lambda s: (s.url, s.e_tag, s.size)),
+                                 16 * SOURCE_CHECKERS):
             bar.advance()
             if found is not None:
                 rep.sources.append(found)
