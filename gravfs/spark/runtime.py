@@ -15,8 +15,10 @@ import logging
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import zipfile
 from typing import Iterable, Optional
 
@@ -148,15 +150,68 @@ def start_session(master: Optional[str] = None, conf: Iterable[tuple[str, str]] 
     for k, v in given.items():
         builder = builder.config(k, v)
     log.info("starting Spark (master %s)", master)
+    _quiet_py4j(verbose)
     try:
         spark = builder.getOrCreate()
     except Exception as exc:  # py4j/pyspark raise many kinds; all mean "did not start"
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise SparkStartError(f"Spark did not start (master {master}): {first[:300]}") from exc
     spark.sparkContext.setLogLevel(level)
+    if threading.current_thread() is threading.main_thread():
+        _take_interrupts(spark.sparkContext)
     if not is_local(master):
         ship_package(spark)
     return spark
+
+
+# py4j's own lines when a call to the JVM is interrupted or the JVM is gone (it logs them
+# on the root logger, with tracebacks): gravfs reports the failure in one line, and
+# Spark's log has the rest
+_PY4J_NOISE = ("KeyboardInterrupt while sending command.", "Exception while sending command.")
+
+
+class _Py4jNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() not in _PY4J_NOISE
+
+
+_quiet = _Py4jNoise()
+_landed = threading.Event()
+_interrupted = threading.Event()
+
+
+def landed() -> None:
+    """The job's result is in place (a commit landed): an interrupt from now on no longer
+    stops the command, which would report it interrupted when it was not undone."""
+    _landed.set()
+
+
+def _quiet_py4j(verbose: int) -> None:
+    logging.getLogger().addFilter(_quiet)
+    if verbose < 2:
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+
+
+def _take_interrupts(sc) -> None:
+    """Ctrl-C: cancel the session's jobs from a thread of its own and interrupt the main
+    thread, which the CLI reports in one line. PySpark's handler cancelled them from
+    inside the signal handler, on the JVM connection the interrupted main thread was
+    reading: py4j printed some 80 lines of errors and tracebacks."""
+    def cancel():
+        try:
+            sc.cancelAllJobs()
+        except Exception:  # the session may be gone (a terminal's Ctrl-C reaches the JVM)
+            log.debug("cancelling Spark's jobs failed", exc_info=True)
+
+    def handler(signum, frame):
+        if _landed.is_set():
+            log.warning("interrupted after the result landed: finishing")
+            return
+        _interrupted.set()
+        threading.Thread(target=cancel, name="gravfs-cancel", daemon=True).start()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
 
 
 def ship_package(spark) -> str:
@@ -172,10 +227,13 @@ _PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): (.+)$"
 _JAVA_ERROR = re.compile(r"^(?::\s*|Caused by:\s*)?(?:[a-z_]\w*\.)+([A-Z]\w*(?:Exception|Error)): (.+)$")
 
 
-def job_failed(exc: BaseException, what: str) -> SparkJobError:
+def job_failed(exc: BaseException, what: str) -> BaseException:
     """One line for a Spark job that failed (a task failed after its retries, or the
     context died): the Python error the task raised if there is one, else the
-    first line of Spark's message."""
+    first line of Spark's message. After a Ctrl-C, the interrupt itself: py4j, cleaning
+    up the interrupted call, may raise an error of its own in its place."""
+    if _interrupted.is_set():
+        return KeyboardInterrupt()
     text = str(exc)
     found = None
     for line in text.splitlines():

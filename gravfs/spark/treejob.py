@@ -25,7 +25,7 @@ from gravfs.fs.paths import show
 from gravfs.spark.progress import counter
 from gravfs.spark.ranges import (FileDirs, PartitionRanges, file_dirs_of, splice_tree,
                                  stitch_partitions, tree_records, write_partition)
-from gravfs.spark.runtime import job_failed
+from gravfs.spark.runtime import job_failed, landed
 from gravfs.spark.taskstore import task_store
 from gravfs.version.collisions import describe, file_ancestors
 from gravfs.version.committed.manager import EMPTY_METARANGE_ID
@@ -146,6 +146,7 @@ def land_tree(repo, branch: str, base: Commit, tree: MetaRange, message: str,
         except PreconditionFailedError:
             log.info("head of %s moved meanwhile; retrying (%d)", branch, attempt + 1)
             continue
+        landed()
         log.info("committed %s on %s", c.id[:12], branch)
         repo.forget_head(branch)
         return c

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -146,6 +147,45 @@ def test_task_failing_after_retries(env):
     assert line.startswith(f"gravfs: importing {src} failed: "), line
     assert "injected" in line or "unavailable" in line.lower(), line
     assert _head(store, state) == head
+
+
+def test_ctrl_c_is_one_line_commits_nothing_and_leaves_no_jvm(env, tmp_path):
+    """SIGINT to the command's process group (a terminal's Ctrl-C) while the tasks copy
+    files: "gravfs: interrupted" and exit 130, without py4j's errors and tracebacks
+    (PySpark's handler called the JVM from inside the signal handler); no process of
+    the group is left; the branch is as it was and the next run imports."""
+    store, state, _ = env
+    src = str(tmp_path / "big")
+    make_tree(src, dirs=40, files=300)
+    head = _head(store, state)
+    e = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state)
+    p = subprocess.Popen([sys.executable, "-m", "gravfs.cli", "spark", "import", src, "main",
+                          "--master", "local[2]", *SPARK_CONF], env=e, start_new_session=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        def copying() -> bool:  # a task has uploaded a file: the job is running
+            return p.poll() is not None or any(
+                f.startswith(".gravfs-tmp") or len(f) == 64
+                for _, _, fs in os.walk(os.path.join(store, "data")) for f in fs)
+        deadline = time.monotonic() + 240
+        while not copying() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+        p.wait()
+    err = err.decode("utf-8", "replace")
+    assert p.returncode == 130, err
+    assert [ln for ln in err.splitlines() if "incubator" not in ln] == ["gravfs: interrupted"], err
+    deadline = time.monotonic() + 60  # the JVM's shutdown hooks may take a moment
+    while subprocess.run(["pgrep", "-s", str(p.pid)], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, "a process of the command outlived it"
+        time.sleep(0.2)
+    assert _head(store, state) == head
+    run_cli("spark", "import", src, "main", "--master", "local[2]", *SPARK_CONF,
+            store=store, state=state)
+    assert _head(store, state) != head
 
 
 def test_a_jvm_error_is_named_by_its_exception(spark):
