@@ -17,16 +17,17 @@ import os
 import stat
 import sys
 from datetime import datetime, timezone
-from typing import BinaryIO, Optional
+from typing import BinaryIO, Callable, Optional, TypeVar
 
 from gravfs import __version__
 from gravfs.data.external import is_external
-from gravfs.errors import CorruptDataError, GravfsError, NotFoundError, PathTypeError
+from gravfs.errors import ConflictError, CorruptDataError, GravfsError, NotFoundError, PathTypeError
 from gravfs.fs.paths import display, escape_key, show, to_key
 from gravfs.keyvalue import parse_pairs
 from gravfs.quoting import printable, quote
 
 log = logging.getLogger("gravfs.cli")
+T = TypeVar("T")
 
 
 def _store_url(args) -> str:
@@ -459,16 +460,28 @@ def cmd_diff(args) -> int:
     return 0
 
 
+def _listing_conflicts(run: Callable[[], T]) -> T:
+    """``run()``; on a conflict, every conflicting path on stdout, as status prints
+    paths (the error line shows ten): what a user resolves, or a script reads."""
+    try:
+        return run()
+    except ConflictError as exc:
+        for key in exc.keys:
+            print(f"conflict  {show(key)}")
+        raise
+
+
 def cmd_merge(args) -> int:
     repo = _repo(args)
-    c = repo.merge(args.source, args.dest, strategy=args.strategy, message=args.message)
+    c = _listing_conflicts(lambda: repo.merge(args.source, args.dest, strategy=args.strategy,
+                                              message=args.message))
     print(f"Merged {args.source} into {args.dest}: commit {_short(c.id)}")
     return 0
 
 
 def cmd_revert(args) -> int:
     repo = _repo(args)
-    c = repo.revert(args.branch, args.ref)
+    c = _listing_conflicts(lambda: repo.revert(args.branch, args.ref))
     print(f"Reverted {args.ref} on {args.branch}: commit {_short(c.id)}")
     return 0
 

@@ -335,8 +335,33 @@ def test_merge_conflict_names_are_quoted(cli, tmp_path):
     (tmp_path / "g").write_text("dev side")
     cli("put", str(tmp_path / "g"), "dev:c\nx")
     cli("commit", "dev", "-m", "dev side")
-    rc, _, err = cli("merge", "dev", "main", check=False)
+    rc, out, err = cli("merge", "dev", "main", check=False)
     assert rc == 6 and err.count("\n") == 1 and '"c\\nx"' in err
+    assert out == 'conflict  "c\\nx"\n'  # every conflicting path, one a line
+
+
+def test_merge_lists_every_conflict(cli, tmp_path):
+    """The error line names ten; stdout has them all, one a line, to resolve or script."""
+    (tmp_path / "f").write_text("base")
+    names = [f"d/f{i:02d}" for i in range(25)]
+    for n in names:
+        cli("put", str(tmp_path / "f"), f"main:{n}")
+    cli("commit", "main", "-m", "base")
+    cli("branch", "create", "dev")
+    for side in ("main", "dev"):
+        (tmp_path / "f").write_text(side)
+        for n in names:
+            cli("put", str(tmp_path / "f"), f"{side}:{n}")
+        cli("commit", side, "-m", side)
+    rc, out, err = cli("merge", "dev", "main", check=False)
+    assert rc == 6 and err.strip().endswith("d/f09 and 15 more"), err
+    assert out.splitlines() == [f"conflict  {n}" for n in names]
+    # a revert's conflicts too: main~1 changed what main changed again
+    (tmp_path / "f").write_text("again")
+    cli("put", str(tmp_path / "f"), "main:d/f03")
+    cli("commit", "main", "-m", "again")
+    rc, out, err = cli("revert", "main", "main~1", check=False)
+    assert rc == 6 and out == "conflict  d/f03\n", (out, err)
 
 
 def test_commands_that_write_a_branch_refuse_a_tag_or_a_commit(cli, tmp_path):
