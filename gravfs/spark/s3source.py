@@ -32,6 +32,7 @@ from gravfs.errors import GravfsError, NotFoundError
 from gravfs.fs.ownpaths import in_s3_store, s3_store_keys
 from gravfs.fs.entry import ADDRESS_FULL, KIND_FILE, EntryInfo, encode_entry, entry_identity
 from gravfs.spark.taskstore import task_store
+from gravfs.store.s3 import check_key_prefix
 from gravfs.spark.treejob import even_bounds
 from gravfs.version.committed.record import encode_value
 
@@ -57,6 +58,7 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     if p.scheme != "s3" or not p.netloc:
         raise GravfsError(f"{url}: not an S3 URL (expected s3://BUCKET/PREFIX)")
     prefix = p.path.lstrip("/")
+    check_key_prefix(p.netloc, prefix)
     if prefix and not prefix.endswith("/"):
         prefix += "/"
     return p.netloc, prefix

@@ -62,6 +62,19 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 _UNAVAILABLE_CODES = s3timeouts.TRANSIENT_CODES
 
 
+def check_key_prefix(bucket: str, prefix: str) -> None:
+    """A key prefix with an empty, '.' or '..' segment is refused: AWS keeps such keys as
+    they are, other servers refuse them (SeaweedFS: "Invalid Request" on every write) or
+    may clean the HTTP path (b/../x as bucket x); and pre//fix and pre/fix would be two
+    stores."""
+    segments = prefix.strip("/").split("/") if prefix.strip("/") else []
+    bad = next((seg for seg in segments if seg in ("", ".", "..")), None)
+    if bad is not None:
+        what = "an empty" if bad == "" else f"a {bad!r}"
+        raise GravfsError(f"s3://{bucket}/{prefix.lstrip('/')}: the prefix has {what} "
+                          "segment; name the prefix it means")
+
+
 class S3Store(ObjectStore):
     """Objects under ``s3://bucket/prefix``.
 
@@ -102,6 +115,7 @@ class S3Store(ObjectStore):
         if not _BUCKET_NAME.fullmatch(bucket):  # boto3 would refuse it as an internal error
             raise GravfsError(f"{bucket!r} is not an S3 bucket name (letters, digits, '.', "
                               "'-' and '_', at most 255)")
+        check_key_prefix(bucket, prefix)
         self._args = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""

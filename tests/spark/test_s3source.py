@@ -138,6 +138,8 @@ def test_s3_prefix_bad_input_commits_nothing(s3spark, s3_server, repo, objects):
     with pytest.raises(GravfsError, match="no objects under this prefix"):
         import_s3(s3spark, repo, f"s3://{s3_server.bucket}/nothing-here-{uuid.uuid4().hex}/",
                   "main")
+    with pytest.raises(GravfsError, match="the prefix has a '..' segment"):
+        import_s3(s3spark, repo, f"s3://{s3_server.bucket}/x/../y/", "main")
     assert repo.head("main", fresh=True) == head
 
 

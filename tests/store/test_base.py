@@ -383,6 +383,13 @@ def test_open_store_urls(tmp_path, monkeypatch):
     for bad in ["s3://b/p?endpoint=http://127.0.0.1:8333", "s3://b/p#x"]:
         with pytest.raises(GravfsError, match="takes no options"):
             open_store(bad)
+    # a server refuses such keys or cleans their HTTP path (b/../x as bucket x), and
+    # pre//fix is not pre/fix: refused before a request is sent
+    for bad, what in [("s3://b/../x", "a '..'"), ("s3://b/pre//fix", "an empty"),
+                      ("s3://b/./x", "a '.'")]:
+        with pytest.raises(GravfsError, match=f"the prefix has {what} segment"):
+            open_store(bad)
+    assert open_store("s3://b//x/").prefix == "x/"  # the ends' slashes are not segments
 
 
 def test_stores_pickle(store):
