@@ -546,7 +546,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gravfs",
         description="gravfs: a Git-like versioned filesystem for data lakes.",
         epilog="Refs are branch names, tags, commit ids or unique prefixes (>= 6 hex), "
-               "optionally followed by ~N. Store URLs: a local path, file://PATH, or s3://BUCKET/PREFIX.")
+               "optionally followed by ~N, ^ or ^N as in git. Store URLs: a local path, "
+               "file://PATH, or s3://BUCKET/PREFIX.")
     p.add_argument("--version", action="version", version=f"gravfs {__version__}")
 
     def add_globals(parser, default):

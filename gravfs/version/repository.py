@@ -41,7 +41,7 @@ from gravfs.version.staging.branchview import BranchLayers, branch_layers, commi
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_TILDE = re.compile(r"^(.*?)((?:~\d*)+)$")
+_ANCESTRY = re.compile(r"^(.*?)((?:[~^]\d*)+)$")  # REF~N, REF^, REF^N, chained
 DEFAULT_TIER_BYTES = 10 << 30
 # While the store cannot be reached, a repository with a head cache (the mount)
 # reads each branch at the head it read last, and asks the store again at most
@@ -174,26 +174,40 @@ class VersionRepository:
         self._heads_cache.pop(branch, None)
 
     def resolve(self, ref: str) -> RefTarget:
-        """Branch, tag, commit id or unique prefix, each optionally followed by ~N."""
-        m = _TILDE.match(ref)
-        back = 0
+        """Branch, tag, commit id or unique prefix, each optionally followed by ~N (N first
+        parents back), ^ (the first parent) or ^N (the N-th parent; ^0 the commit), as
+        in git, chained."""
+        m = _ANCESTRY.match(ref)
         whole = ref
         if m:
             ref = m.group(1)
-            for part in m.group(2).split("~")[1:]:
-                back += int(part) if part else 1
         target = self._resolve_plain(ref)
-        if back:
-            c = target.commit
-            for steps in range(back):
+        if not m:
+            return target
+        c = target.commit
+        walked = 0  # first parents from ref, while only ~ and ^ were taken
+        for op, num in re.findall(r"([~^])(\d*)", m.group(2)):
+            n = int(num) if num else 1
+            if op == "^" and n != 1:
+                if n == 0:
+                    continue
+                if len(c.parents) < n:
+                    raise NotFoundError(f"{whole}: commit {c.id[:12]} has "
+                                        f"{len(c.parents)} parent(s), not {n}")
+                c = self.commits.get(c.parents[n - 1])
+                walked = None
+                continue
+            for _ in range(n):
                 if not c.parents:
-                    # ~N follows first parents: steps + 1 commits on that line
-                    n = steps + 1
-                    raise NotFoundError(f"{whole}: history of {ref} has only {n} "
-                                        f"commit{'s' if n != 1 else ''}")
+                    if walked is None:
+                        raise NotFoundError(f"{whole}: commit {c.id[:12]} has no parent")
+                    # ~N follows first parents: walked + 1 commits on that line
+                    raise NotFoundError(f"{whole}: history of {ref} has only {walked + 1} "
+                                        f"commit{'s' if walked else ''}")
                 c = self.commits.get(c.parents[0])
-            return RefTarget(c)
-        return target
+                if walked is not None:
+                    walked += 1
+        return RefTarget(c)
 
     def _resolve_plain(self, ref: str) -> RefTarget:
         if not ref:

@@ -119,6 +119,19 @@ def test_tilde_past_the_root_counts_first_parents(repo):
     assert repo.resolve("short").commit.generation == 7
     with pytest.raises(NotFoundError, match=r"^short~3: history of short has only 3 commits$"):
         repo.resolve("short~3")
+    # git's ^: ^ and ^1 the first parent, ^2 the merged side, ^0 the commit itself
+    merge = repo.resolve("short").commit
+    assert repo.resolve("short^").commit.id == repo.resolve("short^1").commit.id \
+        == repo.resolve("short~1").commit.id == merge.parents[0]
+    assert repo.resolve("short^2").commit.id == merge.parents[1] == repo.head("side")
+    assert repo.resolve("short^0").commit.id == merge.id
+    assert repo.resolve("short^2~5").commit.id == repo.resolve("main~20").commit.id
+    assert repo.resolve("short^^").commit.id == repo.resolve("main~21").commit.id
+    with pytest.raises(NotFoundError, match=r"^short\^3: commit [0-9a-f]{12} has 2 "
+                                            r"parent\(s\), not 3$"):
+        repo.resolve("short^3")
+    with pytest.raises(NotFoundError, match=r"^short\^2~9: commit [0-9a-f]{12} has no parent$"):
+        repo.resolve("short^2~9")
 
 
 def test_ambiguous_prefix_is_reported(repo):
