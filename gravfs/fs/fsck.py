@@ -192,8 +192,8 @@ def _check_sources(repo, sources: set[Source], rep: FsckReport, progress: bool) 
     with progress_bar("checking by-reference sources", total=len(sources),
                       enabled=progress and bool(sources)) as bar, \
             ThreadPoolExecutor(SOURCE_CHECKERS, thread_name_prefix="gravfs-fsck") as pool:
-        for found in ordered_map(pool, check, sorted(sources, key=lambda s: (s.url, s.e_tag, s.size)),
-                                 16 * SOURCE_CHECKERS):
+        ordered = sorted(sources, key=lambda s: (s.url, s.e_tag, s.size))
+        for found in ordered_map(pool, check, ordered, 16 * SOURCE_CHECKERS):
             bar.advance()
             if found is not None:
                 rep.sources.append(found)

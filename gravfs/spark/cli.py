@@ -92,7 +92,7 @@ def cmd_spark_import(args, open_repo: Callable, split_ref_path: Callable) -> int
         log_file = None if args.verbose else spark_log_path(args.state_dir)
         t0 = time.monotonic()
         spark = start_session(args.master, conf, args.verbose, app_name="gravfs import",
-                              log_file=log_file)
+                              log_file=log_file, command=True)
         try:
             with stage_progress(spark.sparkContext, enabled=not args.json):
                 res = import_source(spark, repo, source, branch, prefix, args.message,

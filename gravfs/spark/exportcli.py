@@ -45,7 +45,8 @@ def _session(args, log_path: Callable, app: str, what: str) -> Iterator:
     from gravfs.spark.runtime import SparkJobError, parse_conf, start_session
     conf = parse_conf(args.conf)
     log_file = None if args.verbose else log_path(args.state_dir)
-    spark = start_session(args.master, conf, args.verbose, app_name=app, log_file=log_file)
+    spark = start_session(args.master, conf, args.verbose, app_name=app, log_file=log_file,
+                          command=True)
     try:
         with stage_progress(spark.sparkContext, enabled=not args.json):
             yield spark

@@ -115,7 +115,7 @@ def cmd_spark_gc(args, open_repo: Callable, log_path: Callable) -> int:
         log_file = None if args.verbose else log_path(args.state_dir)
         t0 = time.monotonic()
         spark = start_session(args.master, conf, args.verbose, app_name="gravfs gc",
-                              log_file=log_file)
+                              log_file=log_file, command=True)
         try:
             with stage_progress(spark.sparkContext, enabled=not args.json):
                 res = gc(spark, repo, dry_run=args.dry_run, min_age=min_age,

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from gravfs.errors import GravfsError
-from gravfs.threadmap import ordered_map
 from gravfs.fs.entry import encode_entry, entry_identity
 from gravfs.fs.importer import check_source, entry_of, own_dirs_under, scan
 from gravfs.fs.paths import show, to_key
@@ -39,6 +38,7 @@ from gravfs.spark.progress import counter
 from gravfs.spark.runtime import job_failed
 from gravfs.spark.taskstore import task_store
 from gravfs.spark.treejob import even_bounds, land_tree, write_tree
+from gravfs.threadmap import ordered_map
 from gravfs.version.committed.record import encode_value
 from gravfs.version.committer import Committer, NothingToCommitError
 from gravfs.version.refs.commits import Commit

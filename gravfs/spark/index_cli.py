@@ -33,7 +33,7 @@ def cmd_spark_index(args, open_repo: Callable, spark_log_path: Callable) -> int:
         log_file = None if args.verbose else spark_log_path(args.state_dir)
         t0 = time.monotonic()
         spark = start_session(args.master, conf, args.verbose, app_name="gravfs index",
-                              log_file=log_file)
+                              log_file=log_file, command=True)
         try:
             with stage_progress(spark.sparkContext, enabled=not args.json):
                 res = build_index(spark, repo, plan=plan)

@@ -22,7 +22,8 @@ local Parquet file): measured faster here than Spark's own readers, which
 would also need Hadoop's S3 connector for ``s3://`` files. A row that does not
 parse (a missing field, a size or date that is not one) fails the import with
 the file named. ``key_prefix`` (a folder: '/' is added) keeps the rows whose
-key starts with it, their paths relative to it. Keys ending in '/' (folder objects) are skipped.
+key starts with it, their paths relative to it. Keys ending in '/' (folder
+objects) are skipped.
 
 The inventory of a versioned bucket lists every version of a key and its delete
 markers, with columns ``is_latest`` and ``is_delete_marker``: where they are,

@@ -119,11 +119,14 @@ def _scratch() -> str:
 
 
 def start_session(master: Optional[str] = None, conf: Iterable[tuple[str, str]] = (),
-                  verbose: int = 0, app_name: str = "gravfs", log_file: Optional[str] = None):
+                  verbose: int = 0, app_name: str = "gravfs", log_file: Optional[str] = None,
+                  command: bool = False):
     """A SparkSession for gravfs's jobs (see the module doc); raises SparkStartError.
 
     ``log_file``: Spark's log goes there instead of stderr (the CLI's terminal
     keeps gravfs's own lines only; a failed task's traceback is in the file).
+    ``command``: the session of one CLI command, which takes Ctrl-C from PySpark
+    (``_take_interrupts``); a notebook's or a library user's session keeps PySpark's.
     """
     master = master or DEFAULT_MASTER
     check_master(master)
@@ -150,14 +153,16 @@ def start_session(master: Optional[str] = None, conf: Iterable[tuple[str, str]] 
     for k, v in given.items():
         builder = builder.config(k, v)
     log.info("starting Spark (master %s)", master)
-    _quiet_py4j(verbose)
+    command = command and threading.current_thread() is threading.main_thread()
+    if command:
+        _quiet_py4j(verbose)
     try:
         spark = builder.getOrCreate()
     except Exception as exc:  # py4j/pyspark raise many kinds; all mean "did not start"
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise SparkStartError(f"Spark did not start (master {master}): {first[:300]}") from exc
     spark.sparkContext.setLogLevel(level)
-    if threading.current_thread() is threading.main_thread():
+    if command:
         _take_interrupts(spark.sparkContext)
     if not is_local(master):
         ship_package(spark)
@@ -182,7 +187,8 @@ _interrupted = threading.Event()
 
 def landed() -> None:
     """The job's result is in place (a commit landed): an interrupt from now on no longer
-    stops the command, which would report it interrupted when it was not undone."""
+    stops the command, which would report it interrupted when it was not undone (a
+    command's session only: see start_session)."""
     _landed.set()
 
 
@@ -224,7 +230,8 @@ def ship_package(spark) -> str:
 
 _PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): (.+)$")
 # a JVM exception in py4j's text: ": org.apache.hadoop.fs.UnsupportedFileSystemException: ..."
-_JAVA_ERROR = re.compile(r"^(?::\s*|Caused by:\s*)?(?:[a-z_]\w*\.)+([A-Z]\w*(?:Exception|Error)): (.+)$")
+_JAVA_ERROR = re.compile(
+    r"^(?::\s*|Caused by:\s*)?(?:[a-z_]\w*\.)+([A-Z]\w*(?:Exception|Error)): (.+)$")
 
 
 def job_failed(exc: BaseException, what: str) -> BaseException:

@@ -32,8 +32,8 @@ from gravfs.errors import GravfsError, NotFoundError
 from gravfs.fs.ownpaths import in_s3_store, s3_store_keys
 from gravfs.fs.entry import ADDRESS_FULL, KIND_FILE, EntryInfo, encode_entry, entry_identity
 from gravfs.spark.taskstore import task_store
-from gravfs.store.s3 import check_key_prefix
 from gravfs.spark.treejob import even_bounds
+from gravfs.store.s3 import check_key_prefix
 from gravfs.version.committed.record import encode_value
 
 log = logging.getLogger(__name__)
