@@ -452,3 +452,24 @@ def test_a_commit_to_a_read_only_store_names_the_store_and_keeps_the_staging(cli
     assert "added  f" in cli("status", "main")[1]
     cli("commit", "main", "-m", "m")
     assert cli("cat", "main:f")[1] == "staged"
+
+
+def test_ls_lists_a_page_at_a_time_as_one_listing(tmp_path, monkeypatch):
+    """Pages of LS_PAGE names give what one listing gives, also when a page ends between
+    a file and a directory of one name (object-store data: listed once, as the
+    directory)."""
+    from gravfs import cli as cli_module
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
+    from gravfs.fs.repository import Repository
+
+    with Repository.init(str(tmp_path / "store"), str(tmp_path / "state")) as repo:
+        a, n = repo.data.put_bytes(b"x")
+        e = EntryInfo(address=a, size=n, mtime_ns=1, kind=KIND_FILE)
+        keys = [b"d/%02d" % i for i in range(9)] + [b"d/04/in", b"d/07/in", b"d/zz"]
+        repo.stage("main", [(k, e) for k in keys])
+        whole = [(x.kind, x.fs_name) for x in repo.list_dir("main", "d")]
+        assert ("dir", b"04") in whole and ("file", b"04") not in whole
+        for page in (1, 2, 3, 4, 5, 100):
+            monkeypatch.setattr(cli_module, "LS_PAGE", page)
+            got = [(x.kind, x.fs_name) for x in cli_module._listing(repo, "main", "d")]
+            assert got == whole, page
