@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from gravfs.errors import GravfsError
+from gravfs.store.endpoint import check_endpoint
 
 # mount(8)/fstab options that mean nothing to a FUSE daemon.
 IGNORED = {"defaults", "auto", "noauto", "user", "users", "nouser", "owner", "group", "nofail",
@@ -84,7 +85,9 @@ def parse(opts: list[str]) -> MountOptions:
                 out.fuse.add("ro")
             elif name == "debug":
                 out.debug = True
-            elif name in ("branch", "store", "state_dir", "log_file", "s3_endpoint") and eq:
+            elif name == "s3_endpoint" and eq:
+                out.s3_endpoint = check_endpoint(value, "-o s3_endpoint")
+            elif name in ("branch", "store", "state_dir", "log_file") and eq:
                 setattr(out, name, value)
             elif name in ("poll", "attr_timeout", "head_ttl", "s3_connect_timeout", "s3_read_timeout",
                           "s3_timeout") and eq:

@@ -40,6 +40,7 @@ from botocore.config import Config
 
 from gravfs.errors import GravfsError, NotFoundError, PreconditionFailedError, StoreUnavailableError
 from gravfs.store import s3timeouts
+from gravfs.store.endpoint import resolve_endpoint
 from gravfs.store.base import ObjectInfo, ObjectStore, check_key, ordered_walk
 from gravfs.store.s3timeouts import Deadline, DeadlineExceeded, S3Timeouts
 
@@ -120,7 +121,7 @@ class S3Store(ObjectStore):
         self.bucket = bucket
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
-        self.endpoint_url = endpoint_url or os.environ.get("GRAVFS_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL") or None
+        self.endpoint_url = resolve_endpoint(endpoint_url)
         self.timeouts = S3Timeouts.resolve(connect=connect_timeout, read=read_timeout,
                                            operation=timeout, max_attempts=max_attempts)
         self.max_attempts = self.timeouts.max_attempts

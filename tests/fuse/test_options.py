@@ -25,6 +25,8 @@ def test_numbers_and_flags():
     ("s3_timeout=0", "must be more than 0"),
     ("meta_cache_mb", "unknown mount option"),
     ("bogus=1", "unknown mount option"),
+    ("s3_endpoint=127.0.0.1:8333", "is not an endpoint URL"),  # boto3: an internal error
+    ("s3_endpoint=http://h:port", "has a port that is not a number"),
 ])
 def test_bad_values_are_clear_errors(bad, needle):
     with pytest.raises(GravfsError, match=needle):
