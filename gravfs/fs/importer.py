@@ -46,7 +46,7 @@ from gravfs.version.staging.area import PUTS, new_token, staged_value
 log = logging.getLogger(__name__)
 
 BATCH = 5000
-AHEAD = 16  # files a worker may have uploaded ahead of staging (gravfs.threadmap)
+AHEAD = BATCH  # files uploaded ahead of staging: the workers keep on while a batch is staged
 SMALL_FILE = 256 << 10  # read into memory whole (one open instead of two)
 READ_TRIES = 3  # reads of a file that changes while it is read (put_steady)
 BATCH_SECONDS = 2.0  # stage what is uploaded at least this often: a killed import resumes there
@@ -266,7 +266,7 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
             bar.advance(reused_bytes)
             batch: list = []
             flushed = time.monotonic()
-            for key, entry in ordered_map(pool, entry_for, todo, workers * AHEAD):
+            for key, entry in ordered_map(pool, entry_for, todo, AHEAD):
                 batch.append((key, entry))
                 if entry.kind == KIND_FILE:
                     bar.advance(entry.size)
