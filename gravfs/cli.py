@@ -80,9 +80,17 @@ def _typed(path: str) -> str:
     return quote(path.encode("utf-8", "surrogateescape"))
 
 
+def _binary(stream, what: str) -> BinaryIO:
+    """The bytes of standard input or output; a closed one (``<&-``, ``>&-``: Python
+    has no stream then) is an error saying so, not an internal one."""
+    if stream is None:
+        raise GravfsError(f"standard {what} is closed")
+    return stream.buffer
+
+
 def _write_z(records) -> None:
     """``-z`` output: each record (bytes) ends with a NUL, names are not quoted."""
-    out = sys.stdout.buffer
+    out = _binary(sys.stdout, "output")
     for r in records:
         out.write(r + b"\0")
     out.flush()
@@ -184,7 +192,7 @@ def cmd_put(args) -> int:
                 raise PathTypeError(f"{_typed(path)}: not a directory", errno.ENOTDIR)
         path += os.path.basename(os.path.abspath(args.local))
     if args.local == "-":
-        e = repo.write_file(branch, path, sys.stdin.buffer)
+        e = repo.write_file(branch, path, _binary(sys.stdin, "input"))
     else:
         try:  # (a dangling link is missing too, as open(2) finds it)
             st = os.stat(args.local)
@@ -217,7 +225,7 @@ def cmd_cat(args) -> int:
     if node.kind == "symlink":
         raise GravfsError(f"{node.shown}: is a symbolic link to "
                           f"{_typed(node.entry.symlink_target)}")
-    out = _Stdout(sys.stdout.buffer)
+    out = _Stdout(_binary(sys.stdout, "output"))
     repo.copy_out(node, out)
     out.flush()
     return 0

@@ -473,3 +473,19 @@ def test_ls_lists_a_page_at_a_time_as_one_listing(tmp_path, monkeypatch):
             monkeypatch.setattr(cli_module, "LS_PAGE", page)
             got = [(x.kind, x.fs_name) for x in cli_module._listing(repo, "main", "d")]
             assert got == whole, page
+
+
+def test_closed_standard_input_or_output_is_said(cli, tmp_path):
+    """``put - <&-`` and ``cat >&-``: Python has no stream then (an internal error was
+    printed); nothing is staged."""
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state)
+    (tmp_path / "f").write_text("x")
+    cli("put", str(tmp_path / "f"), "main:f")
+    for args, fd, what in ((["put", "-", "main:g"], 0, "input"), (["cat", "main:f"], 1, "output"),
+                           (["ls", "-z", "main"], 1, "output")):
+        p = subprocess.run([sys.executable, "-m", "gravfs.cli", *args], env=env,
+                           stderr=subprocess.PIPE, preexec_fn=lambda fd=fd: os.close(fd),
+                           timeout=120)
+        assert (p.returncode, p.stderr.decode()) == (1, f"gravfs: standard {what} is closed\n")
+    assert cli("status", "main")[1] == "   added  f\n"
