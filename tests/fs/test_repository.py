@@ -748,3 +748,19 @@ def test_old_compacted_staging_whose_tree_gc_took_is_not_committed(store_target,
             repo.commit("main", "late")
         repo.reset("main")
         assert repo.status("main") == []
+
+
+def test_a_listing_page_is_full_where_a_name_is_both_file_and_directory(repo):
+    """A page of ``limit`` names unless the directory ends (readers take a shorter one
+    for the end): the file a directory of the same name hides does not count."""
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
+    a, n = repo.data.put_bytes(b"x")
+    e = EntryInfo(address=a, size=n, mtime_ns=1, kind=KIND_FILE)
+    repo.stage("main", [(b"d/%02d" % i, e) for i in range(20)] + [(b"d/03/in", e),
+                                                                  (b"d/05/in", e)])
+    whole = repo.list_dir("main", "d")
+    assert [x.fs_name for x in whole] == [b"%02d" % i for i in range(20)]
+    page = repo.list_dir("main", "d", None, 10)
+    assert [x.fs_name for x in page] == [b"%02d" % i for i in range(10)]
+    assert [x.kind for x in page[3:6]] == ["dir", "file", "dir"]
+

@@ -828,6 +828,28 @@ def test_creates_in_a_new_directory_and_listing_agree(gravfs_mount):
 # -- keys another writer made (issue 9) -----------------------------------------------------
 
 
+def test_a_name_both_file_and_directory_leaves_no_name_out_of_a_listing(gravfs_mount):
+    """Object-store data: d/0050 and d/0050/in. The directory is listed, once, and every
+    other name too: readdir took a batch shortened by the file it drops for its end (511
+    of 1,000 names listed)."""
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
+    from gravfs.fs.repository import Repository
+    m = gravfs_mount
+    other = Repository.open(m.store, os.path.join(m.base, "other-writer"))
+    try:
+        a, n = other.data.put_bytes(b"x")
+        e = EntryInfo(address=a, size=n, mtime_ns=1, kind=KIND_FILE)
+        other.stage("main", [(b"d/%04d" % i, e) for i in range(1000)] + [(b"d/0050/in", e)])
+        cid = other.commit("main", "imported").id
+    finally:
+        other.close()
+    for root in (m.path("commits", cid, "d"), m.branch_path("d")):
+        wait_for(lambda: os.path.isdir(root))
+        names = os.listdir(root)
+        assert sorted(names) == ["%04d" % i for i in range(1000)], root
+        assert os.listdir(os.path.join(root, "0050")) == ["in"]
+
+
 def test_foreign_keys_list_escaped_and_read_through_the_mount(gravfs_mount):
     """A listing never fails over keys gravfs would refuse (they made `ls` fail with EIO
     and nothing logged): each one is shown under its escaped name, reads back, is
