@@ -48,3 +48,23 @@ def in_s3_store(store_url: str, bucket: str, key_prefix: str) -> bool:
     """Whether keys under ``s3://bucket/key_prefix`` are the S3 store's own."""
     own = s3_store_keys(store_url)
     return own is not None and own[0] == bucket and key_prefix.startswith(own[1])
+
+
+def owner_of(store_url: str, state_dir: str, url: str) -> Optional[str]:
+    """What of the repository's own ``url`` is in (a path, ``file://PATH``, or an
+    ``s3://``, ``s3a://`` or ``s3n://`` prefix): "this repository's store (...)",
+    "gravfs's state directory (...)"; None for a place that is not the repository's.
+    Where an export or a table is written: never there."""
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme in ("s3", "s3a", "s3n"):
+        bucket, _, key = url.split("://", 1)[1].partition("/")
+        key = key.strip("/")
+        if in_s3_store(store_url, bucket, key + "/" if key else ""):
+            return f"this repository's store ({store_url})"
+        return None
+    if scheme not in ("", "file"):
+        return None
+    real = os.path.realpath(url[len("file://"):] if scheme else url)
+    return next((what for base, what in own_dirs(store_url, state_dir) if within(real, base)),
+                None)
+

@@ -39,7 +39,7 @@ from gravfs.data.objects import digest_of
 from gravfs.data.sparse import is_sparse
 from gravfs.errors import GravfsError
 from gravfs.fs.entry import ADDRESS_FULL, EntryInfo, decode_entry
-from gravfs.fs.ownpaths import in_s3_store, own_dirs, within
+from gravfs.fs.ownpaths import owner_of
 from gravfs.fs.paths import escape_key, show, split_last
 from gravfs.fs.repository import KIND_NAMES
 from gravfs.spark.treediff import DiffPlan, Segment, plan, segment_diffs
@@ -114,13 +114,10 @@ def check_export(repo, ref: str, dest_url: str, since: Optional[str] = None) -> 
             raise GravfsError(f"{ref} holds a top-level {name!r}, a name the export uses for "
                               "its own files")
     dest = open_dest(dest_url)
-    if dest.kind == "dir":
-        for real, what in own_dirs(repo.store.url, repo.workspace.state_dir):
-            if within(os.path.realpath(dest.root), real):
-                raise GravfsError(f"cannot export into {dest.root}: it is in {what}")
-    elif in_s3_store(repo.store.url, dest.bucket, dest.prefix):
-        raise GravfsError(f"cannot export into {dest_url}: it is in this repository's store "
-                          f"({repo.store.url})")
+    what = owner_of(repo.store.url, repo.workspace.state_dir, dest_url)
+    if what is not None:
+        raise GravfsError(f"cannot export into {dest.root if dest.kind == 'dir' else dest_url}: "
+                          f"it is in {what}")
     dest.check()
     job = ExportJob(ref, commit, dest_url, since_id)
     success = _read_json(dest, SUCCESS)

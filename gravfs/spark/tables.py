@@ -25,7 +25,7 @@ from typing import Iterator, Optional
 from gravfs.errors import GravfsError
 from gravfs.fs.entry import (ADDRESS_BY_PREFIX_DEPRECATED, ADDRESS_FULL, ADDRESS_RELATIVE,
                              decode_entry)
-from gravfs.fs.ownpaths import in_s3_store, own_dirs, within
+from gravfs.fs.ownpaths import owner_of
 from gravfs.fs.paths import MAX_NAME_BYTES, show
 from gravfs.fs.repository import KIND_NAMES, Repository
 from gravfs.spark.taskstore import task_store
@@ -214,12 +214,10 @@ def out_mode(repo, out: str) -> str:
     next import would take the table for theirs)."""
     if not out:
         raise GravfsError("no output directory given (--out DIR)")
+    what = owner_of(repo.store.url, repo.workspace.state_dir, out)
+    if what is not None:
+        raise GravfsError(f"cannot write entries into {out}: it is in {what}")
     scheme = out.split("://", 1)[0] if "://" in out else ""
-    if scheme in ("s3", "s3a", "s3n"):
-        bucket, _, key = out.split("://", 1)[1].partition("/")
-        if in_s3_store(repo.store.url, bucket, key.rstrip("/") + "/"):
-            raise GravfsError(f"cannot write entries into {out}: it is in this repository's "
-                              f"store ({repo.store.url})")
     if scheme == "s3":
         from gravfs.spark.s3parquet import check_empty
         check_empty(out)
@@ -227,9 +225,6 @@ def out_mode(repo, out: str) -> str:
     if scheme not in ("", "file"):
         return "errorifexists"  # another file system: Spark checks
     path = out[len("file://"):] if scheme else out
-    for real, what in own_dirs(repo.store.url, repo.workspace.state_dir):
-        if within(os.path.realpath(path), real):
-            raise GravfsError(f"cannot write entries into {out}: it is in {what}")
     if not os.path.exists(path):
         return "errorifexists"
     if not os.path.isdir(path) or os.listdir(path):
