@@ -185,3 +185,29 @@ def test_an_upload_whose_tier_copy_fails_still_ends(tmp_path, s3_store, monkeypa
     assert objects.upload_pending(address)
     assert not os.path.exists(pending) and s3_store.get(address) == data
     assert "could not keep it in the local tier: tier index broken" in caplog.text
+
+
+def test_the_uploader_makes_the_pending_subdirectories_ahead(tmp_path):
+    """A close moves its file into pending/<2 hex digits>/: the 256 directories are
+    made by a thread when the uploader starts, not by the first closes, and a put
+    still works whatever that thread has done so far."""
+    import time
+
+    store = LocalStore(str(tmp_path / "store"), fsync=False)
+    objects = _pending_objects(tmp_path, store)
+    objects.start_uploader(workers=1)
+    try:
+        local = str(tmp_path / "local")
+        with open(local, "wb") as f:
+            f.write(b"x" * 100)
+        address, _ = objects.put_pending(local)
+        deadline = time.monotonic() + 30
+        while len(os.listdir(objects.pending_dir)) < 256 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        subs = sorted(os.listdir(objects.pending_dir))
+        assert subs == ["%02x" % i for i in range(256)]
+        assert all(os.stat(os.path.join(objects.pending_dir, s)).st_mode & 0o777 == 0o700
+                   for s in subs)
+    finally:
+        objects.stop_uploader()
+    assert store.get(address) == b"x" * 100
