@@ -9,6 +9,12 @@ Modes (``modes``): objects are 0600 in 0700 directories, and a root created
 here is 0700; a root with the set-group-ID bit shares the store with its group.
 Opening a store tightens its top directories (``data``, ``_gravfs``) if an
 older gravfs left them open to others.
+
+A store that held a repository when it was opened (its ``_gravfs`` directory) and
+has lost it since (the directory moved or deleted, the disk under it unmounted) is
+unavailable, not empty: reads raise StoreUnavailableError rather than "not found"
+(which would tell the mount every branch was deleted), and writes never make the
+directory again (a new, empty store on the disk below a mount point).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gravfs.cleanup import unlink_quiet
-from gravfs.errors import GravfsError, NotFoundError, PreconditionFailedError
+from gravfs.errors import GravfsError, NotFoundError, PreconditionFailedError, StoreUnavailableError
 from gravfs.faults import crash_point
 from gravfs.store import modes
 from gravfs.store.base import RESERVED_PREFIX, ObjectInfo, ObjectStore, check_key, ordered_walk
@@ -39,6 +45,7 @@ _TMP = RESERVED_PREFIX + "tmp."
 _LOCK = RESERVED_PREFIX + "lock."
 _CHUNK = 1 << 20
 _TOP_DIRS = ("data", "_gravfs")
+_MARK = "_gravfs"  # every repository's store has it (refs, settings)
 
 
 class LocalStore(ObjectStore):
@@ -50,6 +57,8 @@ class LocalStore(ObjectStore):
         self.url = "file://" + self.root
         self._fsync = fsync
         self._modes: tuple[int, int] | None = None  # (directory, file) modes, see _entry_modes
+        self._mark = os.path.join(self.root, _MARK)
+        self._held_repository = os.path.isdir(self._mark)  # see the module doc
         if os.path.isdir(self.root):
             self._entry_modes()
 
@@ -62,8 +71,18 @@ class LocalStore(ObjectStore):
         d, name = os.path.split(path)
         return os.path.join(d, f"{_TMP}{name}.{os.getpid()}.{uuid.uuid4().hex[:12]}")
 
-    def _missing(self, key: str) -> NotFoundError:
+    def _missing(self, key: str) -> GravfsError:
+        """The error for a key that is not there (the store's own, if it is gone)."""
+        self._check_there()
         return NotFoundError(f"object {key} not found in {self.url}")
+
+    def _check_there(self) -> None:
+        """Raise StoreUnavailableError if the repository this store held is gone."""
+        if self._held_repository and not os.path.isdir(self._mark):
+            raise StoreUnavailableError(
+                f"the store {self.root} is gone: its {_MARK} directory is missing (moved or "
+                "deleted, or the disk it is on is not mounted); nothing is read from or "
+                "written to it until it is back")
 
     # --- reads ---------------------------------------------------------------
 
@@ -114,6 +133,7 @@ class LocalStore(ObjectStore):
         try:
             st = os.stat(self._path(key))
         except (FileNotFoundError, NotADirectoryError):
+            self._check_there()
             return None
         return None if stat.S_ISDIR(st.st_mode) else st.st_size
 
@@ -147,6 +167,7 @@ class LocalStore(ObjectStore):
 
     def _make_dirs(self, d: str) -> None:
         """``d`` and its missing parents in the store with the store's directory mode."""
+        self._check_there()
         if not os.path.isdir(self.root):
             os.makedirs(os.path.dirname(self.root), exist_ok=True)  # outside the store: as usual
             modes.make_dir(self.root)  # a root created here is private
@@ -305,6 +326,7 @@ class LocalStore(ObjectStore):
         try:
             os.unlink(path)
         except FileNotFoundError:
+            self._check_there()  # (a gone store deletes nothing: say so)
             return
         except IsADirectoryError:
             return
@@ -316,7 +338,11 @@ class LocalStore(ObjectStore):
             path = self._path(key)
             try:
                 os.unlink(path)
-            except (FileNotFoundError, IsADirectoryError):
+            except FileNotFoundError:
+                if not dirs:
+                    self._check_there()
+                continue
+            except IsADirectoryError:
                 continue
             dirs.add(path)
         for path in {os.path.dirname(p): p for p in dirs}.values():
@@ -327,6 +353,7 @@ class LocalStore(ObjectStore):
         try:
             st = os.stat(self._path(key))
         except (FileNotFoundError, NotADirectoryError):
+            self._check_there()
             return None
         return None if stat.S_ISDIR(st.st_mode) else ObjectInfo(key, st.st_size, st.st_mtime)
 
@@ -334,6 +361,7 @@ class LocalStore(ObjectStore):
         try:
             os.utime(self._path(key))
         except (FileNotFoundError, NotADirectoryError):
+            self._check_there()
             return False
         return True
 
@@ -368,6 +396,7 @@ class LocalStore(ObjectStore):
         try:
             it = os.scandir(d)
         except (FileNotFoundError, NotADirectoryError):
+            self._check_there()
             return
         with it:
             for entry in it:

@@ -14,7 +14,9 @@ import json
 import logging
 import os
 import secrets
+import time
 from dataclasses import asdict, dataclass, field
+from typing import Optional
 
 from gravfs import hashing
 from gravfs.errors import CorruptDataError, GravfsError
@@ -24,6 +26,7 @@ from gravfs.store.modes import PRIVATE_FILE, make_dir, private_dir
 log = logging.getLogger(__name__)
 
 REPO_JSON = "_gravfs/repo.json"
+REPO_ID_FILE = "repo-id"  # in a workspace: the repository it holds the state of
 FORMAT_VERSION = 1
 
 
@@ -92,6 +95,10 @@ def default_state_dir() -> str:
     return os.path.join(base, "gravfs")
 
 
+def _workspace_name(store_url: str) -> str:
+    return hashing.hexdigest(store_url.encode())[:16]
+
+
 def _same_local_store(repos: str, store_url: str) -> str | None:
     """A workspace in ``repos`` whose store-url marker names the same local store by
     another path; with several, the first by name, and a warning naming the others (their
@@ -106,6 +113,8 @@ def _same_local_store(repos: str, store_url: str) -> str | None:
     real = os.path.realpath(path)
     hits = []
     for name in names:
+        if "." in name:  # set aside (Workspace.set_aside): an earlier repository's
+            continue
         try:
             with open(os.path.join(repos, name, "store-url")) as f:
                 other = local_path(f.read().strip())
@@ -132,7 +141,7 @@ class Workspace:
         path: see LocalStore), made on first use; or the one made for the same local
         store under another URL (a path through a symlink, before URLs were real paths),
         so every name of a store shares one staging."""
-        name = hashing.hexdigest(store_url.encode())[:16]
+        name = _workspace_name(store_url)
         state_dir = os.path.abspath(state_dir)
         make_dir(state_dir)  # a new state dir is private; an existing one is left as it is
         repos = private_dir(os.path.join(state_dir, "repos"))
@@ -147,6 +156,55 @@ class Workspace:
             with open(fd, "w") as f:
                 f.write(store_url + "\n")
         return cls(root)
+
+    @classmethod
+    def find(cls, state_dir: str, store_url: str) -> Optional["Workspace"]:
+        """The workspace of ``store_url`` if this host has one (nothing is made): a
+        repository was opened there before."""
+        repos = os.path.join(os.path.abspath(state_dir), "repos")
+        root = os.path.join(repos, _workspace_name(store_url))
+        if os.path.isdir(root):
+            return cls(root)
+        other = _same_local_store(repos, store_url)
+        return None if other is None else cls(other)
+
+    @classmethod
+    def set_aside(cls, state_dir: str, store_url: str) -> Optional[str]:
+        """Rename this host's workspace of ``store_url``, if it has one, out of the way of
+        a new repository there (init): its staging and cache are an earlier
+        repository's, whose commits the new one does not have. Returns the new name."""
+        ws = cls.find(state_dir, store_url)
+        if ws is None:
+            return None
+        aside = "%s.earlier-%s" % (ws.root, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+        n = 1
+        while os.path.lexists(aside + ("" if n == 1 else f".{n}")):
+            n += 1
+        aside += "" if n == 1 else f".{n}"
+        os.rename(ws.root, aside)
+        return aside
+
+    def claim(self, repo_id: str, store_url: str) -> None:
+        """Record which repository this workspace holds the state of (a workspace made
+        before this was recorded is taken to be the store's); refuse one whose
+        repository was replaced by a new one at the same URL meanwhile."""
+        path = os.path.join(self.root, REPO_ID_FILE)
+        try:
+            with open(path) as f:
+                held = f.read().strip()
+        except FileNotFoundError:
+            held = None
+        if held is None:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
+            with open(fd, "w") as f:
+                f.write(repo_id + "\n")
+            return
+        if held != repo_id:
+            raise GravfsError(
+                f"this host's workspace {self.root} holds the state of an earlier repository "
+                f"at {store_url} (a new one was made there since, by 'gravfs init'); its "
+                "staged changes do not apply to this one: move it away (it is kept for "
+                "you to copy from) and run the command again")
 
     @property
     def state_dir(self) -> str:

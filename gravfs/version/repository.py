@@ -60,6 +60,19 @@ class RefTarget:
         return self.branch or self.commit.id[:12]
 
 
+def _no_repository(url: str, state_dir: Optional[str]) -> GravfsError:
+    """No repository at url: never made (run init), or gone from where this host's
+    workspace saw it (moved, deleted, a disk not mounted), where init would make a new,
+    empty one under the old staging."""
+    ws = Workspace.find(state_dir or default_state_dir(), url)
+    if ws is None:
+        return NotFoundError(f"no gravfs repository at {url} (run 'gravfs init')")
+    return StoreUnavailableError(
+        f"no gravfs repository at {url}, where this host had one (its workspace {ws.root} "
+        "is kept): was the store moved or deleted, or is the disk it is on not mounted? "
+        "Make it reachable again; 'gravfs init' would start a new, empty repository")
+
+
 class VersionRepository:
     def __init__(self, store, state_dir: Optional[str] = None,
                  tier_bytes: int = DEFAULT_TIER_BYTES, head_ttl: float = 0.0,
@@ -71,9 +84,10 @@ class VersionRepository:
         try:
             raw = store.get(REPO_JSON)
         except NotFoundError:
-            raise NotFoundError(f"no gravfs repository at {store.url} (run 'gravfs init')") from None
+            raise _no_repository(store.url, state_dir) from None
         self.settings = RepoSettings.from_json(raw)
         self.workspace = Workspace.for_store(state_dir or default_state_dir(), store.url)
+        self.workspace.claim(hashing.hexdigest(raw)[:32], store.url)  # (repo.json never changes)
         self.tier = LocalTier(store, self.workspace.cache, tier_bytes)
         self.committed = CommittedManager(store, self.tier, self.settings.ranges.policy(),
                                           compression=self.settings.compression,
@@ -112,6 +126,10 @@ class VersionRepository:
                               "needs a directory or S3 prefix of its own")
         if not store.put_if_absent(REPO_JSON, settings.to_json()):
             raise AlreadyExistsError(f"a gravfs repository already exists at {store.url}")
+        aside = Workspace.set_aside(state_dir or default_state_dir(), store.url)
+        if aside is not None:
+            log.warning("this host's workspace for %s held an earlier repository's state "
+                        "there (staged changes, cache); it is kept as %s", store.url, aside)
         repo = cls(store, state_dir, **kw)
         root = repo.commits.put(Commit(EMPTY_METARANGE_ID, (), "Repository created",
                                        default_author(), time.time_ns(), 0, {}))

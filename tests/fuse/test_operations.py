@@ -1930,3 +1930,42 @@ def test_open_files_show_in_listings_and_lookups_while_others_write(gravfs_mount
     assert not problems, problems[:5]
     assert os.path.getsize(os.path.join(d, "held-059")) == 59
     m.assert_clean_log()
+
+
+def test_a_local_store_moved_away_while_mounted_is_an_outage_not_a_deletion(tmp_path):
+    """The store's directory goes away under a mount (moved, its disk unmounted): every
+    branch read as deleted, so the branch vanished from the mount and a new file's
+    create said ENOENT. Now the branch stays (as last read), what needs the store fails
+    with EIO, the store's directory is not made again, and once it is back the mount
+    goes on as before."""
+    if not fuse_available():
+        pytest.fail("/dev/fuse is not usable: these tests need real FUSE mounts")
+    base = str(tmp_path / "m")
+    m = Mount(base, store=os.path.join(base, "disk", "store")).init()
+    try:
+        m.mount(options=["head_ttl=0.2", "poll=0.2"])
+        _write(m.branch_path("before"), b"committed")
+        m.commit()
+        os.rename(os.path.join(base, "disk"), os.path.join(base, "away"))
+        with open("/proc/sys/vm/drop_caches", "w") as f:  # lookups reach the daemon
+            f.write("2")
+        time.sleep(1.0)  # past the head cache, and the watcher's polls
+        assert os.path.isdir(m.branch_path())
+        # (a local store's committed ranges are read in place: a new name cannot be
+        # checked against them while the store is away)
+        assert _errno(_write, m.branch_path("during"), b"x") == errno.EIO
+        time.sleep(1.0)  # the watcher's polls, which used to find the branch deleted
+        assert os.path.isdir(m.branch_path())
+        assert not os.path.exists(os.path.join(base, "disk"))
+        log = m.log_text()
+        assert "is gone: its _gravfs directory is missing" in log
+        assert "head deleted" not in log
+        os.rename(os.path.join(base, "away"), os.path.join(base, "disk"))
+        _write(m.branch_path("after"), b"written once it was back")
+        cid = m.commit()
+        assert _read(m.path("commits", cid, "after")) == b"written once it was back"
+        assert _read(m.path("commits", cid, "before")) == b"committed"
+    finally:
+        if os.path.isdir(os.path.join(base, "away")):
+            os.rename(os.path.join(base, "away"), os.path.join(base, "disk"))
+        m.cleanup()

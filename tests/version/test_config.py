@@ -6,6 +6,8 @@ import io
 import logging
 import os
 
+import pytest
+
 from gravfs import hashing
 from gravfs.fs.repository import Repository
 from tests.repo_util import small_settings
@@ -60,3 +62,67 @@ def test_a_workspace_made_under_another_name_is_found(tmp_path, caplog):
             assert r.workspace.root == other
     assert any("all belong to the store" in m.getMessage() and old in m.getMessage()
                for m in caplog.records)
+
+
+def test_init_sets_an_earlier_repositorys_workspace_aside(tmp_path, caplog):
+    """A store deleted and made again by init: this host's workspace held the old
+    repository's staging (a file whose object and base commit the new one does not
+    have: 'commit ... not found' on the next commit). It is kept under another name."""
+    import shutil
+
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    Repository.init(store, state, settings=small_settings()).close()
+    with Repository.open(store, state) as r:
+        r.write_file("main", "old-file", io.BytesIO(b"x"))
+        ws = r.workspace.root
+    asides = []
+    for _ in range(2):
+        shutil.rmtree(store)
+        with caplog.at_level(logging.WARNING, logger="gravfs.version.repository"):
+            Repository.init(store, state, settings=small_settings()).close()
+        assert _staged(store, state) == []
+        asides = sorted(n for n in os.listdir(os.path.dirname(ws)) if n != os.path.basename(ws))
+        assert all(n.startswith(os.path.basename(ws) + ".earlier-") for n in asides)
+    assert len(asides) == 2  # two inits in one second: two names
+    with Repository.open(store, state) as r:  # the new workspace is the store's now
+        assert r.workspace.root == ws
+    first = os.path.join(os.path.dirname(ws), asides[0])
+    assert os.path.isdir(os.path.join(first, "staging"))  # kept: nothing deleted
+    assert any("held an earlier repository's state" in m.getMessage() and first in m.getMessage()
+               for m in caplog.records)
+
+
+def test_a_workspace_of_a_repository_made_again_elsewhere_is_refused(tmp_path):
+    """Another host deleted the store and made it again: this host's workspace names the
+    earlier repository, and opening says so rather than mixing its staging in."""
+    import shutil
+
+    from gravfs.errors import GravfsError
+
+    store = str(tmp_path / "store")
+    here, there = str(tmp_path / "here"), str(tmp_path / "there")
+    Repository.init(store, here, settings=small_settings()).close()
+    with Repository.open(store, here) as r:
+        r.write_file("main", "staged-here", io.BytesIO(b"x"))
+        ws = r.workspace.root
+    shutil.rmtree(store)
+    Repository.init(store, there, settings=small_settings()).close()
+    with pytest.raises(GravfsError, match="holds the state of an earlier repository") as e:
+        Repository.open(store, here)
+    assert ws in str(e.value)
+    assert os.path.isdir(os.path.join(ws, "staging"))
+    assert _staged(store, there) == []
+
+
+def test_a_repository_gone_from_where_this_host_had_it(tmp_path):
+    """No repository where this host's workspace saw one: a store moved or unmounted,
+    which 'run gravfs init' would paper over with an empty one."""
+    from gravfs.errors import NotFoundError, StoreUnavailableError
+
+    store, state = str(tmp_path / "disk" / "store"), str(tmp_path / "state")
+    Repository.init(store, state, settings=small_settings()).close()
+    os.rename(tmp_path / "disk", tmp_path / "moved")
+    with pytest.raises(StoreUnavailableError, match="where this host had one"):
+        Repository.open(store, state)
+    with pytest.raises(NotFoundError, match="run 'gravfs init'"):
+        Repository.open(str(tmp_path / "never"), state)

@@ -1,0 +1,68 @@
+"""gravfs.store.local: what only a local-directory store does. A store whose
+repository directory went away (moved, deleted, its disk unmounted) is unavailable,
+not empty, and is never made again by a write."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from gravfs.errors import NotFoundError, StoreUnavailableError
+from gravfs.store.local import LocalStore
+
+
+def _repository_store(tmp_path) -> LocalStore:
+    """A store holding a repository's files when it is opened."""
+    root = tmp_path / "disk" / "store"
+    LocalStore(str(root)).put("_gravfs/repo.json", b"{}")
+    store = LocalStore(str(root))
+    store.put("data/ab/abcd", b"content")
+    return store
+
+
+def test_a_store_whose_directory_went_away_is_unavailable_not_empty(tmp_path):
+    store = _repository_store(tmp_path)
+    os.rename(tmp_path / "disk", tmp_path / "moved")
+    for read in (lambda: store.get("_gravfs/refs/heads/main"),
+                 lambda: store.get_range("data/ab/abcd", 0, 3),
+                 lambda: store.size("data/ab/abcd"),
+                 lambda: store.stat("data/ab/abcd"),
+                 lambda: store.touch("data/ab/abcd"),
+                 lambda: list(store.list("_gravfs/refs/")),
+                 lambda: store.delete("data/ab/abcd"),
+                 lambda: store.delete_many(["data/ab/abcd"])):
+        with pytest.raises(StoreUnavailableError, match="is gone: its _gravfs directory is missing"):
+            read()
+    for write in (lambda: store.put("data/cd/cdef", b"x"),
+                  lambda: store.put_if_absent("data/cd/cdef", b"x"),
+                  lambda: store.compare_and_swap("_gravfs/refs/heads/main", None, b"c")):
+        with pytest.raises(StoreUnavailableError):
+            write()
+    assert not (tmp_path / "disk").exists()  # nothing made where the store was
+    os.rename(tmp_path / "moved", tmp_path / "disk")  # back: reads and writes go on
+    assert store.get("data/ab/abcd") == b"content"
+    store.put("data/cd/cdef", b"x")
+    assert store.get("data/cd/cdef") == b"x"
+
+
+def test_an_emptied_mount_point_is_unavailable_too(tmp_path):
+    """The store's directory is itself where a disk is mounted: unmounted, the directory
+    is there and empty."""
+    store = _repository_store(tmp_path)
+    os.rename(tmp_path / "disk" / "store" / "_gravfs", tmp_path / "elsewhere")
+    with pytest.raises(StoreUnavailableError):
+        store.get("_gravfs/repo.json")
+    with pytest.raises(StoreUnavailableError):
+        store.put("_gravfs/refs/heads/x", b"c")
+    assert not (tmp_path / "disk" / "store" / "_gravfs").exists()
+
+
+def test_a_store_that_held_no_repository_is_made_by_its_first_write(tmp_path):
+    """init's store: missing keys are missing, and a write makes the directory."""
+    store = LocalStore(str(tmp_path / "new" / "store"))
+    with pytest.raises(NotFoundError):
+        store.get("_gravfs/repo.json")
+    assert store.size("x/y") is None and list(store.list("")) == []
+    store.put("_gravfs/repo.json", b"{}")
+    assert store.get("_gravfs/repo.json") == b"{}"
