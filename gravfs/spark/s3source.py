@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Iterator, NamedTuple, Optional
 from urllib.parse import urlparse
 
-from gravfs.errors import GravfsError, NotFoundError
+from gravfs.errors import GravfsError, NotFoundError, StoreUnavailableError
 from gravfs.fs.ownpaths import in_s3_store, s3_store_keys
 from gravfs.fs.entry import ADDRESS_FULL, KIND_FILE, EntryInfo, encode_entry, entry_identity
 from gravfs.spark.taskstore import task_store
@@ -104,7 +104,7 @@ def check_prefix(url: str) -> None:
     bucket, prefix = parse_s3_url(url)
     try:
         objs, dirs = next(list_pages(bucket, prefix, "/"))
-    except NotFoundError as exc:
+    except (NotFoundError, StoreUnavailableError) as exc:  # (a missing bucket: the latter)
         raise GravfsError(f"cannot list {url}: {exc}") from None
     if not objs and not dirs:
         raise GravfsError(f"{url}: no objects under this prefix")

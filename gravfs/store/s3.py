@@ -212,8 +212,9 @@ class S3Store(ObjectStore):
         msg = err.get("Message", "") or code
         if code in ("NoSuchKey", "404", "NotFound"):
             return NotFoundError(f"object {key} not found in {self.url}")
-        if code == "NoSuchBucket":
-            return NotFoundError(f"bucket {self.bucket} does not exist at {self.endpoint_url or 'AWS S3'}")
+        if code == "NoSuchBucket":  # not "not found": the mount would take every branch for deleted
+            return StoreUnavailableError(f"bucket {self.bucket} does not exist at "
+                                         f"{self.endpoint_url or 'AWS S3'} (deleted, or a typo?)")
         if status == 412 or code == "PreconditionFailed":
             return PreconditionFailedError(f"object {key} in {self.url} changed (conditional {op} failed)")
         if status >= 500 or code in _UNAVAILABLE_CODES:
