@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import secrets
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
@@ -194,10 +195,12 @@ class Workspace:
                 held = f.read().strip()
         except FileNotFoundError:
             held = None
-        if held is None:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
+        if held is None:  # written whole under its name (processes opening it at once)
+            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
             with open(fd, "w") as f:
                 f.write(repo_id + "\n")
+            os.replace(tmp, path)
             return
         if held != repo_id:
             raise GravfsError(

@@ -126,3 +126,23 @@ def test_a_repository_gone_from_where_this_host_had_it(tmp_path):
         Repository.open(store, state)
     with pytest.raises(NotFoundError, match="run 'gravfs init'"):
         Repository.open(str(tmp_path / "never"), state)
+
+
+def test_processes_opening_a_workspace_at_once_all_claim_it(tmp_path):
+    """The first opens of a workspace record its repository; many at once (a mount, the
+    commands, Spark's workers) never see each other's half-written record."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    Repository.init(store, state, settings=small_settings()).close()
+    with Repository.open(store, state) as r:
+        ws = r.workspace.root
+    for _ in range(5):
+        os.unlink(os.path.join(ws, "repo-id"))  # as a workspace of an older gravfs
+        with ProcessPoolExecutor(4) as pool:
+            assert list(pool.map(_open_and_close, [(store, state)] * 8)) == [ws] * 8
+
+
+def _open_and_close(args) -> str:
+    with Repository.open(*args) as r:
+        return r.workspace.root
