@@ -197,10 +197,14 @@ class Workspace:
             held = None
         if held is None:  # written whole under its name (processes opening it at once)
             tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
-            with open(fd, "w") as f:
-                f.write(repo_id + "\n")
-            os.replace(tmp, path)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                             PRIVATE_FILE)
+                with open(fd, "w") as f:
+                    f.write(repo_id + "\n")
+                os.replace(tmp, path)
+            except OSError as exc:  # (a read-only state dir: the next writable open records it)
+                log.debug("workspace %s: repository not recorded: %s", self.root, exc)
             return
         if held != repo_id:
             raise GravfsError(
