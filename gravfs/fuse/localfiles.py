@@ -27,6 +27,7 @@ import threading
 from typing import Optional
 
 from gravfs.cleanup import unlink_quiet
+from gravfs.store import modes
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,33 @@ class LocalFiles:
             self._wake.set()
         if spare is not None:
             return spare
+        return self.create_here()
+
+    def create_here(self) -> tuple[str, int]:
+        """A new empty file made now (never a spare, whose name may be gone with its
+        batch's directory); the daemon's directory is made again if it was removed."""
         path = self.new_path()
-        return path, os.open(path, _FLAGS, 0o600)
+        try:
+            return path, os.open(path, _FLAGS, 0o600)
+        except FileNotFoundError:
+            # made again with its parent (the workspace's files/), not when the workspace
+            # itself is gone: its staging went with it, nothing here can be kept
+            if not self.directory or not os.path.isdir(
+                    os.path.dirname(os.path.dirname(self.directory))):
+                raise
+            log.warning("the mount's directory of local copies %s was removed; making it "
+                        "again", self.directory)
+            modes.make_dir(self.directory)
+            self._drop_spares()  # their names went with it
+            return path, os.open(path, _FLAGS, 0o600)
+
+    def _drop_spares(self) -> None:
+        while True:
+            try:
+                _path, fd = self._ready.popleft()
+            except IndexError:
+                return
+            os.close(fd)
 
     def start(self) -> None:
         """Keep spares from now on (the daemon; handlers work without)."""

@@ -226,6 +226,9 @@ class OpenFile:
             passed = self.following.finish(size) if self.following is not None else None
             plan = plan_storage(self.fd, passed)
             if plan.holes or durable or self.handles > 1 or not data.writes_back:
+                if not os.path.exists(self.path):
+                    old, self.fd = self.fd, self._rename_local(self.fd)
+                    os.close(old)
                 address, size = data.put_path(self.path, plan=plan)
                 return self.meta_entry(EntryInfo(address=address, size=size, kind=KIND_FILE))
             hashed = (plan.digest, plan.size)
@@ -234,21 +237,54 @@ class OpenFile:
         # the size, then give up the fd, and only then close it (never a stale fd)
         fd = self.fd
         self.moving_size = hashed[1]
-        self.fd = -1
-        os.close(fd)
+        self.fd = -1  # (closed once moved: the content stays at hand until then)
         try:
-            address, size = data.put_pending(self.path, durable=durable, hashed=hashed)
+            try:
+                address, size = data.put_pending(self.path, durable=durable, hashed=hashed)
+            except FileNotFoundError:
+                if os.path.exists(self.path):
+                    raise
+                old, fd = fd, self._rename_local(fd)
+                os.close(old)
+                address, size = data.put_pending(self.path, durable=durable, hashed=hashed)
         except BaseException:
-            if os.path.exists(self.path):  # not moved: keep it as the local copy
-                self.fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-            else:
-                self.path = ""
+            self.fd, fd = fd, -1  # not moved: the descriptor stays the local copy
             self.moving_size = None
             raise
+        finally:
+            if fd >= 0:
+                os.close(fd)
         self.path = ""  # moved into pending uploads (or a copy was pending)
         self.entry = self.meta_entry(EntryInfo(address=address, size=size, kind=KIND_FILE))
         self.moving_size = None
         return self.entry
+
+    def _rename_local(self, fd: int) -> int:
+        """The local copy's name was removed under the daemon (its directory deleted by
+        hand or by a cleaner of old files) while its descriptor still holds the content:
+        copy that to a new local file, which becomes the copy (its path; returns its
+        descriptor). Before, the close failed (ENOENT) and the release then staged the
+        content last staged: every byte written since was lost without a word."""
+        path, new_fd = self.local.create_here()
+        try:
+            size, off = os.fstat(fd).st_size, 0
+            os.ftruncate(new_fd, size)  # holes stay holes
+            while off < size:
+                buf = os.pread(fd, min(COPY_CHUNK, size - off), off)
+                if not buf:
+                    break
+                if not is_zero(buf):
+                    os.pwrite(new_fd, buf, off)
+                off += len(buf)
+        except BaseException:
+            os.close(new_fd)
+            unlink_quiet(path)
+            raise
+        log.warning("the local copy of %s (%d bytes) was removed from the mount's files "
+                    "directory while the file was open; written again from its descriptor",
+                    self.node.key.decode("utf-8", "replace") if self.node else "a file", size)
+        self.path = path
+        return new_fd
 
     def close(self) -> None:
         self._out_of_order()

@@ -83,7 +83,7 @@ def test_threads_never_get_the_same_file(tmp_path):
 
 def test_a_directory_it_cannot_write_gives_the_error_to_the_create(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(localfiles, "RETRY_AFTER", 0.05)
-    d = tmp_path / "files"  # not there yet
+    d = tmp_path / "ws" / "files" / "mine"  # not there yet, nor the workspace
     local = LocalFiles(str(d), spares=4, refill_below=2)
     with caplog.at_level(logging.INFO, logger="gravfs.fuse.localfiles"):
         local.start()
@@ -91,7 +91,7 @@ def test_a_directory_it_cannot_write_gives_the_error_to_the_create(tmp_path, mon
             with pytest.raises(FileNotFoundError):
                 local.create()  # nothing made ahead: made here, and refused here
             wait_for(lambda: "cannot make empty files ahead" in caplog.text)
-            os.mkdir(d)
+            os.makedirs(d)
             wait_for(lambda: len(_files(d)) == 4)  # it recovers by itself
             path, fd = local.create()
             _check_new(path, fd)
@@ -101,6 +101,31 @@ def test_a_directory_it_cannot_write_gives_the_error_to_the_create(tmp_path, mon
     assert caplog.text.count("cannot make empty files ahead") == 1  # once, not every retry
     assert "making empty files ahead" in caplog.text
     assert _files(d) == [os.path.basename(path)]
+
+
+def test_a_removed_directory_is_made_again_and_its_spares_dropped(tmp_path, caplog):
+    """The workspace's files directory removed under a running mount: a create makes it
+    again (with a warning) and drops the spares made there, whose names are gone."""
+    import shutil
+
+    d = tmp_path / "ws" / "files" / "mine"
+    os.makedirs(d)
+    local = LocalFiles(str(d), spares=4, refill_below=2)
+    local.start()
+    try:
+        wait_for(lambda: len(_files(d)) == 4)
+        shutil.rmtree(tmp_path / "ws" / "files")
+        with caplog.at_level(logging.WARNING, logger="gravfs.fuse.localfiles"):
+            path, fd = local.create_here()
+        _check_new(path, fd)
+        os.close(fd)
+        assert "was removed; making it again" in caplog.text
+        for _ in range(3):  # no spare with a dead name is handed out
+            path, fd = local.create()
+            assert os.path.exists(path)
+            os.close(fd)
+    finally:
+        local.close()
 
 
 def test_each_refill_makes_its_batch_beside_none_of_the_spares_left(tmp_path):

@@ -156,3 +156,48 @@ def test_a_big_files_last_close_moves_it_to_pending_uploads(tmp_path, monkeypatc
     finally:
         os.unlink(pause)
         data.stop_uploader(drain=False)
+
+
+@pytest.mark.parametrize("size, sparse_tail", [(5, False), (openfiles.WRITEBACK_MAX + 5, False),
+                                                (openfiles.WRITEBACK_MAX + 5, True)])
+def test_a_local_copy_whose_name_was_removed_is_stored_from_its_descriptor(tmp_path, size,
+                                                                           sparse_tail):
+    """The files directory deleted while files are open (by hand, by a cleaner of old
+    files): the close failed with ENOENT and the release then staged the content staged
+    before (a new file: empty), without a word. The content is still in the descriptor:
+    it is copied to a new local file (the directory made again) and stored, whether it
+    moves to pending uploads (small; a big file's last close) or is stored in place (a
+    big one with another writer, holes kept)."""
+    from gravfs.store.tier import LocalTier
+
+    store = LocalStore(str(tmp_path / "store"), fsync=False)
+    os.mkdir(tmp_path / "tmp")
+    data = DataObjects(store, LocalTier(store, str(tmp_path / "cache"), 1 << 30),
+                       str(tmp_path / "tmp"), pending_dir=str(tmp_path / "pending"))
+    data.start_uploader(1)
+    files = tmp_path / "files"
+    local = LocalFiles(str(files))
+    os.mkdir(files)
+    of = OpenFile(None, None, local)
+    try:
+        of.materialize(data)
+        body = os.urandom(size)
+        of.pwrite(body, 0)
+        if sparse_tail:
+            os.ftruncate(of.fd, size + (8 << 20))  # a hole: stored sparse, in place
+            body += bytes(8 << 20)
+        of.handles = 2 if sparse_tail else 1
+        for name in os.listdir(files):
+            os.unlink(files / name)
+        os.rmdir(files)
+        entry = of.upload(data)
+        assert entry.size == len(body)
+        data.flush_pending()
+        assert data.read(entry.address) == body
+        assert os.path.isdir(files)
+        assert of.materialized is sparse_tail  # (kept as the local copy there)
+        if sparse_tail:
+            assert os.path.dirname(of.path) == str(files) and os.pread(of.fd, 10, 0) == body[:10]
+    finally:
+        of.close()
+        data.stop_uploader()

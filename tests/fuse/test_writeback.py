@@ -416,3 +416,25 @@ def test_renamed_file_still_open_stays_out_of_commits(gravfs_mount):
     assert _committed(m, cid, "e/a.csv") == b"a" * 1000
     assert _committed(m, cid, "c.csv") == b"b" * 1000
     m.assert_clean_log()
+
+
+def test_files_written_after_the_workspace_lost_its_files_directory_are_committed(gravfs_mount):
+    """Someone removes the workspace's files directory (and pending uploads) under a
+    running mount: the next files created took spare copies whose names were gone, their
+    closes failed, and their releases staged them empty (a commit then held empty files,
+    and the shell's `echo > f` reported nothing). Every byte is committed now."""
+    import shutil
+
+    m = gravfs_mount
+    _write(m.branch_path("before"), b"before")
+    m.commit()
+    (ws,) = glob.glob(os.path.join(m.state_dir, "repos", "*"))
+    shutil.rmtree(os.path.join(ws, "files"))
+    shutil.rmtree(os.path.join(ws, "pending"))
+    want = {f"f{i}": os.urandom(100 + i) for i in range(80)}  # more than the spares
+    for name, body in want.items():
+        _write(m.branch_path(name), body)
+    cid = m.commit()
+    for name, body in want.items():
+        assert _read(m.path("commits", cid, name)) == body, name
+    assert "was removed from the mount's files directory" in m.log_text()
