@@ -37,6 +37,7 @@ from gravfs.version.config import default_state_dir
 from gravfs.errors import GravfsError, NotFoundError
 from gravfs.fuse import options as mount_options
 from gravfs.fs.ownpaths import own_dirs, within
+from gravfs.store import local_path
 from gravfs.store.modes import private_dir
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,11 @@ def _check_hides_nothing(mountpoint: str, store: str, state_dir: str) -> None:
             raise GravfsError(f"cannot mount on {mountpoint}: {what} is "
                               f"{'there' if real == mp else 'under it'}, and the mount would "
                               "hide it from its own daemon; mount on another directory")
+    store_dir = local_path(store)
+    if store_dir is not None and within(mp, os.path.realpath(store_dir)):
+        raise GravfsError(f"cannot mount on {mountpoint}: it is inside this repository's "
+                          f"store ({store_dir}), whose walks and listings would go through "
+                          "the mount; mount on another directory")
 
 
 def _mount_entry(mountpoint: str) -> Optional[tuple[str, str]]:

@@ -23,6 +23,7 @@ import ctypes
 import errno
 import fcntl
 import hashlib
+import itertools
 import logging
 import os
 import shutil
@@ -46,6 +47,7 @@ _LOCK = RESERVED_PREFIX + "lock."
 _CHUNK = 1 << 20
 _TOP_DIRS = ("data", "_gravfs")
 _MARK = "_gravfs"  # every repository's store has it (refs, settings)
+_KEY_TOPS = ("data", "_gravfs", "sparse")  # where keys live: nothing else of root is walked
 
 
 class LocalStore(ObjectStore):
@@ -369,7 +371,10 @@ class LocalStore(ObjectStore):
         """Delete temp files left by writers that crashed (older than ``max_age_s``); returns how many."""
         cutoff = time.time() - max_age_s
         removed = 0
-        for dirpath, _dirs, files in os.walk(self.root):
+        # only where keys live: anything else under the root (a directory a user mounted
+        # something on) is not the store's to walk
+        walks = [os.walk(os.path.join(self.root, top)) for top in _KEY_TOPS]
+        for dirpath, _dirs, files in itertools.chain(*walks):
             for name in files:
                 if not name.startswith(_TMP):
                     continue

@@ -259,6 +259,14 @@ def test_mount_helper_errors(tmp_path):
         assert res.returncode == 1 and f"cannot mount on {where}: {what}" in res.stderr, \
             res.stderr
         assert not os.path.ismount(where)
+    # nor inside the store: its temp-file sweep (fsck) walked every file of every branch
+    # and commit through the mount, and listings of the store went into it
+    inside = tmp_path / "store" / "mnt"
+    inside.mkdir()
+    res = m.cli("mount", str(inside), check=False)
+    assert res.returncode == 1 and f"cannot mount on {inside}: it is inside this " \
+        f"repository's store ({m.store})" in res.stderr, res.stderr
+    assert not os.path.ismount(inside)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
