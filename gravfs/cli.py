@@ -12,6 +12,7 @@ import argparse
 import base64
 import errno
 import json
+import io
 import logging
 import os
 import stat
@@ -754,7 +755,15 @@ def setup_logging(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def _printable_stdout() -> None:
+    """A name its locale's encoding cannot write (a non-UTF-8 locale, PYTHONIOENCODING)
+    is printed escaped (w\\xf6rld), as stderr does, not an internal error."""
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
+    _printable_stdout()
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.verbose)

@@ -489,3 +489,17 @@ def test_closed_standard_input_or_output_is_said(cli, tmp_path):
                            timeout=120)
         assert (p.returncode, p.stderr.decode()) == (1, f"gravfs: standard {what} is closed\n")
     assert cli("status", "main")[1] == "   added  f\n"
+
+
+def test_names_an_ascii_terminal_cannot_show_are_escaped(cli, tmp_path):
+    """With a locale (or PYTHONIOENCODING) that cannot encode a name, ls and status
+    failed with an internal error (exit 70); they print it escaped, as stderr does."""
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    (tmp_path / "f").write_text("x")
+    cli("put", str(tmp_path / "f"), "main:héllo/wörld.txt")
+    env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state, PYTHONIOENCODING="ascii")
+    for args, want in ((["ls", "main:héllo"], "w\\xf6rld.txt\n"),
+                       (["status", "main"], "   added  h\\xe9llo/w\\xf6rld.txt\n")):
+        p = subprocess.run([sys.executable, "-m", "gravfs.cli", *args], env=env,
+                           capture_output=True, timeout=120)
+        assert p.returncode == 0 and p.stdout.decode("ascii").endswith(want), p
