@@ -21,6 +21,7 @@ import dataclasses
 import errno
 import json
 import logging
+import logging.handlers
 import os
 import re
 import shutil
@@ -298,6 +299,21 @@ def log_path(state_dir: str, mountpoint: str) -> str:
     return os.path.join(state_dir, "logs", f"mount-{name}.log")
 
 
+LOG_BYTES = 32 << 20  # a daemon's log file is rotated past this size,
+LOG_KEPT = 4  # keeping this many earlier ones (.1 the newest)
+
+
+def log_handler(path: str) -> logging.Handler:
+    """The daemon's log file, rotated: a mount runs for months, and a program retrying
+    a read that fails logs an error a request (a gigabyte an hour, on the state dir's
+    disk, which staging needs)."""
+    handler = logging.handlers.RotatingFileHandler(path, maxBytes=LOG_BYTES,
+                                                   backupCount=LOG_KEPT)
+    handler.setFormatter(logging.Formatter(
+        "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
+    return handler
+
+
 def _setup_daemon_logging(cfg: dict, daemon: bool) -> None:
     opts = cfg["opts"]
     level = logging.DEBUG if opts.debug or cfg["verbose"] >= 2 else logging.INFO
@@ -312,10 +328,7 @@ def _setup_daemon_logging(cfg: dict, daemon: bool) -> None:
             private_dir(os.path.dirname(path))  # <state dir>/logs, tightened if an older one is open
         for h in list(root.handlers):
             root.removeHandler(h)
-        handler = logging.FileHandler(path)
-        handler.setFormatter(logging.Formatter(
-            "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
-        root.addHandler(handler)
+        root.addHandler(log_handler(path))
         # stdio: nothing from the terminal; libfuse's own messages go to the log
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         null = os.open(os.devnull, os.O_RDWR)
