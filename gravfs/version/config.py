@@ -96,6 +96,19 @@ def default_state_dir() -> str:
     return os.path.join(base, "gravfs")
 
 
+def _check_outside_store(state_dir: str, store_url: str) -> None:
+    """A state directory inside a local store would be walked and listed as the store's
+    own files (its staging and cache taken for objects)."""
+    store = local_path(store_url)
+    if store is None:
+        return
+    store, state = os.path.realpath(store), os.path.realpath(state_dir)
+    if os.path.commonpath([store, state]) == store:
+        raise GravfsError(f"the state directory {state_dir} is inside the store {store}: "
+                          "its staging and cache would be taken for the store's files; use "
+                          "one outside it (--state-dir, GRAVFS_STATE_DIR)")
+
+
 def _workspace_name(store_url: str) -> str:
     return hashing.hexdigest(store_url.encode())[:16]
 
@@ -143,9 +156,7 @@ class Workspace:
         store under another URL (a path through a symlink, before URLs were real paths),
         so every name of a store shares one staging."""
         name = _workspace_name(store_url)
-        state_dir = os.path.abspath(state_dir)
-        make_dir(state_dir)  # a new state dir is private; an existing one is left as it is
-        repos = private_dir(os.path.join(state_dir, "repos"))
+        repos = cls.prepare(state_dir, store_url)
         if not os.path.isdir(os.path.join(repos, name)):
             other = _same_local_store(repos, store_url)
             if other is not None:
@@ -157,6 +168,16 @@ class Workspace:
             with open(fd, "w") as f:
                 f.write(store_url + "\n")
         return cls(root)
+
+    @staticmethod
+    def prepare(state_dir: str, store_url: str) -> str:
+        """Check and make the state directory (outside a local store) and its ``repos``;
+        returns that. ``init`` calls it before it writes the store: a state directory it
+        cannot use would otherwise leave a repository without its first commit."""
+        state_dir = os.path.abspath(state_dir)
+        _check_outside_store(state_dir, store_url)
+        make_dir(state_dir)  # a new state dir is private; an existing one is left as it is
+        return private_dir(os.path.join(state_dir, "repos"))
 
     @classmethod
     def find(cls, state_dir: str, store_url: str) -> Optional["Workspace"]:

@@ -118,6 +118,7 @@ class VersionRepository:
         commit, and the default branch."""
         store = open_store(target) if isinstance(target, str) else target
         settings = settings or RepoSettings.new()
+        Workspace.prepare(state_dir or default_state_dir(), store.url)  # before any write
         first = next(iter(store.list("")), None)
         if first is not None and not store.exists(REPO_JSON):
             # gravfs owns what it finds under data/ and _gravfs/: garbage collection
@@ -125,17 +126,32 @@ class VersionRepository:
             raise GravfsError(f"{store.url} is not empty (it holds {first}): a repository "
                               "needs a directory or S3 prefix of its own")
         if not store.put_if_absent(REPO_JSON, settings.to_json()):
+            repo = cls(store, state_dir, **kw)
+            if next(repo.heads.branches([]), None) is None and next(repo.heads.tags([]), None) is None:
+                # settings and no ref: an init that stopped there (the store failed)
+                log.warning("finishing the repository an earlier init left at %s without "
+                            "its first branch", store.url)
+                repo._first_branch()
+                return repo
+            repo.close()
             raise AlreadyExistsError(f"a gravfs repository already exists at {store.url}")
         aside = Workspace.set_aside(state_dir or default_state_dir(), store.url)
         if aside is not None:
             log.warning("this host's workspace for %s held an earlier repository's state "
                         "there (staged changes, cache); it is kept as %s", store.url, aside)
         repo = cls(store, state_dir, **kw)
-        root = repo.commits.put(Commit(EMPTY_METARANGE_ID, (), "Repository created",
-                                       default_author(), time.time_ns(), 0, {}))
-        repo.heads.create_branch(settings.default_branch, root.id)
+        repo._first_branch()
         log.info("initialized repository at %s", store.url)
         return repo
+
+    def _first_branch(self) -> None:
+        """The root commit and the default branch (once: a concurrent init may win)."""
+        root = self.commits.put(Commit(EMPTY_METARANGE_ID, (), "Repository created",
+                                       default_author(), time.time_ns(), 0, {}))
+        try:
+            self.heads.create_branch(self.settings.default_branch, root.id)
+        except AlreadyExistsError:
+            pass
 
     def close(self) -> None:
         self.committed.close()

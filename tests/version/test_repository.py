@@ -79,3 +79,43 @@ def test_a_branch_found_deleted_leaves_no_cached_head_to_stage_on(tmp_path):
         cached.stage_values("gone", [(b"b", None)])
     writer.close()
     cached.close()
+
+
+def test_init_checks_its_state_directory_before_it_writes_the_store(tmp_path):
+    """A state directory init cannot use (inside the store, where its files would be
+    taken for the store's; one that cannot be made) failed after the settings were
+    written: the store then had a repository without a branch, and init again said it
+    already existed."""
+    import os
+
+    from gravfs.errors import GravfsError
+
+    store = tmp_path / "store"
+    for state, why in ((store / "state", "is inside the store"),
+                       (tmp_path / "file" / "state", "Not a directory")):
+        (tmp_path / "file").write_text("not a directory")
+        with pytest.raises((GravfsError, OSError), match=why):
+            Repository.init(str(store), str(state), settings=small_settings())
+        assert not (store / "_gravfs").exists()
+    Repository.init(str(store), str(tmp_path / "state"), settings=small_settings()).close()
+    with pytest.raises(GravfsError, match="is inside the store"):
+        Repository.open(str(store), str(store / "data" / "st"))
+    assert not os.path.exists(store / "data" / "st")
+
+
+def test_init_finishes_a_repository_an_earlier_init_left_without_a_branch(tmp_path, caplog):
+    """The store failed between the settings and the first branch: init again makes
+    the root commit and the default branch; once there, init refuses as before."""
+    from gravfs.errors import AlreadyExistsError
+    from gravfs.version.config import REPO_JSON
+
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    LocalStore(store).put(REPO_JSON, small_settings().to_json())
+    with caplog.at_level(logging.WARNING, logger="gravfs.version.repository"):
+        Repository.init(store, state, settings=small_settings()).close()
+    assert "finishing the repository an earlier init left" in caplog.text
+    with Repository.open(store, state) as r:
+        assert [name for name, _ in r.heads.branches()] == ["main"]
+        assert r.resolve("main").commit.message == "Repository created"
+    with pytest.raises(AlreadyExistsError):
+        Repository.init(store, state, settings=small_settings())
