@@ -169,7 +169,9 @@ class LocalStore(ObjectStore):
 
     def _make_dirs(self, d: str) -> None:
         """``d`` and its missing parents in the store with the store's directory mode."""
-        self._check_there()
+        if os.path.isdir(d):  # most writes: one stat, no exception
+            return
+        self._check_there()  # (a root that went away is not made again)
         if not os.path.isdir(self.root):
             os.makedirs(os.path.dirname(self.root), exist_ok=True)  # outside the store: as usual
             modes.make_dir(self.root)  # a root created here is private
