@@ -23,7 +23,6 @@ import ctypes
 import errno
 import fcntl
 import hashlib
-import itertools
 import logging
 import os
 import shutil
@@ -47,7 +46,6 @@ _LOCK = RESERVED_PREFIX + "lock."
 _CHUNK = 1 << 20
 _TOP_DIRS = ("data", "_gravfs")
 _MARK = "_gravfs"  # every repository's store has it (refs, settings)
-_KEY_TOPS = ("data", "_gravfs", "sparse")  # where keys live: nothing else of root is walked
 
 
 class LocalStore(ObjectStore):
@@ -373,10 +371,14 @@ class LocalStore(ObjectStore):
         """Delete temp files left by writers that crashed (older than ``max_age_s``); returns how many."""
         cutoff = time.time() - max_age_s
         removed = 0
-        # only where keys live: anything else under the root (a directory a user mounted
-        # something on) is not the store's to walk
-        walks = [os.walk(os.path.join(self.root, top)) for top in _KEY_TOPS]
-        for dirpath, _dirs, files in itertools.chain(*walks):
+        try:
+            dev = os.stat(self.root).st_dev
+        except FileNotFoundError:
+            return 0
+        for dirpath, dirs, files in os.walk(self.root):
+            # never into another file system mounted inside the store (a mount of this
+            # very repository would be walked through, every branch and commit)
+            dirs[:] = [d for d in dirs if _on_device(os.path.join(dirpath, d), dev)]
             for name in files:
                 if not name.startswith(_TMP):
                     continue
@@ -421,6 +423,13 @@ class LocalStore(ObjectStore):
         files.sort()
         dirs.sort()
         yield files, dirs
+
+
+def _on_device(path: str, dev: int) -> bool:
+    try:
+        return os.lstat(path).st_dev == dev
+    except OSError:
+        return False
 
 
 def _version(data: bytes, st: os.stat_result) -> str:

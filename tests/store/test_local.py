@@ -68,21 +68,28 @@ def test_a_store_that_held_no_repository_is_made_by_its_first_write(tmp_path):
     assert store.get("_gravfs/repo.json") == b"{}"
 
 
-def test_the_temp_file_sweep_walks_only_where_keys_live(tmp_path):
-    """A crashed writer's temp files are swept from data/, _gravfs/ and sparse/; the
-    sweep walked the whole root, into whatever was mounted or kept there."""
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_the_temp_file_sweep_stays_on_the_stores_file_system(tmp_path):
+    """A crashed writer's temp files are swept; a file system mounted inside the store
+    is not walked (a mount of the repository itself was: every branch and commit)."""
+    import subprocess
     import time
 
     from gravfs.store.local import _TMP
 
     store = LocalStore(str(tmp_path / "store"))
     store.put("data/ab/abcd", b"x")
-    old = time.time() - 7200
-    swept, kept = tmp_path / "store" / "data" / "ab" / f"{_TMP}abcd.1.x", \
-        tmp_path / "store" / "elsewhere" / f"{_TMP}not-ours"
-    kept.parent.mkdir()
-    for p in (swept, kept):
-        p.write_bytes(b"partial")
-        os.utime(p, (old, old))
-    assert store.remove_stale_temp_files() == 1
-    assert not swept.exists() and kept.exists()
+    other = tmp_path / "store" / "mounted"
+    other.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(other)], check=True)
+    try:
+        old = time.time() - 7200
+        swept, kept = tmp_path / "store" / "data" / "ab" / f"{_TMP}abcd.1.x", \
+            other / f"{_TMP}not-ours"
+        for p in (swept, kept):
+            p.write_bytes(b"partial")
+            os.utime(p, (old, old))
+        assert store.remove_stale_temp_files() == 1
+        assert not swept.exists() and kept.exists()
+    finally:
+        subprocess.run(["umount", str(other)], check=True)
