@@ -303,12 +303,25 @@ LOG_BYTES = 32 << 20  # a daemon's log file is rotated past this size,
 LOG_KEPT = 4  # keeping this many earlier ones (.1 the newest)
 
 
-def log_handler(path: str) -> logging.Handler:
+class _DaemonLog(logging.handlers.RotatingFileHandler):
+    """The daemon's log file; with ``stderr``, file descriptor 2 follows it to each new
+    file (libfuse's own messages, a crash's traceback go there too)."""
+
+    def __init__(self, path: str, stderr: bool):
+        super().__init__(path, maxBytes=LOG_BYTES, backupCount=LOG_KEPT)
+        self.stderr = stderr
+
+    def doRollover(self) -> None:
+        super().doRollover()
+        if self.stderr and self.stream is not None:
+            os.dup2(self.stream.fileno(), 2)
+
+
+def log_handler(path: str, stderr: bool = False) -> logging.Handler:
     """The daemon's log file, rotated: a mount runs for months, and a program retrying
     a read that fails logs an error a request (a gigabyte an hour, on the state dir's
     disk, which staging needs)."""
-    handler = logging.handlers.RotatingFileHandler(path, maxBytes=LOG_BYTES,
-                                                   backupCount=LOG_KEPT)
+    handler = _DaemonLog(path, stderr)
     handler.setFormatter(logging.Formatter(
         "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
     return handler
@@ -328,7 +341,7 @@ def _setup_daemon_logging(cfg: dict, daemon: bool) -> None:
             private_dir(os.path.dirname(path))  # <state dir>/logs, tightened if an older one is open
         for h in list(root.handlers):
             root.removeHandler(h)
-        root.addHandler(log_handler(path))
+        root.addHandler(log_handler(path, stderr=True))
         # stdio: nothing from the terminal; libfuse's own messages go to the log
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         null = os.open(os.devnull, os.O_RDWR)

@@ -484,3 +484,29 @@ def test_the_daemon_log_is_rotated(tmp_path, monkeypatch):
     assert all(os.path.getsize(tmp_path / n) <= 10_000 for n in names)
     with open(path) as f:
         assert "data object 1999 is missing" in f.read()
+
+
+def test_the_daemons_stderr_follows_its_log_file(tmp_path):
+    """What the daemon's file descriptor 2 gets (libfuse's messages, a crash's traceback)
+    went on into the first log file after it was rotated away, and then into a removed
+    one; it goes to the current file."""
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "mount-x.log")
+    code = f"""
+import logging, os, sys
+sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))!r})
+from gravfs.fuse import launch
+launch.LOG_BYTES = 2000
+fd = os.open({path!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+os.dup2(fd, 2)
+log = logging.getLogger("x")
+log.addHandler(launch.log_handler({path!r}, stderr=True))
+for i in range(200):
+    log.error("line %d", i)
+os.write(2, b"on stderr at the end\\n")
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    with open(path) as f:
+        assert "on stderr at the end" in f.read()
