@@ -155,13 +155,9 @@ class Workspace:
         path: see LocalStore), made on first use; or the one made for the same local
         store under another URL (a path through a symlink, before URLs were real paths),
         so every name of a store shares one staging."""
-        name = _workspace_name(store_url)
         repos = cls.prepare(state_dir, store_url)
-        if not os.path.isdir(os.path.join(repos, name)):
-            other = _same_local_store(repos, store_url)
-            if other is not None:
-                return cls(private_dir(other))
-        root = private_dir(os.path.join(repos, name))
+        found = cls.find(state_dir, store_url)
+        root = private_dir(found.root if found else os.path.join(repos, _workspace_name(store_url)))
         marker = os.path.join(root, "store-url")
         if not os.path.exists(marker):
             fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
