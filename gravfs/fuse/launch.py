@@ -86,6 +86,8 @@ def mount(args) -> int:
     if os.path.ismount(mountpoint):
         raise GravfsError(f"{mountpoint} is already a mount point")
     _check_hides_nothing(mountpoint, store, state_dir)
+    if not opts.nonempty:
+        _check_empty(mountpoint)
     verbose = getattr(args, "verbose", 0) or 0
     cfg = dict(store=store, state_dir=state_dir, branch=branch, mountpoint=mountpoint,
                opts=opts, verbose=verbose)
@@ -127,6 +129,22 @@ def _check_hides_nothing(mountpoint: str, store: str, state_dir: str) -> None:
         raise GravfsError(f"cannot mount on {mountpoint}: it is inside this repository's "
                           f"store ({store_dir}), whose walks and listings would go through "
                           "the mount; mount on another directory")
+
+
+def _check_empty(mountpoint: str) -> None:
+    """Refuse a mount point that holds files: the mount hides them until it goes, and
+    a user who mounted on the wrong directory takes them for lost (-o nonempty: on
+    purpose). A directory we may not list is left to the mount to judge."""
+    try:
+        with os.scandir(mountpoint) as it:
+            names = [e.name for _, e in zip(range(4), it)]
+    except OSError:
+        return
+    if names:
+        shown = ", ".join(repr(n) for n in sorted(names[:3]))
+        raise GravfsError(f"cannot mount on {mountpoint}: it is not empty (it holds {shown}"
+                          f"{' and more' if len(names) > 3 else ''}), and the mount would "
+                          "hide what it holds; mount on an empty directory, or add -o nonempty")
 
 
 def _mount_entry(mountpoint: str) -> Optional[tuple[str, str]]:

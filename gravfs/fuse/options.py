@@ -62,6 +62,8 @@ class MountOptions:
     debug: bool = False
     log_file: Optional[str] = None
     mountpoint: str = ""  # absolute; set by gravfs mount, not an -o option
+    # a mount point holding files is refused unless asked for (the mount would hide them)
+    nonempty: bool = False
     # reads leave atime alone by default: an atime change is a staged change of the
     # entry (status, diff, the next commit), which reading should not make
     atime: str = "noatime"
@@ -85,6 +87,8 @@ def parse(opts: list[str]) -> MountOptions:
                 out.fuse.add("ro")
             elif name == "debug":
                 out.debug = True
+            elif name == "nonempty" and not eq:  # gravfs's check; libfuse 3 has no such option
+                out.nonempty = True
             elif name == "s3_endpoint" and eq:
                 out.s3_endpoint = check_endpoint(value, "-o s3_endpoint")
             elif name in ("branch", "store", "state_dir", "log_file") and eq:

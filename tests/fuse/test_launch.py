@@ -212,6 +212,26 @@ def test_mount_helper_like_fstab(tmp_path):
     assert m.cli("cat", "main:y.txt").stdout == "written through the helper mount"
 
 
+def test_a_mount_point_that_holds_files_is_refused_unless_nonempty(tmp_path):
+    """A mount on a directory that holds files hides them while it lasts: a user who
+    mounted on the wrong directory took them for lost (before: mounted without a word)."""
+    m = Mount(str(tmp_path)).init()
+    (tmp_path / "mnt" / "report.csv").write_bytes(b"mine")
+    res = m.cli("mount", m.mnt, check=False)
+    if os.path.ismount(m.mnt):  # (the fault: never leave it mounted)
+        m.cleanup()
+    assert res.returncode == 1 and f"cannot mount on {m.mnt}: it is not empty (it holds " \
+        "'report.csv'), and the mount would hide what it holds" in res.stderr, res.stderr
+    # on purpose, through the fstab helper as through the CLI; the files are there after
+    res = _helper(m, m.store, m.mnt, "-o", f"state_dir={m.state_dir},nonempty")
+    try:
+        assert res.returncode == 0, res.stderr
+        assert os.path.ismount(m.mnt) and sorted(os.listdir(m.mnt)) == ["branches", "commits", "tags"]
+    finally:
+        m.cleanup()
+    assert (tmp_path / "mnt" / "report.csv").read_bytes() == b"mine"
+
+
 def test_mount_point_named_through_a_symlink(tmp_path):
     """The kernel lists a mount at its real path: gravfs umount of the symlink said "is
     not mounted", and a second mount through it said "already a mount point" where the

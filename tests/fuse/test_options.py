@@ -14,6 +14,9 @@ def test_numbers_and_flags():
     assert {"ro", "allow_other", "default_permissions"} <= o.fuse
     assert options.parse([]).meta_cache_mb is None  # the daemon's default budget
     assert (options.parse([]).spin_us, options.parse(["spin_us=0"]).spin_us) == (100, 0)
+    # gravfs's own check: libfuse 3 refuses "nonempty", so it is never passed on
+    o = options.parse(["nonempty,allow_other"])
+    assert o.nonempty and "nonempty" not in o.fuse and not options.parse([]).nonempty
 
 
 @pytest.mark.parametrize("bad, needle", [
