@@ -178,7 +178,15 @@ class GravfsOperations(pyfuse3.Operations):
             except GravfsError as exc:
                 log.warning("cannot store the empty object (%s); creating files may fail", exc)
         if self.settings.branch:
-            self.repo.head(self.settings.branch)  # NotFoundError before mounting
+            name = self.settings.branch
+            try:
+                self.repo.head(name)  # NotFoundError before mounting
+            except NotFoundError:
+                if self.repo.heads.tag(name) is None:
+                    raise
+                raise NotFoundError(f"branch {name!r} not found: {name!r} is a tag (a mount "
+                                    f"without branch= shows it, read-only, at tags/{name})") \
+                    from None
 
     async def flush_all(self) -> None:
         """Stage every modified open file (unmount, shutdown). One that cannot be staged

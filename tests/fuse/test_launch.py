@@ -232,6 +232,17 @@ def test_a_mount_point_that_holds_files_is_refused_unless_nonempty(tmp_path):
     assert (tmp_path / "mnt" / "report.csv").read_bytes() == b"mine"
 
 
+def test_a_branch_mount_of_a_missing_branch_or_a_tag_says_which(tmp_path):
+    m = Mount(str(tmp_path)).init()
+    m.cli("tag", "create", "v1", "main")
+    res = m.cli("mount", m.mnt, "-o", "branch=nope", check=False)
+    assert (res.returncode, res.stderr) == (2, "gravfs: branch 'nope' not found\n")
+    res = m.cli("mount", m.mnt, "-o", "branch=v1", check=False)
+    assert res.returncode == 2 and "branch 'v1' not found: 'v1' is a tag (a mount without " \
+        "branch= shows it, read-only, at tags/v1)" in res.stderr, res.stderr
+    assert not os.path.ismount(m.mnt)
+
+
 def test_mount_point_named_through_a_symlink(tmp_path):
     """The kernel lists a mount at its real path: gravfs umount of the symlink said "is
     not mounted", and a second mount through it said "already a mount point" where the
