@@ -352,6 +352,9 @@ def cmd_status(args) -> int:
 
 
 def cmd_commit(args) -> int:
+    if not args.message.strip() and not args.allow_empty_message:
+        raise GravfsError("empty commit message: say what the commit changes (-m MESSAGE), "
+                          "or pass --allow-empty-message")
     repo = _repo(args)
     meta = dict(parse_pairs(args.meta or [], "--meta"))
     c = repo.commit(args.branch, args.message, author=args.author, metadata=meta)
@@ -665,6 +668,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = cmd("commit", cmd_commit, "commit a branch's staged changes")
     sp.add_argument("branch")
     sp.add_argument("-m", "--message", required=True)
+    sp.add_argument("--allow-empty-message", action="store_true",
+                    help="commit with an empty or blank message (refused without it, as git does)")
     sp.add_argument("--author")
     sp.add_argument("--meta", action="append", metavar="KEY=VALUE", help="commit metadata (repeatable)")
 

@@ -384,6 +384,20 @@ def test_commands_that_write_a_branch_refuse_a_tag_or_a_commit(cli, tmp_path):
     assert (rc, err) == (2, "gravfs: branch 'nope' not found\n")
 
 
+def test_an_empty_commit_message_is_refused_unless_allowed(cli, tmp_path):
+    """As git and lakectl: a blank message was committed without a word (log showed
+    nothing to tell the commit by)."""
+    (tmp_path / "f").write_text("f")
+    cli("put", str(tmp_path / "f"), "main:f")
+    for message in ("", "  \n "):
+        rc, _, err = cli("commit", "main", "-m", message, check=False)
+        assert (rc, err) == (1, "gravfs: empty commit message: say what the commit changes "
+                                "(-m MESSAGE), or pass --allow-empty-message\n")
+    assert "added  f" in cli("status", "main")[1]  # nothing lost
+    _, out, _ = cli("commit", "main", "-m", "", "--allow-empty-message")
+    assert out.startswith("Committed ") and cli("status", "main")[1].startswith("On branch main: nothing")
+
+
 def test_z_and_json_give_names_raw(cli, tmp_path):
     bad = b"bad\xffutf".decode("utf-8", "surrogateescape")  # not UTF-8: a surrogate here
     names = FORGING + ["héllo", bad]
