@@ -515,7 +515,7 @@ def cmd_merge(args) -> int:
 
 def cmd_revert(args) -> int:
     repo = _repo(args)
-    c = _listing_conflicts(lambda: repo.revert(args.branch, args.ref))
+    c = _listing_conflicts(lambda: repo.revert(args.branch, args.ref, parent=args.parent))
     print(f"Reverted {args.ref} on {args.branch}: commit {_short(c.id)}")
     return 0
 
@@ -712,6 +712,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = cmd("revert", cmd_revert, "commit the inverse of REF on BRANCH")
     sp.add_argument("branch")
     sp.add_argument("ref")
+    sp.add_argument("--parent", type=int, metavar="N",
+                    help="for a merge commit: revert against its N-th parent (1: undo what "
+                    "the merge brought into its first parent)")
 
     sp = cmd("reset", cmd_reset, "drop uncommitted changes (all, or under PATH)")
     sp.add_argument("branch")

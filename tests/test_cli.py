@@ -398,6 +398,21 @@ def test_an_empty_commit_message_is_refused_unless_allowed(cli, tmp_path):
     assert out.startswith("Committed ") and cli("status", "main")[1].startswith("On branch main: nothing")
 
 
+def test_revert_of_a_merge_takes_its_parent(cli, tmp_path):
+    (tmp_path / "f").write_text("f")
+    cli("branch", "create", "dev")
+    cli("put", str(tmp_path / "f"), "dev:f")
+    cli("commit", "dev", "-m", "f")
+    cli("put", str(tmp_path / "f"), "main:g")
+    cli("commit", "main", "-m", "g")
+    cli("merge", "dev", "main")
+    rc, _, err = cli("revert", "main", "main", check=False)
+    assert rc == 1 and "is a merge commit (parents 1 " in err and "--parent N" in err, err
+    _, out, _ = cli("revert", "main", "main", "--parent", "1")
+    assert out.startswith("Reverted main on main: commit ")
+    assert [line.split()[-1] for line in cli("ls", "main:")[1].splitlines()] == ["g"]
+
+
 def test_z_and_json_give_names_raw(cli, tmp_path):
     bad = b"bad\xffutf".decode("utf-8", "surrogateescape")  # not UTF-8: a surrogate here
     names = FORGING + ["héllo", bad]

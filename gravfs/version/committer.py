@@ -42,7 +42,7 @@ from gravfs.version.committed.manager import EMPTY_METARANGE_ID
 from gravfs.version.committed.reader import METARANGES_PREFIX, RANGES_PREFIX
 from gravfs.version.committed.record import decode_value, encode_value
 from gravfs.version.committed.results import Change
-from gravfs.version.history import is_ancestor, merge_base
+from gravfs.version.history import is_ancestor, merge_base, revert_parent
 from gravfs.version.refs.commits import Commit, commit_time_ns
 from gravfs.version.committed.sources import SlicedChanges
 from gravfs.version.staging import feed, view
@@ -417,10 +417,10 @@ class Committer:
         with self.area.read_txn() as txn:
             return not (st.sealed or st.compacted or not self.area.token_is_empty(txn, st.staging))
 
-    def _require_clean(self, branch: str) -> None:
+    def _require_clean(self, branch: str, doing: str) -> None:
         if not self.is_clean(branch):
             raise GravfsError(f"branch {branch!r} has uncommitted changes; "
-                              "commit or reset them before merging")
+                              f"commit or reset them before {doing}")
 
     def merge(self, source: str, dest: str, strategy: str, message: Optional[str],
               author: str) -> Commit:
@@ -429,7 +429,7 @@ class Committer:
         src = self.repo.resolve(source).commit
         with self.branch_lock(dest):
             self.recover(dest)
-            self._require_clean(dest)
+            self._require_clean(dest, "merging")
             st = self.area.get_state(dest)
 
             def build(head: Commit) -> Optional[Commit]:
@@ -467,14 +467,13 @@ class Committer:
                 f"{collisions.describe(found, candidates, self.committed.show_key)}; rename "
                 "or remove one of them on either side, commit, and try again", found)
 
-    def revert(self, branch: str, ref: str, author: str) -> Commit:
+    def revert(self, branch: str, ref: str, author: str, parent_number: Optional[int] = None
+               ) -> Commit:
         target = self.repo.resolve(ref).commit
-        if not target.parents:
-            raise GravfsError(f"cannot revert {target.id[:12]}: it has no parent")
-        parent = self.repo.commits.get(target.parents[0])
+        parent = self.repo.commits.get(revert_parent(target, parent_number))
         with self.branch_lock(branch):
             self.recover(branch)
-            self._require_clean(branch)
+            self._require_clean(branch, "reverting")
             st = self.area.get_state(branch)
 
             def build(head: Commit) -> Optional[Commit]:

@@ -1,10 +1,11 @@
-"""Walking the commit graph: log order and merge bases."""
+"""Walking the commit graph: log order, merge bases and a revert's parent."""
 
 from __future__ import annotations
 
 import heapq
 from typing import Callable, Iterator, Optional
 
+from gravfs.errors import GravfsError
 from gravfs.version.refs.commits import Commit, CommitStore
 
 
@@ -107,3 +108,21 @@ def is_ancestor(commits: CommitStore, ancestor: str, descendant: str, max_steps:
             continue
         stack.extend(c.parents)
     return False
+
+
+def revert_parent(target: Commit, number: Optional[int]) -> str:
+    """The id of the parent a revert of ``target`` undoes its change against."""
+    n = len(target.parents)
+    if n == 0:
+        raise GravfsError(f"cannot revert {target.id[:12]}: it has no parent")
+    if number is None:
+        if n > 1:
+            shown = ", ".join(f"{i} {p[:12]}" for i, p in enumerate(target.parents, 1))
+            raise GravfsError(f"{target.id[:12]} is a merge commit (parents {shown}): say "
+                              "which parent's line to revert against with --parent N (1: "
+                              "undo what the merge brought into its first parent)")
+        number = 1
+    if not 1 <= number <= n:
+        raise GravfsError(f"cannot revert {target.id[:12]} against parent {number}: it has "
+                          f"{n} parent{'s' if n > 1 else ''}")
+    return target.parents[number - 1]

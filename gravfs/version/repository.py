@@ -29,7 +29,7 @@ from gravfs.version.committed.manager import EMPTY_METARANGE_ID, CommittedManage
 from gravfs.version.committer import Committer
 from gravfs.version.compaction import CompactionPolicy, compact
 from gravfs.version.config import REPO_JSON, RepoSettings, Workspace, default_state_dir
-from gravfs.version.history import path_changes, walk
+from gravfs.version.history import path_changes, revert_parent, walk
 from gravfs.version.outage import StoreOutage
 from gravfs.version.refs.commits import Commit, CommitStore
 from gravfs.version.refs.heads import Heads
@@ -472,12 +472,15 @@ class VersionRepository:
         return self._taking([taken], dest, lambda: Committer(self).merge(
             source, dest, strategy, message, author or default_author()))
 
-    def revert(self, branch: str, ref: str, author: Optional[str] = None) -> Commit:
+    def revert(self, branch: str, ref: str, author: Optional[str] = None,
+               parent: Optional[int] = None) -> Commit:
+        """Commit the inverse of ref's change against its parent number ``parent`` (from
+        1; needed for a merge commit, as git's -m and lakeFS's parent number)."""
         self.writable_head(branch)
         target = self._resolve_fresh(ref).commit
-        taken = [target] + [self.commits.get(p) for p in target.parents[:1]]
+        taken = [target, self.commits.get(revert_parent(target, parent))]
         return self._taking(taken, branch, lambda: Committer(self).revert(
-            branch, ref, author or default_author()))
+            branch, ref, author or default_author(), parent))
 
     def _taking(self, taken: list[Commit], branch: str, land: Callable[[], Commit]) -> Commit:
         """Land a commit on ``branch`` built from the trees of ``taken`` commits, which

@@ -345,6 +345,40 @@ def test_revert(repo):
         repo.stat("main", "b")
 
 
+def test_revert_of_a_merge_needs_its_parent_named(repo):
+    """A merge commit's revert went against its first parent without a word; git (-m)
+    and lakeFS (parent number) ask which."""
+    repo.write_file("main", "base", b"b")
+    repo.commit("main", "base")
+    repo.create_branch("dev")
+    repo.write_file("dev", "from-dev", b"d")
+    repo.commit("dev", "dev's file")
+    repo.write_file("main", "from-main", b"m")
+    repo.commit("main", "main's file")
+    merge = repo.merge("dev", "main")
+    head = repo.head("main")
+    with pytest.raises(GravfsError, match=r"is a merge commit \(parents 1 [0-9a-f]{12}, 2 "
+                       r"[0-9a-f]{12}\): say which parent's line to revert against with --parent N"):
+        repo.revert("main", merge.id)
+    with pytest.raises(GravfsError, match="against parent 3: it has 2 parents"):
+        repo.revert("main", merge.id, parent=3)
+    assert repo.head("main") == head
+    repo.revert("main", merge.id, parent=2)  # against dev's line: main's side is undone
+    assert repo.read("main", "from-dev") == b"d"
+    with pytest.raises(NotFoundError):
+        repo.stat("main", "from-main")
+    repo.revert("main", "main~1", parent=1)  # the merge again, against main's line
+    for gone in ("from-dev", "from-main"):  # dev's side undone now, main's before
+        with pytest.raises(NotFoundError):
+            repo.stat("main", gone)
+    assert repo.read("main", "base") == b"b"
+    with pytest.raises(GravfsError, match="against parent 2: it has 1 parent$"):
+        repo.revert("main", "main", parent=2)
+    repo.write_file("main", "dirty", b"x")
+    with pytest.raises(GravfsError, match="commit or reset them before reverting"):
+        repo.revert("main", "main", parent=1)
+
+
 def test_reset_all_and_path(repo):
     repo.write_file("main", "keep/a", b"1")
     repo.commit("main", "c")
