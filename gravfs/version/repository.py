@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, TypeVar
 
 from gravfs import hashing
-from gravfs.errors import (AlreadyExistsError, BadNameError, GravfsError, NotFoundError, ReadOnlyError,
-                           StoreUnavailableError)
+from gravfs.errors import (AlreadyExistsError, AmbiguousRefError, BadNameError, GravfsError,
+                           NotFoundError, ReadOnlyError, StoreUnavailableError)
 from gravfs.quoting import quote
 from gravfs.waits import may_wait
 from gravfs.store import open_store
@@ -278,6 +278,7 @@ class VersionRepository:
 
     def create_branch(self, name: str, from_ref: Optional[str] = None) -> Commit:
         check_ref_name(name, "branch")
+        self._check_hides_no_ref(name, "branch")
         source = self._resolve_fresh(from_ref or self.settings.default_branch).commit
         check_not_expired(self.store, source)
         self.heads.create_branch(name, source.id)
@@ -289,6 +290,26 @@ class VersionRepository:
         self.staging.write(lambda txn: self.staging.drop_branch(txn, name))
         self.forget_head(name)
         return source
+
+    def _check_hides_no_ref(self, name: str, kind: str) -> None:
+        """A ref is named by a branch first, then a tag, then a commit id prefix
+        (_resolve_plain): a new name that another ref already answers to would make a
+        tag unreachable, or turn every later use of a tag or commit prefix into the
+        branch (a pipeline pinned to tag v2 would read a moving branch)."""
+        if kind == "branch" and self.heads.tag(name) is not None:
+            raise AlreadyExistsError(f"a tag named {name!r} exists: a branch of that name "
+                                     "would take its place wherever a ref is named")
+        if kind == "tag" and self.heads.branch_or_none(name) is not None:
+            raise AlreadyExistsError(f"a branch named {name!r} exists: refs name the branch "
+                                     "first, so a tag of that name could not be named")
+        if hashing.is_hex_id(name):
+            try:
+                cid = self.commits.expand(name)
+            except AmbiguousRefError:
+                cid = name
+            if cid is not None:
+                raise AlreadyExistsError(f"{name!r} starts the id of commit {cid[:12]}: a {kind} "
+                                         "of that name would take its place wherever a ref is named")
 
     def _resolve_fresh(self, ref: str) -> RefTarget:
         """resolve() past the head cache: a new ref starts where its source is now,
@@ -309,6 +330,8 @@ class VersionRepository:
         return sorted(self.heads.branches(damaged))
 
     def create_tag(self, name: str, ref: str) -> Commit:
+        check_ref_name(name, "tag")
+        self._check_hides_no_ref(name, "tag")
         c = self._resolve_fresh(ref).commit
         check_not_expired(self.store, c)
         self.heads.create_tag(name, c.id)

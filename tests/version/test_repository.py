@@ -119,3 +119,30 @@ def test_init_finishes_a_repository_an_earlier_init_left_without_a_branch(tmp_pa
         assert r.resolve("main").commit.message == "Repository created"
     with pytest.raises(AlreadyExistsError):
         Repository.init(store, state, settings=small_settings())
+
+
+def test_a_new_branch_or_tag_may_not_take_the_name_another_ref_answers_to(tmp_path):
+    """A ref names a branch first, then a tag, then a commit prefix: a branch made with a
+    tag's name turned every later use of the tag into the moving branch, a tag made with
+    a branch's name could never be named, and a branch named like a commit prefix hid it."""
+    from gravfs.errors import AlreadyExistsError
+    repo = Repository.init(LocalStore(str(tmp_path / "store"), fsync=False),
+                           str(tmp_path / "ws"), settings=small_settings())
+    head = repo.head("main")
+    repo.create_tag("v2", "main")
+    with pytest.raises(AlreadyExistsError, match="a tag named 'v2' exists: a branch of that "
+                       "name would take its place"):
+        repo.create_branch("v2")
+    with pytest.raises(AlreadyExistsError, match="a branch named 'main' exists: refs name the "
+                       "branch first"):
+        repo.create_tag("main", "main")
+    for name, make in ((head[:7], repo.create_branch), (head[:6], lambda n: repo.create_tag(n, "main"))):
+        with pytest.raises(AlreadyExistsError, match=f"'{name}' starts the id of commit "
+                           f"{head[:12]}"):
+            make(name)
+    assert repo.resolve(head[:7]).commit.id == head
+    assert sorted(n for n, _ in repo.list_branches()) == ["main"]
+    assert sorted(n for n, _ in repo.list_tags()) == ["v2"]
+    repo.create_tag("20241201", "main")  # hex, but no commit's id starts so
+    repo.create_branch("deadbeef")
+    assert repo.resolve("deadbeef").branch == "deadbeef"
