@@ -138,10 +138,8 @@ def start_session(master: Optional[str] = None, conf: Iterable[tuple[str, str]] 
     except ImportError:
         raise SparkStartError("pyspark is not installed (pip install pyspark)") from None
     level = "WARN" if verbose == 0 else "INFO" if verbose == 1 else "DEBUG"
-    builder = (SparkSession.builder.master(master).appName(app_name)
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.log.level", level))
-    given = dict(conf)
+    given = {"spark.master": master, "spark.app.name": app_name,
+             "spark.ui.showConsoleProgress": "false", "spark.log.level": level, **dict(conf)}
     if log_file is not None:
         k, v = log_to_file(log_file, level, os.path.dirname(log_file))
         given[k] = f"{given[k]} {v}" if k in given else v
@@ -150,23 +148,87 @@ def start_session(master: Optional[str] = None, conf: Iterable[tuple[str, str]] 
     elif "PYSPARK_PYTHON" not in os.environ:
         # the workers run this interpreter (gravfs's venv), not whatever python3 PATH finds
         os.environ["PYSPARK_PYTHON"] = sys.executable
+    builder = SparkSession.builder
     for k, v in given.items():
         builder = builder.config(k, v)
     log.info("starting Spark (master %s)", master)
     command = command and threading.current_thread() is threading.main_thread()
     if command:
         _quiet_py4j(verbose)
+    start = _size(log_file)
     try:
+        if log_file is not None:
+            _start_jvm_logging_to(log_file, given)
         spark = builder.getOrCreate()
     except Exception as exc:  # py4j/pyspark raise many kinds; all mean "did not start"
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise SparkStartError(f"Spark did not start (master {master}): {first[:300]}") from exc
+        said = _jvm_said(log_file, start)
+        notes = ([f"the JVM said: {said[:300]}"] if said else []) + (
+            [f"Spark's log: {log_file}"] if log_file is not None else [])
+        raise SparkStartError(f"Spark did not start (master {master}): "
+                              f"{first[:300].rstrip('.')}"
+                              f"{' (' + '; '.join(notes) + ')' if notes else ''}") from exc
     spark.sparkContext.setLogLevel(level)
     if command:
         _take_interrupts(spark.sparkContext)
     if not is_local(master):
         ship_package(spark)
     return spark
+
+
+def _start_jvm_logging_to(log_file: str, conf: dict) -> None:
+    """Start the driver's JVM as the session would, with its standard error in
+    ``log_file``: the JVM writes there what log4j does not carry (a warning on every
+    start of Java 17+, "Using incubator modules", and a crash's last words)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:  # a session of this process runs already
+            return
+        spark_conf = SparkConf(loadDefaults=False).setAll(conf.items())
+        with open(log_file, "ab") as err:  # the JVM keeps its own descriptor
+            SparkContext._gateway = launch_gateway(spark_conf, popen_kwargs={"stderr": err})
+        SparkContext._jvm = SparkContext._gateway.jvm
+
+
+def _size(path: Optional[str]) -> int:
+    try:
+        return os.path.getsize(path) if path is not None else 0
+    except OSError:
+        return 0
+
+
+# a line of the log4j layout above ("yy/MM/dd HH:mm:ss LEVEL ..."), not the JVM's own
+_LOG4J_LINE = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d ")
+# the lines of a Java exception a log4j record carries (%ex): its class, causes, frames
+_EXCEPTION_LINE = re.compile(r"(at |Caused by|Suppressed|\.\.\. \d+ more|[\w.$]+(Exception|Error)\b)")
+
+
+def _jvm_said(log_file: Optional[str], start: int) -> str:
+    """The first line the JVM itself wrote to ``log_file`` past ``start`` (why it
+    did not start: a bad option, too little memory), or ''."""
+    if log_file is None:
+        return ""
+    try:
+        with open(log_file, "rb") as f:
+            f.seek(start)
+            text = f.read(1 << 16).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    in_record = False  # inside a log4j record: its exception's lines follow it
+    for line in text.splitlines():
+        if _LOG4J_LINE.match(line):
+            in_record = True
+            continue
+        said = line.strip()
+        if not said:
+            continue
+        if in_record and (line[0].isspace() or _EXCEPTION_LINE.match(said)):
+            continue
+        in_record = False
+        if not said.startswith("WARNING: Using incubator modules"):
+            return said
+    return ""
 
 
 # py4j's own lines when a call to the JVM is interrupted or the JVM is gone (it logs them

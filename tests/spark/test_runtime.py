@@ -69,7 +69,9 @@ def test_import_cli_json_and_quiet_spark_log(env):
                            "--partitions", "3", "--json", *SPARK_CONF, store=store, state=state)
     res = json.loads(out)
     assert res["entries"] == 4 * 22 + 2 and res["partitions"] == 3
-    assert " INFO " not in err, err  # Spark's log stays at WARN
+    # the JVM's own standard error goes to Spark's log too (Java 17+ said "WARNING:
+    # Using incubator modules: jdk.incubator.vector" on the terminal at every start)
+    assert err == "", err
     rc, out, err = run_cli("diff", "single", "main", store=store, state=state)
     assert out.strip() == "no differences"
     rc, out, err = run_cli("log", "main", store=store, state=state)
@@ -97,6 +99,17 @@ def test_spark_that_does_not_start(env):
     line = _one_line(err)
     assert line.startswith("gravfs: Spark did not start (master local[0]): "), line
     assert _head(store, state) == head
+
+
+def test_a_jvm_that_does_not_start_is_named_by_its_own_words(env):
+    """Its standard error is in Spark's log: the error line quotes why it stopped."""
+    store, state, src = env
+    rc, out, err = run_cli("spark", "import", src, "main", "--conf", "spark.driver.memory=1x",
+                           store=store, state=state, check=False)
+    line = _one_line(err)
+    assert rc == 1 and line.startswith("gravfs: Spark did not start (master local[*]): "), line
+    assert "(the JVM said: Invalid maximum heap size: -Xmx1x; Spark's log: " \
+        f"{os.path.join(state, 'logs', 'spark.log')})" in line, line
 
 
 def test_bad_inputs_fail_before_spark(env, tmp_path):
