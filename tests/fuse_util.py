@@ -40,6 +40,16 @@ def errno_of_call(fn, *args) -> int:
     raise AssertionError(f"{fn.__name__}{args} did not fail")
 
 
+def fails_with(err: int, fn, *args) -> bool:
+    """Whether ``fn(*args)`` fails with errno ``err`` now (for wait_for: a kernel cache
+    may answer for a while before the daemon is asked)."""
+    try:
+        fn(*args)
+    except OSError as e:
+        return e.errno == err
+    return False
+
+
 def fuse_available() -> bool:
     return os.path.exists("/dev/fuse") and os.access("/dev/fuse", os.R_OK | os.W_OK)
 

@@ -31,9 +31,13 @@ from typing import Optional
 import pyfuse3
 import trio
 
-from gravfs.errors import GravfsError, NotFoundError
+from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
 
 log = logging.getLogger(__name__)
+
+
+#: A signature's head when the branch's head object holds no commit id (its reason next)
+DAMAGED = "damaged"
 
 
 def branch_signature(repo, branch: str):
@@ -42,6 +46,8 @@ def branch_signature(repo, branch: str):
         head = repo.head(branch, fresh=True)
     except NotFoundError:
         return None
+    except CorruptDataError as exc:  # this branch only: the others are still watched
+        return (DAMAGED, str(exc), (), None)
     st = repo.staging.stored_state(branch)
     if st is None:  # nothing staged yet: no token to watch
         return (head, None, (), None)
@@ -110,9 +116,13 @@ class Watcher:
                 continue
             if not _moved(old, sig):
                 continue
-            log.info("branch %s changed outside the mount (head %s); invalidating %d cached inodes",
-                     tree.name, (sig[0][:12] if sig else "deleted"),
-                     len(ops.inodes.tree_inodes(tree.ident)))
+            if sig is not None and sig[0] == DAMAGED:
+                log.error("%s; invalidating %d cached inodes of branch %s (they answer EIO)",
+                          sig[1], len(ops.inodes.tree_inodes(tree.ident)), tree.name)
+            else:
+                log.info("branch %s changed outside the mount (head %s); invalidating %d "
+                         "cached inodes", tree.name, (sig[0][:12] if sig else "deleted"),
+                         len(ops.inodes.tree_inodes(tree.ident)))
             await self.invalidate_tree(tree)
         for name in list(self.seen):
             if name not in names:
