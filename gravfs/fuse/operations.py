@@ -1046,7 +1046,12 @@ class GravfsOperations(pyfuse3.Operations):
         starts |= {cid for _, cid in self.repo.list_tags(damaged)}
         if not starts:
             return []
-        return [c.id for c in walk(self.repo.commits, sorted(starts), self.settings.commits_listed)]
+        unread: list[str] = []  # left out with what only they lead to, and logged
+        ids = [c.id for c in walk(self.repo.commits, sorted(starts), self.settings.commits_listed,
+                                  unread)]
+        for why in unread:
+            log.error("commits/ lists what it can: %s", why)
+        return ids
 
     @guarded
     @settled

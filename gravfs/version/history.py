@@ -5,18 +5,30 @@ from __future__ import annotations
 import heapq
 from typing import Callable, Iterator, Optional
 
-from gravfs.errors import GravfsError
+from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
 from gravfs.version.refs.commits import Commit, CommitStore
 
 
-def walk(commits: CommitStore, starts: list[str], limit: Optional[int] = None) -> Iterator[Commit]:
-    """Ancestors of starts, newest first (by generation, then time), each once."""
+def walk(commits: CommitStore, starts: list[str], limit: Optional[int] = None,
+         damaged: Optional[list[str]] = None) -> Iterator[Commit]:
+    """Ancestors of starts, newest first (by generation, then time), each once. A
+    commit that cannot be read (damaged, missing) raises, or with ``damaged`` is
+    appended there and the walk goes on along the other lines."""
     seen = set(starts)
-    heap = []
+    heap: list = []
+
+    def push(cid: str) -> None:
+        try:
+            c = commits.get(cid)
+        except (CorruptDataError, NotFoundError) as exc:
+            if damaged is None:
+                raise
+            damaged.append(str(exc))
+            return
+        heapq.heappush(heap, (-c.generation, -c.time_ns, cid, c))
+
     for cid in starts:
-        c = commits.get(cid)
-        heap.append((-c.generation, -c.time_ns, cid, c))
-    heapq.heapify(heap)
+        push(cid)
     n = 0
     while heap and (limit is None or n < limit):
         _, _, _, c = heapq.heappop(heap)
@@ -25,8 +37,7 @@ def walk(commits: CommitStore, starts: list[str], limit: Optional[int] = None) -
         for p in c.parents:
             if p not in seen:
                 seen.add(p)
-                pc = commits.get(p)
-                heapq.heappush(heap, (-pc.generation, -pc.time_ns, p, pc))
+                push(p)
 
 
 def change_kind(cur: Optional[bytes], before: list[Optional[bytes]]) -> Optional[str]:

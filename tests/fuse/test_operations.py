@@ -54,6 +54,27 @@ def test_a_damaged_ref_is_left_out_of_the_listing_and_logged(gravfs_mount):
     wait_for(lambda: fails_with(errno.EIO, os.stat, m.path("branches", "dev")), timeout=5)
 
 
+def test_a_damaged_commit_leaves_the_rest_of_commits_listed(tmp_path):
+    """One damaged old commit object made every listing of commits/ fail (EIO)."""
+    m = Mount(str(tmp_path)).init()
+    local = os.path.join(m.base, "local")
+    _write(local, b"1")
+    m.cli("put", local, "main:a")
+    first = m.commit(message="one")
+    m.cli("put", local, "main:b")
+    second = m.commit(message="two")
+    with open(os.path.join(m.store, "_gravfs", "commits", first), "wb") as f:
+        f.write(b"damaged")
+    m.mount()
+    try:
+        assert os.listdir(m.path("commits")) == [second]
+        assert f"commits/ lists what it can: _gravfs/commits/{first}: commit object does " \
+            "not hash to its id" in m.log_text()
+        assert _read(m.path("commits", second, "b")) == b"1"
+    finally:
+        m.cleanup()
+
+
 def test_a_file_closed_after_its_branch_was_deleted_goes_to_lost_and_found(gravfs_mount):
     """Its close failed and the content stayed pinned in a daemon where no name showed
     it; were the branch made again before the unmount, it was staged there."""

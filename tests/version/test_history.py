@@ -75,3 +75,32 @@ def test_path_changes_asks_each_commit_once(tmp_path):
     assert [k for _, k in path_changes(repo.commits, start, identity)] == ["added"]
     assert sorted(asked) == sorted(c.id for c in repo.log("main"))
     repo.close()
+
+
+def test_a_walk_with_damaged_commits_goes_on_along_the_other_lines(tmp_path):
+    """The mount's commits/ listing failed with EIO for every commit when one old commit
+    object of one branch was damaged."""
+    import pytest
+
+    from gravfs.errors import CorruptDataError
+    from gravfs.version.history import walk
+    from gravfs.version.refs.commits import COMMITS_PREFIX, CommitStore
+    repo = Repository.init(str(tmp_path / "store"), str(tmp_path / "ws"),
+                           settings=small_settings())
+    for n in range(3):
+        repo.write_file("main", f"f{n}", io.BytesIO(b"x"))
+        repo.commit("main", f"c{n}")
+    repo.create_branch("other")
+    repo.write_file("other", "o", io.BytesIO(b"o"))
+    other = repo.commit("other", "o").id
+    main = [c.id for c in repo.log("main")]  # c2 c1 c0 and the root
+    repo.store.put(COMMITS_PREFIX + main[1], b"damaged")
+    commits = CommitStore(repo.store)  # (repo.commits keeps what it read)
+    with pytest.raises(CorruptDataError, match="does not hash to its id"):
+        list(walk(commits, [main[0], other]))
+    damaged: list[str] = []
+    assert [c.id for c in walk(commits, [main[0], other], None, damaged)] == [other, main[0]]
+    assert len(damaged) == 1 and main[1] in damaged[0]
+    damaged.clear()  # a damaged start: the other start's line is walked whole
+    assert [c.id for c in walk(commits, [main[1], main[2]], None, damaged)] == main[2:]
+    assert len(damaged) == 1
