@@ -356,7 +356,7 @@ def cmd_commit(args) -> int:
         raise GravfsError("empty commit message: say what the commit changes (-m MESSAGE), "
                           "or pass --allow-empty-message")
     repo = _repo(args)
-    meta = dict(parse_pairs(args.meta or [], "--meta"))
+    meta = dict(parse_pairs(args.meta or [], "--meta", unique=True))
     c = repo.commit(args.branch, args.message, author=args.author, metadata=meta)
     title = c.message.partition("\n")[0]
     print(f"Committed {_short(c.id)} on {args.branch}: {printable(title)}")

@@ -101,6 +101,8 @@ def test_full_workflow(cli, tmp_path):
     (("cat", "main:"), 1, "/: is a directory"),
     (("commit", "main", "-m", "x", "--meta", "foo"), 1, "--meta needs KEY=VALUE, got 'foo'"),
     (("commit", "main", "-m", "x", "--meta", "=v"), 1, "--meta needs KEY=VALUE, got '=v'"),
+    (("commit", "main", "-m", "x", "--meta", "a=1", "--meta", "a=2"), 1,
+     "--meta a given twice: give each key once"),
     (("log", "main~5"), 2, "main~5: history of main has only 1 commit"),
     (("log", "main", "-n", "-1"), 1, "-n must not be negative, got -1"),
 ])

@@ -103,6 +103,8 @@ def parse_branch_rules(items: Iterable[str]) -> dict[str, int]:
         name, sep, days = item.partition("=")
         if not sep or not name:
             raise RetentionError(f"--branch needs NAME=DAYS, got {item!r}")
+        if name in out:  # the last would win without a word
+            raise RetentionError(f"--branch {name} given twice: give each branch once")
         out[name] = parse_days(days, f"--branch {name}")
     return out
 

@@ -131,6 +131,8 @@ def test_bad_rules():
         parse_branch_rules(["main"])
     with pytest.raises(RetentionError, match="negative"):
         parse_branch_rules(["main=-2"])
+    with pytest.raises(RetentionError, match="--branch main given twice: give each branch once"):
+        parse_branch_rules(["main=3", "dev=1", "main=4"])
     with pytest.raises(RetentionError, match="no such branch"):
         make_rules(1, {"nope": 3}, ["main"])
 
