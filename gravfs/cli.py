@@ -406,11 +406,12 @@ def _open_index(repo, missing_ok: bool = False):
         return None
 
 
-def _is_dir(repo, ref: str, key: bytes) -> bool:
+def _kind_at(repo, ref: str, key: bytes) -> Optional[str]:
+    """What ``key`` is in ``ref`` (file, dir, ...), None when nothing is there."""
     try:
-        return repo.stat(ref, key).kind == "dir"
+        return repo.stat(ref, key).kind
     except NotFoundError:
-        return False
+        return None
 
 
 def _log_path(args, repo) -> int:
@@ -423,9 +424,13 @@ def _log_path(args, repo) -> int:
     key = to_key(args.paths[0])
     if not key:
         raise GravfsError("log -- PATH needs a path")
+    kind = _kind_at(repo, args.ref, key)
     with progress_bar(f"log -- {show(key)}: commits looked up", None) as bar:
-        reader = _open_index(repo, missing_ok=True)
-        if reader is None:
+        reader = None if kind == "dir" else _open_index(repo, missing_ok=True)
+        if kind == "dir":
+            log.info("diffing %s with its parents in every commit of %s", show(key), args.ref)
+            changes = list(repo.dir_history(args.ref, key, args.n, bar.advance))
+        elif reader is None:
             log.info("looking %s up in every commit of %s", show(key), args.ref)
             changes = list(repo.path_history(args.ref, key, args.n, bar.advance))
         else:
@@ -437,18 +442,18 @@ def _log_path(args, repo) -> int:
             if hist.looked_up:
                 log.info("%d commit(s) of %s are newer than the provenance index: looked up "
                          "in their trees", hist.looked_up, args.ref)
-    if not changes and _is_dir(repo, args.ref, key):
-        print(f"gravfs: note: {show(key)} is a directory in {args.ref}; log -- PATH lists the "
-              "commits that changed one file", file=sys.stderr)
-    for c, kind in changes:
+        if not changes and kind is None:  # no file there ever: a directory removed since?
+            kind = "dir"
+            changes = list(repo.dir_history(args.ref, key, args.n, bar.advance))
+    for c, change in changes:
         if args.json:
-            _print_json({**c.to_json(), "change": kind, **_path_json(key)})
+            _print_json({**c.to_json(), "change": change, **_path_json(key)})
             continue
         print(f"commit {c.id}")
         if len(c.parents) > 1:
             print("Merge:  " + " ".join(_short(p) for p in c.parents))
         print(f"Author: {printable(c.author)}\nDate:   {_when(c.time_ns)}\n\n{_body(c.message)}\n\n"
-              f"    {kind}: {show(key)}\n")
+              f"    {change}: {show(key)}{'/' if kind == 'dir' else ''}\n")
     return 0
 
 

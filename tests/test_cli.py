@@ -214,6 +214,16 @@ def test_messages_and_authors_reach_the_terminal_without_control_sequences(cli, 
     assert "\x1b" not in out and "    second\tline" in out
 
 
+def test_log_of_a_directory_lists_what_changed_under_it(cli, tmp_path):
+    (tmp_path / "f").write_text("f")
+    for path, message in (("d/a", "first"), ("e", "elsewhere"), ("d/sub/b", "deeper")):
+        cli("put", str(tmp_path / "f"), f"main:{path}")
+        cli("commit", "main", "-m", message)
+    _, out, _ = cli("log", "main", "--", "d/")
+    assert [line.strip() for line in out.splitlines() if line.startswith("    ")] == \
+        ["deeper", "modified: d/", "first", "added: d/"]
+
+
 def test_ref_names_read_as_they_are(cli, tmp_path):
     """A name that is not UTF-8 made the branch, then failed with an internal error; a
     bidi override or a line separator made a name read otherwise. Both are refused;

@@ -76,6 +76,28 @@ def path_changes(commits: CommitStore, start: str,
             n += 1
 
 
+def dir_changes(commits: CommitStore, start: str, differs: Callable[[str, str], bool],
+                holds: Callable[[str], bool], limit: Optional[int] = None
+                ) -> Iterator[tuple[Commit, str]]:
+    """(commit, kind) of start's history, newest first as walk(), that changed anything
+    under a directory: ``differs(parent metarange, metarange)`` says whether the two
+    trees differ there, ``holds(metarange)`` whether a tree has anything there. A merge
+    counts when it differs from every parent, as git's log -- DIR."""
+    n = 0
+    for c in walk(commits, [start]):
+        if limit is not None and n >= limit:
+            return
+        before = [commits.get(p).metarange for p in c.parents]
+        if before and not all(differs(mr, c.metarange) for mr in before):
+            continue
+        now = holds(c.metarange)
+        had = [holds(mr) for mr in before]
+        if not now and not any(had):
+            continue
+        yield c, ("modified" if now and any(had) else "added" if now else "removed")
+        n += 1
+
+
 def merge_base(commits: CommitStore, a: str, b: str) -> Optional[str]:
     """Best common ancestor: the reachable-from-both commit of highest generation."""
     if a == b:

@@ -10,6 +10,7 @@ store), so many workspaces can share a store.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -29,7 +30,7 @@ from gravfs.version.committed.manager import EMPTY_METARANGE_ID, CommittedManage
 from gravfs.version.committer import Committer
 from gravfs.version.compaction import CompactionPolicy, compact
 from gravfs.version.config import REPO_JSON, RepoSettings, Workspace, default_state_dir
-from gravfs.version.history import path_changes, revert_parent, walk
+from gravfs.version.history import dir_changes, path_changes, revert_parent, walk
 from gravfs.version.outage import StoreOutage
 from gravfs.version.refs.commits import Commit, CommitStore
 from gravfs.version.refs.heads import Heads
@@ -358,6 +359,23 @@ class VersionRepository:
         answers without them); ``seen()`` is called after each (progress)."""
         return path_changes(self.commits, self.resolve(ref).commit.id,
                             self.entry_identity(key, seen), limit)
+
+    def dir_history(self, ref: str, key: bytes, limit: Optional[int] = None,
+                    seen: Optional[Callable[[], None]] = None) -> Iterator[tuple[Commit, str]]:
+        """(commit, added|modified|removed) of ref's history that changed anything under
+        the directory ``key``: a diff with each parent limited to it (equal ranges
+        skipped, so a commit costs the change there); ``seen()`` after each commit."""
+        prefix = key + b"/"
+
+        def differs(left: str, right: str) -> bool:
+            return any(True for _ in self.committed.diff(left, right, [key]))
+
+        def holds(mr: str) -> bool:
+            if seen is not None:
+                seen()
+            return any(rec.key.startswith(prefix) for rec in
+                       itertools.islice(self.committed.iter(mr, prefix), 1))
+        return dir_changes(self.commits, self.resolve(ref).commit.id, differs, holds, limit)
 
     def entry_identity(self, key: bytes, seen: Optional[Callable[[], None]] = None
                        ) -> Callable[[Commit], Optional[bytes]]:

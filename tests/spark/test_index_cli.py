@@ -65,10 +65,11 @@ def test_missing_index_says_how_to_build_it(env):
     rc, out, err = run_cli("log", "main", "--json", "--", "a/one", store=store, state=state)
     got = [(d["id"], d["change"]) for d in map(json.loads, out.splitlines())]
     assert [k for _, k in got] == ["modified", "added"] and got[1][0] == c1.id and err == ""
-    # a directory: nothing, and a note saying why (before: nothing at all)
-    rc, out, err = run_cli("log", "main", "--", "a", store=store, state=state)
-    assert out == "" and err == ("gravfs: note: a is a directory in main; log -- PATH lists "
-                                 "the commits that changed one file\n")
+    # a directory: the commits that changed anything under it, as git log -- DIR
+    rc, out, err = run_cli("log", "main", "--json", "--", "a", store=store, state=state)
+    got = [(d["id"], d["change"], d["path"]) for d in map(json.loads, out.splitlines())]
+    assert [k for _, k, _ in got] == ["modified", "added"] and got[1][0] == c1.id, got
+    assert err == ""
 
 
 def test_provenance_and_log_outputs(spark, env, tmp_path):

@@ -104,3 +104,28 @@ def test_a_walk_with_damaged_commits_goes_on_along_the_other_lines(tmp_path):
     damaged.clear()  # a damaged start: the other start's line is walked whole
     assert [c.id for c in walk(commits, [main[1], main[2]], None, damaged)] == main[2:]
     assert len(damaged) == 1
+
+
+def test_dir_history_lists_the_commits_that_changed_anything_under_it(tmp_path):
+    """log -- DIR listed nothing (it looked the directory up as one file)."""
+    repo = Repository.init(str(tmp_path / "store"), str(tmp_path / "ws"),
+                           settings=small_settings())
+
+    def put(branch: str, path: str, message: str):
+        repo.write_file(branch, path, io.BytesIO(message.encode()))
+        return repo.commit(branch, message).id
+    added = put("main", "d/a", "d/a")
+    put("main", "dx/other", "beside d, not under it")
+    deeper = put("main", "d/sub/b", "d/sub/b")
+    repo.create_branch("dev")
+    on_dev = put("dev", "d/a", "dev changes d/a")
+    put("main", "e", "elsewhere")
+    repo.merge("dev", "main")  # takes dev's d: differs from main's, not from dev's
+    repo.remove("main", "d/a")
+    repo.remove("main", "d/sub/b")
+    gone = repo.commit("main", "d emptied").id
+    got = [(c.id, kind) for c, kind in repo.dir_history("main", b"d")]
+    assert got == [(gone, "removed"), (on_dev, "modified"), (deeper, "modified"),
+                   (added, "added")]
+    assert [c.id for c, _ in repo.dir_history("main", b"d/sub")] == [gone, deeper]
+    assert [c.id for c, _ in repo.dir_history("main", b"d", limit=2)] == [gone, on_dev]
