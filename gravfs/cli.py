@@ -525,6 +525,13 @@ def cmd_revert(args) -> int:
     return 0
 
 
+def cmd_cherry_pick(args) -> int:
+    repo = _repo(args)
+    c = _listing_conflicts(lambda: repo.cherry_pick(args.branch, args.ref, parent=args.parent))
+    print(f"Cherry-picked {args.ref} onto {args.branch}: commit {_short(c.id)}")
+    return 0
+
+
 def cmd_reset(args) -> int:
     repo = _repo(args)
     n = repo.reset(args.branch, args.path)
@@ -714,12 +721,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--strategy", choices=["fail", "source-wins", "dest-wins"], default="fail")
     sp.add_argument("-m", "--message")
 
-    sp = cmd("revert", cmd_revert, "commit the inverse of REF on BRANCH")
-    sp.add_argument("branch")
-    sp.add_argument("ref")
-    sp.add_argument("--parent", type=int, metavar="N",
-                    help="for a merge commit: revert against its N-th parent (1: undo what "
-                    "the merge brought into its first parent)")
+    for name, fn, help_ in (("revert", cmd_revert, "commit the inverse of REF on BRANCH"),
+                            ("cherry-pick", cmd_cherry_pick,
+                             "commit REF's change (against its parent) on BRANCH")):
+        sp = cmd(name, fn, help_)
+        sp.add_argument("branch")
+        sp.add_argument("ref")
+        sp.add_argument("--parent", type=int, metavar="N",
+                        help="for a merge commit: its change against its N-th parent (1: what "
+                        "the merge brought into its first parent)")
 
     sp = cmd("reset", cmd_reset, "drop uncommitted changes (all, or under PATH)")
     sp.add_argument("branch")

@@ -129,7 +129,8 @@ def test_help_reads_well():
     p = subprocess.run([sys.executable, "-m", "gravfs.cli", "--help"], capture_output=True, text=True)
     assert p.returncode == 0
     for cmd in ["init", "branch", "tag", "import", "put", "rm", "cat", "ls", "status", "commit",
-                "log", "diff", "merge", "reset", "fsck", "mount", "umount", "sst-dump"]:
+                "log", "diff", "merge", "revert", "cherry-pick", "reset", "fsck", "mount",
+                "umount", "sst-dump"]:
         assert cmd in p.stdout
 
 
@@ -423,6 +424,13 @@ def test_revert_of_a_merge_takes_its_parent(cli, tmp_path):
     _, out, _ = cli("revert", "main", "main", "--parent", "1")
     assert out.startswith("Reverted main on main: commit ")
     assert [line.split()[-1] for line in cli("ls", "main:")[1].splitlines()] == ["g"]
+    # and back: the merge's change again, picked against the same parent
+    merge = json.loads(cli("log", "main~1", "-n", "1", "--json")[1])["id"]
+    _, out, _ = cli("cherry-pick", "main", merge, "--parent", "1")
+    assert out.startswith(f"Cherry-picked {merge} onto main: commit ")
+    assert [line.split()[-1] for line in cli("ls", "main:")[1].splitlines()] == ["f", "g"]
+    rc, _, err = cli("cherry-pick", "main", merge, "--parent", "1", check=False)
+    assert rc == 1 and "nothing to commit: cherry-picking " in err, err
 
 
 def test_z_and_json_give_names_raw(cli, tmp_path):

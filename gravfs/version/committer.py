@@ -42,7 +42,7 @@ from gravfs.version.committed.manager import EMPTY_METARANGE_ID
 from gravfs.version.committed.reader import METARANGES_PREFIX, RANGES_PREFIX
 from gravfs.version.committed.record import decode_value, encode_value
 from gravfs.version.committed.results import Change
-from gravfs.version.history import is_ancestor, merge_base, revert_parent
+from gravfs.version.history import change_parent, is_ancestor, merge_base
 from gravfs.version.refs.commits import Commit, commit_time_ns
 from gravfs.version.committed.sources import SlicedChanges
 from gravfs.version.staging import feed, view
@@ -470,19 +470,36 @@ class Committer:
     def revert(self, branch: str, ref: str, author: str, parent_number: Optional[int] = None
                ) -> Commit:
         target = self.repo.resolve(ref).commit
-        parent = self.repo.commits.get(revert_parent(target, parent_number))
+        parent = self.repo.commits.get(change_parent(target, parent_number, "revert"))
+        return self._replay(branch, target, target.metarange, parent.metarange, "reverting",
+                            f"Revert {target.id[:12]}: {target.message}",
+                            {"reverted": target.id}, author)
+
+    def cherry_pick(self, branch: str, ref: str, author: str,
+                    parent_number: Optional[int] = None) -> Commit:
+        target = self.repo.resolve(ref).commit
+        parent = self.repo.commits.get(change_parent(target, parent_number, "cherry-pick"))
+        return self._replay(branch, target, parent.metarange, target.metarange, "cherry-picking",
+                            f"{target.message}\n\n(cherry picked from commit {target.id})",
+                            {"cherry-picked": target.id}, author)
+
+    def _replay(self, branch: str, target: Commit, base: str, source: str, doing: str,
+                message: str, metadata: dict, author: str) -> Commit:
+        """Commit on ``branch`` the change from tree ``base`` to tree ``source`` (a
+        three-way merge into its head: conflicts fail), or fail when it changes nothing."""
         with self.branch_lock(branch):
             self.recover(branch)
-            self._require_clean(branch, "reverting")
+            self._require_clean(branch, doing)
             st = self.area.get_state(branch)
 
             def build(head: Commit) -> Optional[Commit]:
-                res = self.committed.merge(target.metarange, parent.metarange, head.metarange, "fail")
-                self._check_collisions(res, parent.metarange, head.metarange,
-                                       f"reverting {target.id[:12]}")
-                return Commit(res.metarange_id, (head.id,), f"Revert {target.id[:12]}: "
-                              f"{target.message}", author, commit_time_ns(), head.generation + 1,
-                              {"reverted": target.id})
+                res = self.committed.merge(base, source, head.metarange, "fail")
+                self._check_collisions(res, source, head.metarange, f"{doing} {target.id[:12]}")
+                if res.metarange_id == head.metarange:
+                    raise GravfsError(f"nothing to commit: {doing} {target.id[:12]} leaves "
+                                      f"{branch!r} as it is")
+                return Commit(res.metarange_id, (head.id,), message, author, commit_time_ns(),
+                              head.generation + 1, metadata)
 
             return self._land(branch, st, build)
 

@@ -1,4 +1,4 @@
-"""Walking the commit graph: log order, merge bases and a revert's parent."""
+"""Walking the commit graph: log order, merge bases, the parent a change is taken against."""
 
 from __future__ import annotations
 
@@ -143,19 +143,20 @@ def is_ancestor(commits: CommitStore, ancestor: str, descendant: str, max_steps:
     return False
 
 
-def revert_parent(target: Commit, number: Optional[int]) -> str:
-    """The id of the parent a revert of ``target`` undoes its change against."""
+def change_parent(target: Commit, number: Optional[int], verb: str) -> str:
+    """The id of the parent against which ``target``'s change is taken (to revert or to
+    cherry-pick it): the only one, or the ``number``-th (from 1) of a merge."""
     n = len(target.parents)
     if n == 0:
-        raise GravfsError(f"cannot revert {target.id[:12]}: it has no parent")
+        raise GravfsError(f"cannot {verb} {target.id[:12]}: it has no parent")
     if number is None:
         if n > 1:
             shown = ", ".join(f"{i} {p[:12]}" for i, p in enumerate(target.parents, 1))
             raise GravfsError(f"{target.id[:12]} is a merge commit (parents {shown}): say "
-                              "which parent's line to revert against with --parent N (1: "
-                              "undo what the merge brought into its first parent)")
+                              f"which parent's line to {verb} against with --parent N (1: "
+                              "what the merge brought into its first parent)")
         number = 1
     if not 1 <= number <= n:
-        raise GravfsError(f"cannot revert {target.id[:12]} against parent {number}: it has "
+        raise GravfsError(f"cannot {verb} {target.id[:12]} against parent {number}: it has "
                           f"{n} parent{'s' if n > 1 else ''}")
     return target.parents[number - 1]

@@ -30,7 +30,7 @@ from gravfs.version.committed.manager import EMPTY_METARANGE_ID, CommittedManage
 from gravfs.version.committer import Committer
 from gravfs.version.compaction import CompactionPolicy, compact
 from gravfs.version.config import REPO_JSON, RepoSettings, Workspace, default_state_dir
-from gravfs.version.history import dir_changes, path_changes, revert_parent, walk
+from gravfs.version.history import change_parent, dir_changes, path_changes, walk
 from gravfs.version.outage import StoreOutage
 from gravfs.version.refs.commits import Commit, CommitStore
 from gravfs.version.refs.heads import Heads
@@ -519,8 +519,17 @@ class VersionRepository:
         1; needed for a merge commit, as git's -m and lakeFS's parent number)."""
         self.writable_head(branch)
         target = self._resolve_fresh(ref).commit
-        taken = [target, self.commits.get(revert_parent(target, parent))]
+        taken = [target, self.commits.get(change_parent(target, parent, "revert"))]
         return self._taking(taken, branch, lambda: Committer(self).revert(
+            branch, ref, author or default_author(), parent))
+
+    def cherry_pick(self, branch: str, ref: str, author: Optional[str] = None,
+                    parent: Optional[int] = None) -> Commit:
+        """Commit ref's change (against its parent, as ``revert``) on ``branch``."""
+        self.writable_head(branch)
+        target = self._resolve_fresh(ref).commit
+        taken = [target, self.commits.get(change_parent(target, parent, "cherry-pick"))]
+        return self._taking(taken, branch, lambda: Committer(self).cherry_pick(
             branch, ref, author or default_author(), parent))
 
     def _taking(self, taken: list[Commit], branch: str, land: Callable[[], Commit]) -> Commit:

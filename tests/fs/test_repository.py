@@ -379,6 +379,39 @@ def test_revert_of_a_merge_needs_its_parent_named(repo):
         repo.revert("main", "main", parent=1)
 
 
+def test_cherry_pick_takes_one_commits_change(repo):
+    repo.write_file("main", "base", b"b")
+    repo.commit("main", "base")
+    repo.create_branch("dev")
+    repo.write_file("dev", "one", b"1")
+    repo.commit("dev", "one")
+    repo.write_file("dev", "base", b"changed on dev")
+    repo.remove("dev", "one")
+    wanted = repo.commit("dev", "the fix")
+    repo.write_file("main", "mine", b"m")
+    repo.commit("main", "mine")
+    c = repo.cherry_pick("main", wanted.id)  # that commit's change only, not "one"'s
+    assert repo.read("main", "base") == b"changed on dev" and repo.read("main", "mine") == b"m"
+    with pytest.raises(NotFoundError):
+        repo.stat("main", "one")
+    assert c.message == f"the fix\n\n(cherry picked from commit {wanted.id})"
+    assert c.metadata == {"cherry-picked": wanted.id} and c.parents[0] != wanted.id
+    with pytest.raises(GravfsError, match=r"nothing to commit: cherry-picking [0-9a-f]{12} "
+                       r"leaves 'main' as it is"):
+        repo.cherry_pick("main", wanted.id)  # its change is there already
+    root = list(repo.log("main"))[-1].id
+    with pytest.raises(GravfsError, match="cannot cherry-pick [0-9a-f]{12}: it has no parent"):
+        repo.cherry_pick("main", root)
+    repo.write_file("dev", "base", b"dev again")
+    repo.commit("dev", "dev again")
+    repo.write_file("main", "base", b"main's own")
+    repo.commit("main", "main's own")
+    head = repo.head("main")
+    with pytest.raises(ConflictError):
+        repo.cherry_pick("main", "dev")
+    assert repo.head("main") == head
+
+
 def test_reset_all_and_path(repo):
     repo.write_file("main", "keep/a", b"1")
     repo.commit("main", "c")
