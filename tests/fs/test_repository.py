@@ -251,13 +251,10 @@ def test_diff_and_merge(repo):
 
 
 def test_merge_conflicts_and_strategies(repo):
-    repo.write_file("main", "x", b"base")
-    repo.commit("main", "base")
+    _committed(repo, "main", "x", b"base", "base")
     repo.create_branch("dev")
-    repo.write_file("dev", "x", b"dev")
-    repo.commit("dev", "d")
-    repo.write_file("main", "x", b"main")
-    repo.commit("main", "m")
+    _committed(repo, "dev", "x", b"dev", "d")
+    _committed(repo, "main", "x", b"main", "m")
     with pytest.raises(ConflictError) as ei:
         repo.merge("dev", "main")
     assert ei.value.keys == [b"x"]
@@ -348,13 +345,10 @@ def test_revert(repo):
 def test_revert_of_a_merge_needs_its_parent_named(repo):
     """A merge commit's revert went against its first parent without a word; git (-m)
     and lakeFS (parent number) ask which."""
-    repo.write_file("main", "base", b"b")
-    repo.commit("main", "base")
+    _committed(repo, "main", "base", b"b", "base")
     repo.create_branch("dev")
-    repo.write_file("dev", "from-dev", b"d")
-    repo.commit("dev", "dev's file")
-    repo.write_file("main", "from-main", b"m")
-    repo.commit("main", "main's file")
+    _committed(repo, "dev", "from-dev", b"d", "dev's file")
+    _committed(repo, "main", "from-main", b"m", "main's file")
     merge = repo.merge("dev", "main")
     head = repo.head("main")
     with pytest.raises(GravfsError, match=r"is a merge commit \(parents 1 [0-9a-f]{12}, 2 "
@@ -380,16 +374,13 @@ def test_revert_of_a_merge_needs_its_parent_named(repo):
 
 
 def test_cherry_pick_takes_one_commits_change(repo):
-    repo.write_file("main", "base", b"b")
-    repo.commit("main", "base")
+    _committed(repo, "main", "base", b"b", "base")
     repo.create_branch("dev")
-    repo.write_file("dev", "one", b"1")
-    repo.commit("dev", "one")
+    _committed(repo, "dev", "one", b"1", "one")
     repo.write_file("dev", "base", b"changed on dev")
     repo.remove("dev", "one")
     wanted = repo.commit("dev", "the fix")
-    repo.write_file("main", "mine", b"m")
-    repo.commit("main", "mine")
+    _committed(repo, "main", "mine", b"m", "mine")
     c = repo.cherry_pick("main", wanted.id)  # that commit's change only, not "one"'s
     assert repo.read("main", "base") == b"changed on dev" and repo.read("main", "mine") == b"m"
     with pytest.raises(NotFoundError):
@@ -402,10 +393,8 @@ def test_cherry_pick_takes_one_commits_change(repo):
     root = list(repo.log("main"))[-1].id
     with pytest.raises(GravfsError, match="cannot cherry-pick [0-9a-f]{12}: it has no parent"):
         repo.cherry_pick("main", root)
-    repo.write_file("dev", "base", b"dev again")
-    repo.commit("dev", "dev again")
-    repo.write_file("main", "base", b"main's own")
-    repo.commit("main", "main's own")
+    _committed(repo, "dev", "base", b"dev again", "dev again")
+    _committed(repo, "main", "base", b"main's own", "main's own")
     head = repo.head("main")
     with pytest.raises(ConflictError):
         repo.cherry_pick("main", "dev")
@@ -565,6 +554,12 @@ def test_new_refs_start_at_the_current_head_despite_the_head_cache(store_target,
 
 
 # -- keys another writer made (issue 9: names gravfs did not write) -----------------------
+
+
+def _committed(repo, branch: str, path: str, data: bytes, message: str):
+    """One file written on ``branch`` and committed alone."""
+    repo.write_file(branch, path, data)
+    return repo.commit(branch, message)
 
 
 def _foreign_repo(repo):
