@@ -267,6 +267,57 @@ def bench_tombstones(n_deleted: int, repeat: int, tmp: str) -> dict:
             "compaction_s": dt_compact}
 
 
+def bench_status(n: int, counts: list[int], repeat: int, tmp: str) -> list[dict]:
+    """status of m staged changes spread evenly over an n-entry branch (each run in a
+    repository opened afresh: a CLI command's cold caches), against what bounds it
+    from outside: RocksDB's multi-get of the same m keys from the same n
+    entries (one lookup each), and the commit of those changes (which reads the
+    same ranges and writes them)."""
+    from rocksdict import Options, Rdict, WriteBatch
+    root = tempfile.mkdtemp(dir=tmp)
+    repo = fresh_repo(root)
+    store, state = os.path.join(root, "store"), os.path.join(root, "state")
+    addr, _ = repo.data.put_bytes(b"x")
+    build_branch(repo, n, addr)
+    path = tempfile.mkdtemp(dir=tmp)
+    db = Rdict(path, Options(raw_mode=True))
+    for s in range(0, n, 100_000):  # a write batch per 100k keys
+        wb = WriteBatch(raw_mode=True)
+        for i in range(s, min(n, s + 100_000)):
+            wb.put(key(i), value_for(i, addr))
+        db.write(wb)
+    db.flush()
+    out = []
+    for m in counts:
+        picked = range(0, n, n // m)[:m]
+        keys = [key(i) for i in picked]
+        stage_raw(repo, "main", keys, [value_for(i + 1, addr) for i in picked])
+        repo.close()  # each status in a repository opened afresh, as each CLI command is
+        runs, under, rows = [], [], 0
+        for _ in range(repeat):
+            repo = Repository.open(store, state)
+            dt, listed = timed(lambda: repo.status("main"))
+            runs.append(dt)
+            rows = len(listed)
+            repo.close()
+            repo = Repository.open(store, state)  # status -- PARTITION (a 50th of the tree)
+            under.append(timed(lambda: repo.status("main", [key(n // 2).rsplit(b"/", 1)[0]]))[0])
+            repo.close()
+        repo = Repository.open(store, state)
+        gets = [timed(lambda: db[keys])[0] for _ in range(repeat)]
+        commit_s, _ = timed(lambda: repo.commit("main", f"{m} changes"))
+        out.append({"entries": n, "changes": m, "rows": rows, "seconds": statistics.median(runs),
+                    "runs": runs,
+                    "under_partition_seconds": statistics.median(under), "runs_under": under,
+                    "rocksdb_multi_get_seconds": statistics.median(gets),
+                    "runs_rocksdb": gets, "commit_seconds": commit_s})
+    db.close()
+    Rdict.destroy(path)
+    repo.close()
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller sizes (CI smoke run)")
@@ -274,7 +325,7 @@ def main() -> int:
     ap.add_argument("--s3", action="store_true", help="also run the one-change commit on SeaweedFS")
     ap.add_argument("--tmp", default=None, help="directory to work in (a temporary directory "
                     "is made inside it and removed at the end; DIR itself is left alone)")
-    ap.add_argument("--only", default="commit_bulk,one_change,merge,tombstones",
+    ap.add_argument("--only", default="commit_bulk,one_change,merge,tombstones,status",
                     help="comma-separated sections to run")
     ap.add_argument("--merge-repeat", type=int, help="runs of the merge (default --repeat)")
     args = ap.parse_args()
@@ -313,6 +364,9 @@ def main() -> int:
                                    args.merge_repeat or args.repeat, tmp)
     if "tombstones" in only:
         res["tombstones"] = bench_tombstones(100_000 if not args.quick else 10_000, args.repeat, tmp)
+    if "status" in only:
+        res["status"] = bench_status(trees[0], [10_000, trees[0]] if not args.quick else
+                                     [1_000, trees[0]], args.repeat, tmp)
 
     print(f"\n{'benchmark':<44}{'figure':>16}{'baseline / goal':>30}")
     for b, r in zip(res["commit_bulk"], res["rocksdb_ingest"]):
@@ -340,6 +394,13 @@ def main() -> int:
     if t:
         print(f"{'list 100 after ' + format(t['tombstones'], ',') + ' tombstones':<44}"
               f"{t['list_before_s'] * 1000:>13.1f} ms{'after compaction ' + format(t['list_after_s'] * 1000, '.2f') + ' ms':>30}")
+    for st in res.get("status", []):
+        print(f"{'status of ' + format(st['changes'], ',') + ' changes on ' + format(st['entries'], ','):<44}"
+              f"{st['seconds'] * 1000:>13.1f} ms"
+              f"{'RocksDB multi-get ' + format(st['rocksdb_multi_get_seconds'] * 1000, ',.1f') + ' ms':>30}"
+              f"   ratio {st['seconds'] / st['rocksdb_multi_get_seconds']:.2f}x the time; "
+              f"their commit {st['commit_seconds'] * 1000:,.0f} ms; "
+              f"status -- one partition {st['under_partition_seconds'] * 1000:,.1f} ms")
     os.makedirs(RESULTS, exist_ok=True)
     out = os.path.join(RESULTS, f"repo-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(out, "w") as f:

@@ -30,22 +30,26 @@ import fcntl
 import logging
 import os
 import time
+from bisect import bisect_left
 from contextlib import contextmanager
+from operator import itemgetter
 from typing import Iterator, Optional
 
 from gravfs.errors import (ConflictError, CorruptDataError, GravfsError, NotFoundError,
                            PathTypeError, PreconditionFailedError)
 from gravfs.faults import crash_point
+from gravfs.keyrange import outermost
 from gravfs.store.base import REFRESH_AGE
 from gravfs.version import collisions
 from gravfs.version.committed.manager import EMPTY_METARANGE_ID
 from gravfs.version.committed.reader import METARANGES_PREFIX, RANGES_PREFIX
-from gravfs.version.committed.record import decode_value, encode_value
+from gravfs.version.committed.record import decode_identity, decode_value, encode_value
 from gravfs.version.committed.results import Change
 from gravfs.version.history import change_parent, is_ancestor, merge_base
 from gravfs.version.refs.commits import Commit, commit_time_ns
 from gravfs.version.committed.sources import SlicedChanges
 from gravfs.version.staging import feed, view
+from gravfs.version.staging.feed import CHUNK
 from gravfs.version.staging.area import TOMBSTONE, BranchState, new_token, put_raw
 
 log = logging.getLogger(__name__)
@@ -508,7 +512,9 @@ class Committer:
     def status(self, branch: str, under: Optional[list[bytes]] = None
                ) -> list[tuple[str, bytes]]:
         """Uncommitted changes as (kind, key), kind in added/changed/removed; with
-        ``under``, only those at and under these keys."""
+        ``under``, only those at and under these keys (the changes read from there
+        on, not all of them filtered). A chunk of changes at a time is compared with
+        the head (CommittedManager.values_at: dense ones by a scan of their range)."""
         head = self.repo.commits.get(self.repo.head(branch))
         st = self.area.get_state(branch)
         changes = self._token_changes(st.tokens())
@@ -518,18 +524,18 @@ class Committer:
                                                             st.compacted["metarange"], under)))
             changes = overlay(comp, changes)
         out = []
-        for change in changes:
-            key, ident = change[0], change[1]
-            if under is not None and not any(_under(key, k) for k in under):
-                continue
-            cur = self.committed.get(head.metarange, key)
-            if ident is None:
-                if cur is not None:
-                    out.append(("removed", key))
-            elif cur is None:
-                out.append(("added", key))
-            elif cur[1] != ident:
-                out.append(("changed", key))
+        for chunk in _chunks_under(changes, under):
+            values = self.committed.values_at(head.metarange, [c[0] for c in chunk])
+            for change, cur in zip(chunk, values):
+                key, ident = change[0], change[1]
+                if ident is None:
+                    if cur is not None:
+                        out.append(("removed", key))
+                elif cur is None:
+                    out.append(("added", key))
+                elif (cur[1:33] if cur[0] == 64 and len(cur) > 33  # a 32-byte identity
+                      else decode_identity(cur)) != ident:
+                    out.append(("changed", key))
         return out
 
     def reset(self, branch: str, key: Optional[bytes] = None) -> int:
@@ -597,6 +603,31 @@ class Committer:
                 f"file {self.committed.show_key(above)} staged since; reset "
                 f"{self.committed.show_key(above)} with it, or remove that file first",
                 errno.ENOTDIR)
+
+
+def _chunks_under(changes: list[Change] | SlicedChanges, under: Optional[list[bytes]]
+                  ) -> Iterator[list[Change]]:
+    """Sorted changes in chunks; with ``under``, only those at and under these keys,
+    each read from its place on (its keys sort in [key, key + "0"): "0" follows "/")."""
+    if under is None:
+        if isinstance(changes, SlicedChanges):
+            yield from changes.read(None)
+        else:
+            yield from (changes[i:i + CHUNK] for i in range(0, len(changes), CHUNK))
+        return
+    for top in outermost(under):
+        past = top + b"0"
+        if isinstance(changes, SlicedChanges):
+            chunks = changes.read(top[:-1] or None)  # every key > top[:-1], top's from there
+        else:
+            i = bisect_left(changes, top, key=itemgetter(0))
+            chunks = (changes[j:j + CHUNK] for j in range(i, len(changes), CHUNK))
+        for chunk in chunks:
+            got = [c for c in chunk if _under(c[0], top)]
+            if got:
+                yield got
+            if chunk[-1][0] >= past:
+                break
 
 
 def _under(k: bytes, key: bytes) -> bool:

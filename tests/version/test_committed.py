@@ -16,6 +16,7 @@ from gravfs.version.committed import (
     encode_value, metarange_id, policy_from_dict, range_id, value_record_id)
 from gravfs.version.committed.breaks import (LAKEFS_MAX_RANGE_SIZE, LAKEFS_MIN_RANGE_SIZE,
                                      LAKEFS_RANGE_RAGGEDNESS)
+from gravfs.version.committed import manager as manager_module
 from gravfs.version.committed.reader import metarange_key, range_key
 from gravfs.version.committed.record import decode_record, put_varint
 from gravfs.errors import CorruptDataError, NotFoundError
@@ -358,6 +359,23 @@ def test_get_and_iter(mgr):
     m2 = CommittedManager(mgr.store, mgr.tier, TINY)
     assert m2.get(mid, recs[4000].key) == recs[4000]
     m2.close()
+
+
+@pytest.mark.parametrize("dense", [1, 1 << 30])  # every range scanned / every key looked up
+def test_values_at_is_get_value_of_each_key(mgr, monkeypatch, dense):
+    monkeypatch.setattr(manager_module, "DENSE_LOOKUPS", dense)
+    recs = sorted_records(3000)
+    mid = mgr.write_metarange(recs)
+    keys = [r.key for r in recs]
+    probes = [
+        [], keys, keys[::2], keys[1500:1510], [keys[0], keys[-1]],
+        [b"", keys[0][:-1], keys[0]],                       # before the first key
+        sorted(keys[::50] + [k + b"\x00" for k in keys[::31]]),  # absent keys between
+        [keys[-1] + b"\x00", b"\xff", b"\xff\xff"],          # past the last range
+    ]
+    for want in probes:
+        assert mgr.values_at(mid, want) == [mgr.get_value(mid, k) for k in want]
+    assert mgr.values_at(EMPTY_ID, keys[:3]) == [None] * 3
 
 
 def test_missing_metarange(mgr):

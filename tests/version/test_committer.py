@@ -207,3 +207,58 @@ def test_parallel_commit_whose_worker_fails_keeps_everything_staged(tmp_path, mo
     assert [rec[0] for rec in r.committed.iter(c.metarange)] == paths
     assert r.status("main") == []
     r.close()
+
+
+def test_status_over_chunks_and_paths_is_the_brute_force_answer(tmp_path):
+    """status compares changes with the head a chunk at a time (dense ones by a scan
+    of their range) and reads only from each path given: over more changes than a
+    chunk holds, with and without a compacted staging, it lists what comparing every
+    staged change with the head's entry does."""
+    from gravfs.fs.entry import EntryInfo, encode_entry, entry_identity
+    from gravfs.version.committed.record import encode_value
+    from gravfs.version.compaction import compact
+    from gravfs.version.staging.feed import CHUNK
+    r = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"))
+    addr, _ = r.data.put_bytes(b"x")
+
+    def value(n: int) -> bytes:
+        data = encode_entry(EntryInfo(address=addr, size=1, mtime_ns=n))
+        return encode_value(entry_identity(data), data)
+
+    def path(i: int) -> bytes:  # d.N and d/N sort apart ("." < "/"): paths must not mix them
+        return b"d%s%d/f%06d" % (b"./"[i % 2:i % 2 + 1], i % 5, i)
+
+    base = {path(i): value(i) for i in range(0, 60000, 2)}
+    r.staging.put_many("main", sorted(base.items()), r.head("main"))
+    r.commit("main", "base")
+    staged: dict[bytes, bytes | None] = {}
+    for i in range(0, 60000, 3):  # changed, unchanged (same value), removed, added, ...
+        staged[path(i)] = (None if i % 4 == 0 else value(i) if i % 5 == 0 else value(i + 1))
+    staged[b"d/0"] = None  # removing what the head does not hold lists nothing
+
+    def want(under=None):
+        rows = []
+        for k, v in sorted(staged.items()):
+            if under and not any(k == u or k.startswith(u + b"/") for u in under):
+                continue
+            old = base.get(k)
+            kind = ("removed" if old is not None else None) if v is None else (
+                "added" if old is None else "changed" if old != v else None)
+            if kind:
+                rows.append((kind, k))
+        return rows
+
+    r.staging.put_many("main", sorted(staged.items()), r.head("main"))
+    assert len(staged) > CHUNK
+    for compacted in (False, True):
+        if compacted:
+            assert compact(r, "main")
+            more = {path(i): value(i + 7) for i in range(1, 60000, 7)}
+            r.staging.put_many("main", sorted(more.items()), r.head("main"))
+            staged.update(more)
+        got = r.status("main")
+        assert got == want() and {k for k, _ in got} == {"added", "changed", "removed"}
+        for under in ([b"d/1"], [b"d.3", b"d/1"], [b"d/1", b"d/1/f000011"], [b"d.3/f000003"],
+                      [b"d"], [b"e"], [b"d/9"]):
+            assert sorted(r.status("main", under)) == sorted(want(under)), under
+    r.close()

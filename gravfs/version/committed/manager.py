@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Callable, Iterable, Iterator, Optional
@@ -34,6 +34,7 @@ from gravfs.version.committed.sources import SlicedChanges, overrides_of
 from gravfs.version.committed.stitch import _View, stitch
 from gravfs.version.committed.writer import TreeWriter, WriteContext, remove_stale_temps
 from gravfs.errors import ConflictError, NotFoundError
+from gravfs.keyrange import outermost
 from gravfs.quoting import quote
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,10 @@ EMPTY_METARANGE_ID = EMPTY_ID
 # load onto an empty or distant tree): about 0.6 s of one core's work, twice what
 # starting the workers costs
 PARALLEL_MIN_RECORDS = 100_000
+# values_at scans a range instead of looking up its keys one by one when they are
+# at least 1/DENSE_LOOKUPS of its records (measured: 10k, 50k and 1M changes on a
+# 1M-entry tree; below it most keys are in blocks of their own, read either way)
+DENSE_LOOKUPS = 32
 
 
 class DiffIterator:
@@ -286,6 +291,32 @@ class CommittedManager:
             return None
         return value if value is not None else rs.lookup_in(mr, i, key)
 
+    def values_at(self, metarange_id: str, keys: list[bytes]) -> list[Optional[bytes]]:
+        """get_value() of each of the sorted ``keys``: a range that holds many of them
+        is read once, in order, from the first (its blocks left out of the cache),
+        one that holds few by point lookups; so comparing a million staged changes
+        with a head costs a pass over the ranges they touch, not a million lookups."""
+        mr = self.ranges.metarange(metarange_id)
+        out: list[Optional[bytes]] = []
+        j, n = 0, len(keys)
+        while j < n:
+            i = bisect_left(mr.max_keys, keys[j])
+            if i == len(mr.ids):
+                out += [None] * (n - j)
+                break
+            end = bisect_right(keys, mr.max_keys[i], j)
+            if (end - j) * DENSE_LOOKUPS < mr.ranges[i].count:
+                out += [self.get_value(metarange_id, k) for k in keys[j:end]]
+            else:
+                scan = self.ranges.open_range(mr.ids[i]).reader.seek(keys[j], fill_cache=False)
+                at, value = next(scan, (None, None))
+                for k in keys[j:end]:
+                    while at is not None and at < k:
+                        at, value = next(scan, (None, None))
+                    out.append(value if at == k else None)
+            j = end
+        return out
+
     def iter(self, metarange_id: str, start: bytes = b"") -> Iterator[Record]:
         """Records with key >= start in key order, reading ranges lazily.
 
@@ -388,10 +419,7 @@ class CommittedManager:
         right = self.ranges.metarange(right_id)
         if under is None:
             return DiffIterator(diff_trees(self.ranges, left, right, stats), stats)
-        keys = sorted(set(under))
-        keys = [k for i, k in enumerate(keys)  # a key under another comes with it
-                if not any(k.startswith(o + b"/") for o in keys[:i])]
-        return DiffIterator((d for k in keys
+        return DiffIterator((d for k in outermost(under)
                              for d in diff_under(self.ranges, left, right, stats, k)), stats)
 
     def merge(self, base_id: str, source_id: str, dest_id: str,
