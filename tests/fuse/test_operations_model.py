@@ -1,13 +1,16 @@
 """The mount against a model: a local directory receiving the same operations.
 
 A hypothesis state machine writes, appends, truncates, renames (files and
-directories), unlinks, makes and removes directories, makes hard links, fifos
-and device nodes, changes modes and owners and sets times on a mounted branch
-and on a plain local directory, and demands the same outcome (success or the
-same errno) and the same tree after every step: kinds, contents, permission
-bits, owners, link counts and which names share an inode. Commits (from this
-process, i.e. outside the daemon) snapshot the model; the last commit's
-``commits/<id>/`` directory must show exactly that snapshot.
+directories), unlinks, makes and removes directories, makes hard links, symlinks,
+fifos and device nodes, changes modes and owners and sets times on a mounted
+branch and on a plain local directory, and also keeps up to three descriptors
+open across those steps (writes, reads, truncates, fchmods, fsyncs through them),
+and demands the same outcome (success or the same errno) and the same tree after
+every step: kinds, contents, symlink targets, permission bits, owners, link counts
+and which names share an inode. Commits (from this process, i.e. outside the
+daemon) snapshot the model; the last commit's ``commits/<id>/`` directory must show
+exactly that snapshot (unless descriptors were open at the commit: a file open for
+writing is committed as its last close left it, which the model does not know).
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ offsets = st.integers(min_value=0, max_value=96)
 modes = st.sampled_from([0o600, 0o644, 0o755, 0o4755, 0o2755, 0o2745, 0o1777, 0o640, 0o000])
 owners = st.sampled_from([(0, 0), (65534, 65533), (65534, 0), (-1, 65533)])
 times = st.integers(min_value=0, max_value=2_000_000_000 * 10**9)
+targets = st.sampled_from(["x", "a/x", "../x", "nowhere", "/nonexistent/abs", "a"])
+slots = st.integers(0, 2)  # descriptors kept open across steps
+open_flags = st.sampled_from([os.O_RDONLY, os.O_RDWR, os.O_RDWR | os.O_CREAT, os.O_RDWR | os.O_TRUNC,
+                              os.O_WRONLY | os.O_APPEND, os.O_WRONLY | os.O_CREAT | os.O_EXCL])
 
 
 def outcome(fn, *args):
@@ -55,6 +62,8 @@ def snapshot(root: str) -> dict:
             if stat.S_ISREG(s.st_mode):
                 with open(p, "rb") as fh:
                     content = fh.read()
+            elif stat.S_ISLNK(s.st_mode):
+                content = os.readlink(p)
             nlink = None if stat.S_ISDIR(s.st_mode) else s.st_nlink
             out[rel] = (stat.S_IFMT(s.st_mode), content, stat.S_IMODE(s.st_mode), s.st_uid,
                         s.st_gid, nlink, s.st_rdev)
@@ -97,6 +106,7 @@ class MountModel(RuleBasedStateMachine):
         self.last_commit = None
         self.committed = None
         self.steps: list[str] = []  # this example's steps, for a failure that does not replay
+        self.fds: dict[int, tuple[int, int]] = {}  # slot -> (model's, mount's descriptor)
 
     def both(self, fn, path, *args, path2=None, **kw):
         a = (os.path.join(self.model, path),) + ((os.path.join(self.model, path2),) if path2 else ())
@@ -107,6 +117,16 @@ class MountModel(RuleBasedStateMachine):
         self.steps.append(f"{step} -> {got}")
         assert got == want, f"{step}: mount {got}, local {want}\nsteps:\n" + "\n".join(self.steps)
         return got
+
+    def same(self, step: str, fn, on_fds: bool = False):
+        """fn(model's descriptor or None) against fn(the mount's): the same outcome.
+        ``on_fds``: fn opens a descriptor, whose number may differ."""
+        want, got = outcome(fn, 0), outcome(fn, 1)
+        self.steps.append(f"{step} -> {got}")
+        if on_fds and got[0] == want[0] == "ok":
+            return got, want
+        assert got == want, f"{step}: mount {got}, local {want}\nsteps:\n" + "\n".join(self.steps)
+        return got, want
 
     def special(self, p) -> bool:
         """A fifo or device node: opening it would block or reach a device."""
@@ -163,12 +183,13 @@ class MountModel(RuleBasedStateMachine):
 
     @rule(p=paths, atime=times, mtime=times)
     def utime(self, p, atime, mtime):
-        """Times set apart; the change time moves on (it is not settable)."""
+        """Times set apart (of a symlink itself, not of what it names); the change
+        time moves on (it is not settable)."""
         try:
             before = os.lstat(os.path.join(self.root, p)).st_ctime_ns
         except OSError:
             before = None
-        if self.both(os.utime, p, ns=(atime, mtime))[0] != "ok":
+        if self.both(os.utime, p, ns=(atime, mtime), follow_symlinks=False)[0] != "ok":
             return
         s = os.lstat(os.path.join(self.root, p))
         assert (s.st_atime_ns, s.st_mtime_ns) == (atime, mtime)
@@ -211,6 +232,66 @@ class MountModel(RuleBasedStateMachine):
         if not self.special(p):
             self.both(_read, p)
 
+    @rule(p=paths, to=targets)
+    def symlink(self, p, to):
+        self.both(lambda path: os.symlink(to, path), p)
+
+    @rule(p=paths)
+    def readlink(self, p):
+        self.both(os.readlink, p)
+
+    @rule(k=slots, p=paths, flags=open_flags)
+    def open_fd(self, k, p, flags):
+        if k in self.fds or self.special(p):
+            return
+        where = (os.path.join(self.model, p), os.path.join(self.root, p))
+        got, want = self.same(f"open[{k}]{(p, flags)}",
+                              lambda i: os.open(where[i], flags, 0o644), on_fds=True)
+        if got[0] == "ok":
+            self.fds[k] = (want[1], got[1])
+
+    def on_fd(self, k, step: str, fn) -> None:
+        if k in self.fds:
+            self.same(f"{step}[{k}]", lambda i: fn(self.fds[k][i]))
+
+    @rule(k=slots, off=offsets, d=data)
+    def fd_pwrite(self, k, off, d):
+        self.on_fd(k, f"pwrite{(off, d)}", lambda fd: os.pwrite(fd, d, off))
+
+    @rule(k=slots, d=data)
+    def fd_write(self, k, d):
+        self.on_fd(k, f"write{(d,)}", lambda fd: os.write(fd, d))
+
+    @rule(k=slots)
+    def fd_read(self, k):
+        self.on_fd(k, "pread", lambda fd: os.pread(fd, 256, 0))
+
+    @rule(k=slots, size=offsets)
+    def fd_truncate(self, k, size):
+        self.on_fd(k, f"ftruncate({size})", lambda fd: os.ftruncate(fd, size))
+
+    @rule(k=slots)
+    def fd_stat(self, k):
+        def seen(fd):  # (a directory's size and link count are the filesystem's own)
+            s = os.fstat(fd)
+            return ("dir" if stat.S_ISDIR(s.st_mode) else (s.st_size, s.st_nlink),
+                    stat.S_IFMT(s.st_mode), stat.S_IMODE(s.st_mode))
+        self.on_fd(k, "fstat", seen)
+
+    @rule(k=slots, mode=st.sampled_from([0o600, 0o444, 0o755]))
+    def fd_chmod(self, k, mode):
+        self.on_fd(k, f"fchmod({mode:o})", lambda fd: os.fchmod(fd, mode))
+
+    @rule(k=slots)
+    def fd_sync(self, k):
+        self.on_fd(k, "fsync", os.fsync)
+
+    @rule(k=slots)
+    def fd_close(self, k):
+        if k in self.fds:
+            fds = self.fds.pop(k)
+            self.same(f"close[{k}]", lambda i: os.close(fds[i]))
+
     @rule()
     def commit(self):
         from gravfs.version.committer import NothingToCommitError
@@ -219,7 +300,7 @@ class MountModel(RuleBasedStateMachine):
         except NothingToCommitError:
             return
         self.steps.append(f"commit -> {c.id}")
-        self.last_commit = c.id
+        self.last_commit = c.id if not self.fds else None  # (see the module doc)
         self.committed = snapshot(self.model)
 
     @rule()
@@ -236,6 +317,9 @@ class MountModel(RuleBasedStateMachine):
         assert snapshot(self.root) == snapshot(self.model), "steps:\n" + "\n".join(self.steps)
 
     def teardown(self):
+        for fds in getattr(self, "fds", {}).values():
+            for fd in fds:
+                os.close(fd)
         if getattr(self, "model", None):
             shutil.rmtree(self.model, ignore_errors=True)
 
