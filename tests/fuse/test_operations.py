@@ -601,6 +601,118 @@ def test_files_never_vanish_while_the_cli_commits(gravfs_mount):
     assert sorted(os.listdir(m.branch_path())) == sorted(names)
 
 
+def test_no_commit_holds_a_torn_file_while_writers_race_commits(gravfs_mount):
+    """Three writers write (in two parts), append to, rename, truncate and unlink files
+    of their own directories while commits from this process and from the CLI, and
+    compactions, run back to back: every file of every commit holds a content some
+    writer closed at that path (none half-written or empty in between), and the
+    branch and its last commit hold what the writers left."""
+    import random
+    import threading
+
+    from gravfs.fs.repository import Repository
+    from gravfs.version.compaction import compact
+    from gravfs.version.committer import NothingToCommitError
+
+    m = gravfs_mount
+    repo = Repository.open(m.store, m.state_dir)
+    root = m.branch_path()
+    closed: dict[str, set] = {}  # path -> every content a writer may have closed there
+    final: dict[str, bytes] = {}
+    errors: list = []
+    done = threading.Event()
+
+    def writer(w: int) -> None:
+        rnd = random.Random(w)
+        os.makedirs(os.path.join(root, f"w{w}", "d"))
+        names = [f"w{w}/f{j}" for j in range(6)] + [f"w{w}/d/g{j}" for j in range(4)]
+        mine: dict[str, bytes] = {}
+        try:
+            for i in range(1500):
+                p, op = rnd.choice(names), rnd.random()
+                full = os.path.join(root, p)
+                if op < 0.5:
+                    content = f"{p}:{i}:".encode() * rnd.randint(1, 3000)
+                    closed.setdefault(p, set()).add(content)
+                    with open(full, "wb") as f:
+                        f.write(content[:len(content) // 2])
+                        f.flush()
+                        f.write(content[len(content) // 2:])
+                    mine[p] = content
+                elif p not in mine:
+                    continue
+                elif op < 0.65:
+                    mine[p] += b"+%d" % i
+                    closed[p].add(mine[p])
+                    with open(full, "ab") as f:
+                        f.write(b"+%d" % i)
+                elif op < 0.8:
+                    q = rnd.choice(names)
+                    if q != p:
+                        closed.setdefault(q, set()).add(mine[p])
+                        os.rename(full, os.path.join(root, q))
+                        mine[q] = mine.pop(p)
+                elif op < 0.95:
+                    os.unlink(full)
+                    del mine[p]
+                else:
+                    closed[p].add(b"")
+                    os.truncate(full, 0)
+                    mine[p] = b""
+        except Exception as exc:
+            errors.append((w, repr(exc)))
+        final.update(mine)
+
+    def committer() -> None:
+        k = 0
+        while not done.is_set():
+            k += 1
+            try:
+                if k % 3 == 0:
+                    res = m.cli("commit", "main", "-m", "from the CLI", check=False)
+                    if res.returncode != 0 and "nothing to commit" not in res.stderr:
+                        errors.append(("cli commit", res.stderr))
+                elif k % 3 == 1:
+                    compact(repo, "main")
+                else:
+                    repo.commit("main", "from this process")
+            except NothingToCommitError:
+                pass
+            except Exception as exc:
+                errors.append(("commit", repr(exc)))
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
+    commits = threading.Thread(target=committer)
+    commits.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    commits.join()
+    try:
+        assert not errors, errors
+        seen = {}
+        for dirpath, _, files in os.walk(root):
+            for name in files:
+                seen[os.path.relpath(os.path.join(dirpath, name), root)] = _read(
+                    os.path.join(dirpath, name))
+        assert seen == final
+        history = [c.id for c in repo.log("main")]
+        assert len(history) > 3  # (dozens here: the commits did race the writers)
+        torn = [(cid[:12], n.path, repo.read(n)[:40]) for cid in history
+                for n in repo.walk(cid) if n.kind == "file" and repo.read(n) not in closed[n.path]]
+        assert not torn, f"{len(torn)} torn files in {len(history)} commits: {torn[:5]}"
+        try:
+            last = repo.commit("main", "last").id
+        except NothingToCommitError:  # the committer took the writers' last changes
+            last = repo.head("main", fresh=True)
+        assert {n.path: repo.read(n) for n in repo.walk(last) if n.kind == "file"} == final
+    finally:
+        repo.close()
+    m.assert_clean_log()
+
+
 @pytest.mark.parametrize("size", [1000, 9 * 1024 * 1024 + 5])
 def test_corrupt_data_object_reads_fail_with_eio(gravfs_mount, size):
     """Small objects are hashed whole before a byte is served, large ones (read in place from this
