@@ -328,18 +328,11 @@ class RestartModel(MountModel):
     """MountModel whose daemon is also unmounted, or killed with SIGKILL, and mounted
     again between steps (with no descriptor open): everything closed survives both."""
 
-    @rule()
-    def remount(self):
+    @rule(kill=st.booleans())
+    def restart(self, kill):
         if not self.fds:
-            self.steps.append("umount, mount")
-            self.mount.umount()
-            self.mount.remount()
-
-    @rule()
-    def kill9(self):
-        if not self.fds:
-            self.steps.append("kill -9, mount")
-            self.mount.kill9()
+            self.steps.append("kill -9, mount" if kill else "umount, mount")
+            self.mount.kill9() if kill else self.mount.umount()
             self.mount.remount()
 
 
