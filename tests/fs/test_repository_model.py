@@ -1,4 +1,5 @@
-"""Hypothesis state machine: random put/rm/commit/branch/merge/reset against a dict model."""
+"""Hypothesis state machine: random put/rm/commit/branch/merge/reset/compact against a
+dict model; the views, listings and status must match it after every step."""
 
 import shutil
 import tempfile
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from gravfs.version.committer import NothingToCommitError
+from gravfs.version.compaction import compact
 from gravfs.errors import ConflictError, PathTypeError
 from gravfs.fs.repository import Repository
 from tests.repo_util import small_settings
@@ -31,6 +33,8 @@ class RepoMachine(RuleBasedStateMachine):
         # branches with staged writes since their last commit/reset: rewriting a file with
         # the same bytes still changes its mtime, so such a commit may land
         self.touched = set()
+        self.written = {"main": set()}  # paths put or removed since the last commit/reset
+        self.writes = 0
 
     def teardown(self):
         self.repo.close()
@@ -48,8 +52,12 @@ class RepoMachine(RuleBasedStateMachine):
                 self.repo.write_file(b, path, data)
             return
         self.repo.write_file(b, path, data)
-        self.working[b][path] = data
+        # (bytes, which write): an entry holds its write's time, so two writes of the
+        # same bytes are different changes to a merge, as gravfs compares entries whole
+        self.writes += 1
+        self.working[b][path] = (data, self.writes)
         self.touched.add(b)
+        self.written[b].add(path)
 
     @rule(b=st.sampled_from(BRANCHES), path=st.sampled_from(PATHS))
     def rm(self, b, path):
@@ -58,6 +66,7 @@ class RepoMachine(RuleBasedStateMachine):
         self.repo.remove(b, path)
         del self.working[b][path]
         self.touched.add(b)
+        self.written[b].add(path)
 
     @rule(b=st.sampled_from(BRANCHES))
     def commit(self, b):
@@ -68,10 +77,11 @@ class RepoMachine(RuleBasedStateMachine):
                 self.repo.commit(b, "nothing")
             return
         self.touched.discard(b)
+        self.written[b] = set()
         try:
             c = self.repo.commit(b, "c")
         except NothingToCommitError:
-            assert self.working[b] == self.committed[b]
+            assert _data(self.working[b]) == _data(self.committed[b])
             return
         self.committed[b] = dict(self.working[b])
         self.trees[c.id] = dict(self.working[b])
@@ -83,6 +93,7 @@ class RepoMachine(RuleBasedStateMachine):
         self.repo.create_branch(b, src)
         self.committed[b] = dict(self.committed[src])
         self.working[b] = dict(self.committed[src])
+        self.written[b] = set()
 
     @rule(b=st.sampled_from(BRANCHES))
     def reset(self, b):
@@ -91,6 +102,13 @@ class RepoMachine(RuleBasedStateMachine):
         self.repo.reset(b)
         self.working[b] = dict(self.committed[b])
         self.touched.discard(b)
+        self.written[b] = set()
+
+    @rule(b=st.sampled_from(BRANCHES))
+    def compact(self, b):
+        """Compaction changes how staging is kept, never what a branch shows."""
+        if b in self.working:
+            compact(self.repo, b)
 
     @rule(src=st.sampled_from(BRANCHES), dst=st.sampled_from(BRANCHES),
           strategy=st.sampled_from(["fail", "source-wins", "dest-wins"]))
@@ -142,10 +160,25 @@ class RepoMachine(RuleBasedStateMachine):
     def views_match(self):
         for b in self.working:
             got = {n.path: self.repo.read(n) for n in self.repo.walk(b) if n.kind == "file"}
-            assert got == self.working[b], b
+            assert got == _data(self.working[b]), b
             head = self.repo.head(b)
             got = {n.path: self.repo.read(n) for n in self.repo.walk(head) if n.kind == "file"}
-            assert got == self.committed[b], b
+            assert got == _data(self.committed[b]), b
+
+    @invariant()
+    def status_matches(self):
+        """Every path whose content or presence differs from the head, with its kind;
+        perhaps also one rewritten with the same bytes (its mtime changed)."""
+        for b in self.working:
+            w, c = _data(self.working[b]), _data(self.committed[b])
+            must = {k: "added" if k not in c else "removed" if k not in w else "changed"
+                    for k in set(w) | set(c) if w.get(k) != c.get(k)}
+            got = {k.decode(): kind for kind, k in self.repo.status(b)}
+            assert {k: got.get(k) for k in must} == must, b
+            assert set(got) <= set(must) | {k for k in self.written[b] if k in w and k in c}, b
+            under = self.repo.status(b, [b"a"])
+            assert under == [(kind, k) for kind, k in self.repo.status(b)
+                             if k.startswith(b"a/")], b
 
     @precondition(lambda self: "main" in self.working)
     @invariant()
@@ -156,11 +189,15 @@ class RepoMachine(RuleBasedStateMachine):
         assert got == top
 
 
+def _data(tree: dict) -> dict:
+    return {path: data for path, (data, _) in tree.items()}
+
+
 def _collide(a: str, b: str) -> bool:
     """Whether a file at one path and a file at the other cannot both be."""
     return b.startswith(a + "/") or a.startswith(b + "/")
 
 
 TestRepoModel = RepoMachine.TestCase
-TestRepoModel.settings = settings(max_examples=40, stateful_step_count=25, deadline=None,
+TestRepoModel.settings = settings(max_examples=100, stateful_step_count=25, deadline=None,
                                   suppress_health_check=[HealthCheck.too_slow])
