@@ -119,8 +119,8 @@ class MountModel(RuleBasedStateMachine):
         return got
 
     def same(self, step: str, fn, on_fds: bool = False):
-        """fn(model's descriptor or None) against fn(the mount's): the same outcome.
-        ``on_fds``: fn opens a descriptor, whose number may differ."""
+        """fn(0), the step on the model's side, against fn(1), on the mount's: the same
+        outcome. ``on_fds``: fn opens a descriptor, whose number may differ."""
         want, got = outcome(fn, 0), outcome(fn, 1)
         self.steps.append(f"{step} -> {got}")
         if on_fds and got[0] == want[0] == "ok":
