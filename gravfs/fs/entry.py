@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import stat
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from google.protobuf.message import DecodeError
@@ -255,6 +255,15 @@ def entry_identity(entry: bytes | EntryInfo) -> bytes:
         if info.atime_ns == 0:
             parts.append(b"atime-epoch")  # set to 0, unlike a record without one
     return hashlib.sha256(b"".join(parts)).digest()
+
+
+def same_but_times(a: bytes, b: bytes) -> bool:
+    """Whether two encoded entries are one file but for its times: what both sides of a
+    merge hold where each wrote the same bytes separately, which is no conflict (as in
+    git; lakeFS's identity is the content's ETag alone)."""
+    x, y = decode_entry(a), decode_entry(b)
+    return (entry_identity(replace(x, mtime_ns=0, atime_ns=None, ctime_ns=0))
+            == entry_identity(replace(y, mtime_ns=0, atime_ns=None, ctime_ns=0)))
 
 
 def shown_atime(info: EntryInfo) -> int:

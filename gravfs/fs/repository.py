@@ -22,7 +22,7 @@ from gravfs.data.objects import DataObjects
 from gravfs.errors import AlreadyExistsError, BadNameError, GravfsError, NotFoundError, PathTypeError
 from gravfs.fs.entry import (KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_DIRECTORY, KIND_FIFO,
                              KIND_FILE, KIND_SOCKET, KIND_SYMLINK, EntryInfo, decode_entry,
-                             encode_entry, entry_identity)
+                             encode_entry, entry_identity, same_but_times)
 from gravfs.fs.paths import (dir_prefix, display, escape_name, first_name, hashed_head,
                              name_problem, show, split_last, to_key, unescape_name)
 from gravfs.fs.references import live_addresses
@@ -229,6 +229,7 @@ class Repository(VersionRepository):
         """``staging_sync=False`` (the mount daemon): LMDB commits skip fsync; the
         caller syncs (``self.staging.sync()``) on fsync and periodically."""
         super().__init__(store, state_dir, tier_bytes, head_ttl, staging_sync, show_key=show)
+        self.committed.same_change = same_but_times  # both sides wrote the same bytes
         self.data = DataObjects(store, self.tier, self.workspace.tmp,
                                 pending_dir=self.workspace.sub("pending"))
         self.external = reader_for(store)  # by-reference entries' sources (gravfs.data.external)

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from gravfs.fs.entry import (_DEFAULT_MODE, KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_FIFO, KIND_FILE,
                              KIND_SOCKET, TIME_NS_MAX, TIME_NS_MIN, EntryInfo, decode_entry,
-                             encode_entry, entry_identity, kind_of_mode, shown_atime)
+                             encode_entry, entry_identity, kind_of_mode, same_but_times,
+                             shown_atime)
 from gravfs.version.committed.messages import Entry
 
 # written by gravfs before the POSIX fields existed (commit 7b187b6's entry.py)
@@ -101,3 +102,14 @@ def test_times_outside_64_bit_nanoseconds_are_clamped():
     assert entry_identity(e) == entry_identity(encode_entry(e))
     assert replace(e, mtime_ns=-far).mtime_ns == TIME_NS_MIN  # (a setattr through the mount)
     assert EntryInfo(mtime_ns=-1).mtime_ns == -1  # 1969: in range, kept
+
+
+def test_same_but_times_tells_a_file_apart_only_by_what_is_not_a_time():
+    """What a merge may take as one change written on both sides (merge.py)."""
+    a = _old()
+    assert same_but_times(encode_entry(a), encode_entry(replace(
+        a, mtime_ns=5, atime_ns=7, ctime_ns=9)))
+    for other in (replace(a, address="data/cd/cdef"), replace(a, size=12),
+                  replace(a, mode=0o100600), replace(a, uid=7), replace(a, xattrs={}),
+                  replace(a, link_group="g1", links=(b"x",)), replace(a, kind=KIND_FIFO)):
+        assert not same_but_times(encode_entry(a), encode_entry(other)), other

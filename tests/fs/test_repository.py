@@ -266,6 +266,37 @@ def test_merge_conflicts_and_strategies(repo):
     assert repo.read("dev2", "x") == b"dev"
 
 
+@pytest.mark.parametrize("spread", [False, True])  # one process / slices on workers
+def test_the_same_bytes_written_on_both_sides_merge_without_conflict(repo, spread, request):
+    """Both branches wrote one content at a path (their entries differ by their times
+    only): no conflict, as in git; the destination keeps its entry. Other bytes, or the
+    same bytes with another mode, are a conflict."""
+    if spread:
+        if str(getattr(repo.store, "url", "")).startswith("s3://"):
+            request.getfixturevalue("s3_environ")  # the workers open the store themselves
+        repo.committed.workers = 2
+        repo.committed.parallel_min_records = repo.committed.parallel_min_ranges = 1
+        repo.committed.slices = 4
+    _committed(repo, "main", "x", b"base", "base")
+    repo.create_branch("dev")
+    for path, dev, main in (("x", b"same", b"same"), ("new", b"both", b"both"),
+                            ("moded", b"m", b"m"), ("other", b"dev's", b"main's")):
+        repo.write_file("dev", path, dev, mode=0o600 if path == "moded" else 0o644)
+        repo.write_file("main", path, main)
+    repo.commit("dev", "dev")
+    repo.commit("main", "main")
+    mine = {p: repo.stat("main", p).entry for p in ("x", "new")}
+    with pytest.raises(ConflictError) as ei:
+        repo.merge("dev", "main")
+    assert ei.value.keys == [b"moded", b"other"]
+    for p in ("moded", "other"):
+        repo.remove("dev", p)
+    repo.commit("dev", "drop what conflicts")
+    repo.merge("dev", "main")
+    assert {p: repo.stat("main", p).entry for p in ("x", "new")} == mine
+    assert repo.read("main", "x") == b"same" and repo.read("main", "other") == b"main's"
+
+
 @pytest.mark.parametrize("strategy", ["fail", "source-wins", "dest-wins"])
 def test_merge_that_would_make_a_file_a_directory_is_a_conflict(repo, strategy):
     """A file "a" on one side and "a/c" on the other: each was fine alone, but the

@@ -52,8 +52,9 @@ class RepoMachine(RuleBasedStateMachine):
                 self.repo.write_file(b, path, data)
             return
         self.repo.write_file(b, path, data)
-        # (bytes, which write): an entry holds its write's time, so two writes of the
-        # same bytes are different changes to a merge, as gravfs compares entries whole
+        # (bytes, which write): an entry holds its write's time, so a merge takes a
+        # rewrite of the same bytes for a change (it differs from both sides only where
+        # the other side wrote other bytes: a conflict)
         self.writes += 1
         self.working[b][path] = (data, self.writes)
         self.touched.add(b)
@@ -134,6 +135,8 @@ class RepoMachine(RuleBasedStateMachine):
                 else:
                     result[k] = ss
                 continue
+            if ss is not None and ds is not None and ss[0] == ds[0]:
+                continue  # both wrote these bytes: no conflict, dest's entry stays
             conflicts.append(k)
             if strategy == "source-wins":
                 if ss is None:

@@ -121,6 +121,9 @@ class CommittedManager:
         self.parallel_min_ranges = parallel_min_ranges
         self.parallel_min_records = parallel_min_records
         self.slices: int | None = None  # key slices per parallel operation (None: 2 per worker)
+        # merge: whether two different values of a key are the same change (merge.py; the
+        # file layer sets it; a module-level function, as worker processes get it pickled)
+        self.same_change: Optional[Callable[[bytes, bytes], bool]] = None
         self._spec = self._worker_spec(compression, block_size)
         self._pool = None
 
@@ -451,7 +454,7 @@ class CommittedManager:
             raise _Abort
 
         overrides = _Overrides(join_changes(self.ranges, base, source, dest, strategy, stats,
-                                            conflicts, stop_writing))
+                                            conflicts, stop_writing, same=self.same_change))
         views = [_View(DEST_BIT, dest, self.ranges, stats),
                  _View(SOURCE_BIT, source, self.ranges, stats)]
         try:
@@ -460,7 +463,8 @@ class CommittedManager:
             # A conflict under "fail": stop building and only collect every conflicting key.
             w.abort()
             conflicts = []
-            for _ in join_changes(self.ranges, base, source, dest, strategy, stats, conflicts):
+            for _ in join_changes(self.ranges, base, source, dest, strategy, stats, conflicts,
+                                  same=self.same_change):
                 pass
         except BaseException:
             w.abort()
@@ -481,7 +485,8 @@ class CommittedManager:
         """merge() with the joins and the stitching done slice by slice on the workers."""
         slices = parallel.cut(dest, weights, self._slice_count())
         joined = self._run_slices(parallel.join_task, [
-            (base.id, source.id, dest.id, strategy, lo, hi) for lo, hi in slices],
+            (base.id, source.id, dest.id, strategy, lo, hi, self.same_change)
+            for lo, hi in slices],
             lambda args: parallel.join_slice(self.ranges, *args))
         overrides: list[tuple] = []
         conflicts: list[bytes] = []

@@ -4,8 +4,10 @@ The changes of each side relative to the base come from range-level diffs
 (equal ranges are never read), so the cost follows the size of the changes.
 They are joined by key: a key changed on one side only takes that side's
 value; a key changed on both sides to the same outcome is already right on
-both; anything else is a conflict, reported (strategy "fail") or resolved
-("source-wins", "dest-wins").
+both; one changed on both sides to values a ``same`` rule calls equivalent
+(the file layer's: the same file but for its times) keeps dest's; anything
+else is a conflict, reported (strategy "fail") or resolved ("source-wins",
+"dest-wins").
 
 The result is stitched (stitch.py) from two views, dest corrected by the
 source-side changes and source corrected by the dest-side changes, so whole
@@ -16,7 +18,7 @@ yields source's.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
 from gravfs.version.committed.diff import diff_trees
 from gravfs.version.committed.reader import MetaRange, RangeStore
@@ -40,13 +42,15 @@ def _outcome(d: Diff):
 def join_changes(rs: RangeStore, base: MetaRange, source: MetaRange, dest: MetaRange,
                  strategy: str, stats: Stats, conflicts: list[bytes],
                  on_conflict=None, start: bytes | None = None,
-                 end: bytes | None = None) -> Iterator[tuple]:
+                 end: bytes | None = None,
+                 same: Optional[Callable[[bytes, bytes], bool]] = None) -> Iterator[tuple]:
     """Override entries (key, identity, value, mask) for the stitcher, in key order.
 
     ``mask`` flags the views the target differs from at that key.  Conflicting
     keys are appended to ``conflicts``; with strategy "fail" they yield
     nothing and ``on_conflict`` is called once, at the first one.  ``start`` /
-    ``end``: only keys in (start, end] (a slice, see parallel.py).
+    ``end``: only keys in (start, end] (a slice, see parallel.py). ``same(source
+    data, dest data)``: whether two different values are the same change (module doc).
     """
     shared = _RecentRanges(rs)  # both diffs read base's differing ranges: decode them once
     sdiff = diff_trees(shared, base, source, stats, start, end)
@@ -64,9 +68,13 @@ def join_changes(rs: RangeStore, base: MetaRange, source: MetaRange, dest: MetaR
             d = next(ddiff, None)
         else:
             sr, dr = s.right, d.right
-            same = (sr is None and dr is None) or (
+            equal = (sr is None and dr is None) or (
                 sr is not None and dr is not None and sr.identity == dr.identity)
-            if not same:
+            if (not equal and same is not None and sr is not None and dr is not None
+                    and same(sr.data, dr.data)):
+                ident, value = _outcome(d)
+                yield (d.key, ident, value, SOURCE_BIT)  # dest's, in both views
+            elif not equal:
                 conflicts.append(s.key)
                 if strategy == "source-wins":
                     ident, value = _outcome(s)

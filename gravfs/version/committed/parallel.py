@@ -259,20 +259,23 @@ def stitch_task(spec: WorkerSpec, view_ids: list[tuple[int, str]],
 
 
 def join_task(spec: WorkerSpec, base_id: str, source_id: str, dest_id: str, strategy: str,
-              lo: bytes | None, hi: bytes | None) -> tuple[list[tuple], list[bytes], dict]:
+              lo: bytes | None, hi: bytes | None, same=None
+              ) -> tuple[list[tuple], list[bytes], dict]:
     """Worker: join_slice through this worker's RangeStore."""
     rs, _, _ = _worker(spec)
-    return join_slice(rs, base_id, source_id, dest_id, strategy, lo, hi)
+    return join_slice(rs, base_id, source_id, dest_id, strategy, lo, hi, same)
 
 
 def join_slice(rs: RangeStore, base_id: str, source_id: str, dest_id: str, strategy: str,
-               lo: bytes | None, hi: bytes | None) -> tuple[list[tuple], list[bytes], dict]:
+               lo: bytes | None, hi: bytes | None, same=None
+               ) -> tuple[list[tuple], list[bytes], dict]:
     """merge.join_changes over keys in (lo, hi] (overrides, conflicts, stats)."""
     from gravfs.version.committed.merge import join_changes
     stats = Stats()
     conflicts: list[bytes] = []
     out = list(join_changes(rs, rs.metarange(base_id), rs.metarange(source_id),
-                            rs.metarange(dest_id), strategy, stats, conflicts, start=lo, end=hi))
+                            rs.metarange(dest_id), strategy, stats, conflicts, start=lo, end=hi,
+                            same=same))
     return out, conflicts, stats.as_dict()
 
 
