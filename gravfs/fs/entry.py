@@ -260,7 +260,8 @@ def entry_identity(entry: bytes | EntryInfo) -> bytes:
 def same_but_times(a: bytes, b: bytes) -> bool:
     """Whether two encoded entries are one file but for its times: what both sides of a
     merge hold where each wrote the same bytes separately, which is no conflict (as in
-    git; lakeFS's identity is the content's ETag alone)."""
+    git; lakeFS's identity hashes an object's size, ETag, metadata and content type,
+    not its times)."""
     x, y = decode_entry(a), decode_entry(b)
     return (entry_identity(replace(x, mtime_ns=0, atime_ns=None, ctime_ns=0))
             == entry_identity(replace(y, mtime_ns=0, atime_ns=None, ctime_ns=0)))
