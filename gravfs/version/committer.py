@@ -608,7 +608,7 @@ class Committer:
 def _chunks_under(changes: list[Change] | SlicedChanges, under: Optional[list[bytes]]
                   ) -> Iterator[list[Change]]:
     """Sorted changes in chunks; with ``under``, only those at and under these keys,
-    each read from its place on (its keys sort in [key, key + "0"): "0" follows "/")."""
+    each read from its place on and up to the first key past its subtree."""
     if under is None:
         if isinstance(changes, SlicedChanges):
             yield from changes.read(None)
@@ -616,7 +616,7 @@ def _chunks_under(changes: list[Change] | SlicedChanges, under: Optional[list[by
             yield from (changes[i:i + CHUNK] for i in range(0, len(changes), CHUNK))
         return
     for top in outermost(under):
-        past = top + b"0"
+        past = view.after_subtree(top + b"/")
         if isinstance(changes, SlicedChanges):
             chunks = changes.read(top[:-1] or None)  # every key > top[:-1], top's from there
         else:
