@@ -14,6 +14,7 @@ symlinks and empty directories are kept.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -428,7 +429,7 @@ def put_steady(data, path: str) -> tuple[str, int, os.stat_result]:
     half old, half new bytes would be a torn file): (address, size, the stat the read
     matches). After READ_TRIES changing reads the last is kept, with a warning."""
     for _ in range(READ_TRIES):
-        before = os.stat(path)
+        before = _regular_stat(path)
         address, size = put_file(data, path, before)
         after = os.stat(path)
         if _version(after) == _version(before) and size == after.st_size:
@@ -437,6 +438,20 @@ def put_steady(data, path: str) -> tuple[str, int, os.stat_result]:
     log.warning("%s kept changing while it was read (%d reads): the import holds the last "
                 "read, which may mix old and new bytes", path, READ_TRIES)
     return address, size, after
+
+
+def _regular_stat(path: str) -> os.stat_result:
+    """The stat of a file listed as regular, opened without blocking: one replaced by a
+    FIFO since the listing would otherwise hang the read until a writer came."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if not statmod.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, "no longer a regular file (replaced since it was listed)",
+                      path)
+    return st
 
 
 def put_file(data, path: str, st: os.stat_result) -> tuple[str, int]:

@@ -16,6 +16,7 @@ import pytest
 from gravfs.fs.entry import EntryInfo, decode_entry
 from gravfs.version.staging.view import decode_staged
 from gravfs.version.committer import Committer
+from gravfs.errors import GravfsError
 from gravfs.faults import CRASH_EXIT_CODE
 from gravfs.fs.importer import ImportJob
 from gravfs.fs.repository import Repository, encode_items as _encode_items
@@ -573,5 +574,39 @@ def test_a_file_with_an_mtime_past_2262_is_imported_with_the_nearest(env, tmp_pa
         assert r.stat("main", "future").entry.mtime_ns == TIME_NS_MAX
         assert r.stat("main", "old").entry.mtime_ns == -315619200 * 10**9 + 123
         assert "future: its mtime (15032385535 s since 1970) is outside" in caplog.text
+    finally:
+        r.close()
+
+
+def test_a_file_replaced_by_a_fifo_after_the_listing_fails_the_import_without_hanging(
+        env, tmp_path, monkeypatch):
+    """Opening a FIFO for reading waits for a writer: the import checks what it opens is
+    still a regular file, fails naming it, commits nothing, and the next run (which lists
+    the FIFO as a special file and passes over it) commits the rest."""
+    import gravfs.fs.importer as importer
+
+    store, state = env
+    src = tmp_path / "src"
+    want = _tree(str(src), 20)
+    real_scan = importer.scan
+
+    def scan(root, leave_out=None):
+        items = list(real_scan(root, leave_out))
+        os.unlink(src / "d3/f00003")
+        os.mkfifo(src / "d3/f00003")
+        return iter(items)
+
+    monkeypatch.setattr(importer, "scan", scan)
+    r = Repository.open(store, state)
+    try:
+        head = r.head("main")
+        with pytest.raises(GravfsError, match=r"d3/f00003: no longer a regular file.*"
+                                               r"nothing was committed"):
+            importer.import_tree(r, str(src), "main", "raw", progress=False)
+        assert r.head("main") == head and _files(r, "main") == {}
+        monkeypatch.setattr(importer, "scan", real_scan)
+        importer.import_tree(r, str(src), "main", "raw", progress=False)
+        del want["d3/f00003"]
+        assert _files(r, "main") == {f"raw/{k}": v for k, v in want.items()}
     finally:
         r.close()
