@@ -161,6 +161,13 @@ class Committer:
         self.area.drop_tokens(txn, tokens, expected=st.puts + st.tombstones)
         st.sealed = [t for t in st.sealed if t not in tokens]
 
+    def settle_unchanged(self, branch: str, st: BranchState, head_id: str,
+                         sealed_ns: Optional[int] = None) -> None:
+        """The sealed changes (and compacted tree) of ``st`` leave the head as it is:
+        drop them as a commit would, or the branch stays "uncommitted" to merge, revert
+        and import while commit says there is nothing to commit."""
+        self._finish(branch, list(st.sealed), st.compacted, True, head_id, sealed_ns=sealed_ns)
+
     def settle_compaction(self, branch: str, tokens: list[str], compacted: dict) -> None:
         """Record a compaction (gravfs.version.compaction) of the sealed ``tokens`` into
         ``compacted`` ({"metarange", "base"}): reads use that tree instead, and the
@@ -220,7 +227,8 @@ class Committer:
             head_id, _ = self.repo.heads.branch(branch)
             head = self.repo.commits.get(head_id)
             changes, base = self._staged_changes_of_old(branch, st, head)
-            if not changes:
+            if not changes:  # e.g. a compaction of a file written and removed again
+                self.settle_unchanged(branch, st, head.id, sealed_ns)
                 raise NothingToCommitError(f"nothing to commit on branch {branch!r}")
             self.claim_if_old(branch, st, changes)
 

@@ -53,6 +53,11 @@ def compact(repo, branch: str) -> bool:
                 log.warning("not compacting %s: %s", branch, exc)
                 return False
         mr = repo.committed.apply(head.metarange, changes).metarange_id
+        if mr == head.metarange:
+            c.settle_unchanged(branch, st, head.id)
+            log.info("the %d staged change(s) of %s leave its head as it is: dropped",
+                     len(changes), branch)
+            return False
         c.settle_compaction(branch, list(st.sealed), {"metarange": mr, "base": head.id})
         log.info("compacted %d staged change(s) of %s into metarange %s", len(changes), branch, mr[:12])
         return True

@@ -465,7 +465,6 @@ def test_reset_that_would_bring_a_path_back_under_a_staged_file_is_refused(repo)
 
 
 def test_writes_during_commit_go_to_the_next_commit(repo, monkeypatch):
-    from gravfs.version.committer import Committer
     repo.write_file("main", "before", b"1")
     real_apply = repo.committed.apply
 
@@ -534,6 +533,42 @@ def test_compaction_keeps_view_and_commits(repo):
     c = repo.commit("main", "after compaction")
     assert [n.name for n in repo.list_dir(c.id, "d")] == sorted(before + ["after"])
     assert repo.staging.get_state("main").compacted is None
+
+
+def test_staged_changes_that_leave_the_head_as_it_is_leave_the_branch_clean(repo):
+    """A file written and removed again: compaction drops the changes instead of keeping
+    a compacted tree equal to the head, and a commit of such a staging (an older gravfs
+    kept it) drops it too, so a merge into the branch is not refused as "uncommitted"
+    while commit says there is nothing to commit."""
+    repo.write_file("main", "a/1", b"one")
+    repo.commit("main", "c0")
+    repo.create_branch("dev", "main")
+    repo.write_file("dev", "b/1", b"y")
+    repo.commit("dev", "c1")
+    repo.write_file("main", "b/1", b"x")
+    repo.remove("main", "b/1")
+    assert not compact(repo, "main")
+    st = repo.staging.get_state("main")
+    assert not st.compacted and not st.sealed and Committer(repo).is_clean("main")
+    assert repo.status("main") == []
+    repo.merge("dev", "main")
+    assert repo.read("main", "b/1") == b"y"
+
+    repo.write_file("main", "b/2", b"x")
+    repo.remove("main", "b/2")
+    c = Committer(repo)  # a compacted tree equal to the head, as an older compaction left it
+    st = c.seal("main")
+    head = repo.head("main")
+    c.settle_compaction("main", list(st.sealed),
+                        {"metarange": repo.commits.get(head).metarange, "base": head})
+    assert not c.is_clean("main")
+    with pytest.raises(NothingToCommitError):
+        repo.commit("main", "nothing")
+    assert c.is_clean("main") and repo.staging.get_state("main").compacted is None
+    repo.write_file("dev", "b/3", b"z")
+    repo.commit("dev", "c2")
+    repo.merge("dev", "main")
+    assert repo.read("main", "b/3") == b"z" and repo.status("main") == []
 
 
 def test_compaction_of_a_missing_branch_is_refused(repo):
