@@ -235,7 +235,8 @@ def import_tree(repo, src: str, branch: str, prefix: str = "", message: Optional
     committer = Committer(repo)
     with committer.branch_lock(branch):  # an import whose commit was cut short is finished
         committer.recover(branch)
-    if not include_staged and not committer.is_clean(branch):
+        clean = include_staged or committer.is_clean(branch, settle=True)
+    if not clean:
         raise GravfsError(f"branch {branch!r} has uncommitted changes; commit or reset them "
                           "first, or use --include-staged to commit them with the import")
     source = os.path.abspath(src)

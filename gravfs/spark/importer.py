@@ -236,7 +236,10 @@ def check_inputs(repo, source, branch: str, prefix: str = "") -> Commit:
         source.leave_out = store_prefixes(repo.store.url, source.bucket, source.prefix)
     repo.writable_head(branch)  # a missing branch, a tag or a commit: one line, early
     head = repo.commits.get(repo.head(branch, fresh=True))
-    if not Committer(repo).is_clean(branch):
+    committer = Committer(repo)
+    with committer.branch_lock(branch):
+        clean = committer.is_clean(branch, settle=True)
+    if not clean:
         raise GravfsError(f"branch {branch!r} has uncommitted changes; commit or reset them "
                           "first")
     repo.check_parents(branch, to_key(prefix))

@@ -423,14 +423,33 @@ class Committer:
 
     # -- merge / revert ----------------------------------------------------------
 
-    def is_clean(self, branch: str) -> bool:
-        """True when the branch has nothing staged (imports in progress aside)."""
+    def is_clean(self, branch: str, settle: bool = False) -> bool:
+        """True when the branch has nothing staged (imports in progress aside).
+        ``settle`` (the caller holds the branch lock): staged changes that leave the head
+        as it is (a file written and removed again, which status does not list) are
+        dropped first, as a commit would, instead of counting as uncommitted."""
         st = self.area.get_state(branch)
         with self.area.read_txn() as txn:
-            return not (st.sealed or st.compacted or not self.area.token_is_empty(txn, st.staging))
+            if not (st.sealed or st.compacted or not self.area.token_is_empty(txn, st.staging)):
+                return True
+        if not settle or self.status(branch):
+            return False
+        st = self.seal(branch)
+        head = self.repo.commits.get(self.repo.heads.branch(branch)[0])
+        changes, base = self.staged_changes(st, head)
+        try:
+            unchanged = not changes or self._apply_rebased(base, head, changes, st) == head.metarange
+        except GravfsError as exc:  # e.g. a rebase onto a moved head that conflicts
+            log.debug("staging of %s not settled: %s", branch, exc)
+            return False
+        if not unchanged:
+            return False
+        self.settle_unchanged(branch, st, head.id)
+        log.info("dropped staged changes of %s that leave its head as it is", branch)
+        return self.is_clean(branch)  # unless a write came meanwhile
 
     def _require_clean(self, branch: str, doing: str) -> None:
-        if not self.is_clean(branch):
+        if not self.is_clean(branch, settle=True):
             raise GravfsError(f"branch {branch!r} has uncommitted changes; "
                               f"commit or reset them before {doing}")
 

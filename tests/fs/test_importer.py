@@ -269,6 +269,14 @@ def test_import_onto_uncommitted_changes_refuses_or_includes_them(env, tmp_path)
     r = Repository.open(store, state)
     assert r.status("main") == []
     assert set(_files(r, "main")) == {"mine", *(f"raw/d{i}/f{i:05d}" for i in range(4))}
+    # a file written and removed again is nothing to commit: no refusal
+    r.write_file("main", "scratch", b"x")
+    r.remove("main", "scratch")
+    r.close()
+    _, out, _ = run_cli("import", "-q", str(tmp_path / "src"), "main:raw2", store=store,
+                        state=state)
+    r = Repository.open(store, state)
+    assert "raw2/d0/f00000" in _files(r, "main") and r.status("main") == []
     r.close()
 
 

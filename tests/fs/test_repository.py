@@ -570,6 +570,26 @@ def test_staged_changes_that_leave_the_head_as_it_is_leave_the_branch_clean(repo
     repo.merge("dev", "main")
     assert repo.read("main", "b/3") == b"z" and repo.status("main") == []
 
+    # nor does a merge (or revert) need a commit first: it drops such changes itself
+    repo.write_file("main", "b/4", b"x")
+    repo.remove("main", "b/4")
+    repo.write_file("main", "b/1", b"y")  # the bytes and mode the head has, other times
+    repo.write_file("dev", "b/4", b"w")
+    repo.commit("dev", "c3")
+    assert repo.status("main") == [("changed", b"b/1")]
+    with pytest.raises(GravfsError, match="'main' has uncommitted changes"):
+        repo.merge("dev", "main")  # b/1's times changed: a change to commit
+    repo.reset("main", b"b/1")
+    repo.write_file("main", "b/4", b"x")
+    repo.remove("main", "b/4")
+    assert not c.is_clean("main") and repo.status("main") == []
+    merged = repo.merge("dev", "main")
+    assert repo.read("main", "b/4") == b"w" and c.is_clean("main")
+    repo.write_file("main", "b/5", b"x")
+    repo.remove("main", "b/5")
+    repo.revert("main", merged.id, parent=1)
+    assert {n.path for n in repo.walk("main") if n.kind == "file"} == {"a/1", "b/1", "b/3"}
+
 
 def test_compaction_of_a_missing_branch_is_refused(repo):
     with pytest.raises(NotFoundError, match="branch 'nosuch' not found"):

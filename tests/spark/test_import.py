@@ -87,6 +87,10 @@ def test_into_prefix_over_existing_content(spark, repo, tree):
     repo.create_branch("single", "main")
     repo.create_branch("spark", "main")
     local_import(repo, src, "single", "data/x", progress=False)
+    repo.write_file("spark", "scratch", b"x")
+    with pytest.raises(GravfsError, match="'spark' has uncommitted changes"):
+        import_tree(spark, repo, src, "spark", "data/x", partitions=3)
+    repo.remove("spark", "scratch")  # written and removed again: nothing to commit
     import_tree(spark, repo, src, "spark", "data/x", partitions=3)
     assert head_metarange(repo, "spark") == head_metarange(repo, "single")
     mr = head_metarange(repo, "spark")
