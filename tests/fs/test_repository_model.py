@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from gravfs.version.committer import NothingToCommitError
 from gravfs.version.compaction import compact
-from gravfs.errors import ConflictError, PathTypeError
+from gravfs.errors import ConflictError, GravfsError, PathTypeError
 from gravfs.fs.repository import Repository
 from tests.repo_util import small_settings
 
@@ -116,8 +116,10 @@ class RepoMachine(RuleBasedStateMachine):
     def merge(self, src, dst, strategy):
         if src == dst or src not in self.working or dst not in self.working:
             return
-        if dst in self.touched:
-            return  # merge refuses dirty destinations (tested elsewhere)
+        if dst in self.touched and self.working[dst] != self.committed[dst]:
+            with pytest.raises(GravfsError, match="has uncommitted changes"):
+                self.repo.merge(src, dst, strategy=strategy)
+            return
         from gravfs.version.history import merge_base
         base_id = merge_base(self.repo.commits, self.repo.head(src), self.repo.head(dst))
         base = self.trees[base_id]
@@ -155,6 +157,9 @@ class RepoMachine(RuleBasedStateMachine):
             assert [k.decode() for k in ei.value.keys] == joined
             return
         c = self.repo.merge(src, dst, strategy=strategy)
+        # staged changes that left the head as it was (written and removed) are dropped
+        self.touched.discard(dst)
+        self.written[dst] = set()
         self.committed[dst] = result
         self.working[dst] = dict(result)
         self.trees[c.id] = dict(result)
