@@ -1,5 +1,6 @@
-"""Hypothesis state machine: random put/rm/commit/branch/merge/reset/compact against a
-dict model; the views, listings and status must match it after every step."""
+"""Hypothesis state machine: random put/rm/commit/branch/merge/revert/cherry-pick/reset/
+compact against a dict model; the views, listings and status must match it after every
+step."""
 
 import shutil
 import tempfile
@@ -7,7 +8,8 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
+                                 rule)
 
 from gravfs.version.committer import NothingToCommitError
 from gravfs.version.compaction import compact
@@ -18,7 +20,7 @@ from tests.repo_util import small_settings
 # "a/x" is a file on some branches and a directory on others: merges may join them
 PATHS = [f"{d}/{f}" for d in ("a", "b", "a/x") for f in ("1", "2", "3")] + ["top", "a/x"]
 CONTENT = st.sampled_from([b"", b"one", b"two", b"three" * 50])
-BRANCHES = ["main", "dev", "feat"]
+BRANCHES = ["main", "dev", "feat", "fix"]  # dev and feat from the start, fix when drawn
 
 
 class RepoMachine(RuleBasedStateMachine):
@@ -35,6 +37,12 @@ class RepoMachine(RuleBasedStateMachine):
         self.touched = set()
         self.written = {"main": set()}  # paths put or removed since the last commit/reset
         self.writes = 0
+
+    @initialize()
+    def two_branches(self):
+        """Branches to merge from the first steps (drawn branch rules were mostly no-ops)."""
+        for b in ("dev", "feat"):
+            self.branch(b, "main")
 
     def teardown(self):
         self.repo.close()
@@ -112,10 +120,14 @@ class RepoMachine(RuleBasedStateMachine):
             compact(self.repo, b)
 
     @rule(src=st.sampled_from(BRANCHES), dst=st.sampled_from(BRANCHES),
-          strategy=st.sampled_from(["fail", "source-wins", "dest-wins"]))
-    def merge(self, src, dst, strategy):
+          strategy=st.sampled_from(["fail", "source-wins", "dest-wins"]),
+          tidy=st.booleans())
+    def merge(self, src, dst, strategy, tidy):
+        """``tidy``: commit the destination first (most steps leave it dirty)."""
         if src == dst or src not in self.working or dst not in self.working:
             return
+        if tidy and dst in self.touched:
+            self.commit(dst)
         if dst in self.touched and self.working[dst] != self.committed[dst]:
             with pytest.raises(GravfsError, match="has uncommitted changes"):
                 self.repo.merge(src, dst, strategy=strategy)
@@ -123,38 +135,11 @@ class RepoMachine(RuleBasedStateMachine):
         from gravfs.version.history import merge_base
         base_id = merge_base(self.repo.commits, self.repo.head(src), self.repo.head(dst))
         base = self.trees[base_id]
-        s, d = self.committed[src], self.committed[dst]
         if base_id == self.repo.head(src):
             return
-        result, conflicts = dict(d), []
-        for k in sorted(set(base) | set(s) | set(d)):
-            bs, ss, ds = base.get(k), s.get(k), d.get(k)
-            if ss == bs:
-                continue
-            if ds == bs or ds == ss:
-                if ss is None:
-                    result.pop(k, None)
-                else:
-                    result[k] = ss
-                continue
-            if ss is not None and ds is not None and ss[0] == ds[0]:
-                continue  # both wrote these bytes: no conflict, dest's entry stays
-            conflicts.append(k)
-            if strategy == "source-wins":
-                if ss is None:
-                    result.pop(k, None)
-                else:
-                    result[k] = ss
-        if conflicts and strategy == "fail":
-            with pytest.raises(ConflictError) as ei:
-                self.repo.merge(src, dst, strategy=strategy)
-            assert sorted(k.decode() for k in ei.value.keys) == conflicts
-            return
-        joined = sorted(f for f in result if any(k.startswith(f + "/") for k in result))
-        if joined:  # each side was fine alone: whatever the strategy, a conflict
-            with pytest.raises(ConflictError, match="both a file and a directory") as ei:
-                self.repo.merge(src, dst, strategy=strategy)
-            assert [k.decode() for k in ei.value.keys] == joined
+        result, conflicts = _three_way(base, self.committed[src], self.committed[dst], strategy)
+        if _refused(result, conflicts, strategy,
+                    lambda: self.repo.merge(src, dst, strategy=strategy)):
             return
         c = self.repo.merge(src, dst, strategy=strategy)
         # staged changes that left the head as it was (written and removed) are dropped
@@ -162,6 +147,49 @@ class RepoMachine(RuleBasedStateMachine):
         self.written[dst] = set()
         self.committed[dst] = result
         self.working[dst] = dict(result)
+        self.trees[c.id] = dict(result)
+
+    @precondition(lambda self: len(self.trees) > 1)
+    @rule(b=st.sampled_from(BRANCHES), pick=st.integers(0, 1000),
+          parent=st.sampled_from([None, None, 1, 2]),
+          op=st.sampled_from(["revert", "cherry-pick"]), tidy=st.booleans())
+    def replay(self, b, pick, parent, op, tidy):
+        """Revert or cherry-pick any commit made so far: a three-way merge of its change
+        (against the parent asked for) into the branch's head. ``tidy``: as merge's."""
+        if b not in self.working:
+            return
+        if tidy and b in self.touched:
+            self.commit(b)
+        ids = list(self.trees)  # the first is the root commit
+        cid = ids[0] if pick == 0 else ids[1 + pick % (len(ids) - 1)]
+        parents = self.repo.commits.get(cid).parents
+        fn = self.repo.revert if op == "revert" else self.repo.cherry_pick
+        refused = ("has no parent" if not parents
+                   else "is a merge commit" if parent is None and len(parents) > 1
+                   else "against parent" if parent is not None and parent > len(parents)
+                   else "has uncommitted changes" if (b in self.touched and
+                                                      self.working[b] != self.committed[b])
+                   else None)
+        if refused:
+            with pytest.raises(GravfsError, match=refused):
+                fn(b, cid, parent=parent)
+            return
+        before, after = self.trees[parents[(parent or 1) - 1]], self.trees[cid]
+        if op == "revert":
+            before, after = after, before
+        d = self.committed[b]
+        result, conflicts = _three_way(before, after, d, "fail")
+        if _refused(result, conflicts, "fail", lambda: fn(b, cid, parent=parent)):
+            return
+        if result == d:
+            with pytest.raises(GravfsError, match="nothing to commit"):
+                fn(b, cid, parent=parent)
+            return
+        c = fn(b, cid, parent=parent)
+        self.touched.discard(b)
+        self.written[b] = set()
+        self.committed[b] = result
+        self.working[b] = dict(result)
         self.trees[c.id] = dict(result)
 
     @invariant()
@@ -197,6 +225,47 @@ class RepoMachine(RuleBasedStateMachine):
         assert got == top
 
 
+def _three_way(base: dict, s: dict, d: dict, strategy: str) -> tuple[dict, list]:
+    """(d with s's changes since base, the conflicting paths) as gravfs merges trees."""
+    result, conflicts = dict(d), []
+    for k in sorted(set(base) | set(s) | set(d)):
+        bs, ss, ds = base.get(k), s.get(k), d.get(k)
+        if ss == bs:
+            continue
+        if ds == bs or ds == ss:
+            if ss is None:
+                result.pop(k, None)
+            else:
+                result[k] = ss
+            continue
+        if ss is not None and ds is not None and ss[0] == ds[0]:
+            continue  # both wrote these bytes: no conflict, dest's entry stays
+        conflicts.append(k)
+        if strategy == "source-wins":
+            if ss is None:
+                result.pop(k, None)
+            else:
+                result[k] = ss
+    return result, conflicts
+
+
+def _refused(result: dict, conflicts: list, strategy: str, call) -> bool:
+    """Whether the model's three-way merge ends in a conflict: then call() must raise
+    it, naming the paths."""
+    if conflicts and strategy == "fail":
+        with pytest.raises(ConflictError) as ei:
+            call()
+        assert sorted(k.decode() for k in ei.value.keys) == conflicts
+        return True
+    joined = sorted(f for f in result if any(k.startswith(f + "/") for k in result))
+    if joined:  # each side was fine alone: whatever the strategy, a conflict
+        with pytest.raises(ConflictError, match="both a file and a directory") as ei:
+            call()
+        assert [k.decode() for k in ei.value.keys] == joined
+        return True
+    return False
+
+
 def _data(tree: dict) -> dict:
     return {path: data for path, (data, _) in tree.items()}
 
@@ -207,5 +276,5 @@ def _collide(a: str, b: str) -> bool:
 
 
 TestRepoModel = RepoMachine.TestCase
-TestRepoModel.settings = settings(max_examples=100, stateful_step_count=25, deadline=None,
+TestRepoModel.settings = settings(max_examples=200, stateful_step_count=25, deadline=None,
                                   suppress_health_check=[HealthCheck.too_slow])
