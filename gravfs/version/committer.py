@@ -432,17 +432,18 @@ class Committer:
         with self.area.read_txn() as txn:
             if not (st.sealed or st.compacted or not self.area.token_is_empty(txn, st.staging)):
                 return True
-        if not settle or self.status(branch):
+        if not settle:
             return False
-        st = self.seal(branch)
-        head = self.repo.commits.get(self.repo.heads.branch(branch)[0])
-        changes, base = self.staged_changes(st, head)
         try:
-            unchanged = not changes or self._apply_rebased(base, head, changes, st) == head.metarange
-        except GravfsError as exc:  # e.g. a rebase onto a moved head that conflicts
+            if next(self._status_rows(branch), None) is not None:
+                return False  # (status is the quick answer; the apply below the sure one)
+            st = self.seal(branch)
+            head = self.repo.commits.get(self.repo.heads.branch(branch)[0])
+            changes, base = self.staged_changes(st, head)
+            if changes and self._apply_rebased(base, head, changes, st) != head.metarange:
+                return False
+        except GravfsError as exc:  # a rebase onto a moved head that conflicts, a gone tree
             log.debug("staging of %s not settled: %s", branch, exc)
-            return False
-        if not unchanged:
             return False
         self.settle_unchanged(branch, st, head.id)
         log.info("dropped staged changes of %s that leave its head as it is", branch)
@@ -542,6 +543,11 @@ class Committer:
         ``under``, only those at and under these keys (the changes read from there
         on, not all of them filtered). A chunk of changes at a time is compared with
         the head (CommittedManager.values_at: dense ones by a scan of their range)."""
+        return list(self._status_rows(branch, under))
+
+    def _status_rows(self, branch: str, under: Optional[list[bytes]] = None
+                     ) -> Iterator[tuple[str, bytes]]:
+        """status's rows a chunk of changes at a time (the first without the rest)."""
         head = self.repo.commits.get(self.repo.head(branch))
         st = self.area.get_state(branch)
         changes = self._token_changes(st.tokens())
@@ -550,20 +556,18 @@ class Committer:
             comp = list(diff_as_changes(self.committed.diff(cbase.metarange,
                                                             st.compacted["metarange"], under)))
             changes = overlay(comp, changes)
-        out = []
         for chunk in _chunks_under(changes, under):
             values = self.committed.values_at(head.metarange, [c[0] for c in chunk])
             for change, cur in zip(chunk, values):
                 key, ident = change[0], change[1]
                 if ident is None:
                     if cur is not None:
-                        out.append(("removed", key))
+                        yield "removed", key
                 elif cur is None:
-                    out.append(("added", key))
+                    yield "added", key
                 elif (cur[1:33] if cur[0] == 64 and len(cur) > 33  # a 32-byte identity
                       else decode_identity(cur)) != ident:
-                    out.append(("changed", key))
-        return out
+                    yield "changed", key
 
     def reset(self, branch: str, key: Optional[bytes] = None) -> int:
         """Drop uncommitted changes of the branch, or only those at and under key
