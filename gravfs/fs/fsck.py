@@ -18,7 +18,8 @@ counted, their trees are not checked.
 
 Keys gravfs could not have written (another writer's: a leading '/', ``a//b``,
 ``.``/``..``, NUL, a name over 255 bytes, a file at ``name/``) are warnings,
-not damage: the store is sound and they are readable under escaped names.
+not damage: the store is sound and they are readable under escaped names. So is a
+file hidden by a directory of its name (gravfs.fs.shadows).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from gravfs.data.external import Source, is_external, source_of
 from gravfs.fs.entry import KIND_DIRECTORY, KIND_FILE, decode_entry
 from gravfs.errors import GravfsError
 from gravfs.fs.paths import key_problem, show
+from gravfs.fs.shadows import RangeShadows, ShadowScan, tree_shadows
 from gravfs.progress import progress_bar
 from gravfs.threadmap import ordered_map
 from gravfs.version.retention import last_sweep
@@ -120,6 +122,8 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
 
     seen_ranges: set[str] = set()
     foreign: set[bytes] = set()
+    shadow_scans: dict[str, RangeShadows] = {}  # ranges with a hidden file or an open span
+    shadowed: set[bytes] = set()  # hidden files reported
     data: dict[str, int] = {}
     sources: set[Source] = set()
     with progress_bar("checking metaranges", total=len(metaranges), enabled=progress) as bar:
@@ -136,11 +140,13 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
                 if info.id in seen_ranges:
                     continue
                 seen_ranges.add(info.id)
+                scan = ShadowScan()
                 try:
                     for rec in repo.committed.range_records(info.id):
                         rep.entries += 1
                         e = decode_entry(rec[2])
                         is_dir = e.kind == KIND_DIRECTORY
+                        scan.add(rec[0], is_dir)
                         why = key_problem(rec[0], is_dir)
                         if why is not None and rec[0] not in foreign:
                             foreign.add(rec[0])
@@ -154,6 +160,11 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
                             data[e.address] = e.size
                 except GravfsError as exc:
                     rep.problems.append(f"range {info.id} (in metarange {mr[:12]}): {exc}")
+                found = scan.done()
+                if found.found or found.open_files:
+                    shadow_scans[info.id] = found
+            _report_shadows(repo, [(i.id, i.min_key) for i in infos], shadow_scans, shadowed,
+                            metaranges[mr][1], rep)
     rep.ranges = len(seen_ranges)
     _expand_sparse(repo, data, rep)
 
@@ -177,6 +188,26 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
     rep.temp_files_removed = repo.store.remove_stale_temp_files()
     log.info(rep.summary())
     return rep
+
+
+def _report_shadows(repo, ranges: list[tuple[str, bytes]], scans: dict[str, RangeShadows],
+                    reported: set[bytes], commit: str, rep: FsckReport) -> None:
+    """Warn of each file of a tree hidden by a directory of its name, once per file."""
+    def keys(range_id: str) -> list[bytes]:
+        try:
+            return [rec[0] for rec in repo.committed.range_records(range_id)]
+        except GravfsError:  # reported as a problem already
+            return []
+
+    empty = RangeShadows()
+    summaries = {rid: scans.get(rid, empty) for rid, _ in ranges}
+    for f, under in tree_shadows(ranges, summaries, keys):
+        if f not in reported:
+            reported.add(f)
+            rep.warnings.append(
+                f"file {show(f, False)} is hidden by a directory of its name (holding "
+                f"{show(under, under.endswith(b'/'))}) in commit {commit[:12]}: the mount "
+                "and gravfs ls show the directory, gravfs cat reads the file")
 
 
 def _check_sources(repo, sources: set[Source], rep: FsckReport, progress: bool) -> None:

@@ -106,3 +106,27 @@ def test_a_branch_whose_head_commit_is_missing_says_so(tmp_path):
     os.unlink(os.path.join(store, "_gravfs", "commits", head))
     rc, _, err = run_cli("ls", "main", store=store, state=state, check=False)
     assert rc == 2 and f"commit {head} not found" in err, err
+
+
+def test_fsck_warns_of_a_file_hidden_by_a_directory_of_its_name(tmp_path):
+    """Another writer's tree with a file at 'a' and keys under 'a/' (or a directory
+    marker 'z/'): the mount shows the directory, so fsck names each such file once,
+    with the oldest commit holding it, as a warning (the store is sound)."""
+    repo, store, state = _repo(tmp_path)
+    # enough names between 'a' and 'a/' that the small ranges break between them
+    between = {b"a-%03d" % i: b"x%d" % i for i in range(300)}
+    cid = commit_keys(repo, "main", {b"a": b"file a", **between, b"a/b": b"under",
+                                     b"z": b"file z", b"z.t": b"t"}, dirs=(b"z/",)).id
+    commit_keys(repo, "main", {b"later": b"the same hidden files in a second commit"})
+    assert len(repo.committed.iter_ranges(repo.commits.get(cid).metarange)) > 2
+    repo.close()
+    rc, out, err = run_cli("fsck", "-q", store=store, state=state, check=False)
+    assert rc == 3, (out, err)
+    warnings = sorted(l for l in out.splitlines() if l.startswith("warning: "))
+    assert warnings == [
+        f"warning: file a is hidden by a directory of its name (holding a/b) in commit "
+        f"{cid[:12]}: the mount and gravfs ls show the directory, gravfs cat reads the file",
+        f"warning: file z is hidden by a directory of its name (holding z/) in commit "
+        f"{cid[:12]}: the mount and gravfs ls show the directory, gravfs cat reads the file"]
+    rc, out, _ = run_cli("cat", "main:a", store=store, state=state)
+    assert out == "file a"
