@@ -568,11 +568,16 @@ def test_a_lookup_reads_the_tail_and_one_block_not_the_table(disk_dir):
         assert before <= tail + 6 * 8192
         while len(r._blocks) < 3:
             next(it)
-        deadline = time.monotonic() + 10  # read asynchronously
-        while _resident(path) < before + SCAN_AHEAD - 16384 and time.monotonic() < deadline:
+        # read asynchronously, and not to the page: the kernel's read-ahead of the ask
+        # leaves some pages out around those already in (8-84 KiB of the 2 MiB, 60 runs
+        # on Linux 6.18; one CI run failed on a 16 KiB margin). What matters is that
+        # about SCAN_AHEAD is asked for: not a block, not the rest of the table
+        low, high = before + SCAN_AHEAD * 3 // 4, before + SCAN_AHEAD + (64 << 10)
+        deadline = time.monotonic() + 10
+        while _resident(path) < low and time.monotonic() < deadline:
             time.sleep(0.01)
         time.sleep(0.05)
-        assert before + SCAN_AHEAD - 16384 <= _resident(path) <= before + SCAN_AHEAD + 16384
+        assert low <= _resident(path) <= high < size // 2
         assert list(r.seek(b"")) == items
     assert _resident(path) == whole
 
