@@ -25,19 +25,14 @@ def _scan(keys: dict[bytes, bool], cuts: list[int]) -> dict[bytes, bytes]:
     ordered = sorted(keys)
     bounds = [0, *sorted(set(c % (len(ordered) + 1) for c in cuts)), len(ordered)]
     ranges = {f"r{i}": ordered[lo:hi] for i, (lo, hi) in enumerate(zip(bounds, bounds[1:]))}
-    summaries, read = {}, []
+    summaries = {}
     for rid, rkeys in ranges.items():
         scan = ShadowScan()
         for k in rkeys:
             scan.add(k, keys[k])
         summaries[rid] = scan.done()
-
-    def range_keys(rid):
-        read.append(rid)
-        return ranges[rid]
-
-    found = tree_shadows([(rid, k[0] if k else b"") for rid, k in ranges.items() if k],
-                         summaries, range_keys)
+    found = tree_shadows([(rid, k[0]) for rid, k in ranges.items() if k], summaries,
+                         ranges.__getitem__)
     out = {}
     for f, k in found:
         assert f not in out, f  # each file once
