@@ -22,7 +22,7 @@ import stat as statmod
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import BinaryIO, Iterator, Optional
 
 from gravfs.fs.entry import (ADDRESS_FULL, KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK,
                              TIME_NS_MAX, TIME_NS_MIN, EntryInfo, decode_entry)
@@ -430,8 +430,14 @@ def put_steady(data, path: str) -> tuple[str, int, os.stat_result]:
     half old, half new bytes would be a torn file): (address, size, the stat the read
     matches). After READ_TRIES changing reads the last is kept, with a warning."""
     for _ in range(READ_TRIES):
-        before = _regular_stat(path)
-        address, size = put_file(data, path, before)
+        # opened without blocking: a file replaced by a FIFO since the listing would
+        # otherwise hang the open until a writer came
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+            before = os.fstat(f.fileno())
+            if not statmod.S_ISREG(before.st_mode):
+                raise OSError(errno.EINVAL, "no longer a regular file (replaced since it "
+                              "was listed)", path)
+            address, size = put_file(data, path, before, f)
         after = os.stat(path)
         if _version(after) == _version(before) and size == after.st_size:
             return address, size, before
@@ -441,26 +447,12 @@ def put_steady(data, path: str) -> tuple[str, int, os.stat_result]:
     return address, size, after
 
 
-def _regular_stat(path: str) -> os.stat_result:
-    """The stat of a file listed as regular, opened without blocking: one replaced by a
-    FIFO since the listing would otherwise hang the read until a writer came."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-    finally:
-        os.close(fd)
-    if not statmod.S_ISREG(st.st_mode):
-        raise OSError(errno.EINVAL, "no longer a regular file (replaced since it was listed)",
-                      path)
-    return st
-
-
-def put_file(data, path: str, st: os.stat_result) -> tuple[str, int]:
-    """Store a file's content: a small one is read once (hashed and written from memory,
-    the address put_path would give), a bigger one streamed by put_path."""
+def put_file(data, path: str, st: os.stat_result, f: BinaryIO) -> tuple[str, int]:
+    """Store a file's content: a small one is read once from ``f`` (opened on path:
+    hashed and written from memory, the address put_path would give), a bigger one
+    streamed by put_path."""
     if st.st_size <= SMALL_FILE:
-        with open(path, "rb") as f:
-            content = f.read(SMALL_FILE + 1)
+        content = f.read(SMALL_FILE + 1)
         if len(content) <= SMALL_FILE:
             return data.put_bytes(content)
     return data.put_path(path)

@@ -3,7 +3,7 @@ under ``a/`` (another writer's, as an object store allows both; gravfs refuses t
 one). The mount shows the directory, so the file cannot be reached there.
 
 Keys are sorted, so the keys that may still fall under a file ``f`` are those before
-``f + b"0"`` (``"0"`` follows ``"/"``): the files whose span is open form a stack, the
+``after_subtree(f + b"/")``: the files whose span is open form a stack, the
 innermost on top (spans nest or are disjoint). A tree is read range by range and a
 range's findings and open files are kept per range ID (a range shared by many commits is
 read once); a span that runs past its range's end is carried into the next ranges of
@@ -18,9 +18,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Iterable
 
-
-def _end(f: bytes) -> bytes:
-    return f + b"0"
+from gravfs.version.staging.view import after_subtree
 
 
 @dataclass
@@ -36,18 +34,23 @@ class ShadowScan:
     def __init__(self) -> None:
         self.result = RangeShadows()
         self._named: set[bytes] = set()  # files found (the first key under each is kept)
+        self._stack: list[tuple[bytes, bytes, bytes]] = []  # (file, file/, past its span)
 
     def add(self, key: bytes, is_dir: bool) -> None:
-        stack = self.result.open_files
-        while stack and key >= _end(stack[-1]):
+        stack = self._stack
+        while stack and key >= stack[-1][2]:
             stack.pop()
-        if stack and stack[-1] not in self._named and key.startswith(stack[-1] + b"/"):
-            self._named.add(stack[-1])
-            self.result.found.append((stack[-1], key))
+        if stack:
+            f, under, _ = stack[-1]
+            if f not in self._named and key.startswith(under):
+                self._named.add(f)
+                self.result.found.append((f, key))
         if not is_dir and not key.endswith(b"/"):
-            stack.append(key)
+            under = key + b"/"
+            stack.append((key, under, after_subtree(under)))
 
     def done(self) -> RangeShadows:
+        self.result.open_files = [f for f, _, _ in self._stack]
         return self.result
 
 
@@ -58,8 +61,9 @@ def carry(open_files: list[bytes], keys: list[bytes]) -> tuple[list[tuple[bytes,
     found = []
     stack = list(open_files)
     for f in open_files:
-        lo = bisect.bisect_left(keys, f + b"/")
-        hi = bisect.bisect_left(keys, _end(f))
+        under = f + b"/"
+        lo = bisect.bisect_left(keys, under)
+        hi = bisect.bisect_left(keys, after_subtree(under))
         if lo < hi:
             found.append((f, keys[lo]))
         if hi < len(keys):
@@ -80,7 +84,7 @@ def tree_shadows(ranges: Iterable[tuple[str, bytes]], summaries: dict[str, Range
     for rid, first in ranges:
         s = summaries[rid]
         pairs = s.found
-        open_files = [f for f in open_files if first < _end(f)]
+        open_files = [f for f in open_files if first < after_subtree(f + b"/")]
         if open_files:
             more, open_files = carry(open_files, range_keys(rid))
             pairs = more + pairs  # (the carried files sort before this range's)
