@@ -223,8 +223,8 @@ class DirDest:
                                 name.decode("utf-8", "replace"))
                     try:
                         os.unlink(name, dir_fd=fd)
-                    except FileNotFoundError:
-                        pass
+                    except (FileNotFoundError, IsADirectoryError):
+                        pass  # another task replaced it (by the directory) meanwhile
             try:
                 os.mkdir(name, 0o755, dir_fd=fd)
             except FileExistsError:
