@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 
 import pytest
 
@@ -57,6 +58,62 @@ def test_a_file_where_the_tree_has_a_directory_is_replaced(tmp_path):
     assert d.present(b"x/y/l", "symlink", 0, None, target="../t", mtime_ns=3)
     d.delete_entry(b"x/y/l")
     assert d.remove_dir_if_empty(b"x/y") and not d.remove_dir_if_empty(b"nothing/here")
+
+
+def test_two_tasks_replacing_one_symlink_by_a_directory_both_write(tmp_path, monkeypatch):
+    """Two tasks meet the symlink "lnk" where their files need a directory; the other
+    task unlinks it and makes the directory between this task's failed open and its own
+    unlink, which then meets a directory (EISDIR): the directory is taken as made and
+    both files land in it (the CI of 7bef1f5 failed the job there)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    d = _dest(tmp_path)
+    lnk = os.path.join(d.root, "lnk")
+    os.symlink(outside, lnk)
+    real_unlink = os.unlink
+    raced = []
+
+    def unlink_after_the_other_task(path, *, dir_fd=None):
+        if path == b"lnk" and not raced:  # the other task's whole replacement first
+            raced.append(True)
+            d.write_file(b"lnk/theirs", [b"2"], 1, 0o644, 2)
+        return real_unlink(path, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "unlink", unlink_after_the_other_task)
+    d.write_file(b"lnk/ours", [b"1"], 1, 0o644, 1)
+    assert raced and not os.path.islink(lnk) and os.path.isdir(lnk)
+    assert sorted(os.listdir(lnk)) == ["ours", "theirs"] and not os.listdir(outside)
+
+
+def test_many_tasks_replacing_one_symlink_at_once(tmp_path):
+    """The same race left to the scheduler: eight threads, released together, each
+    write a file under the symlink "lnk", over 50 rounds; every file lands in DEST."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    d = _dest(tmp_path)
+    lnk = os.path.join(d.root, "lnk")
+    for round_ in range(50):
+        if os.path.isdir(lnk) and not os.path.islink(lnk):
+            shutil.rmtree(lnk)
+        os.symlink(outside, lnk)
+        gate = threading.Barrier(8)
+        errors = []
+
+        def task(i):
+            gate.wait()
+            try:
+                d.write_file(f"lnk/f{i}".encode(), [b"x"], 1, 0o644, 1)
+            except BaseException as exc:  # collected: a thread's raise is lost
+                errors.append(exc)
+
+        threads = [threading.Thread(target=task, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, (round_, errors)
+        assert sorted(os.listdir(lnk)) == sorted(f"f{i}" for i in range(8))
+        assert not os.listdir(outside)
 
 
 def test_shadowed_files_of_a_range_and_of_some_keys(tmp_path):
