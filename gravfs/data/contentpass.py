@@ -76,6 +76,31 @@ def content_pass(fd: int) -> tuple[str, int, bool]:
     return p.result()
 
 
+def copying_pass(fd: int, out: int) -> tuple[str, int, bool]:
+    """content_pass of ``fd`` that also writes the bytes it names to ``out`` (all-zero
+    grid chunks left as holes): the copy holds exactly what the digest names, however
+    another process writes to ``fd`` meanwhile."""
+    p = ContentPass()
+    while True:
+        buf = os.pread(fd, sparse.GRID, p.size)
+        if not buf:
+            break
+        if not sparse.is_zero(buf):
+            pwrite_all(out, buf, p.size)
+        p.feed(buf)
+    os.ftruncate(out, p.size)
+    return p.result()
+
+
+def pwrite_all(fd: int, data: bytes, pos: int) -> None:
+    """os.pwrite until all of ``data`` is written at ``pos``."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, pos)
+        pos += n
+        view = view[n:]
+
+
 class FollowingPass:
     """A ContentPass over a file written in order, on a thread, a grid chunk behind the
     writer. The writer calls ``advance`` after each in-order write (under the lock that

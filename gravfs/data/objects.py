@@ -35,7 +35,7 @@ from typing import BinaryIO, NamedTuple, Optional
 
 from gravfs import hashing
 from gravfs.data import chunksums, sparse
-from gravfs.data.contentpass import content_pass
+from gravfs.data.contentpass import content_pass, copying_pass
 from gravfs.data.external import reader_for
 from gravfs.data.handles import BytesHandle, Handle, PendingHandle
 from gravfs.data.nowait import open_cached, pread_cached
@@ -428,6 +428,30 @@ class DataObjects:
             log.debug("uploaded %s (%d bytes)", address, size)
             crash_point("data:uploaded", address)
         return address, size
+
+    def put_snapshot(self, fd: int) -> tuple[str, int]:
+        """put_path of a file another process may write meanwhile (an import's source, a
+        `gravfs put`): read once, into a private copy named in the same pass, and that
+        copy stored. put_path reads a file twice, to name it and to upload it, and would
+        publish bytes written in between under the first read's address, a damaged
+        object every later file of that content would take by deduplication. The caller
+        compares the file's stat before and after to tell a torn read."""
+        size = os.fstat(fd).st_size
+        if size >= sparse.MIN_HOLE and sparse.has_physical_holes(fd, size):
+            # each data extent is copied and named in one pass (_put_range): a change
+            # leaves a torn manifest, which the caller's stat tells, never a bad object
+            found = sparse.holes(fd, size)
+            if found:
+                return self._put_sparse(fd, size, found), size
+        out, tmp = tempfile.mkstemp(dir=self.tmp_dir, prefix="snapshot-")
+        try:
+            try:
+                passed = copying_pass(fd, out)
+            finally:
+                os.close(out)
+            return self.put_path(tmp, passed)
+        finally:
+            os.unlink(tmp)
 
     def _put_sparse(self, fd: int, size: int, found: list[tuple[int, int]]) -> str:
         """Store the data extents of a file with holes and their manifest; its address."""

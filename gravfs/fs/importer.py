@@ -448,14 +448,13 @@ def put_steady(data, path: str) -> tuple[str, int, os.stat_result]:
 
 
 def put_file(data, path: str, st: os.stat_result, f: BinaryIO) -> tuple[str, int]:
-    """Store a file's content: a small one is read once from ``f`` (opened on path:
-    hashed and written from memory, the address put_path would give), a bigger one
-    streamed by put_path."""
+    """Store a file's content, read once from ``f`` (opened on path): a small one into
+    memory, a bigger one into a private copy (put_snapshot)."""
     if st.st_size <= SMALL_FILE:
         content = f.read(SMALL_FILE + 1)
         if len(content) <= SMALL_FILE:
             return data.put_bytes(content)
-    return data.put_path(path)
+    return data.put_snapshot(f.fileno())
 
 
 def _bulk_data(repo):

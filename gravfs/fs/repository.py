@@ -460,9 +460,10 @@ class Repository(VersionRepository):
         if isinstance(src, (bytes, bytearray, memoryview)):
             address, size = self.data.put_bytes(bytes(src))
         elif isinstance(src, str):
-            address, size = self.data.put_path(src)
-            if mtime_ns is None:
-                mtime_ns = os.stat(src).st_mtime_ns
+            with open(src, "rb") as f:  # another process may write it meanwhile
+                address, size = self.data.put_snapshot(f.fileno())
+                if mtime_ns is None:
+                    mtime_ns = os.fstat(f.fileno()).st_mtime_ns
         else:
             address, size = self.data.put_stream(src)
         entry = EntryInfo(address=address, size=size, mtime_ns=mtime_ns or time.time_ns(),

@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from typing import Iterable, Iterator, Optional
 from urllib.parse import urlparse
 
+from gravfs.data.contentpass import pwrite_all
 from gravfs.data.sparse import GRID, is_zero
 from gravfs.cleanup import unlink_quiet
 from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
@@ -295,7 +296,7 @@ class DirDest:
                     for i in range(0, len(c), HOLE_GRID if sparse else len(c)):
                         piece = c[i:i + HOLE_GRID] if sparse else c
                         if not sparse or not is_zero(piece):  # zeros stay a hole
-                            _pwrite_all(fd, piece, pos)
+                            pwrite_all(fd, piece, pos)
                         pos += len(piece)
                 os.ftruncate(fd, pos)
             finally:
@@ -371,14 +372,6 @@ class DirDest:
             if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR):
                 return False
             raise
-
-
-def _pwrite_all(fd: int, data: bytes, pos: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, pos)
-        pos += n
-        view = view[n:]
 
 
 def _hash_file(path: bytes) -> str:

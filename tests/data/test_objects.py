@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from array import array
 
 import pytest
 
 from gravfs import hashing
-from gravfs.data import chunksums
-from gravfs.data.objects import KEEP_WRITTEN_SHARE, DataObjects, address_of, hash_file
+from gravfs.data import chunksums, sparse
+from gravfs.data.objects import (KEEP_WRITTEN_SHARE, DataObjects, address_of, digest_of,
+                                   hash_file)
 from gravfs.store.local import LocalStore
 from gravfs.store.tier import LocalTier
 
@@ -211,3 +213,73 @@ def test_the_uploader_makes_the_pending_subdirectories_ahead(tmp_path):
     finally:
         objects.stop_uploader()
     assert store.get(address) == b"x" * 100
+
+
+@pytest.fixture(params=["local", "s3"])
+def any_store(request, tmp_path):
+    if request.param == "local":
+        return LocalStore(str(tmp_path / "store"), fsync=False)
+    return request.getfixturevalue("s3_store")
+
+
+def _snapshot(objects: DataObjects, path) -> tuple[str, int]:
+    with open(path, "rb") as f:
+        return objects.put_snapshot(f.fileno())
+
+
+def test_a_snapshot_is_stored_as_put_path_stores_the_same_bytes(tmp_path):
+    """Same address and size as put_path, whatever the file's layout: small, big, a
+    hole's worth of zeros written out, physical holes; the copy is read back whole and
+    no scratch file is left."""
+    store = LocalStore(str(tmp_path / "store"), fsync=False)
+    objects = DataObjects(store, LocalTier(store, str(tmp_path / "cache")),
+                          str(tmp_path / "tmp"))
+    os.makedirs(objects.tmp_dir)
+    files = {"small": os.urandom(3000), "big": os.urandom(3 << 20),
+             "zeros": os.urandom(1 << 20) + bytes(10 << 20) + os.urandom(5)}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    with open(tmp_path / "holes", "wb") as f:  # physical holes
+        f.truncate(20 << 20)
+        f.seek(12 << 20)
+        f.write(b"tail")
+    files["holes"] = bytes(12 << 20) + b"tail" + bytes((20 << 20) - (12 << 20) - 4)
+    for name, data in files.items():
+        got = _snapshot(objects, tmp_path / name)
+        assert got == objects.put_path(str(tmp_path / name)) and got[1] == len(data), name
+        assert objects.read(got[0]) == data, name
+    assert sparse.is_sparse(_snapshot(objects, tmp_path / "zeros")[0])
+    assert not os.listdir(objects.tmp_dir)
+
+
+def test_a_file_rewritten_while_it_is_stored_never_gives_a_damaged_object(tmp_path,
+                                                                          any_store):
+    """A writer rewrites a 4 MiB file in place, one pattern after another, while it is
+    stored 12 times: each stored object holds bytes that hash to its address (put_path
+    read the file twice, to name it and to upload it, and published whatever was there
+    at the second read under the first read's address)."""
+    objects = DataObjects(any_store, None, str(tmp_path / "tmp"))
+    os.makedirs(objects.tmp_dir)
+    path = tmp_path / "busy"
+    path.write_bytes(bytes(4 << 20))
+    stop = threading.Event()
+
+    def writer():
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                os.pwrite(fd, bytes([n % 251 + 1]) * (4 << 20), 0)
+        finally:
+            os.close(fd)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        stored = {_snapshot(objects, path)[0] for _ in range(12)}
+    finally:
+        stop.set()
+        t.join()
+    for address in stored:
+        assert hashing.hexdigest(any_store.get(address)) == digest_of(address)

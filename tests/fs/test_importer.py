@@ -618,3 +618,43 @@ def test_a_file_replaced_by_a_fifo_after_the_listing_fails_the_import_without_ha
         assert _files(r, "main") == {f"raw/{k}": v for k, v in want.items()}
     finally:
         r.close()
+
+
+def test_a_big_file_changed_after_the_import_named_it_leaves_no_damaged_object(
+        env, tmp_path, monkeypatch):
+    """A writer rewrites a 1 MiB file just after the import named its bytes: the import
+    reads it again and commits the new version, and the store holds no object whose
+    bytes are not its address's (the import used to upload the file again after naming
+    it, publishing the new bytes under the old address; a later file of the old bytes
+    then took that object by deduplication and could not be read)."""
+    import gravfs.data.objects as objects
+    import gravfs.fs.importer as importer
+    from gravfs import hashing
+
+    store, state = env
+    src = tmp_path / "src"
+    src.mkdir()
+    first, second = os.urandom(1 << 20), os.urandom(1 << 20)
+    (src / "big.bin").write_bytes(first)
+    real_plan = objects.plan_storage
+    planned = []
+
+    def plan_then_rewrite(fd, passed=None):
+        plan = real_plan(fd, passed)
+        if not planned:
+            planned.append(plan)
+            (src / "big.bin").write_bytes(second)
+        return plan
+
+    monkeypatch.setattr(objects, "plan_storage", plan_then_rewrite)
+    r = Repository.open(store, state)
+    try:
+        importer.import_tree(r, str(src), "main", progress=False)
+        assert planned and _files(r, "main") == {"big.bin": second}
+        for key in r.store.list(objects.PREFIX):
+            assert hashing.hexdigest(r.store.get(key)) == objects.digest_of(key), key
+        (tmp_path / "again.bin").write_bytes(first)
+        r.write_file("main", "again.bin", str(tmp_path / "again.bin"))
+        assert r.read(r.stat("main", "again.bin")) == first
+    finally:
+        r.close()
