@@ -35,6 +35,7 @@ from typing import BinaryIO, NamedTuple, Optional
 
 from gravfs import hashing
 from gravfs.data import chunksums, sparse
+from gravfs.cleanup import unlink_quiet
 from gravfs.data.contentpass import content_pass, copying_pass
 from gravfs.data.external import reader_for
 from gravfs.data.handles import BytesHandle, Handle, PendingHandle
@@ -408,12 +409,15 @@ class DataObjects:
                 self._failed_at = 0.0
 
     def put_path(self, path: str, passed: Optional[tuple[str, int, bool]] = None,
-                 plan: Optional["StoragePlan"] = None) -> tuple[str, int]:
+                 plan: Optional["StoragePlan"] = None, take: bool = False) -> tuple[str, int]:
         """Store a local file's content; returns (address, size). A file with holes
         (gravfs.data.sparse) is stored as its data extents and a manifest. ``passed``:
         the file's content pass (gravfs.data.contentpass), when a writer made it as it
         wrote; used if it covers the file's size. ``plan``: the file's storage plan, when
-        the caller made it (``plan_storage``) and the file has not changed since."""
+        the caller made it (``plan_storage``) and the file has not changed since.
+        ``take``: the file is the caller's scratch, which the store may take
+        (ObjectStore.take_file: a local store renames it, no copy); the caller removes
+        it with unlink_quiet."""
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             if plan is None:
@@ -424,7 +428,7 @@ class DataObjects:
             os.close(fd)
         address, size = address_of(plan.digest), plan.size
         if not self.store.claim_existing(address):  # dedup refreshes an old object (GC)
-            self.store.upload(address, path)
+            (self.store.take_file if take else self.store.upload)(address, path)
             log.debug("uploaded %s (%d bytes)", address, size)
             crash_point("data:uploaded", address)
         return address, size
@@ -449,9 +453,9 @@ class DataObjects:
                 passed = copying_pass(fd, out)
             finally:
                 os.close(out)
-            return self.put_path(tmp, passed)
+            return self.put_path(tmp, passed, take=True)
         finally:
-            os.unlink(tmp)
+            unlink_quiet(tmp)
 
     def _put_sparse(self, fd: int, size: int, found: list[tuple[int, int]]) -> str:
         """Store the data extents of a file with holes and their manifest; its address."""
@@ -484,14 +488,14 @@ class DataObjects:
             out = -1
             address = address_of(h.hexdigest())
             if not self.store.claim_existing(address):
-                self.store.upload(address, tmp)
+                self.store.take_file(address, tmp)
                 log.debug("uploaded %s (%d bytes at %d)", address, length, offset)
                 crash_point("data:uploaded", address)
             return address
         finally:
             if out >= 0:
                 os.close(out)
-            os.unlink(tmp)
+            unlink_quiet(tmp)
 
     def manifest(self, address: str) -> sparse.Manifest:
         """The (verified) manifest of a sparse file's address."""
@@ -507,9 +511,9 @@ class DataObjects:
             try:
                 with os.fdopen(fd, "wb") as out:
                     out.write(data)
-                return self.put_path(tmp)
+                return self.put_path(tmp, take=True)
             finally:
-                os.unlink(tmp)
+                unlink_quiet(tmp)
         address = address_of(hashing.hexdigest(data))
         if not self.store.claim_existing(address):
             self.store.put(address, data)
@@ -521,9 +525,9 @@ class DataObjects:
         try:
             with os.fdopen(fd, "wb") as out:
                 shutil.copyfileobj(src, out, CHUNK)
-            return self.put_path(tmp)
+            return self.put_path(tmp, take=True)
         finally:
-            os.unlink(tmp)
+            unlink_quiet(tmp)
 
     def acquire(self, address: str, chunk_checked: bool = False) -> Handle:
         """Pinned tier handle of the object (fetched once, hash-verified), or the

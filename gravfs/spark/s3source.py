@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Iterator, NamedTuple, Optional
 from urllib.parse import urlparse
 
+from gravfs.cleanup import unlink_quiet
 from gravfs.errors import GravfsError, NotFoundError, StoreUnavailableError
 from gravfs.fs.ownpaths import in_s3_store, s3_store_keys
 from gravfs.fs.entry import ADDRESS_FULL, KIND_FILE, EntryInfo, encode_entry, entry_identity
@@ -173,9 +174,9 @@ def entry_of_object(bucket: str, obj: S3Object, data=None, tmp_dir: Optional[str
     os.close(fd)
     try:
         source_store(bucket).download(obj.key, tmp)
-        address, size = data.put_path(tmp)
+        address, size = data.put_path(tmp, take=True)
     finally:
-        os.unlink(tmp)
+        unlink_quiet(tmp)
     return EntryInfo(address=address, size=size, mtime_ns=obj.mtime_ns, kind=KIND_FILE)
 
 

@@ -136,6 +136,11 @@ class ObjectStore(abc.ABC):
     def upload(self, key: str, src_path: str) -> None:
         """Stream a local file into the store (multipart for large files on S3)."""
 
+    def take_file(self, key: str, src_path: str) -> None:
+        """upload() of a complete scratch file the caller gives up (it may be gone
+        afterwards): a local store renames it into place instead of copying it."""
+        self.upload(key, src_path)
+
     @abc.abstractmethod
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Create only if missing; True if this call created it."""

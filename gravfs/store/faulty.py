@@ -171,6 +171,9 @@ class FaultyStore(ObjectStore):
     def upload(self, key: str, src_path: str) -> None:
         self._call("upload", key, self.inner.upload, key, src_path)
 
+    def take_file(self, key: str, src_path: str) -> None:
+        self._call("upload", key, self.inner.take_file, key, src_path)
+
     def put_if_absent(self, key: str, data: bytes) -> bool:
         return self._call("put_if_absent", key, self.inner.put_if_absent, key, data)
 

@@ -241,6 +241,38 @@ class LocalStore(ObjectStore):
         crash_point("local:publish", key)
         self._replace(tmp, path)
 
+    def take_file(self, key: str, src_path: str) -> None:
+        path = self._path(key)
+        tmp = self._taken_temp(path, src_path)
+        if tmp is None:
+            return self.upload(key, src_path)
+        crash_point("local:publish", key)
+        self._replace(tmp, path)
+
+    def _taken_temp(self, path: str, src_path: str) -> str | None:
+        """``src_path`` renamed to a temp name beside ``path``, with the store's file
+        mode and (unless the store defers it) synced; None on another file system."""
+        self._make_dirs(os.path.dirname(path))
+        tmp = self._tmp_path(path)
+        try:
+            os.rename(src_path, tmp)
+        except OSError as e:
+            if e.errno == errno.EXDEV:
+                return None
+            raise
+        try:
+            os.chmod(tmp, self._entry_modes()[1])
+            if self._fsync:
+                fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        except BaseException:
+            unlink_quiet(tmp)
+            raise
+        return tmp
+
     def put_if_absent(self, key: str, data: bytes) -> bool:
         return self.create_claiming(key, lambda: self._put_if_absent(key, data))
 
@@ -542,6 +574,13 @@ class DeferredLocalStore(BatchedLocalStore):
     def upload(self, key: str, src_path: str) -> None:
         path = self._path(key)
         self._stage(path, self._write_temp(path, src_path=src_path)[0])
+
+    def take_file(self, key: str, src_path: str) -> None:
+        path = self._path(key)
+        tmp = self._taken_temp(path, src_path)  # (unsynced: publish syncs it)
+        if tmp is None:
+            return self.upload(key, src_path)
+        self._stage(path, tmp)
 
     def claim_existing(self, key: str) -> bool:
         with self._dlock:

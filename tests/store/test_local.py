@@ -5,6 +5,7 @@ not empty, and is never made again by a write."""
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -93,3 +94,34 @@ def test_the_temp_file_sweep_stays_on_the_stores_file_system(tmp_path):
         assert not swept.exists() and kept.exists()
     finally:
         subprocess.run(["umount", str(other)], check=True)
+
+
+def test_a_taken_file_is_renamed_into_place_with_the_stores_mode(tmp_path):
+    """take_file: the scratch file becomes the object (same inode, the store's file
+    mode, synced)."""
+    store = LocalStore(str(tmp_path / "store"))
+    store.put("x", b"x")
+    src = tmp_path / "scratch"
+    src.write_bytes(b"taken")
+    os.chmod(src, 0o600)
+    ino = os.stat(src).st_ino
+    store.take_file("data/ab/one", str(src))
+    obj = os.path.join(store.root, "data/ab/one")
+    assert not src.exists() and store.get("data/ab/one") == b"taken"
+    assert os.stat(obj).st_ino == ino
+    assert os.stat(obj).st_mode & 0o777 == os.stat(os.path.join(store.root, "x")).st_mode & 0o777
+
+
+def test_a_taken_file_from_another_file_system_is_copied(tmp_path):
+    if not os.path.isdir("/dev/shm") or os.stat("/dev/shm").st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on a file system other than the test's temp dir")
+    store = LocalStore(str(tmp_path / "store"))
+    fd, other = tempfile.mkstemp(dir="/dev/shm")
+    try:
+        os.write(fd, b"copied")
+        os.close(fd)
+        store.take_file("data/cd/two", other)
+        assert store.get("data/cd/two") == b"copied"
+    finally:
+        if os.path.exists(other):
+            os.unlink(other)

@@ -53,3 +53,23 @@ def test_discarded_objects_leave_no_temp_files_even_from_a_late_writer(tmp_path)
     assert _temps(root) == [] and s.publish() == 0
     assert s.size("data/ab/one") is None and s.size("data/ef/late") is None
     assert LocalStore(root).get("data/ab/kept") == b"kept"
+
+
+def test_a_taken_file_waits_for_publish_like_an_upload(tmp_path, monkeypatch):
+    """take_file renames the scratch file beside the object, unsynced: it is visible,
+    synced, once published, and no copy was made (the same inode)."""
+    import gravfs.store.local as local
+
+    root = str(tmp_path / "store")
+    LocalStore(root).put("x", b"x")
+    synced = []
+    monkeypatch.setattr(local, "_syncfs", lambda r: synced.append(r) or True)
+    s = DeferredLocalStore(root)
+    src = tmp_path / "scratch"
+    src.write_bytes(b"taken")
+    ino = os.stat(src).st_ino
+    s.take_file("data/ef/three", str(src))
+    assert not src.exists() and LocalStore(root).size("data/ef/three") is None
+    assert synced == [] and s.publish() == 1 and len(synced) == 2
+    assert LocalStore(root).get("data/ef/three") == b"taken"
+    assert os.stat(os.path.join(root, "data/ef/three")).st_ino == ino
