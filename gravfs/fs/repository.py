@@ -460,10 +460,16 @@ class Repository(VersionRepository):
         if isinstance(src, (bytes, bytearray, memoryview)):
             address, size = self.data.put_bytes(bytes(src))
         elif isinstance(src, str):
-            with open(src, "rb") as f:  # another process may write it meanwhile
+            # opened without blocking (a FIFO put there since the caller looked would
+            # hang the open), checked on the descriptor read, and read once (another
+            # process may write it meanwhile: put_snapshot)
+            with open(os.open(src, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+                st = os.fstat(f.fileno())
+                if not statmod.S_ISREG(st.st_mode):
+                    raise GravfsError(f"{src}: not a regular file")
                 address, size = self.data.put_snapshot(f.fileno())
                 if mtime_ns is None:
-                    mtime_ns = os.fstat(f.fileno()).st_mtime_ns
+                    mtime_ns = st.st_mtime_ns
         else:
             address, size = self.data.put_stream(src)
         entry = EntryInfo(address=address, size=size, mtime_ns=mtime_ns or time.time_ns(),

@@ -912,3 +912,29 @@ def test_a_listing_page_is_full_where_a_name_is_both_file_and_directory(repo):
     assert [x.fs_name for x in page] == [b"%02d" % i for i in range(10)]
     assert [x.kind for x in page[3:6]] == ["dir", "file", "dir"]
 
+
+
+def test_write_file_of_a_fifo_fails_at_once_naming_it(repo, tmp_path):
+    """A FIFO where a file was (gravfs put checks the path, then a FIFO replaces it):
+    refused as not a regular file, without waiting in open(2) for a writer."""
+    import threading
+
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    got = []
+
+    def put():
+        try:
+            repo.write_file("main", "f", fifo)
+        except Exception as exc:
+            got.append(exc)
+
+    t = threading.Thread(target=put)
+    t.start()
+    t.join(10)
+    if t.is_alive():  # (the old code hung here: let it go before failing)
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        t.join()
+    assert len(got) == 1 and isinstance(got[0], GravfsError), got
+    assert "not a regular file" in str(got[0]) and fifo in str(got[0])
+    assert repo.status("main") == []
