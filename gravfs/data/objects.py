@@ -35,6 +35,7 @@ from typing import BinaryIO, NamedTuple, Optional
 
 from gravfs import hashing
 from gravfs.data import chunksums, sparse
+from gravfs.data.checkedread import ChangedWhileRead, CheckedReader
 from gravfs.cleanup import unlink_quiet
 from gravfs.data.contentpass import content_pass, copying_pass
 from gravfs.data.external import reader_for
@@ -433,12 +434,15 @@ class DataObjects:
             crash_point("data:uploaded", address)
         return address, size
 
-    def put_snapshot(self, fd: int) -> tuple[str, int]:
+    def put_snapshot(self, fd: int, name: str = "") -> tuple[str, int]:
         """put_path of a file another process may write meanwhile (an import's source, a
-        `gravfs put`): read once, into a private copy named in the same pass, and that
-        copy stored. put_path reads a file twice, to name it and to upload it, and would
-        publish bytes written in between under the first read's address, a damaged
-        object every later file of that content would take by deduplication. The caller
+        `gravfs put`). put_path reads a file twice, to name it and to upload it, and
+        would publish bytes written in between under the first read's address (see
+        gravfs.data.checkedread). On a local store the file is read once, into a
+        scratch file on the store's file system named in the same pass, which becomes
+        the object; elsewhere the upload's bytes are checked against the name before it
+        completes, and when they changed, a private copy (in ``tmp_dir``) is stored
+        instead. Either way the object holds what its address names; the caller
         compares the file's stat before and after to tell a torn read."""
         size = os.fstat(fd).st_size
         if size >= sparse.MIN_HOLE and sparse.has_physical_holes(fd, size):
@@ -447,7 +451,14 @@ class DataObjects:
             found = sparse.holes(fd, size)
             if found:
                 return self._put_sparse(fd, size, found), size
-        out, tmp = tempfile.mkstemp(dir=self.tmp_dir, prefix="snapshot-")
+        scratch = self.store.scratch_file(PREFIX)
+        if scratch is None:
+            try:
+                return self._put_checked(fd, name)
+            except ChangedWhileRead as exc:
+                log.info("%s; storing a copy of it instead", exc)
+                scratch = tempfile.mkstemp(dir=self.tmp_dir, prefix="snapshot-")
+        out, tmp = scratch
         try:
             try:
                 passed = copying_pass(fd, out)
@@ -456,6 +467,19 @@ class DataObjects:
             return self.put_path(tmp, passed, take=True)
         finally:
             unlink_quiet(tmp)
+
+    def _put_checked(self, fd: int, name: str) -> tuple[str, int]:
+        """Name the file, then upload it read again through a CheckedReader."""
+        plan = plan_storage(fd)
+        if plan.holes:
+            return self._put_sparse(fd, plan.size, plan.holes), plan.size
+        address = address_of(plan.digest)
+        if not self.store.claim_existing(address):
+            self.store.upload_stream(address, CheckedReader(fd, plan.size, plan.digest, name),
+                                     plan.size)
+            log.debug("uploaded %s (%d bytes)", address, plan.size)
+            crash_point("data:uploaded", address)
+        return address, plan.size
 
     def _put_sparse(self, fd: int, size: int, found: list[tuple[int, int]]) -> str:
         """Store the data extents of a file with holes and their manifest; its address."""

@@ -454,7 +454,7 @@ def put_file(data, path: str, st: os.stat_result, f: BinaryIO) -> tuple[str, int
         content = f.read(SMALL_FILE + 1)
         if len(content) <= SMALL_FILE:
             return data.put_bytes(content)
-    return data.put_snapshot(f.fileno())
+    return data.put_snapshot(f.fileno(), path)
 
 
 def _bulk_data(repo):

@@ -467,7 +467,7 @@ class Repository(VersionRepository):
                 st = os.fstat(f.fileno())
                 if not statmod.S_ISREG(st.st_mode):
                     raise GravfsError(f"{src}: not a regular file")
-                address, size = self.data.put_snapshot(f.fileno())
+                address, size = self.data.put_snapshot(f.fileno(), src)
                 if mtime_ns is None:
                     mtime_ns = st.st_mtime_ns
         else:

@@ -20,7 +20,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 from gravfs.errors import BadNameError
 from gravfs.threadmap import ordered_map
@@ -140,6 +140,17 @@ class ObjectStore(abc.ABC):
         """upload() of a complete scratch file the caller gives up (it may be gone
         afterwards): a local store renames it into place instead of copying it."""
         self.upload(key, src_path)
+
+    def scratch_file(self, prefix: str) -> tuple[int, str] | None:
+        """(descriptor, path) of a new scratch file on the store's own file system,
+        under ``prefix``, for take_file (a crash leaves it to the temp-file sweep);
+        None where the store is not a local directory."""
+        return None
+
+    def upload_stream(self, key: str, reader: BinaryIO, size: int) -> None:
+        """upload() of ``size`` bytes read once, in order, from ``reader``, which may
+        raise to stop the upload: nothing is published then."""
+        self.put(key, reader.read())
 
     @abc.abstractmethod
     def put_if_absent(self, key: str, data: bytes) -> bool:

@@ -174,6 +174,12 @@ class FaultyStore(ObjectStore):
     def take_file(self, key: str, src_path: str) -> None:
         self._call("upload", key, self.inner.take_file, key, src_path)
 
+    def scratch_file(self, prefix: str):
+        return self.inner.scratch_file(prefix)
+
+    def upload_stream(self, key: str, reader, size: int) -> None:
+        self._call("upload", key, self.inner.upload_stream, key, reader, size)
+
     def put_if_absent(self, key: str, data: bytes) -> bool:
         return self._call("put_if_absent", key, self.inner.put_if_absent, key, data)
 

@@ -249,6 +249,12 @@ class LocalStore(ObjectStore):
         crash_point("local:publish", key)
         self._replace(tmp, path)
 
+    def scratch_file(self, prefix: str) -> tuple[int, str] | None:
+        d = self._path(prefix.rstrip("/"))
+        self._make_dirs(d)
+        path = self._tmp_path(os.path.join(d, "scratch"))
+        return self._create(path), path
+
     def _taken_temp(self, path: str, src_path: str) -> str | None:
         """``src_path`` renamed to a temp name beside ``path``, with the store's file
         mode and (unless the store defers it) synced; None on another file system."""

@@ -283,3 +283,51 @@ def test_a_file_rewritten_while_it_is_stored_never_gives_a_damaged_object(tmp_pa
         t.join()
     for address in stored:
         assert hashing.hexdigest(any_store.get(address)) == digest_of(address)
+
+
+@pytest.mark.parametrize("size", [1 << 20, 12 << 20], ids=["one-put", "multipart"])
+def test_a_file_rewritten_after_it_was_named_is_stored_from_a_copy_on_s3(
+        tmp_path, s3_server, monkeypatch, size):
+    """On S3 the file is named, then uploaded read again and checked: rewritten in
+    between, the upload stops before the object exists and a private copy is stored
+    (whose address is its own bytes'); nothing is left under the first address."""
+    import gravfs.data.objects as objects
+
+    store = s3_server.make_store(multipart_threshold=5 << 20, multipart_chunksize=5 << 20)
+    data = DataObjects(store, None, str(tmp_path / "tmp"))
+    os.makedirs(data.tmp_dir)
+    path = tmp_path / "f"
+    first, second = os.urandom(size), os.urandom(size)
+    path.write_bytes(first)
+    real_plan = objects.plan_storage
+
+    def plan_then_rewrite(fd, passed=None):
+        plan = real_plan(fd, passed)
+        path.write_bytes(second)
+        return plan
+
+    monkeypatch.setattr(objects, "plan_storage", plan_then_rewrite)
+    address, n = _snapshot(data, path)
+    assert (address, n) == (address_of(hashing.hexdigest(second)), size)
+    assert store.get(address) == second
+    assert store.size(address_of(hashing.hexdigest(first))) is None
+    assert not os.listdir(data.tmp_dir)
+
+
+def test_on_a_local_store_the_copy_is_made_in_the_store(tmp_path, monkeypatch):
+    """The scratch copy is made on the store's file system and becomes the object (no
+    second write, no space taken beside the state); none is left behind."""
+    store = LocalStore(str(tmp_path / "store"), fsync=False)
+    data = DataObjects(store, None, str(tmp_path / "tmp"))
+    os.makedirs(data.tmp_dir)
+    made = []
+    real = store.scratch_file
+    monkeypatch.setattr(store, "scratch_file", lambda p: made.append(real(p)) or made[-1])
+    payload = os.urandom(2 << 20)
+    (tmp_path / "f").write_bytes(payload)
+    address, _ = _snapshot(data, tmp_path / "f")
+    (fd, scratch), = made
+    assert scratch.startswith(store.root + "/")
+    assert os.stat(os.path.join(store.root, address)).st_size == len(payload)
+    assert not os.path.exists(scratch) and not os.listdir(data.tmp_dir)
+    assert [n for _, _, fs in os.walk(store.root) for n in fs] == [digest_of(address)]

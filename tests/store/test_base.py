@@ -128,6 +128,34 @@ def test_multipart_upload_path(s3_server, tmp_path):
     assert dest.read_bytes() == payload
 
 
+@pytest.mark.parametrize("size", [1 * MiB, 12 * MiB + 5], ids=["one-put", "multipart"])
+def test_an_upload_stream_its_reader_stops_publishes_nothing(s3_server, tmp_path, size):
+    """upload_stream: a reader that raises at its last bytes (a CheckedReader whose file
+    changed) stops the upload before the object exists, in one PUT or in parts (the
+    multipart upload is aborted, none is left open); a good reader's bytes are stored."""
+    from gravfs.data.checkedread import ChangedWhileRead, CheckedReader
+
+    store = s3_server.make_store(multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB)
+    src = tmp_path / "src.bin"
+    payload = os.urandom(size)
+    src.write_bytes(payload)
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        with pytest.raises(ChangedWhileRead):
+            store.upload_stream("big/stopped", CheckedReader(fd, size, "0" * 64), size)
+        assert store.size("big/stopped") is None
+        ups = store._client.list_multipart_uploads(Bucket=store.bucket,
+                                                   Prefix=store._full("big/stopped"))
+        assert not ups.get("Uploads"), ups.get("Uploads")
+        digest = hashlib.sha256(payload).hexdigest()
+        store.upload_stream("big/good", CheckedReader(fd, size, digest), size)
+        data, version = store.read_versioned("big/good")
+        assert data == payload
+        assert version.strip('"').endswith("-3") == (size > 5 * MiB), version
+    finally:
+        os.close(fd)
+
+
 def test_a_big_file_put_if_absent_goes_up_in_parts(s3_server, tmp_path):
     """put_file_if_absent of a file past one PUT's size uploads it in parts (a pending
     big object of the mount), never whole in memory; False when the store has it."""
