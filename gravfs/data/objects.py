@@ -34,9 +34,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO, NamedTuple, Optional
 
 from gravfs import hashing
+from gravfs.cleanup import unlink_quiet
 from gravfs.data import chunksums, sparse
 from gravfs.data.checkedread import ChangedWhileRead, CheckedReader
-from gravfs.cleanup import unlink_quiet
 from gravfs.data.contentpass import content_pass, copying_pass
 from gravfs.data.external import reader_for
 from gravfs.data.handles import BytesHandle, Handle, PendingHandle

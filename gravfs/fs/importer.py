@@ -448,8 +448,8 @@ def put_steady(data, path: str) -> tuple[str, int, os.stat_result]:
 
 
 def put_file(data, path: str, st: os.stat_result, f: BinaryIO) -> tuple[str, int]:
-    """Store a file's content, read once from ``f`` (opened on path): a small one into
-    memory, a bigger one into a private copy (put_snapshot)."""
+    """Store a file's content from ``f`` (opened on path): a small one read once into
+    memory, a bigger one by put_snapshot (a writer at work leaves no damaged object)."""
     if st.st_size <= SMALL_FILE:
         content = f.read(SMALL_FILE + 1)
         if len(content) <= SMALL_FILE:
