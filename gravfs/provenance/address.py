@@ -29,6 +29,9 @@ class _KeepsNothing:
     def upload(self, key: str, src_path: str) -> None:
         pass
 
+    def take_file(self, key: str, src_path: str) -> None:
+        pass  # (a sparse file's extents are taken: see DataObjects._put_range)
+
 
 def file_address(path: str, tmp_dir: str) -> str:
     """The address ``gravfs put``/``import`` would give the file at ``path``."""
