@@ -558,10 +558,18 @@ def cmd_fsck(args) -> int:
 
 
 def cmd_compact(args) -> int:
+    from gravfs.version.committer import Committer
     from gravfs.version.compaction import compact
     repo = _repo(args)
-    done = compact(repo, args.branch)
-    print(f"Compacted staging of {args.branch}" if done else f"Nothing to compact on {args.branch}")
+    committer = Committer(repo)
+    staged = not committer.is_clean(args.branch)
+    if compact(repo, args.branch):
+        print(f"Compacted staging of {args.branch}")
+    elif staged and committer.is_clean(args.branch):
+        print(f"Dropped the staged changes of {args.branch}: they leave its head as it is "
+              "(nothing to commit)")
+    else:
+        print(f"Nothing to compact on {args.branch}")
     return 0
 
 

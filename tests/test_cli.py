@@ -86,6 +86,22 @@ def test_full_workflow(cli, tmp_path):
     assert "nothing to commit" in out
 
 
+def test_compact_says_what_it_did(cli, tmp_path):
+    """compact: a compaction, staged changes dropped because they leave the head as it
+    is (a file put and removed again), or nothing staged at all."""
+    (tmp_path / "f").write_bytes(b"x")
+    assert cli("compact", "main")[1] == "Nothing to compact on main\n"
+    cli("put", str(tmp_path / "f"), "main:a")
+    assert cli("compact", "main")[1] == "Compacted staging of main\n"
+    cli("commit", "main", "-m", "a")
+    cli("put", str(tmp_path / "f"), "main:b")
+    cli("rm", "main:b")
+    assert cli("compact", "main")[1] == ("Dropped the staged changes of main: they leave "
+                                         "its head as it is (nothing to commit)\n")
+    assert cli("status", "main")[1] == "On branch main: nothing to commit\n"
+    assert cli("compact", "main")[1] == "Nothing to compact on main\n"
+
+
 @pytest.mark.parametrize("args,code,needle", [
     (("cat", "main:nope"), 2, "no such file"),
     (("cat", "nobranch:x"), 2, "not found"),
