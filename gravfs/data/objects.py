@@ -26,6 +26,7 @@ import logging
 import os
 import queue
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -685,6 +686,19 @@ class StoragePlan(NamedTuple):
     size: int
     holes: list[tuple[int, int]]
     digest: str  # "" when stored sparse
+
+
+def open_regular(path: str, what: str = "not a regular file"
+                 ) -> tuple[BinaryIO, os.stat_result]:
+    """(the open file, its stat) of a local file to store: opened without blocking (a
+    FIFO found there would hang open(2) until a writer came) and checked to be a
+    regular file on the descriptor then read; OSError(EINVAL, ``what``) otherwise."""
+    f = open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb")
+    st = os.fstat(f.fileno())
+    if not stat.S_ISREG(st.st_mode):
+        f.close()
+        raise OSError(errno.EINVAL, what, path)
+    return f, st
 
 
 def plan_storage(fd: int, passed: Optional[tuple[str, int, bool]] = None) -> StoragePlan:

@@ -14,7 +14,6 @@ symlinks and empty directories are kept.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import logging
 import os
@@ -31,7 +30,7 @@ from gravfs.version.committed.manager import EMPTY_METARANGE_ID
 from gravfs.version.committer import Committer, NothingToCommitError
 from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
 from gravfs.faults import crash_point
-from gravfs.data.objects import DataObjects
+from gravfs.data.objects import DataObjects, open_regular
 from gravfs.fs import ownpaths
 from gravfs.fs.paths import to_key
 from gravfs.fs.references import live_addresses
@@ -430,13 +429,9 @@ def put_steady(data, path: str) -> tuple[str, int, os.stat_result]:
     half old, half new bytes would be a torn file): (address, size, the stat the read
     matches). After READ_TRIES changing reads the last is kept, with a warning."""
     for _ in range(READ_TRIES):
-        # opened without blocking: a file replaced by a FIFO since the listing would
-        # otherwise hang the open until a writer came
-        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
-            before = os.fstat(f.fileno())
-            if not statmod.S_ISREG(before.st_mode):
-                raise OSError(errno.EINVAL, "no longer a regular file (replaced since it "
-                              "was listed)", path)
+        f, before = open_regular(path, "no longer a regular file (replaced since it was "
+                                       "listed)")
+        with f:
             address, size = put_file(data, path, before, f)
         after = os.stat(path)
         if _version(after) == _version(before) and size == after.st_size:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import BinaryIO, Iterable, Iterator, Optional
 
 from gravfs.data.external import is_external, reader_for, source_of
-from gravfs.data.objects import DataObjects
+from gravfs.data.objects import DataObjects, open_regular
 from gravfs.errors import AlreadyExistsError, BadNameError, GravfsError, NotFoundError, PathTypeError
 from gravfs.fs.entry import (KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_DIRECTORY, KIND_FIFO,
                              KIND_FILE, KIND_SOCKET, KIND_SYMLINK, EntryInfo, decode_entry,
@@ -460,16 +460,16 @@ class Repository(VersionRepository):
         if isinstance(src, (bytes, bytearray, memoryview)):
             address, size = self.data.put_bytes(bytes(src))
         elif isinstance(src, str):
-            # opened without blocking (a FIFO put there since the caller looked would
-            # hang the open), checked on the descriptor read, and read once (another
-            # process may write it meanwhile: put_snapshot)
-            with open(os.open(src, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
-                st = os.fstat(f.fileno())
-                if not statmod.S_ISREG(st.st_mode):
-                    raise GravfsError(f"{src}: not a regular file")
+            try:  # (a FIFO put there since the caller looked: see open_regular)
+                f, st = open_regular(src)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                raise GravfsError(f"{src}: {exc.strerror}") from None
+            with f:  # read once: another process may write it meanwhile (put_snapshot)
                 address, size = self.data.put_snapshot(f.fileno(), src)
-                if mtime_ns is None:
-                    mtime_ns = st.st_mtime_ns
+            if mtime_ns is None:
+                mtime_ns = st.st_mtime_ns
         else:
             address, size = self.data.put_stream(src)
         entry = EntryInfo(address=address, size=size, mtime_ns=mtime_ns or time.time_ns(),
