@@ -102,6 +102,7 @@ class Writer(threading.Thread):
         self.base, self.kills, self.stop = base, kills, stop
         self.rng = random.Random(seed)
         self.model: dict = {}
+        self.model_if_cut: list = [self.model]  # see step
         self.ops = self.recoveries = 0
         self.problems: list[str] = []
 
@@ -109,8 +110,10 @@ class Writer(threading.Thread):
         rng = self.rng
         out = b""
         for _ in range(rng.randint(1, 3)):
-            big = rng.random() < 0.01  # a big file goes another way at its close
-            size = rng.randint(1 << 20, 3 << 20) if big else rng.choice([0, 10, 4000, 70000])
+            # past WRITEBACK_MAX (4 MiB) a file is hashed as it arrives and goes another way
+            # at its close; past INLINE_WRITEBACK (64 KiB) its write-back is on a worker
+            big = rng.random() < 0.01
+            size = rng.randint(4 << 20, 6 << 20) if big else rng.choice([0, 10, 4000, 70000])
             out += record(rng.randbytes(size))
         return out
 
