@@ -26,8 +26,18 @@ import uuid
 from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
 from tests.fuse_util import Mount, s3_env
 
+
+def _seconds() -> float:
+    """GRAVFS_STRESS_SECONDS: how long the writers run (40 s in the suite; longer by hand)."""
+    text = os.environ.get("GRAVFS_STRESS_SECONDS", "40")
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"GRAVFS_STRESS_SECONDS={text!r}: not a number of seconds") from None
+
+
 WRITERS = 3
-SECONDS = float(os.environ.get("GRAVFS_STRESS_SECONDS", 40))  # longer by hand
+SECONDS = _seconds()
 KILL_EVERY = (6.0, 12.0)
 MAX_FILES = 30
 
@@ -289,7 +299,7 @@ def stress(m: Mount) -> None:
         assert actual == w.model, differences(w.model, actual)
     checked = 0
     for c in commits:
-        for dirpath, _, files in os.walk(os.path.join(m.mnt, "commits", c)):
+        for dirpath, _, files in os.walk(os.path.join(m.mnt, "commits", c), onerror=_raise):
             for f in files:
                 with open(os.path.join(dirpath, f), "rb") as fh:
                     data = fh.read()
