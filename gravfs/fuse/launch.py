@@ -9,7 +9,9 @@ on unmount every modified open file is staged and the pending uploads are
 uploaded before the process exits.
 
 umount: ask the daemon for its pid (a virtual xattr on the mount root; a daemon
-that does not answer is reported, and ``--force`` aborts its connection), run
+that does not answer is reported, and ``--force`` aborts its connection; one that
+was killed and cannot exit, which the record it left in ``<state dir>/run`` shows,
+has its connection aborted by mount and umount themselves), run
 ``fusermount3 -u`` and wait for the daemon to finish flushing and exit; then
 report (and exit 1 for) the files the daemon could not stage and saved in
 lost+found, which it lists in its exit report.
@@ -36,6 +38,7 @@ from typing import Optional
 
 from gravfs.version.config import default_state_dir
 from gravfs.errors import GravfsError, NotFoundError
+from gravfs.fuse import daemonrecord
 from gravfs.fuse import options as mount_options
 from gravfs.fs.ownpaths import own_dirs, within
 from gravfs.store import local_path
@@ -77,7 +80,7 @@ def mount(args) -> int:
         if getattr(opts, name) is not None:  # read by the daemon's S3Store
             os.environ["GRAVFS_" + name.upper()] = str(getattr(opts, name))
     mountpoint = mount_path(args.mountpoint)
-    _clear_stale_mount(mountpoint)
+    _clear_stale_mount(mountpoint, state_dir)
     if not os.path.isdir(mountpoint):
         if not os.path.lexists(mountpoint):
             raise NotFoundError(f"mount point {mountpoint}: no such directory (create it "
@@ -206,19 +209,40 @@ def tune_readahead(mountpoint: str, kb: int) -> None:
         log.debug("cannot set read-ahead of %s: %s", mountpoint, exc)
 
 
-def _clear_stale_mount(mountpoint: str) -> None:
+def _clear_stale_mount(mountpoint: str, state_dir: str) -> None:
     """A daemon that died (kill -9, crash) leaves a dead mount: unmount it lazily
-    (only gravfs's: another filesystem there is the user's to deal with)."""
+    (only gravfs's: another filesystem there is the user's to deal with). One killed
+    while a thread of it waited on the mount cannot exit: its connection is aborted
+    first (_abort_killed)."""
     if _mount_type(mountpoint) != FSTYPE:
         return
     try:
         _ask_pid(mountpoint)
+        return
+    except DaemonHung:
+        if not _abort_killed(mountpoint, state_dir):
+            raise
         return
     except OSError as exc:
         if exc.errno != errno.ENOTCONN:
             return
     log.warning("%s is a dead gravfs mount (its daemon is gone); unmounting it", mountpoint)
     _lazy_unmount(mountpoint)
+
+
+def _abort_killed(mountpoint: str, state_dir: str) -> bool:
+    """Abort the connection of a mount whose daemon does not answer because it was
+    killed and cannot exit (gravfs.fuse.daemonrecord), and unmount it; what umount
+    --force does, done only when nothing could answer any more. Whether it was."""
+    pid = daemonrecord.killed_daemon(state_dir, mountpoint, _mount_device(mountpoint))
+    if pid is None:
+        return False
+    log.warning("%s: its daemon (pid %d) was killed and cannot exit (a thread of it waits "
+                "on the mount); aborting the connection (the processes waiting on it get "
+                "an error) and unmounting it", mountpoint, pid)
+    _abort_connection(mountpoint)
+    _lazy_unmount(mountpoint)
+    return True
 
 
 def _lazy_unmount(mountpoint: str) -> None:
@@ -313,8 +337,7 @@ class _Reported(GravfsError):
 
 
 def log_path(state_dir: str, mountpoint: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", mountpoint.strip("/")) or "root"
-    return os.path.join(state_dir, "logs", f"mount-{name}.log")
+    return os.path.join(state_dir, "logs", f"mount-{daemonrecord.mount_name(mountpoint)}.log")
 
 
 LOG_BYTES = 32 << 20  # a daemon's log file is rotated past this size,
@@ -442,6 +465,8 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
         state["ready"] = True
         log.info("mounted %s on %s (pid %d%s)", cfg["store"], cfg["mountpoint"], os.getpid(),
                  f", branch {cfg['branch']}" if cfg["branch"] else "")
+        daemonrecord.write_record(cfg["state_dir"], cfg["mountpoint"],
+                                  _mount_device(cfg["mountpoint"]))
         if ready_fd is not None:
             os.write(ready_fd, READY)
             os.close(ready_fd)
@@ -470,6 +495,7 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
         ops.local.close()
         ops.reader.close()
         repo.close()
+        daemonrecord.drop_record(cfg["state_dir"], cfg["mountpoint"])
         _notify_systemd(b"STOPPING=1")
     log.info("unmounted %s", cfg["mountpoint"])
     return code
@@ -804,6 +830,11 @@ def umount(args) -> int:
         return 0
     try:
         pid: Optional[int] = _ask_pid(mountpoint)
+    except DaemonHung:
+        state_dir = os.path.abspath(getattr(args, "state_dir", None) or default_state_dir())
+        if not _abort_killed(mountpoint, state_dir):
+            raise
+        return 0
     except OSError:
         pid = None
     report = _exit_report_path(mountpoint)

@@ -100,6 +100,82 @@ def test_a_daemon_that_no_longer_answers_is_reported_and_umount_force_frees_its_
     assert _read(m.branch_path("kept")) == b"closed before the stop"
 
 
+def _threads_in_d_state(pid: int) -> list[str]:
+    """The threads of a process waiting uninterruptibly in the kernel (their wchan)."""
+    found = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{pid}/task/{tid}/wchan") as f:
+                wchan = f.read()
+        except OSError:
+            continue
+        if state == "D":
+            found.append(wchan)
+    return found
+
+
+@pytest.mark.parametrize("by", ["mount", "umount"])
+def test_a_killed_daemon_that_cannot_exit_is_aborted_by_mount_and_umount(tmp_path, by):
+    """The hung kill met by the stress test on S3, made on purpose: a read waits on the
+    daemon (its data fetch hangs) holding the file's pages, a commit from another
+    workspace moves the branch, the watcher's invalidation of that file waits on those
+    pages, and kill -9 then leaves a daemon that cannot exit, its mount and the reader
+    stuck. gravfs mount (or umount) finds the daemon's record, sees it killed, aborts
+    the connection and goes on: the reader gets an error, the next mount serves."""
+    m = Mount(str(tmp_path)).init()
+    src = tmp_path / "src"
+    src.mkdir()
+    content = os.urandom(300_000)
+    (src / "f").write_bytes(content)
+    m.cli("import", "-q", str(src), "main", "-m", "f")
+    other = Mount(str(tmp_path))  # the same store, its own workspace: commits from outside
+    other.state_dir = str(tmp_path / "other-state")
+    m.env["GRAVFS_STORE_FAULT"] = "op=get|get_range|download,key=data/*,mode=hang,secs=600"
+    m.mount(options=["poll=0.2"])
+    del m.env["GRAVFS_STORE_FAULT"]
+    m.env["GRAVFS_MOUNT_PROBE_WAIT"] = "1"
+    pid = m.pid()
+    assert os.stat(m.branch_path("f")).st_size == len(content)  # the kernel knows its inode
+    reader = subprocess.Popen([sys.executable, "-c", "import os, sys\ntry:\n"
+                               f"    open({m.branch_path('f')!r}, 'rb').read()\n"
+                               "    print(0)\nexcept OSError as e:\n    print(e.errno)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: "injected hang" in m.log_text(), timeout=30)
+        (tmp_path / "more").mkdir()
+        (tmp_path / "more" / "g").write_bytes(b"g")
+        other.cli("import", "-q", str(tmp_path / "more"), "main:more", "-m", "g")
+        wait_for(lambda: _threads_in_d_state(pid), timeout=30)  # the watcher, on f's pages
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+        assert os.path.exists(f"/proc/{pid}/task"), "the daemon exited: nothing was stuck"
+        assert reader.poll() is None  # still waiting on the daemon
+        if by == "mount":
+            res = m.cli("mount", m.mnt, "-o", "poll=0.2", timeout=60)
+            m.mounted = True
+        else:
+            res = m.cli("umount", m.mnt, timeout=60)
+            assert not os.path.ismount(m.mnt)
+        assert f"its daemon (pid {pid}) was killed and cannot exit" in res.stderr, res.stderr
+        out, _ = reader.communicate(timeout=30)
+        assert int(out) in (errno.ECONNABORTED, errno.ENOTCONN, errno.EIO), out
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=30)
+    finally:
+        if reader.poll() is None:  # never leave the reader (and this test) stuck
+            m.cli("umount", "--force", m.mnt, check=False, timeout=60)
+            reader.kill()
+            reader.communicate()
+    if by == "umount":
+        m.remount()
+    try:
+        assert _read(m.branch_path("f")) == content
+        assert _read(m.branch_path("more/g")) == b"g"
+    finally:
+        m.cleanup()
+
+
 @pytest.mark.parametrize("then", [None, signal.SIGTERM, signal.SIGHUP], ids=["once", "TERM", "HUP"])
 def test_sigterm_stages_open_files_and_unmounts(gravfs_mount, then):
     """Also with another signal while the daemon stops (a second Ctrl-C, a hang-up):
