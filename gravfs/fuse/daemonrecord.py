@@ -81,10 +81,12 @@ def read_record(path: str) -> Optional[dict]:
     return record if isinstance(record, dict) else None
 
 
-def killed_daemon(state_dir: str, mountpoint: str, device: Optional[str]) -> Optional[int]:
-    """The pid of the daemon of the mount on ``device`` when it was killed and cannot
-    exit (or is gone), from its record; None when there is no record of that mount or
-    the daemon may still answer."""
+def recorded_daemon(state_dir: str, mountpoint: str,
+                    device: Optional[str]) -> Optional[tuple[int, str]]:
+    """The daemon of the mount on ``device``, from its record, and what it is:
+    ``killed`` (killed and cannot exit, or gone: nothing will answer), ``stopped``
+    (SIGSTOP, Ctrl-Z: it goes on when continued) or ``running``. None without a record
+    of that mount."""
     record = read_record(record_path(state_dir, mountpoint))
     if record is None or device is None or record.get("device") != device:
         return None
@@ -92,8 +94,18 @@ def killed_daemon(state_dir: str, mountpoint: str, device: Optional[str]) -> Opt
     if not isinstance(pid, int):
         return None
     if start_time(pid) != record.get("start"):
-        return pid  # gone (the pid unused, or another process's now): nobody to answer
-    return pid if dying(pid) else None
+        return pid, "killed"  # gone (the pid unused, or another process's now)
+    if dying(pid):
+        return pid, "killed"
+    return pid, "stopped" if _state(pid) in ("T", "t") else "running"
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
 
 
 def dying(pid: int) -> bool:

@@ -219,9 +219,8 @@ def _clear_stale_mount(mountpoint: str, state_dir: str) -> None:
     try:
         _ask_pid(mountpoint)
         return
-    except DaemonHung:
-        if not _abort_killed(mountpoint, state_dir):
-            raise
+    except DaemonHung as hung:
+        _abort_killed(mountpoint, state_dir, hung)
         return
     except OSError as exc:
         if exc.errno != errno.ENOTCONN:
@@ -230,19 +229,26 @@ def _clear_stale_mount(mountpoint: str, state_dir: str) -> None:
     _lazy_unmount(mountpoint)
 
 
-def _abort_killed(mountpoint: str, state_dir: str) -> bool:
-    """Abort the connection of a mount whose daemon does not answer because it was
-    killed and cannot exit (gravfs.fuse.daemonrecord), and unmount it; what umount
-    --force does, done only when nothing could answer any more. Whether it was."""
-    pid = daemonrecord.killed_daemon(state_dir, mountpoint, _mount_device(mountpoint))
-    if pid is None:
-        return False
+def _abort_killed(mountpoint: str, state_dir: str, hung: DaemonHung) -> None:
+    """A mount whose daemon does not answer: if it was killed and cannot exit
+    (gravfs.fuse.daemonrecord), abort its connection and unmount it, what umount
+    --force does, done only when nothing could answer any more; otherwise raise
+    ``hung``, naming the daemon when its record shows it stopped."""
+    daemon = daemonrecord.recorded_daemon(state_dir, mountpoint, _mount_device(mountpoint))
+    if daemon is None or daemon[1] == "running":
+        raise hung
+    pid, what = daemon
+    if what == "stopped":
+        raise DaemonHung(
+            f"{mountpoint} is a gravfs mount whose daemon (pid {pid}) is stopped (SIGSTOP, "
+            f"or Ctrl-Z on a foreground mount): 'kill -CONT {pid}' resumes it; 'gravfs "
+            f"umount --force {mountpoint}' aborts its connection instead (the processes "
+            "waiting on it get an error, and what was written and not closed is lost)")
     log.warning("%s: its daemon (pid %d) was killed and cannot exit (a thread of it waits "
                 "on the mount); aborting the connection (the processes waiting on it get "
                 "an error) and unmounting it", mountpoint, pid)
     _abort_connection(mountpoint)
     _lazy_unmount(mountpoint)
-    return True
 
 
 def _lazy_unmount(mountpoint: str) -> None:
@@ -830,10 +836,9 @@ def umount(args) -> int:
         return 0
     try:
         pid: Optional[int] = _ask_pid(mountpoint)
-    except DaemonHung:
+    except DaemonHung as hung:
         state_dir = os.path.abspath(getattr(args, "state_dir", None) or default_state_dir())
-        if not _abort_killed(mountpoint, state_dir):
-            raise
+        _abort_killed(mountpoint, state_dir, hung)
         return 0
     except OSError:
         pid = None

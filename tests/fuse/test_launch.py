@@ -59,13 +59,14 @@ def test_kill9_keeps_everything_closed_or_fsynced(gravfs_mount):
 
 
 def test_a_daemon_that_no_longer_answers_is_reported_and_umount_force_frees_its_waiters(
-        gravfs_mount):
-    """A daemon killed while one of its threads waits in the kernel (on a directory a
-    request it will never answer holds) cannot exit or close its connection: every
-    process using the mount hangs, and so did gravfs mount and umount asking it for
-    its pid. A stopped daemon shows the same. mount and umount say so and name the
-    way out; umount --force aborts the connection: the waiting process gets an
-    error, and the next mount works."""
+        gravfs_mount, tmp_path):
+    """A stopped daemon (SIGSTOP, Ctrl-Z) leaves every process using the mount waiting,
+    and gravfs mount and umount asking it for its pid would wait too. They ask with a
+    deadline and, since the daemon's record shows it stopped, say so, name it and
+    change nothing (it may be continued); without a record (another state dir) they
+    only say it does not answer. umount --force aborts the connection: the waiting
+    process gets an error, and the next mount works. (A killed daemon that cannot
+    exit they abort themselves: the test after this one.)"""
     m = gravfs_mount
     _write(m.branch_path("kept"), b"closed before the stop")
     m.env["GRAVFS_MOUNT_PROBE_WAIT"] = "1"
@@ -81,10 +82,20 @@ def test_a_daemon_that_no_longer_answers_is_reported_and_umount_force_frees_its_
             res = m.cli(*args, check=False, timeout=60)
             assert res.returncode != 0
             assert res.stderr.strip() == (
-                f"gravfs: {m.mnt} is a gravfs mount whose daemon does not answer (for 1 s); if "
-                f"the daemon is dead (kill -9, out of memory), 'gravfs umount --force {m.mnt}' "
-                "aborts its connection: the processes waiting on it get an error, and what "
-                "was written and not closed is lost"), res.stderr
+                f"gravfs: {m.mnt} is a gravfs mount whose daemon (pid {pid}) is stopped "
+                f"(SIGSTOP, or Ctrl-Z on a foreground mount): 'kill -CONT {pid}' resumes it; "
+                f"'gravfs umount --force {m.mnt}' aborts its connection instead (the processes "
+                "waiting on it get an error, and what was written and not closed is lost)"
+            ), res.stderr
+        # without the daemon's record (another state dir), only that it does not answer
+        res = m.cli("--state-dir", str(tmp_path / "elsewhere"), "umount", m.mnt, check=False,
+                    timeout=60)
+        assert res.returncode != 0
+        assert res.stderr.strip() == (
+            f"gravfs: {m.mnt} is a gravfs mount whose daemon does not answer (for 1 s); if "
+            f"the daemon is dead (kill -9, out of memory), 'gravfs umount --force {m.mnt}' "
+            "aborts its connection: the processes waiting on it get an error, and what "
+            "was written and not closed is lost"), res.stderr
         assert waiter.poll() is None  # still waiting on the daemon
         m.cli("umount", "--force", m.mnt, timeout=60)
         out, _ = waiter.communicate(timeout=30)
