@@ -36,14 +36,30 @@ def record_path(state_dir: str, mountpoint: str) -> str:
     return os.path.join(state_dir, "run", f"mount-{mount_name(mountpoint)}.json")
 
 
+def _stat_fields(pid: int) -> Optional[list[str]]:
+    """/proc/PID/stat's fields after the command name (state first); None: no such
+    process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def start_time(pid: int) -> Optional[int]:
     """The process's start time in clock ticks since boot (None: no such process);
     with the pid, it names one process for good."""
+    fields = _stat_fields(pid)
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+        return int(fields[19]) if fields else None
+    except (IndexError, ValueError):
         return None
+
+
+def process_state(pid: int) -> Optional[str]:
+    """The process's state letter (R, S, D, T, Z, ...); None: no such process."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
 
 
 def write_record(state_dir: str, mountpoint: str, device: Optional[str]) -> None:
@@ -97,15 +113,7 @@ def recorded_daemon(state_dir: str, mountpoint: str,
         return pid, "killed"  # gone (the pid unused, or another process's now)
     if dying(pid):
         return pid, "killed"
-    return pid, "stopped" if _state(pid) in ("T", "t") else "running"
-
-
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "?"
+    return pid, "stopped" if process_state(pid) in ("T", "t") else "running"
 
 
 def dying(pid: int) -> bool:

@@ -897,8 +897,5 @@ def _remove(path: str) -> None:
 
 
 def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+    """A zombie, or gone."""
+    return daemonrecord.process_state(pid) in ("Z", None)

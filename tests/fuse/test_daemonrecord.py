@@ -11,7 +11,8 @@ import sys
 import time
 
 from gravfs.fuse import daemonrecord
-from gravfs.fuse.daemonrecord import dying, recorded_daemon, record_path, start_time
+from gravfs.fuse.daemonrecord import (dying, process_state, recorded_daemon, record_path,
+                                      start_time)
 
 MNT = "/mnt/lake data"
 
@@ -78,13 +79,13 @@ def test_a_zombie_is_killed_a_stopped_process_is_not(tmp_path):
         assert recorded_daemon(state, MNT, "0:77") == (proc.pid, "running")
         os.kill(proc.pid, signal.SIGSTOP)
         deadline = time.monotonic() + 10
-        while _state(proc.pid) != "T":
+        while process_state(proc.pid) != "T":
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert not dying(proc.pid)  # stopped on purpose: it may go on
         assert recorded_daemon(state, MNT, "0:77") == (proc.pid, "stopped")
         os.kill(proc.pid, signal.SIGKILL)
-        while _state(proc.pid) != "Z":
+        while process_state(proc.pid) != "Z":
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert dying(proc.pid)  # not reaped yet
@@ -92,9 +93,5 @@ def test_a_zombie_is_killed_a_stopped_process_is_not(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    assert dying(proc.pid)  # gone
+    assert dying(proc.pid) and process_state(proc.pid) is None  # gone
 
-
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
