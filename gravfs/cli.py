@@ -646,7 +646,8 @@ def build_parser() -> argparse.ArgumentParser:
     ts.add_parser("list", parents=[common], help="list tags").add_argument("--json", action="store_true")
     ts.add_parser("delete", parents=[common], help="delete a tag").add_argument("name")
 
-    sp = cmd("import", cmd_import, "stage a local directory tree and commit it")
+    sp = cmd("import", cmd_import, "commit a local directory tree as BRANCH[:PREFIX], "
+             "replacing what PREFIX held")
     sp.add_argument("src", metavar="SRC_DIR")
     sp.add_argument("dest", metavar="BRANCH[:PREFIX]")
     sp.add_argument("-m", "--message", default=None)
