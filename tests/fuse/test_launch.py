@@ -111,20 +111,26 @@ def test_a_daemon_that_no_longer_answers_is_reported_and_umount_force_frees_its_
     assert _read(m.branch_path("kept")) == b"closed before the stop"
 
 
-def _threads_in_d_state(pid: int) -> list[str]:
-    """The threads of a process waiting uninterruptibly in the kernel (their wchan)."""
-    found = []
+def _threads_in_d_state(pid: int) -> set[str]:
+    """The threads of a process waiting uninterruptibly in the kernel."""
+    found = set()
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-            with open(f"/proc/{pid}/task/{tid}/wchan") as f:
-                wchan = f.read()
+                if f.read().rsplit(")", 1)[1].split()[0] == "D":
+                    found.add(tid)
         except OSError:
             continue
-        if state == "D":
-            found.append(wchan)
     return found
+
+
+def _a_thread_stays_in_d_state(pid: int) -> bool:
+    """A thread in D now and half a second later (not a moment's disk wait)."""
+    first = _threads_in_d_state(pid)
+    if not first:
+        return False
+    time.sleep(0.5)
+    return bool(first & _threads_in_d_state(pid))
 
 
 @pytest.mark.parametrize("by", ["mount", "umount"])
@@ -158,7 +164,8 @@ def test_a_killed_daemon_that_cannot_exit_is_aborted_by_mount_and_umount(tmp_pat
         (tmp_path / "more").mkdir()
         (tmp_path / "more" / "g").write_bytes(b"g")
         other.cli("import", "-q", str(tmp_path / "more"), "main:more", "-m", "g")
-        wait_for(lambda: _threads_in_d_state(pid), timeout=30)  # the watcher, on f's pages
+        wait_for(lambda: "branch main changed outside the mount" in m.log_text(), timeout=30)
+        wait_for(lambda: _a_thread_stays_in_d_state(pid), timeout=30)  # the watcher, on f's pages
         os.kill(pid, signal.SIGKILL)
         time.sleep(0.5)
         assert os.path.exists(f"/proc/{pid}/task"), "the daemon exited: nothing was stuck"
