@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-
+from gravfs.fuse.daemonrecord import process_state
 from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
 from tests.fuse_util import write_bytes as _write, read_bytes as _read
 from tests.fuse_util import ROOT, Mount, _alive, wait_for
@@ -113,15 +113,7 @@ def test_a_daemon_that_no_longer_answers_is_reported_and_umount_force_frees_its_
 
 def _threads_in_d_state(pid: int) -> set[str]:
     """The threads of a process waiting uninterruptibly in the kernel."""
-    found = set()
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "D":
-                    found.add(tid)
-        except OSError:
-            continue
-    return found
+    return {tid for tid in os.listdir(f"/proc/{pid}/task") if process_state(int(tid)) == "D"}
 
 
 def _a_thread_stays_in_d_state(pid: int) -> bool:
