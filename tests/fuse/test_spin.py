@@ -100,3 +100,86 @@ def test_an_idle_mount_does_not_poll(gravfs_mount):
     time.sleep(2.0)
     used = _cpu_seconds(pid) - cpu
     assert used < 0.5, f"an idle daemon used {used:.2f} s of CPU in 2 s"
+
+
+def _run_choice(choice, gap_of, gaps: int) -> list[bool]:
+    """Feed ``gaps`` gaps whose length depends on the mode they came in; the modes."""
+    modes = []
+    for _ in range(gaps):
+        modes.append(choice.spin)
+        choice.gap(gap_of(choice.spin))
+    return modes
+
+
+def test_the_choice_keeps_the_mode_whose_requests_come_sooner():
+    from gravfs.fuse import spin
+
+    trial = 2 * spin.TRIAL_GAPS
+    c = spin.SpinChoice()  # polling faster: it stays
+    modes = _run_choice(c, lambda polling: 60e-6 if polling else 90e-6, trial)
+    assert modes.count(True) == modes.count(False) == spin.TRIAL_GAPS  # both tried
+    assert modes[:spin.TRIAL_BLOCK] == [True] * spin.TRIAL_BLOCK  # in turns
+    assert modes[spin.TRIAL_BLOCK:2 * spin.TRIAL_BLOCK] == [False] * spin.TRIAL_BLOCK
+    assert c.spin
+    assert set(_run_choice(c, lambda polling: 60e-6, spin.KEEP_GAPS)) == {True}  # kept
+
+    c = spin.SpinChoice()  # sleeping faster (the AMD host of 2026-12-04): it takes over
+    _run_choice(c, lambda polling: 84e-6 if polling else 75e-6, trial)
+    assert not c.spin
+    assert set(_run_choice(c, lambda polling: 75e-6, spin.KEEP_GAPS)) == {False}
+    # the next trial: the workload changed and polling now pays again
+    _run_choice(c, lambda polling: 50e-6 if polling else 90e-6, trial)
+    assert c.spin
+
+
+def test_the_choice_stays_on_a_tie_and_ignores_the_odd_slow_gap():
+    from gravfs.fuse import spin
+
+    trial = 2 * spin.TRIAL_GAPS
+    c = spin.SpinChoice()  # within the margin: the kept mode stays
+    _run_choice(c, lambda polling: 100e-6 if polling else 99e-6, trial)
+    assert c.spin
+    c = spin.SpinChoice()
+    n = [0]
+
+    def gap(polling: bool) -> float:  # polling is faster, but one gap in ten of it is
+        n[0] += 1                     # a listing's (a mean would pick sleeping)
+        if polling:
+            return 900e-6 if n[0] % 10 == 0 else 60e-6
+        return 80e-6
+
+    _run_choice(c, gap, trial)
+    assert c.spin
+
+
+def test_the_loop_stops_polling_while_sleeping_is_faster(monkeypatch):
+    from gravfs.fuse import spin
+
+    act = Activity()
+    now = [0.0]
+    monkeypatch.setattr(spin, "_clock", lambda: now[0])
+    seen = {}
+
+    async def requests(n: int, polling_gap: float, sleeping_gap: float) -> None:
+        for _ in range(n):
+            now[0] += polling_gap if act.choice.spin else sleeping_gap
+            act.note()
+            await trio.lowlevel.checkpoint()
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(act.run, 10.0)
+            await requests(2 * spin.TRIAL_GAPS, 90e-6, 70e-6)  # a trial: sleeping wins
+            await trio.sleep(0.01)
+            seen["after the trial"] = (act.choice.spin, act.polling)
+            await requests(100, 90e-6, 70e-6)
+            await trio.sleep(0.01)
+            seen["while requests come"] = act.polling
+            await requests(spin.KEEP_GAPS + 2 * spin.TRIAL_GAPS, 40e-6, 70e-6)  # polling wins
+            await trio.sleep(0.01)
+            seen["after the next trial"] = (act.choice.spin, act.polling)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert seen == {"after the trial": (False, False), "while requests come": False,
+                    "after the next trial": (True, True)}
