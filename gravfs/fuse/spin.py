@@ -21,6 +21,7 @@ pinned down); on the Xeon hosts of the thirteenth round it gained 20-37%.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from typing import Callable, Optional
 
@@ -44,7 +45,7 @@ DATA_REQUESTS = frozenset({"read", "write"})
 STREAM_GAP_S = 0.001
 TRIAL_BLOCK = 64  # a trial takes turns: this many gaps polling, as many sleeping, ...
 TRIAL_GAPS = 512  # ... until it has timed this many in each mode
-KEEP_GAPS = 16 * 2 * TRIAL_GAPS  # then the faster mode stays for this many
+KEEP_REQUESTS = 16 * 2 * TRIAL_GAPS  # then the faster mode stays for this many requests
 MARGIN = 0.02  # the other mode must be this much faster to take over
 
 
@@ -54,47 +55,39 @@ class SpinChoice:
     A trial times the gaps between back-to-back requests in both modes, taking turns
     in blocks so that a change of workload weighs on both alike, and keeps the mode
     whose median gap is shorter (the median: a listing or a flush to disk now and
-    then says nothing of the mode) for KEEP_GAPS gaps; then the next trial begins, since
-    the workload may have changed. Gaps, not handler times: polling's gain (a woken
-    CPU) and its cost (a core the client, the kernel and its wake-ups do not get)
-    both show in how soon the next request comes."""
+    then says nothing of the mode) for KEEP_REQUESTS requests, untimed; then the next
+    trial begins, since the workload may have changed. Gaps, not handler times:
+    polling's gain (a woken CPU) and its cost (a core the client, the kernel and its
+    wake-ups do not get) both show in how soon the next request comes."""
 
-    __slots__ = ("spin", "_kept", "_trying", "_n", "_gaps")
+    __slots__ = ("spin", "keep_left", "_kept", "_gaps")
 
     def __init__(self, spin: bool = True) -> None:
         self.spin = spin  # the mode now
+        self.keep_left = 0  # requests before the next trial (0: a trial runs)
         self._kept = spin  # the mode the last trial chose
-        self._trying = True
-        self._n = 0  # gaps counted in this trial or keep
         self._gaps: dict[bool, list[float]] = {True: [], False: []}
 
     def gap(self, seconds: float) -> None:
-        """Count one gap between back-to-back requests (they arrived in mode ``spin``)."""
-        self._n += 1
-        if not self._trying:
-            if self._n >= KEEP_GAPS:
-                self._trying, self._n = True, 0
+        """Time one gap of a trial between back-to-back requests (they arrived in mode
+        ``spin``)."""
+        gaps = self._gaps[self.spin]
+        gaps.append(seconds)
+        if len(gaps) % TRIAL_BLOCK:
             return
-        self._gaps[self.spin].append(seconds)
-        if self._n % TRIAL_BLOCK:
-            return
-        if self._n < 2 * TRIAL_GAPS:
+        if len(self._gaps[not self.spin]) < TRIAL_GAPS:
             self.spin = not self.spin
             return
-        polling, sleeping = (_median(self._gaps[m]) for m in (True, False))
+        polling, sleeping = (statistics.median(self._gaps[m]) for m in (True, False))
         kept, other = (polling, sleeping) if self._kept else (sleeping, polling)
         if other < kept * (1 - MARGIN):
             self._kept = not self._kept
         self.spin = self._kept
-        self._trying, self._n = False, 0
+        self.keep_left = KEEP_REQUESTS
         self._gaps = {True: [], False: []}
         log.debug("between requests (medians) %.1f us polling, %.1f us sleeping: %s for "
                   "the next %d", 1e6 * polling, 1e6 * sleeping,
-                  "polling" if self.spin else "sleeping", KEEP_GAPS)
-
-
-def _median(xs: list[float]) -> float:
-    return sorted(xs)[len(xs) // 2]
+                  "polling" if self.spin else "sleeping", KEEP_REQUESTS)
 
 
 class Activity:
@@ -114,11 +107,14 @@ class Activity:
     def note(self) -> None:
         """A request arrived (on the event loop's thread)."""
         self.count += 1
-        now = _clock()
-        gap, self._last = now - self._last, now
         choice = self.choice
-        if gap < STREAM_GAP_S:
-            choice.gap(gap)
+        if choice.keep_left:  # (a stale _last then makes the trial's first gap a pause)
+            choice.keep_left -= 1
+        else:
+            now = _clock()
+            gap, self._last = now - self._last, now
+            if gap < STREAM_GAP_S:
+                choice.gap(gap)
         asleep = self._asleep
         if asleep is not None and choice.spin:
             self._asleep = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
 import trio
 
 from gravfs import threadwork
@@ -102,44 +103,61 @@ def test_an_idle_mount_does_not_poll(gravfs_mount):
     assert used < 0.5, f"an idle daemon used {used:.2f} s of CPU in 2 s"
 
 
-def _run_choice(choice, gap_of, gaps: int) -> list[bool]:
-    """Feed ``gaps`` gaps whose length depends on the mode they came in; the modes."""
+def _run_choice(act, now: list, gap_of, requests: int) -> list[bool]:
+    """Send ``requests`` requests to ``act`` (its clock ``now``), each after a gap whose
+    length depends on the mode the loop is in; the modes they came in."""
     modes = []
-    for _ in range(gaps):
-        modes.append(choice.spin)
-        choice.gap(gap_of(choice.spin))
+    for _ in range(requests):
+        modes.append(act.choice.spin)
+        now[0] += gap_of(act.choice.spin)
+        act.note()
     return modes
 
 
-def test_the_choice_keeps_the_mode_whose_requests_come_sooner():
+@pytest.fixture
+def clocked(monkeypatch):
+    """A new Activity and the clock its requests are timed by."""
+    from gravfs.fuse import spin
+
+    now = [0.0]
+    monkeypatch.setattr(spin, "_clock", lambda: now[0])
+
+    def make():
+        now[0] = 0.0  # (a new Activity's last request was at 0)
+        return Activity(), now
+
+    return make
+
+
+def test_the_choice_keeps_the_mode_whose_requests_come_sooner(clocked):
     from gravfs.fuse import spin
 
     trial = 2 * spin.TRIAL_GAPS
-    c = spin.SpinChoice()  # polling faster: it stays
-    modes = _run_choice(c, lambda polling: 60e-6 if polling else 90e-6, trial)
+    act, now = clocked()  # polling faster: it stays
+    modes = _run_choice(act, now, lambda polling: 60e-6 if polling else 90e-6, trial)
     assert modes.count(True) == modes.count(False) == spin.TRIAL_GAPS  # both tried
     assert modes[:spin.TRIAL_BLOCK] == [True] * spin.TRIAL_BLOCK  # in turns
     assert modes[spin.TRIAL_BLOCK:2 * spin.TRIAL_BLOCK] == [False] * spin.TRIAL_BLOCK
-    assert c.spin
-    assert set(_run_choice(c, lambda polling: 60e-6, spin.KEEP_GAPS)) == {True}  # kept
+    assert act.choice.spin
+    assert set(_run_choice(act, now, lambda polling: 60e-6, spin.KEEP_REQUESTS)) == {True}
 
-    c = spin.SpinChoice()  # sleeping faster (the AMD host of 2026-12-04): it takes over
-    _run_choice(c, lambda polling: 84e-6 if polling else 75e-6, trial)
-    assert not c.spin
-    assert set(_run_choice(c, lambda polling: 75e-6, spin.KEEP_GAPS)) == {False}
+    act, now = clocked()  # sleeping faster (the AMD host of 2026-12-04): it takes over
+    _run_choice(act, now, lambda polling: 84e-6 if polling else 75e-6, trial)
+    assert not act.choice.spin
+    assert set(_run_choice(act, now, lambda polling: 75e-6, spin.KEEP_REQUESTS)) == {False}
     # the next trial: the workload changed and polling now pays again
-    _run_choice(c, lambda polling: 50e-6 if polling else 90e-6, trial)
-    assert c.spin
+    _run_choice(act, now, lambda polling: 50e-6 if polling else 90e-6, trial + 1)
+    assert act.choice.spin
 
 
-def test_the_choice_stays_on_a_tie_and_ignores_the_odd_slow_gap():
+def test_the_choice_stays_on_a_tie_and_ignores_the_odd_slow_gap(clocked):
     from gravfs.fuse import spin
 
     trial = 2 * spin.TRIAL_GAPS
-    c = spin.SpinChoice()  # within the margin: the kept mode stays
-    _run_choice(c, lambda polling: 100e-6 if polling else 99e-6, trial)
-    assert c.spin
-    c = spin.SpinChoice()
+    act, now = clocked()  # within the margin: the kept mode stays
+    _run_choice(act, now, lambda polling: 100e-6 if polling else 99e-6, trial)
+    assert act.choice.spin
+    act, now = clocked()
     n = [0]
 
     def gap(polling: bool) -> float:  # polling is faster, but one gap in ten of it is
@@ -148,8 +166,8 @@ def test_the_choice_stays_on_a_tie_and_ignores_the_odd_slow_gap():
             return 900e-6 if n[0] % 10 == 0 else 60e-6
         return 80e-6
 
-    _run_choice(c, gap, trial)
-    assert c.spin
+    _run_choice(act, now, gap, trial)
+    assert act.choice.spin
 
 
 def test_the_loop_stops_polling_while_sleeping_is_faster(monkeypatch):
@@ -175,7 +193,7 @@ def test_the_loop_stops_polling_while_sleeping_is_faster(monkeypatch):
             await requests(100, 90e-6, 70e-6)
             await trio.sleep(0.01)
             seen["while requests come"] = act.polling
-            await requests(spin.KEEP_GAPS + 2 * spin.TRIAL_GAPS, 40e-6, 70e-6)  # polling wins
+            await requests(spin.KEEP_REQUESTS + 2 * spin.TRIAL_GAPS + 1, 40e-6, 70e-6)  # polling wins
             await trio.sleep(0.01)
             seen["after the next trial"] = (act.choice.spin, act.polling)
             nursery.cancel_scope.cancel()
