@@ -427,6 +427,7 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     import pyfuse3
 
     from gravfs.fuse.operations import GravfsOperations
+    from gravfs.fuse.warmer import RangeWarmer
     from gravfs.fs.repository import Repository
 
     opts = cfg["opts"]
@@ -465,6 +466,7 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     state = {"ready": False}
     if not opts.read_only:  # mounted: empty local-copy files from now on
         ops.local.start()
+    warmer = RangeWarmer(repo, cfg["branch"] or repo.settings.default_branch, opts.warm_ranges)
 
     def announce() -> None:
         """The mount answered a request of ours: tell the waiting parent / systemd."""
@@ -477,6 +479,7 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
             os.write(ready_fd, READY)
             os.close(ready_fd)
         _notify_systemd(b"READY=1")
+        warmer.start()
 
     code = 0
     try:
@@ -498,6 +501,7 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     else:
         pyfuse3.close(unmount=True)
     finally:
+        warmer.stop()
         ops.local.close()
         ops.reader.close()
         repo.close()

@@ -58,6 +58,9 @@ class MountOptions:
     meta_cache_mb: Optional[int] = None
     readahead_kb: int = 4096  # 4 x 1 MiB requests in flight: parallel preads of the tier
     spin_us: int = 100  # the event loop polls this long after a request (gravfs.fuse.spin)
+    # ranges of the mount's branch opened in the background once it is ready
+    # (gravfs.fuse.warmer): ~15 KiB each
+    warm_ranges: int = 4096
     threads: int = 24
     debug: bool = False
     log_file: Optional[str] = None
@@ -97,7 +100,7 @@ def parse(opts: list[str]) -> MountOptions:
                           "s3_timeout") and eq:
                 out.__dict__[name] = _number(name, value, float)
             elif name in ("commits_listed", "cache_mb", "meta_cache_mb", "threads", "readahead_kb",
-                          "s3_max_attempts", "spin_us") and eq:
+                          "s3_max_attempts", "spin_us", "warm_ranges") and eq:
                 out.__dict__[name] = _number(name, value, int)
             elif name in FUSE_FLAGS and not eq:
                 out.fuse.add(name)

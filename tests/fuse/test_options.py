@@ -14,6 +14,7 @@ def test_numbers_and_flags():
     assert {"ro", "allow_other", "default_permissions"} <= o.fuse
     assert options.parse([]).meta_cache_mb is None  # the daemon's default budget
     assert (options.parse([]).spin_us, options.parse(["spin_us=0"]).spin_us) == (100, 0)
+    assert (options.parse([]).warm_ranges, options.parse(["warm_ranges=0"]).warm_ranges) == (4096, 0)
     # gravfs's own check: libfuse 3 refuses "nonempty", so it is never passed on
     o = options.parse(["nonempty,allow_other"])
     assert o.nonempty and "nonempty" not in o.fuse and not options.parse([]).nonempty
@@ -23,6 +24,7 @@ def test_numbers_and_flags():
     ("meta_cache_mb=lots", "not a number"),
     ("meta_cache_mb=-1", "must not be negative"),
     ("spin_us=short", "not a number"),
+    ("warm_ranges=-3", "must not be negative"),
     ("threads=0", "must be more than 0"),  # no worker thread: the mount hung on first use
     ("s3_max_attempts=0", "must be more than 0"),
     ("s3_timeout=0", "must be more than 0"),

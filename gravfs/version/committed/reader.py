@@ -274,6 +274,21 @@ class RangeStore:
             ranges.put(range_id, o)
         return o
 
+    def warm(self, range_id: str) -> bool:
+        """Open ``range_id`` ahead of its first lookup while the open readers have room
+        (False: they are at their bound, and a reader in use outranks a guess)."""
+        ranges = self._ranges
+        if range_id in ranges:
+            return True
+        if len(ranges) >= self.max_open_ranges or ranges.weight >= self.max_open_bytes:
+            return False
+        # the table's tail (footer to index) read into the page cache first, by a call
+        # that lets go of the GIL: the open's page faults would wait on the disk holding it
+        with self.tier.acquire(range_key(range_id), self_checked=True, durable=False) as handle:
+            handle.read(max(0, handle.size - _sstable.TAIL_READ))
+        self.open_range(range_id)
+        return True
+
     def _remember_state(self, range_id: str, state) -> None:
         self._states.put(range_id, state)
         # An evicted state's blocks leave the cache once no open reader uses it (finalizer).

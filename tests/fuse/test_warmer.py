@@ -1,0 +1,42 @@
+"""The mount opens its branch's ranges in the background once ready (gravfs.fuse.warmer)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from gravfs.fs.entry import KIND_FILE, EntryInfo
+from gravfs.fs.repository import Repository
+
+from tests.fuse_util import Mount, fuse_available, wait_for
+from tests.repo_util import head_metarange, small_settings
+
+WARMED = re.compile(r"opened (\d+) ranges of branch main ahead of lookups")
+
+
+def test_the_mount_opens_its_branch_ranges_once_ready_unless_told_not_to(tmp_path):
+    assert fuse_available(), "/dev/fuse is not usable: these tests need real FUSE mounts"
+    m = Mount(str(tmp_path))
+    repo = Repository.init(m.store, m.state_dir, settings=small_settings())
+    try:
+        address, size = repo.data.put_bytes(b"x")
+        e = EntryInfo(address=address, size=size, mtime_ns=1, mode=0o100644, kind=KIND_FILE)
+        repo.stage("main", [(b"d/f%05d" % i, e) for i in range(2000)])
+        repo.commit("main", "many ranges")
+        n = len(repo.committed.iter_ranges(head_metarange(repo, "main")))
+    finally:
+        repo.close()
+    assert n > 20
+    try:
+        m.mount()
+        found = wait_for(lambda: WARMED.search(m.log_text()))
+        assert int(found.group(1)) == n, m.log_tail()
+        assert os.stat(m.branch_path("d", "f01234")).st_size == 1
+        m.umount()
+        m.mount(options=["warm_ranges=0"])
+        assert os.stat(m.branch_path("d", "f01999")).st_size == 1
+        m.umount()
+        assert len(WARMED.findall(m.log_text())) == 1  # the second mount warmed nothing
+        m.assert_clean_log()
+    finally:
+        m.cleanup()
