@@ -7,12 +7,12 @@ a stat at 10M entries). RocksDB opens its tables at DB open for the same reason
 (``max_open_files=-1``). Here it is done ahead, by a caller with time to spare (the
 mount, in the background once it is ready): only ranges the local tier holds
 (nothing is fetched: a guess is not worth a GET), only while the open readers have
-room (``RangeStore.warm``), in key order.
+room, in key order, each table's tail read with the GIL released
+(``RangeStore.warm``).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 from gravfs.version.committed.reader import RangeStore
@@ -22,9 +22,9 @@ from gravfs.waits import WouldWait, no_waiting
 def warm_ranges(ranges: RangeStore, metarange_id: str, limit: int,
                 between: Callable[[], bool] = lambda: True) -> tuple[int, int]:
     """Open up to ``limit`` ranges of ``metarange_id``; (opened or open already, not
-    in the tier). ``between()`` runs before each: False stops (the mount's: let the
-    event loop have the GIL, stop at unmount). The metarange itself is parsed (and
-    fetched) if need be: the tree's first lookup would need it anyway."""
+    in the tier). ``between()`` runs before each: False stops (the mount's, at
+    unmount). The metarange itself is parsed (and fetched) if need be: the tree's
+    first lookup would need it anyway."""
     mr = ranges.metarange(metarange_id)
     opened = missing = 0
     for range_id in mr.ids:
@@ -40,9 +40,3 @@ def warm_ranges(ranges: RangeStore, metarange_id: str, limit: int,
         opened += 1
     return opened, missing
 
-
-def yield_gil() -> bool:
-    """A ``between`` for a background thread: give the GIL up once (a waiting
-    thread takes it), so no range's open delays the others' work by more than itself."""
-    time.sleep(0)
-    return True
