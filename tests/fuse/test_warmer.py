@@ -1,12 +1,16 @@
-"""The mount opens its branch's ranges in the background once ready (gravfs.fuse.warmer)."""
+"""The mount opens its branch's ranges in the background while idle (gravfs.fuse.warmer)."""
 
 from __future__ import annotations
 
 import os
 import re
+import threading
+import time
 
 from gravfs.fs.entry import KIND_FILE, EntryInfo
 from gravfs.fs.repository import Repository
+from gravfs.fuse.spin import ACTIVITY
+from gravfs.fuse.warmer import QUIET_S, RangeWarmer
 
 from tests.fuse_util import Mount, fuse_available, wait_for
 from tests.repo_util import head_metarange, small_settings
@@ -40,3 +44,28 @@ def test_the_mount_opens_its_branch_ranges_once_ready_unless_told_not_to(tmp_pat
         m.assert_clean_log()
     finally:
         m.cleanup()
+
+
+def test_the_warm_up_waits_for_a_pause_in_requests_and_stops_at_unmount():
+    w = RangeWarmer(repo=None, branch="main", limit=10)
+    w._seen = ACTIVITY.count
+    assert w._between() and w.waits == 0  # no request since: go on at once
+    stop_at = time.monotonic() + 0.3
+    requests = threading.Thread(target=_requests_until, args=(stop_at,))
+    requests.start()
+    try:
+        time.sleep(0.05)
+        assert w._between()
+        assert time.monotonic() >= stop_at  # not while they came
+        assert w.waits >= 2  # (about 0.25 / QUIET_S of them)
+    finally:
+        requests.join()
+    w.stop()
+    ACTIVITY.count += 1
+    assert not w._between()  # unmounting: no wait, no more ranges
+
+
+def _requests_until(deadline: float) -> None:
+    while time.monotonic() < deadline:
+        ACTIVITY.count += 1  # (what each metadata request's note does)
+        time.sleep(0.002)
