@@ -169,6 +169,15 @@ class TierHandle:
             return os.pread(fd, length, offset)
         return self._tier._checked_read(entry, fd, offset, length)
 
+    def will_need(self, offset: int = 0, length: int = 0) -> None:
+        """Ask the kernel to read ``[offset, offset + length)`` (0: to the end) into the
+        page cache, without waiting for it: a caller about to read many files' parts
+        has the disk read them at once."""
+        with self._lock:
+            if self._fd < 0:
+                raise GravfsError(f"tier handle for {self.key} used after release")
+            os.posix_fadvise(self._fd, offset, length, os.POSIX_FADV_WILLNEED)
+
     def release(self) -> None:
         with self._lock:
             if self._fd < 0:

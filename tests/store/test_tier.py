@@ -588,3 +588,32 @@ def test_a_copy_another_process_left_is_taken_in_and_checked_without_a_fetch(sto
     assert daemon.stats.verify_failures == 1 and daemon.stats.fetches == 1
     assert len(store.downloads) == 3
     assert daemon.total_bytes == len(good) + len(bad)
+
+
+def _resident(path: str) -> int:
+    """Bytes of ``path`` in the page cache (util-linux's fincore)."""
+    import subprocess
+    out = subprocess.run(["fincore", "-b", "-n", "-o", "RES", path], capture_output=True,
+                         text=True, check=True).stdout
+    return int(out.strip())
+
+
+def test_will_need_reads_a_part_into_the_page_cache_without_a_read(store, tmp_path):
+    key = put_blob(store, os.urandom(1 << 20))
+    tier = LocalTier(store, str(tmp_path / "cache"))
+    with tier.acquire(key) as h:
+        fd = os.open(h.path, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # (dirty pages are not dropped)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        if _resident(h.path):
+            pytest.skip("this filesystem keeps its pages (tmpfs): nothing to read back in")
+        h.will_need(768 << 10)  # the last quarter
+        deadline = time.monotonic() + 10
+        while _resident(h.path) < 256 << 10 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert 256 << 10 <= _resident(h.path) < 1 << 20
+    with pytest.raises(GravfsError):
+        h.will_need()  # released

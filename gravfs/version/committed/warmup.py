@@ -7,7 +7,8 @@ a stat at 10M entries). RocksDB opens its tables at DB open for the same reason
 (``max_open_files=-1``). Here it is done ahead, by a caller with time to spare (the
 mount, in the background once it is ready): only ranges the local tier holds
 (nothing is fetched: a guess is not worth a GET), only while the open readers have
-room, in key order, each table's tail read with the GIL released
+room, in key order; the tables' tails are asked for all at once first (the disk
+reads them in parallel), then each is read with the GIL released
 (``RangeStore.warm``).
 """
 
@@ -25,18 +26,27 @@ def warm_ranges(ranges: RangeStore, metarange_id: str, limit: int,
     in the tier). ``between()`` runs before each: False stops (the mount's, at
     unmount). The metarange itself is parsed (and fetched) if need be: the tree's
     first lookup would need it anyway."""
-    mr = ranges.metarange(metarange_id)
-    opened = missing = 0
-    for range_id in mr.ids:
-        if opened >= limit or not between():
+    ids = ranges.metarange(metarange_id).ids[:limit]
+    held = []
+    for range_id in ids:  # their tails asked for at once: the disk reads them in parallel
+        if not between():
+            return 0, 0
+        try:
+            with no_waiting():
+                ranges.ask_tail(range_id)
+        except WouldWait:
+            continue
+        held.append(range_id)
+    opened = 0
+    for range_id in held:
+        if not between():
             break
         try:
             with no_waiting():
                 if not ranges.warm(range_id):
                     break
-        except WouldWait:
-            missing += 1
+        except WouldWait:  # gone from the tier meanwhile
             continue
         opened += 1
-    return opened, missing
+    return opened, len(ids) - len(held)
 
