@@ -46,11 +46,13 @@ class RangeWarmer:
         self._thread = threading.Thread(target=self._run, name="gravfs-warm", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
         """Stop after the range being opened (before the repository closes)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+            if self._thread.is_alive():  # in a store request (an outage): it ends with it
+                log.info("range warm-up still waiting on the store; unmounting anyway")
 
     def _between(self) -> bool:
         """Go on once no request has come for QUIET_S (False: unmounting)."""
@@ -66,6 +68,7 @@ class RangeWarmer:
     def _run(self) -> None:
         started = time.monotonic()
         try:
+            self.repo.resolve(self.branch)  # the head read (from the store) outside a txn
             with self.repo.staging.read_txn() as txn:
                 metarange = self.repo.layers(self.branch, txn).metarange
             self.result = warm_ranges(self.repo.committed.ranges, metarange, self.limit,
@@ -77,7 +80,11 @@ class RangeWarmer:
             log.info("range warm-up of branch %s stopped: %s", self.branch, exc)
             return
         except Exception:
-            log.exception("range warm-up of branch %s", self.branch)
+            if self._stop.is_set():  # the repository closed under it
+                log.debug("range warm-up of branch %s ended by the unmount", self.branch,
+                          exc_info=True)
+            else:
+                log.exception("range warm-up of branch %s", self.branch)
             return
         opened, missing = self.result
         log.info("opened %d ranges of branch %s ahead of lookups in %.2f s, %d pauses for "

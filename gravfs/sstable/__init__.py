@@ -29,5 +29,5 @@ from .cache import DEFAULT_CACHE, BlockCache
 from .reader import TAIL_READ, SSTReader, TableState, map_file, unshared_items
 from .writer import SSTInfo, write_sst
 
-__all__ = ["write_sst", "SSTInfo", "SSTReader", "TableState", "TAIL_READ", "map_file", "unshared_items",
-           "BlockCache", "DEFAULT_CACHE"]
+__all__ = ["write_sst", "SSTInfo", "SSTReader", "TableState", "TAIL_READ", "map_file",
+           "unshared_items", "BlockCache", "DEFAULT_CACHE"]

@@ -23,9 +23,9 @@ from gravfs.waits import WouldWait, no_waiting
 def warm_ranges(ranges: RangeStore, metarange_id: str, limit: int,
                 between: Callable[[], bool] = lambda: True) -> tuple[int, int]:
     """Open up to ``limit`` ranges of ``metarange_id``; (opened or open already, not
-    in the tier). ``between()`` runs before each: False stops (the mount's, at
-    unmount). The metarange itself is parsed (and fetched) if need be: the tree's
-    first lookup would need it anyway."""
+    in the tier). ``between()`` runs before each and may wait (the mount's waits for
+    a pause in its requests); False stops (unmounting). The metarange itself is parsed
+    (and fetched) if need be: the tree's first lookup would need it anyway."""
     ids = ranges.metarange(metarange_id).ids[:limit]
     held = []
     for range_id in ids:  # their tails asked for at once: the disk reads them in parallel
