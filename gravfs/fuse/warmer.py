@@ -1,12 +1,12 @@
 """The mount's background warm-up: its branch's ranges opened while it is idle.
 
 Started once the mount is ready (a lookup never waits for it), on its own thread.
-It opens a range only when no metadata request came in the last QUIET_S: with the
-GIL shared as any thread shares it, a stream of cold random stats on a young mount
-ran 9% slower on a 10M-entry branch (1,492 against 1,643/s, medians of three
-mounts; the warm-up opened all 2,816 ranges, the stats needed about half), so
-requests come first and the warm-up takes the pauses between them. Then a request
-waits at most for one range's open. What it opens, and why, is
+It opens the next range only if no metadata request came since it opened the last,
+else once QUIET_S passes without one: with the GIL shared as any thread shares it,
+a stream of cold random stats on a young mount ran 9% slower on a 10M-entry branch
+(1,492 against 1,643/s, medians of three mounts; the warm-up opened all 2,816
+ranges, the stats needed about half), so requests come first and the warm-up takes
+the pauses between them. Then a request waits at most for one range's open. What it opens, and why, is
 gravfs.version.committed.warmup's; ``-o warm_ranges=N`` bounds it (0: none).
 """
 
