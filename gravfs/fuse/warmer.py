@@ -6,8 +6,9 @@ else once QUIET_S passes without one: with the GIL shared as any thread shares i
 a stream of cold random stats on a young mount ran 9% slower on a 10M-entry branch
 (1,492 against 1,643/s, medians of three mounts; the warm-up opened all 2,816
 ranges, the stats needed about half), so requests come first and the warm-up takes
-the pauses between them. Then a request waits at most for one range's open. What it opens, and why, is
-gravfs.version.committed.warmup's; ``-o warm_ranges=N`` bounds it (0: none).
+the pauses between them. Then a request waits at most for one range's open. What
+it opens, and why, is gravfs.version.committed.warmup's; ``-o warm_ranges=N`` bounds
+it (0: none).
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ class RangeWarmer:
         self.repo = repo
         self.branch = branch
         self.limit = limit
-        self.result: Optional[tuple[int, int]] = None  # (opened, not in the tier)
         self.waits = 0  # pauses for requests
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -71,8 +71,8 @@ class RangeWarmer:
             self.repo.resolve(self.branch)  # the head read (from the store) outside a txn
             with self.repo.staging.read_txn() as txn:
                 metarange = self.repo.layers(self.branch, txn).metarange
-            self.result = warm_ranges(self.repo.committed.ranges, metarange, self.limit,
-                                      self._between)
+            opened, missing = warm_ranges(self.repo.committed.ranges, metarange, self.limit,
+                                          self._between)
         except NotFoundError as exc:
             log.debug("no range warm-up: %s", exc)
             return
@@ -86,7 +86,6 @@ class RangeWarmer:
             else:
                 log.exception("range warm-up of branch %s", self.branch)
             return
-        opened, missing = self.result
         log.info("opened %d ranges of branch %s ahead of lookups in %.2f s, %d pauses for "
                  "requests%s", opened, self.branch, time.monotonic() - started, self.waits,
                  f" ({missing} not in the local tier: left to their first lookup)"
