@@ -69,6 +69,9 @@ synthetic tree of the same shape (``--lake``), and on the lake work floor
 daemon's memory per inode the kernel knows. Cold stats are the median of three fresh
 mounts, and gravfs's are also taken without its range warm-up (``-o warm_ranges=0``),
 and both again on mounts left idle for SCALE_SETTLE_S before the caches are dropped.
+After ``find`` the kernel is told to forget the inodes it took in, and a request timed
+every 5 ms meanwhile shows how long the daemon's forgetting holds the others (on gravfs
+until its inode table is empty, on the floors for as long as that took).
 
 Prints a table and writes bench/results/mount-<timestamp>.json, with the host (CPU,
 kernel, library versions, a fixed Python loop's time before, after, and at the start
@@ -1047,6 +1050,47 @@ def forget_dentries() -> bool:
         return False
 
 
+def forget_stalls(mnt: str, forgotten, min_s: float = 0.0, timeout: float = 120.0) -> dict:
+    """The kernel told to forget the inodes it holds (``forget_dentries``) while a request
+    is timed every 5 ms (statfs: the kernel asks the daemon each time), until
+    ``forgotten()`` and at least ``min_s`` seconds: how long that took, and how long a
+    request waited meanwhile (median, p99, max), which is how long the daemon's
+    handling of a FORGET batch holds the other requests. {} when the kernel cannot
+    be told."""
+    import threading
+    waits: list[float] = []
+    stop = threading.Event()
+
+    def probe() -> None:
+        while not stop.is_set():
+            t = time.perf_counter()
+            try:
+                os.statvfs(mnt)
+            except OSError:
+                pass  # (a floor without statfs answers ENOSYS: a round trip all the same)
+            waits.append(time.perf_counter() - t)
+            stop.wait(0.005)
+
+    th = threading.Thread(target=probe, daemon=True)
+    th.start()
+    t0 = time.perf_counter()
+    try:
+        if not forget_dentries():
+            return {}
+        while (time.perf_counter() - t0 < min_s or not forgotten()) and \
+                time.perf_counter() - t0 < timeout:
+            time.sleep(0.05)
+        seconds = time.perf_counter() - t0
+    finally:
+        stop.set()
+        th.join()
+    waits.sort()
+    return {"forget_s": seconds, "forget_probes": len(waits),
+            "forget_wait_median_ms": statistics.median(waits) * 1e3,
+            "forget_wait_p99_ms": waits[int(len(waits) * 0.99)] * 1e3,
+            "forget_wait_max_ms": waits[-1] * 1e3}
+
+
 SCALE_STATS = 2000  # random files stat'ed once, cold (fresh daemon, caches dropped)
 SCALE_COLD_RUNS = 3  # fresh mounts of those cold stats (the median is quoted)
 SCALE_SETTLE_S = 3.0  # a mount's idle time before its "settled" cold stats
@@ -1184,14 +1228,16 @@ def lake_db(store: str, state: str, dest: str) -> None:
         db.close()
 
 
-def floor_scale(base: str, name: str, n: int, lake: list[str]) -> dict:
-    """find (rate, files), cold stats and ls -l of a day directory on a floor whose
-    lake the arguments ``lake`` give (fuse_floor.py --lake N or --lake-db DIR)."""
+def floor_scale(base: str, name: str, n: int, lake: list[str], forget_s: float) -> dict:
+    """find (rate, files), the forget after it (timed for ``forget_s``: gravfs's
+    forgetting of the same tree), cold stats and ls -l of a day directory on a floor
+    whose lake the arguments ``lake`` give (fuse_floor.py --lake N or --lake-db DIR)."""
     fl = Floor(os.path.join(base, f"{name}-scale{n}"), argparse.Namespace(stats=0, list_entries=0, big_mb=1))
     fl.args += lake
     with fresh_mount(fl.mount, fl.umount):
         seconds, files = find_files(os.path.join(fl.mnt, "tables"))
-    return {"find_s": seconds, "find_files": files, "find_rate": files / seconds,
+        stalls = forget_stalls(fl.mnt, lambda: True, forget_s)
+    return {"find_s": seconds, "find_files": files, "find_rate": files / seconds, **stalls,
             **cold_probes(fl.mnt, n, fl.mount, fl.umount)}
 
 
@@ -1235,10 +1281,8 @@ def bench_scale(a, base: str, n: int) -> dict:
         out["rss_per_inode_outside_caches"] = (m1["outside"] - m0["outside"]) / max(
             1, out["known_inodes"])
         out["find2_s"] = find_files(top)[0]  # the kernel's dentries, as far as they stayed
-        if forget_dentries():
-            deadline = time.monotonic() + 60
-            while counts()["inodes"] > 100 and time.monotonic() < deadline:
-                time.sleep(0.5)
+        out.update(forget_stalls(g.mnt, lambda: counts()["inodes"] <= 100))
+        if "forget_s" in out:
             m2 = daemon_memory(g.mnt)
             out["known_after_drop"] = m2["inodes"]
             out["rss_after_drop"] = m2["rss_bytes"]
@@ -1260,7 +1304,8 @@ def bench_scale(a, base: str, n: int) -> dict:
     shutil.rmtree(root, ignore_errors=True)
     for prefix, name, lake in (("floor", "floor", ["--lake", str(n)]),
                                ("work_floor", "workfloor", ["--lake-db", db])):
-        out.update({f"{prefix}_{k}": v for k, v in floor_scale(base, name, n, lake).items()})
+        out.update({f"{prefix}_{k}": v for k, v in
+                    floor_scale(base, name, n, lake, out.get("forget_s", 0.0)).items()})
     shutil.rmtree(db, ignore_errors=True)
     if out["work_floor_find_files"] != files:
         raise SystemExit(f"the lake work floor found {out['work_floor_find_files']:,} files, "
@@ -1319,6 +1364,14 @@ def scale_table(rows: list[dict]) -> str:
                 f"{r['entries']:>9,} {r['cold_stat_settled_per_s']:>35,.0f} "
                 f"{r['cold_stat_settled_nowarm_per_s']:>25,.0f} "
                 f"{r['cold_stat_settled_per_s'] / r['cold_stat_settled_nowarm_per_s']:>5.2f}x")
+    lines.append("entries    the kernel forgets after find: s  a request's wait meanwhile, ms "
+                 "(median / p99 / max): gravfs  floor  lake work floor")
+    for r in rows:
+        if "forget_s" in r:
+            lines.append(f"{r['entries']:>9,} {r['forget_s']:>32.2f}  " + "  ".join(
+                f"{r[p + 'forget_wait_median_ms']:.2f} / {r[p + 'forget_wait_p99_ms']:.1f} / "
+                f"{r[p + 'forget_wait_max_ms']:.1f}" if p + "forget_wait_max_ms" in r else "-"
+                for p in ("", "floor_", "work_floor_")))
     lines.append("entries    first pass in order, 20k dir (stats/s): gravfs  floor  ratio  "
                  "lake work floor  vs floor  gravfs vs it")
     for r in rows:

@@ -205,6 +205,44 @@ def test_mount_forgets_inodes_the_kernel_drops(gravfs_mount):
     assert c["entries"] <= c["inodes"], c
 
 
+def test_mount_forgets_a_big_batch_between_other_requests(gravfs_mount):
+    """Thousands of inodes forgotten at once: all of them go, while the mount goes on
+    answering, and a name looked up again meanwhile keeps working. (How the kernel
+    batches them is its own; the chunks themselves are test_forgets' and
+    test_operations' subject.)"""
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
+    from gravfs.fs.repository import Repository
+    from gravfs.fuse.forgets import CHUNK
+
+    m = gravfs_mount
+    m.umount()
+    n = 12 * CHUNK
+    repo = Repository.open(m.store, m.state_dir)
+    try:
+        e = EntryInfo(address=repo.data.put_bytes(b"x")[0], size=1, mtime_ns=1, mode=0o100644,
+                      kind=KIND_FILE)
+        repo.stage("main", [(b"d/f%05d" % i, e) for i in range(n)])
+        repo.commit("main", "many")
+    finally:
+        repo.close()
+    m.remount()
+    d = os.path.join(m.mnt, "branches", "main", "d")
+    base = _counts(m)
+    names = os.listdir(d)
+    assert len(names) == n
+    for name in names:
+        os.lstat(os.path.join(d, name))
+    assert _counts(m)["inodes"] >= base["inodes"] + n
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("2")
+    while _counts(m)["forgets_pending"]:  # answered while inodes wait to be forgotten
+        assert os.stat(os.path.join(d, "f00007")).st_size == 1
+    assert wait_for(lambda: _counts(m)["inodes"] <= base["inodes"] + 3, timeout=30), _counts(m)
+    with open(os.path.join(d, "f00007"), "rb") as f:
+        assert f.read() == b"x"
+    m.assert_clean_log()
+
+
 def test_mount_link_group_number_survives_forget(gravfs_mount):
     """Each name of a hard-linked file is stat'ed after the kernel forgot the inode:
     one number throughout, for a link made through this daemon and after a remount."""
