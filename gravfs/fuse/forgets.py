@@ -3,8 +3,8 @@
 When the kernel reclaims its inodes (memory pressure, ``drop_caches``) it hands them
 back in FORGET batches of up to ~55k: 18 batches after a traversal of a 1M-entry
 branch. Forgetting one takes the daemon about 4 µs, so a batch done in one go held the
-event loop, and every other request, for ~0.2 s, and a stat waited up to 2.9 s while
-1M inodes went. A big batch is packed here (16 bytes an inode, less than the tuples it
+event loop, and every other request, for ~0.2 s, and a request waited up to 2.9 s
+while 1M inodes went. A big batch is packed here (16 bytes an inode, less than the tuples it
 came in) and forgotten by one background task, CHUNK inodes at a time, the other
 requests served between chunks.
 
@@ -65,8 +65,8 @@ class ForgetQueue:
     async def _drain(self) -> None:
         try:
             while self._queue:
-                flat = self._queue[0]
-                for i in range(0, len(flat), 2 * CHUNK):
+                flat = self._queue[0]  # (from where a cancelled drain left it)
+                for i in range(self._done, len(flat), 2 * CHUNK):
                     part = flat[i:i + 2 * CHUNK]
                     try:
                         self._forget(zip(part[::2], part[1::2]))

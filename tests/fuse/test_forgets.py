@@ -121,3 +121,29 @@ def test_a_worker_thread_call_is_answered_while_a_big_batch_is_forgotten():
     trio.run(main)
     assert done[0] == chunks
     assert answered_at[0] < chunks // 2, answered_at  # (~1-3 chunks in when it works)
+
+
+def test_a_drain_cancelled_midway_goes_on_where_it_stopped():
+    """The mount's nursery cancelled (unmount) while inodes wait: a later drain (in
+    another nursery) forgets the rest, none of them twice."""
+    n = 4 * CHUNK
+    c = Counts(n)
+    q = ForgetQueue(c.forget)
+
+    async def cut_short() -> None:
+        async with trio.open_nursery() as nursery:
+            q.take([(ino, 1) for ino in range(1, n + 1)], nursery)
+            while q.pending > 2 * CHUNK:
+                await trio.sleep(0)
+            nursery.cancel_scope.cancel()
+
+    async def go_on() -> None:
+        async with trio.open_nursery() as nursery:
+            q.take([(ino, 1) for ino in range(1, 2 * CHUNK)], nursery)  # starts a drain
+
+    trio.run(cut_short)
+    assert 0 < q.pending <= 2 * CHUNK
+    trio.run(go_on)
+    assert q.pending == 0
+    # once each: the first batch took every inode from 2 to 1, the second 1..2*CHUNK-1 to 0
+    assert c.lookups == {ino: 1 for ino in range(2 * CHUNK, n + 1)}
