@@ -1077,7 +1077,7 @@ def forget_stalls(mnt: str, forgotten, min_s: float = 0.0, timeout: float = 120.
     try:
         if not forget_dentries():
             return {}
-        while (time.perf_counter() - t0 < min_s or not forgotten()) and \
+        while (time.perf_counter() - t0 < min_s or not forgotten() or not waits) and \
                 time.perf_counter() - t0 < timeout:
             time.sleep(0.05)
         seconds = time.perf_counter() - t0

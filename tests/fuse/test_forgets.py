@@ -57,9 +57,10 @@ def test_a_big_batch_goes_in_chunks_with_other_tasks_running_between_them():
             q.take([(ino, 1) for ino in range(CHUNK + 1, n + 1)], nursery)  # queued behind
             assert q.pending == 2 * n - CHUNK
             left = []
-            while q.pending:
-                left.append(q.pending)
-                await trio.sleep(0)
+            with trio.fail_after(30):
+                while q.pending:
+                    left.append(q.pending)
+                    await trio.sleep(0)
             done.set()
             assert len(set(left)) >= chunks // 2  # counted down chunk by chunk
 
@@ -133,8 +134,9 @@ def test_a_drain_cancelled_midway_goes_on_where_it_stopped():
     async def cut_short() -> None:
         async with trio.open_nursery() as nursery:
             q.take([(ino, 1) for ino in range(1, n + 1)], nursery)
-            while q.pending > 2 * CHUNK:
-                await trio.sleep(0)
+            with trio.fail_after(30):
+                while q.pending > 2 * CHUNK:
+                    await trio.sleep(0)
             nursery.cancel_scope.cancel()
 
     async def go_on() -> None:

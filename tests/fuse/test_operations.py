@@ -1427,8 +1427,9 @@ def test_a_kernel_that_forgets_most_inodes_makes_the_daemon_drop_its_caches(tmp_
                 attrs = await ops.lookup(d.st_ino, b"f00042")
                 assert attrs.st_size == 1
                 await ops.forget([(attrs.st_ino, 1)])  # the kernel's answer to that lookup
-                while ops.forgets.pending:
-                    await trio.sleep(0)
+                with trio.fail_after(30):
+                    while ops.forgets.pending:
+                        await trio.sleep(0)
 
         await forget(known[: n // 2])  # half: the caches stay
         assert ops.statcache._nodes["main"] and len(ranges._states) > 0
