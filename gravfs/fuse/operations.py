@@ -40,7 +40,6 @@ from gravfs.data.reader import DataReader
 from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
 from gravfs.fuse import holders, opstats
 from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
-from gravfs.fuse.forgets import ForgetQueue
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
 from gravfs.fuse.localfiles import LocalFiles
 from gravfs.fuse.locks import QuickLock
@@ -146,7 +145,6 @@ class GravfsOperations(pyfuse3.Operations):
         self.own = OwnWrites()  # our staging transactions, told apart from others
         self.own.wrap(repo.staging)
         self.statcache = BranchStatCache(repo, self.own)
-        self.forgets = ForgetQueue(self._forget)  # big batches: between other requests
         self.local = LocalFiles("")  # set by prepare
         self.exit_report = ""
         self.rescued: list[tuple[str, str, str]] = []  # (branch:path, saved where, error)
@@ -804,12 +802,8 @@ class GravfsOperations(pyfuse3.Operations):
 
     @quiet
     async def forget(self, inode_list):
-        self.forgets.take(inode_list, self.nursery)
-
-    def _forget(self, pairs) -> None:
-        """Lower the lookups of (inode, n) pairs; drop the caches when the table shrank."""
         shrunk = False
-        for ino, n in pairs:
+        for ino, n in inode_list:
             shrunk = self.inodes.forget(ino, n) or shrunk
         if shrunk:
             self._let_go()
@@ -1927,8 +1921,7 @@ class GravfsOperations(pyfuse3.Operations):
         if name == EXIT_REPORT_XATTR and inode == ROOT and self.exit_report:
             return os.fsencode(self.exit_report)
         if name == INODES_XATTR and inode == ROOT:
-            return json.dumps({**self.inodes.counts(), "forgets_pending": self.forgets.pending},
-                              sort_keys=True).encode()
+            return json.dumps(self.inodes.counts(), sort_keys=True).encode()
         if name == MEMORY_XATTR and inode == ROOT:
             return json.dumps(self._memory(), sort_keys=True).encode()
         if name == COMMIT_XATTR and node.tree is not None and node.key == b"":

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 
@@ -206,18 +205,15 @@ def test_mount_forgets_inodes_the_kernel_drops(gravfs_mount):
     assert c["entries"] <= c["inodes"], c
 
 
-def test_mount_forgets_a_big_batch_between_other_requests(gravfs_mount):
-    """Thousands of inodes forgotten at once: all of them go, while the mount goes on
-    answering, and a name looked up again meanwhile keeps working. (How the kernel
-    batches them is its own; the chunks themselves are test_forgets' and
-    test_operations' subject.)"""
+def test_mount_forgets_thousands_of_inodes_at_once(gravfs_mount):
+    """Thousands of inodes forgotten at once (the kernel hands them back in batches):
+    all of them go, and the files read as before."""
     from gravfs.fs.entry import KIND_FILE, EntryInfo
     from gravfs.fs.repository import Repository
-    from gravfs.fuse.forgets import CHUNK
 
     m = gravfs_mount
     m.umount()
-    n = 12 * CHUNK
+    n = 3000
     repo = Repository.open(m.store, m.state_dir)
     try:
         e = EntryInfo(address=repo.data.put_bytes(b"x")[0], size=1, mtime_ns=1, mode=0o100644,
@@ -236,9 +232,6 @@ def test_mount_forgets_a_big_batch_between_other_requests(gravfs_mount):
     assert _counts(m)["inodes"] >= base["inodes"] + n
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("2")
-    deadline = time.monotonic() + 30
-    while _counts(m)["forgets_pending"] and time.monotonic() < deadline:
-        assert os.stat(os.path.join(d, "f00007")).st_size == 1  # answered meanwhile
     assert wait_for(lambda: _counts(m)["inodes"] <= base["inodes"] + 3, timeout=30), _counts(m)
     with open(os.path.join(d, "f00007"), "rb") as f:
         assert f.read() == b"x"

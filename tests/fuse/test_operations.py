@@ -1373,15 +1373,12 @@ def test_listed_files_are_answered_from_the_stat_cache_and_stay_current(tmp_path
         repo.close()
 
 
-@pytest.mark.parametrize("background", [False, True], ids=["at-once", "in-chunks"])
 def test_a_kernel_that_forgets_most_inodes_makes_the_daemon_drop_its_caches(tmp_path,
-                                                                             monkeypatch,
-                                                                             background):
+                                                                             monkeypatch):
     """After a walk the kernel forgets (its dentries reclaimed or dropped): the stat
     cache and the parsed ranges the walk filled go too, so the memory can go back
     (CPython keeps an arena while anything in it lives). The listing itself puts
-    nothing in the block cache. With the mount's nursery (``in-chunks``) a big batch
-    is forgotten in the background, and a lookup meanwhile answers as usual."""
+    nothing in the block cache."""
     import trio
 
     from gravfs.fs.entry import KIND_FILE, EntryInfo
@@ -1420,36 +1417,16 @@ def test_a_kernel_that_forgets_most_inodes_makes_the_daemon_drop_its_caches(tmp_
         known = [(node.ino, node.lookups) for node in ops.inodes.all()
                  if ops.inodes.parent_of(node) == d.st_ino]
         assert len(known) == n
-        async def forget(batch) -> None:
-            await ops.forget(batch)
-            if background:  # queued: a lookup meanwhile finds its inode as the kernel would
-                assert ops.forgets.pending == len(batch)
-                attrs = await ops.lookup(d.st_ino, b"f00042")
-                assert attrs.st_size == 1
-                await ops.forget([(attrs.st_ino, 1)])  # the kernel's answer to that lookup
-                with trio.fail_after(30):
-                    while ops.forgets.pending:
-                        await trio.sleep(0)
-
-        await forget(known[: n // 2])  # half: the caches stay
+        await ops.forget(known[: n // 2])  # half: the caches stay
         assert ops.statcache._nodes["main"] and len(ranges._states) > 0
-        await forget(known[n // 2:])
+        await ops.forget(known[n // 2:])
         assert not ops.statcache._nodes and len(ranges._states) == 0
         assert len(ops.inodes) < FIRST_DYNAMIC  # the directory, the root and virtual ones
         attrs = await ops.lookup(d.st_ino, b"f01234")  # everything reads as before
         assert attrs.st_size == 1
 
-    async def run():
-        if not background:
-            await main()
-            return
-        async with trio.open_nursery() as nursery:
-            ops.nursery = nursery
-            await main()
-            ops.nursery = None
-
     try:
-        trio.run(run)
+        trio.run(main)
     finally:
         repo.close()
 
