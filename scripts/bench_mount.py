@@ -93,7 +93,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -1050,7 +1050,8 @@ def forget_dentries() -> bool:
         return False
 
 
-def forget_stalls(mnt: str, forgotten, min_s: float = 0.0, timeout: float = 120.0) -> dict:
+def forget_stalls(mnt: str, forgotten: Callable[[], bool], min_s: float = 0.0,
+                  timeout: float = 120.0) -> dict:
     """The kernel told to forget the inodes it holds (``forget_dentries``) while a request
     is timed every 5 ms (statfs: the kernel asks the daemon each time), until
     ``forgotten()`` and at least ``min_s`` seconds: how long that took, and how long a
