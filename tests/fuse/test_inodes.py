@@ -176,6 +176,12 @@ def _counts(m) -> dict:
     return json.loads(os.getxattr(m.mnt, "user.gravfs.inodes"))
 
 
+def _forget_dentries() -> None:
+    """Make the kernel drop its unused dentries and inodes: FORGET to the daemon."""
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("2")
+
+
 def test_mount_forgets_inodes_the_kernel_drops(gravfs_mount):
     m = gravfs_mount
     top = os.path.join(m.mnt, "branches", "main")
@@ -196,8 +202,7 @@ def test_mount_forgets_inodes_the_kernel_drops(gravfs_mount):
             seen += 1
     assert seen == 205
     assert _counts(m)["inodes"] >= 204
-    with open("/proc/sys/vm/drop_caches", "w") as f:  # the kernel forgets unused inodes
-        f.write("2")
+    _forget_dentries()
     # the tree root stays known (the kernel keeps branches/main); everything below goes
     assert wait_for(lambda: _counts(m)["inodes"] <= base["inodes"] + 2, timeout=30), _counts(m)
     c = _counts(m)
@@ -230,8 +235,7 @@ def test_mount_forgets_thousands_of_inodes_at_once(gravfs_mount):
     for name in names:
         os.lstat(os.path.join(d, name))
     assert _counts(m)["inodes"] >= base["inodes"] + n
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("2")
+    _forget_dentries()
     assert wait_for(lambda: _counts(m)["inodes"] <= base["inodes"] + 3, timeout=30), _counts(m)
     with open(os.path.join(d, "f00007"), "rb") as f:
         assert f.read() == b"x"
@@ -253,8 +257,7 @@ def test_mount_link_group_number_survives_forget(gravfs_mount):
         for name in ("f", "d/g", "f"):
             base = _counts(m)["inodes"]
             seen.add(os.lstat(os.path.join(top, name)).st_ino)
-            with open("/proc/sys/vm/drop_caches", "w") as f:  # the kernel forgets it
-                f.write("2")
+            _forget_dentries()
             assert wait_for(lambda: _counts(m)["inodes"] <= base, timeout=30), _counts(m)
         return seen
 
