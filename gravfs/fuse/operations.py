@@ -802,10 +802,7 @@ class GravfsOperations(pyfuse3.Operations):
 
     @quiet
     async def forget(self, inode_list):
-        shrunk = False
-        for ino, n in inode_list:
-            shrunk = self.inodes.forget(ino, n) or shrunk
-        if shrunk:
+        if self.inodes.forget_many(inode_list):
             self._let_go()
 
     def _let_go(self) -> None:

@@ -172,6 +172,45 @@ def test_forget_tells_when_the_table_fell_to_a_quarter_of_its_peak():
     assert not any([small.forget(n.ino, 1) for n in few])
 
 
+def test_one_forget_batch_drops_plain_and_noted_inodes_alike():
+    """FORGET comes in batches of up to ~55k (InodeTable.forget_many): the common inode
+    is dropped inline, the rest the long way; a batch mixing them leaves what one
+    forget at a time would leave, and tells of the fall to a quarter once."""
+    table = InodeTable()
+    tree = Tree("branch", "main", writable=True)
+    root = table.add_virtual(FIRST_DYNAMIC - 1, b"main", "branch", ROOT, tree)
+    plain = [table.ensure(tree, b"f%05d" % i, "file", root.ino, b"f%05d" % i)
+             for i in range(6000)]
+    for n in plain:
+        n.lookups = 1
+        table.remember(n, None, 1.0)
+    kept = table.ensure(tree, b"kept", "file", root.ino, b"kept")
+    kept.lookups = 3
+    held = table.ensure(tree, b"held", "file", root.ino, b"held")
+    held.lookups, held.opens = 1, 1
+    linked = table.ensure(tree, b"a", "file", root.ino, b"a", group="g1")
+    table.ensure(tree, b"b", "file", root.ino, b"b", group="g1").lookups = 2
+    odd = table.ensure(tree, b"d/x", "dir", root.ino, b"X")  # a name not its key's tail
+    odd.lookups = 1
+    pairs = [(n.ino, 1) for n in plain] + [
+        (kept.ino, 1), (held.ino, 1), (linked.ino, 2), (odd.ino, 1), (root.ino, 1),
+        (1 << 40, 1)]  # a number never handed out: ignored
+    assert table.forget_many(pairs) is True
+    assert [table.get(n.ino) for n in plain] == [None] * 6000
+    assert table.find(tree, b"f00000", "file") is None
+    assert (table.get(kept.ino), kept.lookups) == (kept, 2)
+    assert table.get(held.ino) is held and held.lookups == 0
+    assert table.get(linked.ino) is None and table.find(tree, b"b", "file") is None
+    assert table.get(odd.ino) is None and table.find(tree, b"d/x", "dir") is None
+    assert table.get(root.ino) is root  # pinned
+    assert table.forget_many([(kept.ino, 2)]) is False  # no new fall
+    held.opens = 0
+    table.maybe_drop(held)
+    counts = table.counts()
+    assert counts["inodes"] == 1 and counts["paths"] == 1  # the root alone
+    assert counts["groups"] == 0 and counts["entries"] == 0
+
+
 def _counts(m) -> dict:
     return json.loads(os.getxattr(m.mnt, "user.gravfs.inodes"))
 
