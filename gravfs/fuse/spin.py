@@ -47,6 +47,10 @@ TRIAL_BLOCK = 64  # a trial takes turns: this many gaps polling, as many sleepin
 TRIAL_GAPS = 512  # ... until it has timed this many in each mode
 KEEP_REQUESTS = 16 * 2 * TRIAL_GAPS  # then the faster mode stays for this many requests
 MARGIN = 0.02  # the other mode must be this much faster to take over
+# While work runs on threads, the loop sleeps this long this often (Activity._hand_over):
+# long enough for a waiting thread to wake and take the GIL (30 µs did on the EPYC host)
+HAND_OVER_EVERY_S = 0.001
+HAND_OVER_S = 0.00003
 
 
 class SpinChoice:
@@ -95,7 +99,7 @@ class Activity:
     keeps the loop awake while they come (``run``, a task of the daemon's nursery)
     when polling pays (``choice``)."""
 
-    __slots__ = ("count", "_asleep", "polling", "choice", "_last")
+    __slots__ = ("count", "_asleep", "polling", "choice", "_last", "_handed")
 
     def __init__(self) -> None:
         self.count = 0
@@ -103,6 +107,7 @@ class Activity:
         self.polling = False
         self.choice = SpinChoice()
         self._last = 0.0
+        self._handed = 0.0
 
     def note(self) -> None:
         """A request arrived (on the event loop's thread)."""
@@ -119,6 +124,22 @@ class Activity:
         if asleep is not None and choice.spin:
             self._asleep = None
             asleep.set()
+        if not threadwork.idle():
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Let a thread that waits for the GIL have it. While requests keep the loop
+        busy it never blocks, and its brief releases (each system call) do not let a
+        waiting thread in: CPython's waiter asks the holder to drop the GIL only after
+        a switch interval (5 ms) in which it was not released. So a worker's call
+        (statfs, a fetch, a listing) waited until the clients paused: a statfs while
+        two clients sent getxattr took 48 ms median, 203 ms at most; with a sleep of
+        HAND_OVER_S every HAND_OVER_EVERY_S of thread work, 1.4 ms and 2.7 ms, and the
+        clients' rate did not fall (docs/benchmarks-mount.md, 41st round)."""
+        now = _clock()
+        if now - max(self._handed, threadwork.busy_since()) >= HAND_OVER_EVERY_S:
+            time.sleep(HAND_OVER_S)
+            self._handed = _clock()
 
     async def run(self, window_s: float) -> None:
         """Yield to the scheduler (which then polls its file descriptors without

@@ -84,6 +84,47 @@ def test_it_stands_aside_while_work_runs_on_threads():
     assert seen == {"before": True, "while it runs": False, "after": True}
 
 
+def _busy_loop_and_a_thread(act: Activity) -> tuple[bool, int]:
+    """A task that keeps the loop from ever blocking (1 ms of work a request, as many
+    clients would) while a worker makes 20 short system calls, each of which takes the
+    GIL back after: did the worker finish before the task gave up (after ~3 s)?"""
+    state = {"busy": 0}
+
+    async def busy(done: trio.Event) -> None:
+        while not done.is_set() and state["busy"] < 3000:
+            t = time.perf_counter()
+            while time.perf_counter() - t < 0.001:
+                pass
+            act.note()
+            state["busy"] += 1
+            await trio.lowlevel.checkpoint()
+
+    def work() -> None:
+        for _ in range(20):
+            os.stat("/")
+
+    async def main():
+        done = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(busy, done)
+            await trio.lowlevel.checkpoint()
+            with threadwork.working():
+                await trio.to_thread.run_sync(work)
+            done.set()
+
+    trio.run(main)
+    return state["busy"] < 3000, state["busy"]
+
+
+def test_a_thread_gets_the_gil_while_requests_keep_the_loop_busy():
+    """CPython hands the GIL to a waiting thread only when its holder leaves it for a
+    while or keeps it a whole switch interval; a loop kept busy by requests does
+    neither, so the loop leaves it now and then while threads work (a worker gets
+    its turns in about a millisecond: it used to wait for seconds)."""
+    finished, requests = _busy_loop_and_a_thread(Activity())
+    assert finished, f"the worker still waited for the GIL after {requests} requests"
+
+
 def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
