@@ -44,7 +44,9 @@ Measurements (each the median of --runs repetitions):
   writes and closed (MB/s over both, and the close's seconds: gravfs stores a big
   file at its close; not on the plain floor, which keeps a file in one bytes object);
   stat/s on commits/ paths
-  (immutable, kernel-cached) and on branch paths; creating small files (files/s),
+  (immutable, kernel-cached) and on branch paths; a statfs's wait while two
+  clients send getxattr back to back (gravfs answers statfs on a worker thread,
+  which needs the GIL the busy event loop holds; the floor on its loop); creating small files (files/s),
   and reading them back whole with the page cache dropped (on gravfs once their
   upload ended, on rclone from its cache);
   ``ls -l`` of a directory of many entries (made with Repository.stage, not
@@ -286,6 +288,39 @@ def stat_rate(paths: list[str], min_s: float = 0.0) -> float:
         el = time.perf_counter() - t
         if el >= min_s:
             return n / el
+
+
+BUSY_CLIENT = """
+import os, sys, time
+mnt, end, n = sys.argv[1], time.time() + float(sys.argv[2]), 0
+while time.time() < end:
+    try:
+        os.getxattr(mnt, "user.gravfs.pid")
+    except OSError:  # a floor has no such attribute: still a request to its daemon
+        pass
+    n += 1
+print(n / float(sys.argv[2]))
+"""
+
+
+def busy_statfs(mnt: str, seconds: float = 3.0, clients: int = 2) -> dict:
+    """A statfs every 5 ms while ``clients`` processes send getxattr back to back: the
+    event loop never waits for the kernel then, and gravfs answers statfs on a worker
+    thread, which needs the GIL that the busy loop holds (gravfs.fuse.spin's hand-over).
+    The statfs's wait (median, max; ms) and the clients' requests a second."""
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY_CLIENT, mnt, str(seconds + 1.0)],
+                              stdout=subprocess.PIPE, text=True) for _ in range(clients)]
+    time.sleep(0.5)  # the clients under way
+    waits = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t = time.perf_counter()
+        os.statvfs(mnt)
+        waits.append(time.perf_counter() - t)
+        time.sleep(0.005)
+    rate = sum(float(p.communicate()[0] or 0) for p in procs)
+    return {"busy_statfs_ms": statistics.median(waits) * 1e3,
+            "busy_statfs_max_ms": max(waits) * 1e3, "busy_clients_per_s": rate}
 
 
 def create_rate(d: str, n: int, size: int = 4096) -> float:
@@ -801,6 +836,8 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict, requests: dict) -> Iterator[Non
             bsmalls = [os.path.join(p["branch"], "small", n) for n in names]
             out["stat_branch_first_per_s"].append(stat_rate(bsmalls))
             out["stat_branch_per_s"].append(stat_rate(bsmalls, 3.0))
+            for k, v in busy_statfs(g.mnt).items():
+                out.setdefault(k, []).append(v)
         if wanted(a, "write"):
             write_then_close(os.path.join(p["branch"], f"written{r}"), a.big_mb, out)
             # its upload from pending, after the close (and before the next group)
@@ -846,6 +883,8 @@ def bench_floor(a, fl: Floor, spark, out: dict, requests: dict) -> Iterator[None
             smalls = [os.path.join(mnt, "small", n) for n in small_names(a.stats)]
             out["stat_first_per_s"].append(stat_rate(smalls))  # not listed: a lookup each
             out["stat_per_s"].append(stat_rate(smalls, 3.0))
+            for k, v in busy_statfs(mnt).items():
+                out.setdefault(k, []).append(v)
         if r == 0 or not a.slow_once:
             if wanted(a, "create") and "create" in fl.groups:
                 out["create_per_s"].append(create_rate(os.path.join(mnt, f"creates{r}"), a.creates))
@@ -918,6 +957,10 @@ ROWS = [  # label, native key, gravfs key, rclone key, pyfuse3-floor key, higher
     ("stat/s commits/ (cached)", "stat_per_s", "stat_commit_per_s", None, None, True),
     ("stat/s branch, first pass", "stat_per_s", "stat_branch_first_per_s", None, "stat_first_per_s", True),
     ("stat/s branch, steady", "stat_per_s", "stat_branch_per_s", "stat_per_s", "stat_per_s", True),
+    # (no native key: a native statfs does not queue behind other clients' requests)
+    ("statfs among 2 busy clients (ms)", None, "busy_statfs_ms", None, "busy_statfs_ms", False),
+    ("  the same, max (ms)", None, "busy_statfs_max_ms", None, "busy_statfs_max_ms", False),
+    ("  the clients' getxattr/s", None, "busy_clients_per_s", None, "busy_clients_per_s", True),
     ("seq write + close, big file (MB/s)", "write_MBps", "write_MBps", "write_MBps", "write_MBps", True),
     # (no native key: its close takes microseconds, a ratio to it says nothing)
     ("close of that file (s)", None, "write_close_s", "write_close_s", "write_close_s", False),
