@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 from itertools import islice
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 import pyfuse3
 import xxhash
@@ -359,7 +359,7 @@ class InodeTable:
         """Drop n lookups; True when the table has just shrunk to a quarter of its peak."""
         return self.forget_many(((ino, n),))
 
-    def forget_many(self, pairs) -> bool:
+    def forget_many(self, pairs: Iterable[tuple[int, int]]) -> bool:
         """FORGET's (inode, lookups) pairs; True when the table has just shrunk to a
         quarter of its peak. The kernel hands back up to ~55k inodes a batch after a
         traversal, during which no other request is served, so the common inode (no
