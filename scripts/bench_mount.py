@@ -46,9 +46,9 @@ Measurements (each the median of --runs repetitions):
   stat/s on commits/ paths
   (immutable, kernel-cached) and on branch paths; a statfs's wait while two
   clients send getxattr back to back (gravfs answers statfs on a worker thread,
-  which needs the GIL the busy event loop holds; the floor on its loop); creating small files (files/s),
-  and reading them back whole with the page cache dropped (on gravfs once their
-  upload ended, on rclone from its cache);
+  which needs the GIL the busy event loop holds; the floor on its loop); creating
+  small files (files/s), and reading them back whole with the page cache dropped
+  (on gravfs once their upload ended, on rclone from its cache);
   ``ls -l`` of a directory of many entries (made with Repository.stage, not
   through the mount); a Spark (local[2]) scan of a Parquet dataset, once after the
   page cache is dropped (cold) and once more right after (warm).
