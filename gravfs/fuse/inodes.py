@@ -387,6 +387,7 @@ class InodeTable:
                 continue
             pop(ino)
             entries_pop(ino, None)
+            # (_unindex inlined: calling it made a forget 1.4 µs, not 1.15)
             k = (node.tree.ident, KINDS[(flags & _KIND_MASK) >> _KIND_SHIFT])
             d = paths.get(k)
             if d is not None and d.get(node.key) is node:
