@@ -598,6 +598,7 @@ async def _main(ops, announce, stop: StopSignals) -> None:
         nursery.start_soon(_signals, watcher.limiter, stop)
         nursery.start_soon(_self_check, ops, announce)
         nursery.start_soon(_sync_loop, ops.repo)
+        nursery.start_soon(ops.forgets.run, ops.let_go)
         if ops.settings.spin_us:
             log.info("polling for %d us after each request (-o spin_us=0: never)",
                      ops.settings.spin_us)

@@ -40,6 +40,7 @@ from gravfs.data.reader import DataReader
 from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
 from gravfs.fuse import holders, opstats
 from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
+from gravfs.fuse.forgets import Forgets
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
 from gravfs.fuse.localfiles import LocalFiles
 from gravfs.fuse.locks import QuickLock
@@ -131,6 +132,7 @@ class GravfsOperations(pyfuse3.Operations):
         self.settings = settings
         self.limiter = trio.CapacityLimiter(settings.threads)
         self.inodes = InodeTable()
+        self.forgets = Forgets(self.inodes)
         self.trees: dict[tuple, Tree] = {}
         self.commit_trees: dict[str, Tree] = {}  # name as typed -> tree
         self.files: dict[int, FileHandle] = {}
@@ -802,10 +804,11 @@ class GravfsOperations(pyfuse3.Operations):
 
     @quiet
     async def forget(self, inode_list):
-        if self.inodes.forget_many(inode_list):
-            self._let_go()
+        self.forgets.add(inode_list)  # applied by Forgets.run, between requests
+        if self.nursery is None and self.forgets.settle():  # no daemon: a test's handlers
+            self.let_go()
 
-    def _let_go(self) -> None:
+    def let_go(self) -> None:
         """The kernel forgot most inodes it knew (its dentries reclaimed, or dropped):
         drop the caches that filled meanwhile too. Their entries were allocated between
         the inodes, and while one lives CPython keeps its whole arena, so without this
@@ -1918,7 +1921,8 @@ class GravfsOperations(pyfuse3.Operations):
         if name == EXIT_REPORT_XATTR and inode == ROOT and self.exit_report:
             return os.fsencode(self.exit_report)
         if name == INODES_XATTR and inode == ROOT:
-            return json.dumps(self.inodes.counts(), sort_keys=True).encode()
+            counts = {**self.inodes.counts(), "forgets_pending": self.forgets.pending}
+            return json.dumps(counts, sort_keys=True).encode()
         if name == MEMORY_XATTR and inode == ROOT:
             return json.dumps(self._memory(), sort_keys=True).encode()
         if name == COMMIT_XATTR and node.tree is not None and node.key == b"":
