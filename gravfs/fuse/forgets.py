@@ -1,4 +1,4 @@
-"""FORGET batches applied to the inode table when the event loop is idle.
+"""Big FORGET batches applied to the inode table between requests.
 
 When the kernel drops its dentries (memory pressure, or ``drop_caches``) after a
 traversal, it sends FORGET for up to a million inodes in batches of up to ~55k, and
@@ -7,8 +7,8 @@ Applied on arrival, at ~1.15 µs an inode, they held every other request of the 
 after a ``find`` over 1M entries, a statfs waited up to 0.3-1 s (docs/benchmarks-mount.md,
 forty-first round). A FORGET needs no reply and a late one changes nothing the kernel
 sees (the inode's record lives a little longer; a lookup meanwhile adds to its count,
-which the late FORGET then lowers to what the kernel holds), so the handler only notes
-the batch and ``Forgets.run`` applies it in slices between requests.
+which the late FORGET then lowers to what the kernel holds), so the handler notes a
+big batch and ``Forgets.run`` applies it in slices between requests.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ log = logging.getLogger(__name__)
 
 # Inodes applied at a time: about 1.2 ms of the loop's time, the most a request that
 # arrives meanwhile waits for them. A batch no larger is applied on arrival: most are
-# (after a find over 1M entries, 4,383 batches, median 133 inodes, 85% of the inodes in
-# batches of up to 4k), and applying small ones late pushed the watcher's invalidation
-# of a busy directory from 0.5 s to 7-25 s: a thread that waits a few ms longer for
-# the GIL lets the lookups that contend with it for the directory run freely, which
-# keeps the loop busy and the thread waiting (test_launch's sigterm-while-invalidating
-# test, 5 runs each)
+# (after a find over 1M entries, 4,383 batches, median 133 inodes, largest 52,655), and
+# applying small ones late made the watcher's invalidation of a busy directory take
+# 10-25 s, not 5 (test_launch's sigterm-while-invalidating test, 5 runs each): once its
+# thread waits a little longer for the GIL, the lookups that contend with it for the
+# directory run freely, which keeps the loop busy and the thread waiting (for the
+# forced switch, 5 ms)
 SLICE = 1024
 # A slice waits until no task has run for this long (the loop sleeps in epoll_wait,
 # which rounds it up to 1 ms, in which threads that wait for the GIL get it too) ...
