@@ -1924,6 +1924,8 @@ class GravfsOperations(pyfuse3.Operations):
             counts = {**self.inodes.counts(), "forgets_pending": self.forgets.pending}
             return json.dumps(counts, sort_keys=True).encode()
         if name == MEMORY_XATTR and inode == ROOT:
+            if self.forgets.settle():  # what the kernel forgot counts as given back
+                self.let_go()
             return json.dumps(self._memory(), sort_keys=True).encode()
         if name == COMMIT_XATTR and node.tree is not None and node.key == b"":
             if node.tree.kind == "branch":
