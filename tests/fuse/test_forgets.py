@@ -85,12 +85,6 @@ def test_run_applies_a_backlog_while_another_task_never_lets_the_loop_idle():
     assert told == [0] and len(table) == 0
 
 
-async def _applied(forgets: Forgets) -> None:
-    with trio.fail_after(10):
-        while forgets.pending:
-            await trio.sleep(0.01)  # (asleep: the loop idles, as between requests)
-
-
 def test_run_applies_batches_when_the_loop_idles():
     table, _, nodes = _table(5000)
     forgets = Forgets(table)
@@ -99,12 +93,20 @@ def test_run_applies_batches_when_the_loop_idles():
     async def main():
         async with trio.open_nursery() as nursery:
             nursery.start_soon(forgets.run, lambda: told.append(len(table)))
-            forgets.add([(node.ino, 1) for node in nodes[:100]])
-            await _applied(forgets)
-            assert len(table) == 4900 and told == []  # not a quarter of the peak yet
-            forgets.add([(node.ino, 1) for node in nodes[100:]])
-            await _applied(forgets)
-            assert told == [0]
+            forgets.add([(node.ino, 1) for node in nodes[:2000]])
+            assert forgets.pending == 2000
+            await _until(lambda: forgets.pending == 0)
+            await trio.sleep(0.05)
+            assert len(table) == 3000 and told == []  # not a quarter of the peak
+            forgets.add([(node.ino, 1) for node in nodes[2000:]])
+            await _until(lambda: told != [])
+            assert told == [0] and forgets.pending == 0
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+async def _until(done) -> None:
+    with trio.fail_after(10):
+        while not done():
+            await trio.sleep(0.01)  # (asleep: the loop idles, as between requests)
