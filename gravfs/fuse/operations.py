@@ -804,7 +804,7 @@ class GravfsOperations(pyfuse3.Operations):
 
     @quiet
     async def forget(self, inode_list):
-        self.forgets.add(inode_list)  # applied by Forgets.run, between requests
+        self.forgets.add(inode_list)  # a big batch: applied by Forgets.run, between requests
         if self.nursery is None and self.forgets.settle():  # no daemon: a test's handlers
             self.let_go()
 
