@@ -1,4 +1,5 @@
-"""FORGET batches noted on arrival and applied between requests (gravfs.fuse.forgets)."""
+"""FORGET batches: small ones applied on arrival, big ones between requests, the table
+shrunk once they stop (gravfs.fuse.forgets)."""
 
 import trio
 
