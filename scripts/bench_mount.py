@@ -1093,14 +1093,11 @@ def forget_dentries() -> bool:
         return False
 
 
-def forget_stalls(mnt: str, forgotten: Callable[[], bool], min_s: float = 0.0,
-                  timeout: float = 120.0) -> dict:
-    """The kernel told to forget the inodes it holds (``forget_dentries``) while a request
-    is timed every 5 ms (statfs: the kernel asks the daemon each time), until
-    ``forgotten()`` and at least ``min_s`` seconds: how long that took, and how long a
-    request waited meanwhile (median, p99, max), which is how long the daemon's
-    handling of a FORGET batch holds the other requests. {} when the kernel cannot
-    be told."""
+@contextlib.contextmanager
+def timed_requests(mnt: str, prefix: str, out: dict):
+    """Time a request every 5 ms while the block runs (statfs: the kernel asks the
+    daemon each time); put ``<prefix>_wait_{median,p99,max}_ms`` and the probe count
+    in ``out``: how long another client's request waits behind the block's work."""
     import threading
     waits: list[float] = []
     stop = threading.Event()
@@ -1117,22 +1114,36 @@ def forget_stalls(mnt: str, forgotten: Callable[[], bool], min_s: float = 0.0,
 
     th = threading.Thread(target=probe, daemon=True)
     th.start()
-    t0 = time.perf_counter()
     try:
+        yield waits
+    finally:
+        stop.set()
+        th.join()
+    if waits:
+        waits.sort()
+        out.update({f"{prefix}_probes": len(waits),
+                    f"{prefix}_wait_median_ms": statistics.median(waits) * 1e3,
+                    f"{prefix}_wait_p99_ms": waits[int(len(waits) * 0.99)] * 1e3,
+                    f"{prefix}_wait_max_ms": waits[-1] * 1e3})
+
+
+def forget_stalls(mnt: str, forgotten: Callable[[], bool], min_s: float = 0.0,
+                  timeout: float = 120.0) -> dict:
+    """The kernel told to forget the inodes it holds (``forget_dentries``) while a request
+    is timed (``timed_requests``), until ``forgotten()`` and at least ``min_s`` seconds:
+    how long that took, and how long a request waited meanwhile, which is how long the
+    daemon's handling of a FORGET batch holds the other requests. {} when the kernel
+    cannot be told."""
+    out: dict = {}
+    with timed_requests(mnt, "forget", out) as waits:
+        t0 = time.perf_counter()
         if not forget_dentries():
             return {}
         while (time.perf_counter() - t0 < min_s or not forgotten() or not waits) and \
                 time.perf_counter() - t0 < timeout:
             time.sleep(0.05)
-        seconds = time.perf_counter() - t0
-    finally:
-        stop.set()
-        th.join()
-    waits.sort()
-    return {"forget_s": seconds, "forget_probes": len(waits),
-            "forget_wait_median_ms": statistics.median(waits) * 1e3,
-            "forget_wait_p99_ms": waits[int(len(waits) * 0.99)] * 1e3,
-            "forget_wait_max_ms": waits[-1] * 1e3}
+        out["forget_s"] = time.perf_counter() - t0
+    return out
 
 
 SCALE_STATS = 2000  # random files stat'ed once, cold (fresh daemon, caches dropped)
@@ -1279,9 +1290,11 @@ def floor_scale(base: str, name: str, n: int, lake: list[str], forget_s: float) 
     fl = Floor(os.path.join(base, f"{name}-scale{n}"), argparse.Namespace(stats=0, list_entries=0, big_mb=1))
     fl.args += lake
     with fresh_mount(fl.mount, fl.umount):
-        seconds, files = find_files(os.path.join(fl.mnt, "tables"))
+        waits: dict = {}
+        with timed_requests(fl.mnt, "find", waits):
+            seconds, files = find_files(os.path.join(fl.mnt, "tables"))
         stalls = forget_stalls(fl.mnt, lambda: True, forget_s)
-    return {"find_s": seconds, "find_files": files, "find_rate": files / seconds, **stalls,
+    return {"find_s": seconds, "find_files": files, "find_rate": files / seconds, **waits, **stalls,
             **cold_probes(fl.mnt, n, fl.mount, fl.umount)}
 
 
@@ -1312,7 +1325,8 @@ def bench_scale(a, base: str, n: int) -> dict:
         counts = lambda: json.loads(os.getxattr(g.mnt, "user.gravfs.inodes"))  # noqa: E731
         m0 = daemon_memory(g.mnt)
         out["rss_start"] = m0["rss_bytes"]
-        out["find_s"], files = find_files(top)
+        with timed_requests(g.mnt, "find", out):
+            out["find_s"], files = find_files(top)
         out["find_files"] = files
         out["find_rate"] = files / out["find_s"]
         m1 = daemon_memory(g.mnt)
@@ -1415,6 +1429,14 @@ def scale_table(rows: list[dict]) -> str:
             lines.append(f"{r['entries']:>9,} {r['forget_s']:>32.2f}  " + "  ".join(
                 f"{r[p + 'forget_wait_median_ms']:.2f} / {r[p + 'forget_wait_p99_ms']:.1f} / "
                 f"{r[p + 'forget_wait_max_ms']:.1f}" if p + "forget_wait_max_ms" in r else "-"
+                for p in ("", "floor_", "work_floor_")))
+    lines.append("entries    another client's request during find, ms (median / p99 / max): "
+                 "gravfs  floor  lake work floor")
+    for r in rows:
+        if "find_wait_max_ms" in r:
+            lines.append(f"{r['entries']:>9,} {'':>61}" + "  ".join(
+                f"{r[p + 'find_wait_median_ms']:.2f} / {r[p + 'find_wait_p99_ms']:.1f} / "
+                f"{r[p + 'find_wait_max_ms']:.1f}" if p + "find_wait_max_ms" in r else "-"
                 for p in ("", "floor_", "work_floor_")))
     lines.append("entries    first pass in order, 20k dir (stats/s): gravfs  floor  ratio  "
                  "lake work floor  vs floor  gravfs vs it")

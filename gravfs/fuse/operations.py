@@ -71,6 +71,8 @@ READDIR_BATCH = 512
 # Names listed again when the rest of a batch outlived a change of its tree (the
 # rest is dropped: see readdir): about what a kernel readdir takes.
 RELIST_BATCH = 64
+# Entries of a readdir reply between two turns of the event loop (about 1 ms of work).
+READDIR_TURN = 64
 # The namespace "lock" of commits and tags, never taken: their names never change
 _UNCHANGING = QuickLock()
 # Lookups missing the stat cache in ascending order before listing ahead. Random
@@ -922,6 +924,13 @@ class GravfsOperations(pyfuse3.Operations):
                         self._list_ahead(h, tree, node.key, batch[-1].listing_key)
                     return
                 start_after = cont
+                if i % READDIR_TURN == READDIR_TURN - 1:
+                    # a reply of some 700 entries held the loop ~15 ms: other clients'
+                    # requests waited that long behind a traversal
+                    await trio.lowlevel.checkpoint()
+                    if lock.stamp() != stamp:  # the rest may be stale: the next call relists
+                        h.pending = (start_after, batch[i + 1:], more, stamp)
+                        return
             if not more:  # the end: the kernel's next readdir gets it without a listing
                 h.pending = (start_after, (), False, stamp)
                 return

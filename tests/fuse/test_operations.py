@@ -1316,6 +1316,68 @@ def test_readdir_lists_the_next_batch_while_the_kernel_takes_a_reply(tmp_path, m
         repo.close()
 
 
+def test_a_long_readdir_reply_lets_other_requests_run_and_stays_current(tmp_path, monkeypatch):
+    """A reply of many entries takes turns with the loop's other tasks (another
+    client's request waited out a whole 700-entry reply, ~15 ms, during a traversal);
+    a name unlinked during such a turn is not listed after it, and every other name
+    is listed once."""
+    import trio
+
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
+    from gravfs.fuse import operations as ops_mod
+
+    repo, ops, ctx = _ops_in_process(tmp_path)
+    n, room = 2000, 1000
+    e = EntryInfo(address="data/00/" + "0" * 64, size=1, mtime_ns=1, mode=0o100644, kind=KIND_FILE)
+    names = [b"f%05d" % i for i in range(n)]
+    repo.stage("main", [(b"d/" + name, e) for name in names])
+    in_reply = trio.Event()
+
+    def reply(token, name, attrs, off):
+        if len(token) >= room:
+            return False
+        token.append((name, off))
+        if len(token) == 10:
+            in_reply.set()
+        return True
+
+    monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply", reply)
+    seen_at: list = []
+
+    async def other_client(token: list, d: int) -> None:
+        while not in_reply.is_set():
+            await trio.sleep(0)
+        seen_at.append(len(token))
+        await ops.unlink(d, names[1500], ctx)
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            ops.nursery = nursery
+            d = await _dir_d(ops)
+            fh = await ops.opendir(d, None)
+            token: list = []
+            nursery.start_soon(other_client, token, d)
+            await ops.readdir(fh, 0, token)
+            # the other task ran inside the reply, and the reply stopped at that turn
+            assert seen_at and 10 <= seen_at[0] < room and len(token) == seen_at[0]
+            out, start = list(token), token[-1][1]
+            while True:
+                token = []
+                await ops.readdir(fh, start, token)
+                if not token:
+                    break
+                out += token
+                start = token[-1][1]
+            await ops.releasedir(fh)
+            assert [name for name, _ in out] == names[:1500] + names[1501:]
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        repo.close()
+
+
 def test_listed_files_are_answered_from_the_stat_cache_and_stay_current(tmp_path, monkeypatch):
     """A branch listing files its files in the stat cache and does not remember them a
     second time per inode; getattr and open of a listed file answer what the listing
