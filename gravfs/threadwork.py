@@ -9,7 +9,7 @@ a cold 1 GiB read, which fell from 630 to 480 MB/s. Code that runs such work on
 a thread marks it (``working()``, or ``@marked`` on the thread's function), and
 the loop polls only while none runs. Requests that keep coming hold the GIL the
 same way, so while marked work runs the loop also leaves the GIL now and then
-(gravfs.fuse.spin.Activity._hand_over).
+(gravfs.fuse.spin.Activity.hand_over).
 """
 
 from __future__ import annotations

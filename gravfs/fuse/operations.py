@@ -47,6 +47,7 @@ from gravfs.fuse.locks import QuickLock
 from gravfs.fuse.openfiles import (WRITEBACK_MAX, DirHandle, FileHandle, ListingAhead, OpenFile,
                                     clear_suid)
 from gravfs.fuse.options import MountOptions
+from gravfs.fuse.spin import ACTIVITY
 from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
 from gravfs.fuse.trees import Tree
 from gravfs.fs.paths import MAX_NAME_BYTES, escape_key
@@ -876,6 +877,7 @@ class GravfsOperations(pyfuse3.Operations):
         tree = node.tree
         filed = tree.kind == "branch"  # a branch's listed batches go to the stat cache
         lock = self._ns(tree)
+        replied = 0
         while True:
             # a kernel readdir takes a few dozen entries: the rest of a listed batch
             # waits on the handle for the next call instead of being listed again,
@@ -924,10 +926,13 @@ class GravfsOperations(pyfuse3.Operations):
                         self._list_ahead(h, tree, node.key, batch[-1].listing_key)
                     return
                 start_after = cont
-                if i % READDIR_TURN == READDIR_TURN - 1:
+                replied += 1
+                if replied % READDIR_TURN == 0:
                     # a reply of some 700 entries held the loop ~15 ms: other clients'
                     # requests waited that long behind a traversal
                     await trio.lowlevel.checkpoint()
+                    if not threadwork.idle():  # a worker's call (statfs) needs the GIL too
+                        ACTIVITY.hand_over()
                     if lock.stamp() != stamp:  # the rest may be stale: the next call relists
                         h.pending = (start_after, batch[i + 1:], more, stamp)
                         return

@@ -47,7 +47,7 @@ TRIAL_BLOCK = 64  # a trial takes turns: this many gaps polling, as many sleepin
 TRIAL_GAPS = 512  # ... until it has timed this many in each mode
 KEEP_REQUESTS = 16 * 2 * TRIAL_GAPS  # then the faster mode stays for this many requests
 MARGIN = 0.02  # the other mode must be this much faster to take over
-# While work runs on threads, the loop sleeps this long this often (Activity._hand_over):
+# While work runs on threads, the loop sleeps this long this often (Activity.hand_over):
 # long enough for a waiting thread to wake and take the GIL (30 µs did on the EPYC host)
 HAND_OVER_EVERY_S = 0.001
 HAND_OVER_S = 0.00003
@@ -125,9 +125,9 @@ class Activity:
             self._asleep = None
             asleep.set()
         if not threadwork.idle():
-            self._hand_over()
+            self.hand_over()
 
-    def _hand_over(self) -> None:
+    def hand_over(self) -> None:
         """Let a thread that waits for the GIL have it. While requests keep the loop
         busy it never blocks, and its brief releases (each system call) do not let a
         waiting thread in: CPython's waiter asks the holder to drop the GIL only after

@@ -1318,13 +1318,15 @@ def test_readdir_lists_the_next_batch_while_the_kernel_takes_a_reply(tmp_path, m
 
 def test_a_long_readdir_reply_lets_other_requests_run_and_stays_current(tmp_path, monkeypatch):
     """A reply of many entries takes turns with the loop's other tasks (another
-    client's request waited out a whole 700-entry reply, ~15 ms, during a traversal);
-    a name unlinked during such a turn is not listed after it, and every other name
-    is listed once."""
+    client's request waited out a whole 700-entry reply, ~15 ms, during a traversal)
+    and, while work runs on a thread, hands it the GIL; a name unlinked during such a
+    turn is not listed after it, and every other name is listed once."""
     import trio
 
+    from gravfs import threadwork
     from gravfs.fs.entry import KIND_FILE, EntryInfo
     from gravfs.fuse import operations as ops_mod
+    from gravfs.fuse import spin
 
     repo, ops, ctx = _ops_in_process(tmp_path)
     n, room = 2000, 1000
@@ -1342,6 +1344,8 @@ def test_a_long_readdir_reply_lets_other_requests_run_and_stays_current(tmp_path
         return True
 
     monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply", reply)
+    handed: list = []
+    monkeypatch.setattr(spin.Activity, "hand_over", lambda self: handed.append(1))
     seen_at: list = []
 
     async def other_client(token: list, d: int) -> None:
@@ -1368,6 +1372,12 @@ def test_a_long_readdir_reply_lets_other_requests_run_and_stays_current(tmp_path
                     break
                 out += token
                 start = token[-1][1]
+            handed.clear()  # (the listings ahead above ran on threads too)
+            with threadwork.working():  # (as a worker's statfs marks itself)
+                token = []
+                await ops.readdir(fh, 0, token)
+            # one a turn (and one as the request arrives: Activity.note)
+            assert len(handed) == len(token) // ops_mod.READDIR_TURN + 1
             await ops.releasedir(fh)
             assert [name for name, _ in out] == names[:1500] + names[1501:]
             nursery.cancel_scope.cancel()
