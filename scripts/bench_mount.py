@@ -1381,6 +1381,14 @@ def bench_scale(a, base: str, n: int) -> dict:
     return out
 
 
+def waits_cells(r: dict, prefix: str) -> str:
+    """"median / p99 / max" of ``timed_requests``'s waits for gravfs and both floors."""
+    return "  ".join(
+        f"{r[p + prefix + '_wait_median_ms']:.2f} / {r[p + prefix + '_wait_p99_ms']:.1f} / "
+        f"{r[p + prefix + '_wait_max_ms']:.1f}" if p + prefix + "_wait_max_ms" in r else "-"
+        for p in ("", "floor_", "work_floor_"))
+
+
 def scale_table(rows: list[dict]) -> str:
     lines = ["entries    find/s  floor/s  ratio  known inodes  RSS start  after find  B/inode  "
              "B/inode outside caches (anon)  marginal  after drop (known), anon outside caches"]
@@ -1426,18 +1434,12 @@ def scale_table(rows: list[dict]) -> str:
                  "(median / p99 / max): gravfs  floor  lake work floor")
     for r in rows:
         if "forget_s" in r:
-            lines.append(f"{r['entries']:>9,} {r['forget_s']:>32.2f}  " + "  ".join(
-                f"{r[p + 'forget_wait_median_ms']:.2f} / {r[p + 'forget_wait_p99_ms']:.1f} / "
-                f"{r[p + 'forget_wait_max_ms']:.1f}" if p + "forget_wait_max_ms" in r else "-"
-                for p in ("", "floor_", "work_floor_")))
+            lines.append(f"{r['entries']:>9,} {r['forget_s']:>32.2f}  " + waits_cells(r, "forget"))
     lines.append("entries    another client's request during find, ms (median / p99 / max): "
                  "gravfs  floor  lake work floor")
     for r in rows:
         if "find_wait_max_ms" in r:
-            lines.append(f"{r['entries']:>9,} {'':>61}" + "  ".join(
-                f"{r[p + 'find_wait_median_ms']:.2f} / {r[p + 'find_wait_p99_ms']:.1f} / "
-                f"{r[p + 'find_wait_max_ms']:.1f}" if p + "find_wait_max_ms" in r else "-"
-                for p in ("", "floor_", "work_floor_")))
+            lines.append(f"{r['entries']:>9,} {'':>61}" + waits_cells(r, "find"))
     lines.append("entries    first pass in order, 20k dir (stats/s): gravfs  floor  ratio  "
                  "lake work floor  vs floor  gravfs vs it")
     for r in rows:
