@@ -1247,7 +1247,7 @@ def test_a_listing_ahead_nobody_used_is_not_repeated():
 
 def test_readdir_lists_the_next_batch_while_the_kernel_takes_a_reply(tmp_path, monkeypatch):
     """A reply the kernel had no room for keeps the rest of its batch and lists the next
-    one on a worker meanwhile; the readdir that reaches that batch takes it (no batch
+    one meanwhile; the readdir that reaches that batch takes it (no batch
     is listed twice), names come out once each and in order, and a readdir from an
     earlier offset or from the start does not take a batch listed for elsewhere."""
     import trio
@@ -1275,8 +1275,13 @@ def test_readdir_lists_the_next_batch_while_the_kernel_takes_a_reply(tmp_path, m
     monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply", reply)
     listed, aheads = [], []
     list_batch, list_ahead = ops._list_batch, ops._list_ahead
-    ops._list_batch = lambda tree, key, after, *limit: listed.append(after) or list_batch(
-        tree, key, after, *limit)
+
+    def counted(tree, key, after, *limit):  # a listing made (not one that would have waited)
+        batch = list_batch(tree, key, after, *limit)
+        listed.append(after)
+        return batch
+
+    ops._list_batch = counted
     ops._list_ahead = lambda h, tree, key, after: aheads.append(after) or list_ahead(h, tree, key,
                                                                                        after)
 
@@ -1308,6 +1313,71 @@ def test_readdir_lists_the_next_batch_while_the_kernel_takes_a_reply(tmp_path, m
             again = await read_from(fh, whole[100][1], calls=2)
             assert [name for name, _ in again] == names[101:101 + 2 * room]
             await ops.releasedir(fh)
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        repo.close()
+
+
+def test_a_listing_runs_on_the_loop_when_it_reads_nothing_from_the_store(tmp_path, monkeypatch):
+    """Batches of a directory are listed on the event loop's thread while everything
+    they need is at hand (a worker's trip passed the GIL back and forth with the
+    replies: a traversal ran 12% slower), and on a worker when the listing would read
+    the store (here: the branch head, its cache expired); the names are the same."""
+    import threading
+
+    import trio
+
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
+    from gravfs.fuse import operations as ops_mod
+
+    repo, ops, ctx = _ops_in_process(tmp_path)
+    n, room = 2 * ops_mod.READDIR_BATCH + 5, 300
+    e = EntryInfo(address="data/00/" + "0" * 64, size=1, mtime_ns=1, mode=0o100644, kind=KIND_FILE)
+    names = [b"f%05d" % i for i in range(n)]
+    repo.stage("main", [(b"d/" + name, e) for name in names])
+
+    def reply(token, name, attrs, off):
+        if len(token) >= room:
+            return False
+        token.append((name, off))
+        return True
+
+    monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply", reply)
+    threads: list = []
+    list_batch = ops._list_batch
+
+    def counted(tree, key, after, *limit):
+        batch = list_batch(tree, key, after, *limit)
+        threads.append(threading.get_ident())
+        return batch
+
+    ops._list_batch = counted
+    loop_thread = threading.get_ident()
+
+    async def read_all(fh: int) -> list:
+        out, start = [], 0
+        while True:
+            token: list = []
+            await ops.readdir(fh, start, token)
+            if not token:
+                return out
+            out += [name for name, _ in token]
+            start = token[-1][1]
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            ops.nursery = nursery
+            d = await _dir_d(ops)
+            fh = await ops.opendir(d, None)
+            assert await read_all(fh) == names
+            assert len(threads) == 3 and set(threads) == {loop_thread}
+            threads.clear()
+            repo.head_ttl = 0  # every listing now reads the head from the store
+            assert await read_all(fh) == names
+            assert len(threads) == 3 and loop_thread not in threads
             nursery.cancel_scope.cancel()
 
     try:
