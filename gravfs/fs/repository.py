@@ -15,7 +15,7 @@ import os
 import stat as statmod
 import time
 from dataclasses import dataclass, field, replace
-from typing import BinaryIO, Iterable, Iterator, Optional
+from typing import BinaryIO, Iterable, Iterator, Optional, Sequence
 
 from gravfs.data.external import is_external, reader_for, source_of
 from gravfs.data.objects import DataObjects, open_regular
@@ -310,27 +310,41 @@ class Repository(VersionRepository):
         key = to_key(path)
         out: list[Node] = []
         files: set[bytes] = set()
-        shadowed = 0  # files of out that a directory of out lists (dropped below)
+        dirs: set[bytes] = set()  # keys that are also listed as a directory (dropped below)
+        shadowed = 0  # files of out that a directory of out lists
+        foreign = False  # any name another writer made (checked for shadowing below)
         with self.staging.read_txn() as txn:
             lay = self.layers(ref, txn)
             prefix = self._listed_prefix(lay, txn, key, ref)
             for name, item in lay.list_dir(prefix, start_after):
-                had = len(out)
-                if item is None:
-                    self._list_subdir(lay, txn, prefix, name, start_after, out)
+                if item is not None:
+                    n = node_from_item(item[0], item[2], name)
+                    out.append(n)
+                    if n.kind != "dir":  # most entries: one file, its name's check known
+                        files.add(n.key)
+                        foreign = foreign or n._foreign is not None
+                        new: Sequence[Node] = ()
+                    else:
+                        new = (n,)
                 else:
-                    out.append(node_from_item(item[0], item[2], name))
-                for n in out[had:]:
+                    had = len(out)
+                    self._list_subdir(lay, txn, prefix, name, start_after, out)
+                    new = out[had:]
+                for n in new:
+                    foreign = foreign or n.foreign is not None
                     if n.kind != "dir":
                         files.add(n.key)
-                    elif n.key.endswith(b"/") and n.key[:-1] in files:
-                        shadowed += 1
+                    elif n.key.endswith(b"/"):
+                        dirs.add(n.key[:-1])
+                        if n.key[:-1] in files:
+                            shadowed += 1
                 # a full page of what is returned: a reader takes a shorter one for the
                 # end (the mount listed 511 of 1,000 names with one such pair in them)
                 if limit is not None and len(out) - shadowed >= limit:
                     break
-            out = [_mark_shadowed(lay, txn, self, prefix, n) if n.foreign else n for n in out]
-        dirs = {n.key[:-1] for n in out if n.kind == "dir" and n.key.endswith(b"/")}
+            if foreign:
+                out = [_mark_shadowed(lay, txn, self, prefix, n) if n.foreign else n
+                       for n in out]
         if dirs:
             out = [n for n in out if n.kind == "dir" or n.key not in dirs]
         return out
