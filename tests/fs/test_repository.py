@@ -913,6 +913,33 @@ def test_a_listing_page_is_full_where_a_name_is_both_file_and_directory(repo):
     assert [x.kind for x in page[3:6]] == ["dir", "file", "dir"]
 
 
+def test_a_listing_that_finds_names_makes_no_separate_check_that_the_directory_exists(
+        repo, monkeypatch):
+    """The check (a seek that decoded a data block of its own, ~40% of a short
+    listing) is made only when the listing comes back empty: to tell an empty
+    directory from a missing one, a file, or a foreign name's directory."""
+    from gravfs.errors import GravfsError, NotFoundError
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
+    from gravfs.version.staging.branchview import BranchLayers
+
+    a, n = repo.data.put_bytes(b"x")
+    e = EntryInfo(address=a, size=n, mtime_ns=1, kind=KIND_FILE)
+    repo.stage("main", [(b"d/%02d" % i, e) for i in range(5)] + [(b"f", e)])
+    repo.mkdir("main", "empty")
+    checks: list = []
+    first_under = BranchLayers.first_under
+    monkeypatch.setattr(BranchLayers, "first_under",
+                        lambda self, prefix: checks.append(prefix) or first_under(self, prefix))
+    assert [x.fs_name for x in repo.list_dir("main", "d", b"01", 2)] == [b"02", b"03"]
+    assert checks == []
+    assert repo.list_dir("main", "d", b"04") == []  # past the end: checked, still a directory
+    assert repo.list_dir("main", "empty") == [] and checks == [b"d/", b"empty/"]
+    with pytest.raises(NotFoundError):
+        repo.list_dir("main", "nothing")
+    with pytest.raises(GravfsError, match="not a directory"):
+        repo.list_dir("main", "f")
+
+
 
 def test_write_file_of_a_fifo_fails_at_once_naming_it(repo, tmp_path):
     """A FIFO where a file was (gravfs put checks the path, then a FIFO replaces it):
