@@ -965,8 +965,8 @@ class GravfsOperations(pyfuse3.Operations):
         inode and a dentry per entry) instead of following it. On the loop's thread,
         once the requests already waiting had their turn, when it reads nothing from
         the store (_at_hand): on a worker it passed the GIL back and forth with the
-        replies, and a traversal ran 8-13% slower. (A listing a reply waits for stays on
-        a worker: on the loop, other clients' requests waited 30% longer.)"""
+        replies, and a traversal ran 8-13% slower. (A later batch a reply waits for stays
+        on a worker: on the loop, other clients' requests waited 30% longer.)"""
         nursery = self.nursery
         if nursery is None or h.ahead is not None:
             return
