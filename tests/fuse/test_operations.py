@@ -1265,14 +1265,7 @@ def test_readdir_lists_the_next_batch_while_the_kernel_takes_a_reply(tmp_path, m
     names = [b"f%05d" % i for i in range(n)]
     ops = ops_mod.GravfsOperations(repo, MountOptions())
     room = 300  # entries the "kernel" takes per readdir: less than a batch
-
-    def reply(token, name, attrs, off):
-        if len(token) >= room:
-            return False
-        token.append((name, off))
-        return True
-
-    monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply", reply)
+    monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply", _kernel_reply(room))
     listed, aheads = [], []
     list_batch, list_ahead = ops._list_batch, ops._list_ahead
 
@@ -1285,17 +1278,6 @@ def test_readdir_lists_the_next_batch_while_the_kernel_takes_a_reply(tmp_path, m
     ops._list_ahead = lambda h, tree, key, after: aheads.append(after) or list_ahead(h, tree, key,
                                                                                        after)
 
-    async def read_from(fh: int, start: int, calls: int = 0) -> list:
-        out = []
-        while calls == 0 or len(out) < calls * room:
-            token: list = []
-            await ops.readdir(fh, start, token)
-            if not token:
-                break
-            out += token
-            start = token[-1][1]
-        return out
-
     async def main():
         async with trio.open_nursery() as nursery:
             ops.nursery = nursery
@@ -1303,14 +1285,14 @@ def test_readdir_lists_the_next_batch_while_the_kernel_takes_a_reply(tmp_path, m
             d = await ops.lookup(d.st_ino, b"main")
             d = await ops.lookup(d.st_ino, b"d")
             fh = await ops.opendir(d.st_ino, None)
-            whole = await read_from(fh, 0)
+            whole = await _read_dir(ops, fh)
             assert [name for name, _ in whole] == names
             # four batches, each listed once (the end is known without a fifth listing)
             assert len(set(aheads)) == 3 and len(listed) == len(set(listed)) == 4
             # back to the 101st name, with a batch listed ahead for elsewhere
-            part = await read_from(fh, 0, calls=1)
+            part = await _read_dir(ops, fh, replies=1)
             assert [name for name, _ in part] == names[:room] and ops.dirs[fh].ahead is not None
-            again = await read_from(fh, whole[100][1], calls=2)
+            again = await _read_dir(ops, fh, whole[100][1], replies=2)
             assert [name for name, _ in again] == names[101:101 + 2 * room]
             await ops.releasedir(fh)
             nursery.cancel_scope.cancel()
@@ -1342,13 +1324,7 @@ def test_a_first_and_an_ahead_listing_run_on_the_loop_when_they_read_nothing_fro
     names = [b"f%05d" % i for i in range(n)]
     repo.stage("main", [(b"d/" + name, e) for name in names])
 
-    def reply(token, name, attrs, off):
-        if len(token) >= room:
-            return False
-        token.append((name, off))
-        return True
-
-    monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply", reply)
+    monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply", _kernel_reply(room))
     threads: list = []
     list_batch = ops._list_batch
 
@@ -1360,29 +1336,19 @@ def test_a_first_and_an_ahead_listing_run_on_the_loop_when_they_read_nothing_fro
     ops._list_batch = counted
     loop_thread = threading.get_ident()
 
-    async def read_all(fh: int) -> list:
-        out, start = [], 0
-        while True:
-            token: list = []
-            await ops.readdir(fh, start, token)
-            if not token:
-                return out
-            out += [name for name, _ in token]
-            start = token[-1][1]
-
     async def main():
         async with trio.open_nursery() as nursery:
             ops.nursery = nursery
             d = await _dir_d(ops)
             fh = await ops.opendir(d, None)
-            assert await read_all(fh) == names
+            assert [name for name, _ in await _read_dir(ops, fh)] == names
             # the first reply takes the first batch (the loop), then the second (a
             # worker: the reply waits for it), and lists the third ahead (the loop)
             assert len(threads) == 3 and threads[1] != loop_thread
             assert threads[0] == threads[2] == loop_thread
             threads.clear()
             repo.head_ttl = 0  # every listing now reads the head from the store
-            assert await read_all(fh) == names
+            assert [name for name, _ in await _read_dir(ops, fh)] == names
             assert len(threads) == 3 and loop_thread not in threads
             nursery.cancel_scope.cancel()
 
@@ -1440,14 +1406,7 @@ def test_a_long_readdir_reply_lets_other_requests_run_and_stays_current(tmp_path
             await ops.readdir(fh, 0, token)
             # the other task ran inside the reply, and the reply stopped at that turn
             assert seen_at and 10 <= seen_at[0] < room and len(token) == seen_at[0]
-            out, start = list(token), token[-1][1]
-            while True:
-                token = []
-                await ops.readdir(fh, start, token)
-                if not token:
-                    break
-                out += token
-                start = token[-1][1]
+            out = token + await _read_dir(ops, fh, token[-1][1])
             handed.clear()  # (the listings ahead above ran on threads too)
             with threadwork.working():  # (as a worker's statfs marks itself)
                 token = []
@@ -1698,6 +1657,34 @@ def _ops_in_process(tmp_path):
     os.makedirs(ops.local.directory)
     ctx = types.SimpleNamespace(uid=os.getuid(), gid=os.getgid(), pid=os.getpid(), umask=0o22)
     return repo, ops, ctx
+
+
+def _kernel_reply(room: int):
+    """A fake pyfuse3.readdir_reply: a kernel with room for ``room`` entries a READDIR
+    (the token is a list of (name, offset))."""
+    def reply(token, name, attrs, off):
+        if len(token) >= room:
+            return False
+        token.append((name, off))
+        return True
+
+    return reply
+
+
+async def _read_dir(ops, fh: int, start: int = 0, replies: int = 0) -> list:
+    """(name, offset) of the READDIRs from offset ``start`` on, until one comes back
+    empty (or after ``replies`` of them)."""
+    out: list = []
+    n = 0
+    while replies == 0 or n < replies:
+        token: list = []
+        await ops.readdir(fh, start, token)
+        if not token:
+            break
+        out += token
+        start = token[-1][1]
+        n += 1
+    return out
 
 
 async def _dir_d(ops) -> int:
