@@ -7,7 +7,7 @@
                                       s3-get-floor]
                            [--big-mb M] [--creates N] [--list-entries N] [--stats N] [--no-spark]
                            [--only read,write,stat,create,ls,spark,requests,scale] [--slow-once]
-                           [--scale 1000000[,10000000]]
+                           [--scale 1000000[,10000000][,200000/8]]
 
 Targets (all measured in the same run, taking turns: run 1 of each, then run 2 of
 each, so ratios share the machine's state even while its speed drifts):
@@ -64,13 +64,16 @@ operation's time goes beyond the floor's. The counting's clock reads are in thes
 figures, not in the timed groups'.
 
 The scale section (``--scale N,...``; alone with ``--only scale``) builds a branch of
-N entries and measures ``find``, cold random stats, ``ls -l`` of a 20k-entry
-directory and the first pass in order over its files on gravfs, on the floor with a
+N entries and measures ``find``, cold random stats, ``ls -l`` of its largest directory
+and the first pass in order over 20k of its files on gravfs, on the floor with a
 synthetic tree of the same shape (``--lake``), and on the lake work floor
 (``--lake-db``: the branch's own range SSTs read by RocksDB's reader), with the
 daemon's memory per inode the kernel knows. Cold stats are the median of three fresh
 mounts, and gravfs's are also taken without its range warm-up (``-o warm_ranges=0``),
 and both again on mounts left idle for SCALE_SETTLE_S before the caches are dropped.
+``N/K`` puts K files in a day directory instead of 20k (``200000/8``: a lake partitioned
+into small directories, where each directory's own cost counts; the largest directory
+is then the one holding the days).
 After ``find`` the kernel is told to forget the inodes it took in, and a request timed
 every 5 ms meanwhile shows how long the daemon's forgetting holds the others (on gravfs
 until its inode table is empty, on the floors for as long as that took).
@@ -99,6 +102,7 @@ from collections.abc import Callable, Iterator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))  # bench_repo's branches (scale section)
 MiB = 1 << 20
 
 
@@ -1076,10 +1080,10 @@ def bench_s3_floor(a, server, big_local: str, out: dict) -> Iterator[None]:
 
 # -- scale: a branch of N entries -----------------------------------------------------------
 
-def find_files(top: str) -> tuple[float, int]:
-    """(seconds, files) of ``find TOP -type f``."""
+def find_files(*tops: str) -> tuple[float, int]:
+    """(seconds, files) of ``find TOP... -type f``."""
     t = time.perf_counter()
-    res = subprocess.run(["find", top, "-type", "f"], capture_output=True, check=True)
+    res = subprocess.run(["find", *tops, "-type", "f"], capture_output=True, check=True)
     return time.perf_counter() - t, res.stdout.count(b"\n")
 
 
@@ -1151,11 +1155,11 @@ SCALE_COLD_RUNS = 3  # fresh mounts of those cold stats (the median is quoted)
 SCALE_SETTLE_S = 3.0  # a mount's idle time before its "settled" cold stats
 
 
-def scale_sample(n: int) -> list[str]:
-    """Relative paths of random files of bench_repo.build_branch's n-entry tree (the
-    floor's --lake tree has the same names)."""
+def scale_sample(n: int, k: int) -> list[str]:
+    """Relative paths of random files of bench_repo.build_branch's n-entry tree of k files
+    a day (the floor's --lake tree has the same names)."""
     from bench_repo import key
-    return [key(i).decode() for i in random.Random(n).sample(range(n), min(n, SCALE_STATS))]
+    return [key(i, k).decode() for i in random.Random(n).sample(range(n), min(n, SCALE_STATS))]
 
 
 def disk_random_reads(directory: str, count: int = SCALE_STATS, size: int = 4096) -> float:
@@ -1183,13 +1187,27 @@ def disk_random_reads(directory: str, count: int = SCALE_STATS, size: int = 4096
             os.close(fd)
 
 
-def day_files(n: int) -> tuple[str, list[str]]:
-    """The middle day directory of bench_repo.build_branch's n-entry tree, and its
-    files' relative paths in name order (the floor's --lake tree has the same names)."""
+SCALE_IN_ORDER = 20000  # files of the first pass in order (a day directory's, by default)
+
+
+def in_order_files(n: int, k: int) -> list[str]:
+    """Relative paths, in name order, of SCALE_IN_ORDER files from the middle of
+    bench_repo.build_branch's n-entry tree of k files a day, starting a day: with 20k a
+    day, one whole day directory (the floor's --lake tree has the same names)."""
     from bench_repo import key
-    first = max(0, n - 1) // 20000 // 2 * 20000
-    files = [key(i).decode() for i in range(first, min(n, first + 20000))]
-    return files[0].rpartition("/")[0], files
+    first = max(0, n - SCALE_IN_ORDER) // 2 // k * k
+    return [key(i, k).decode() for i in range(first, min(n, first + SCALE_IN_ORDER))]
+
+
+def largest_dir(n: int, k: int) -> tuple[str, int]:
+    """(relative path, entries) of the tree's largest directory: a day in the middle, or
+    the directory of the days when there are more days than files a day."""
+    from bench_repo import key
+    days = -(-n // k)
+    if days > k:
+        return key(0, k).decode().split("/day=")[0], days
+    middle = max(0, n - 1) // k // 2 * k
+    return key(middle, k).decode().rpartition("/")[0], min(k, n - middle)
 
 
 @contextlib.contextmanager
@@ -1201,24 +1219,25 @@ def fresh_mount(mount, umount) -> Iterator[None]:
         umount()
 
 
-def cold_probes(top: str, n: int, mount, umount) -> dict:
-    """Random first-pass stats and ``ls -l`` of one 20k-entry day directory, each on a
-    fresh mount after the page cache and dentries are dropped; and the first pass in
-    order over that directory's files on a fresh mount with the page cache kept (the
-    stat group's first pass at this scale: what the mount's own work costs a name)."""
+def cold_probes(top: str, n: int, k: int, mount, umount) -> dict:
+    """Random first-pass stats and ``ls -l`` of the largest directory (``ls_l_day_s``:
+    a 20k-entry day directory by default), each on a fresh mount after the page cache
+    and dentries are dropped; and the first pass in order over 20k files on a fresh
+    mount with the page cache kept (the stat group's first pass at this scale: what the
+    mount's own work costs a name)."""
     out = {}
-    day, files = day_files(n)
     with fresh_mount(mount, umount):
-        out["first_stat_per_s"] = stat_rate([os.path.join(top, p) for p in files])
-    out["cold_stat_runs"] = cold_stat_runs(top, n, mount, umount)
+        out["first_stat_per_s"] = stat_rate([os.path.join(top, p) for p in in_order_files(n, k)])
+    out["cold_stat_runs"] = cold_stat_runs(top, n, k, mount, umount)
     out["cold_stat_per_s"] = statistics.median(out["cold_stat_runs"])
+    listed, out["ls_l_entries"] = largest_dir(n, k)
     with fresh_mount(mount, umount):
         drop_caches()
-        out["ls_l_day_s"] = ls_l_seconds(os.path.join(top, day))
+        out["ls_l_day_s"] = ls_l_seconds(os.path.join(top, listed))
     return out
 
 
-def cold_stat_runs(top: str, n: int, mount, umount, settle: float = 0.0) -> list[float]:
+def cold_stat_runs(top: str, n: int, k: int, mount, umount, settle: float = 0.0) -> list[float]:
     """Random first-pass stats a second, each run on a fresh mount right after the page
     cache and dentries are dropped: at once (what the daemon does in the background
     then, its range warm-up, races with the stats as it would with a user's), or after
@@ -1228,7 +1247,7 @@ def cold_stat_runs(top: str, n: int, mount, umount, settle: float = 0.0) -> list
         with fresh_mount(mount, umount):
             time.sleep(settle)
             drop_caches()
-            rates.append(stat_rate([os.path.join(top, p) for p in scale_sample(n)]))
+            rates.append(stat_rate([os.path.join(top, p) for p in scale_sample(n, k)]))
     return rates
 
 
@@ -1251,13 +1270,11 @@ def marginal_memory(top: str, mnt: str, mount, umount) -> dict:
             m = daemon_memory(mnt)
             return m["inodes"], m["outside"]
         events = os.path.join(top, "tables", "events")
-        days = sorted(os.listdir(events))
+        days = [os.path.join(events, d) for d in sorted(os.listdir(events))]
         half = len(days) // 2
-        for d in days[:half]:
-            find_files(os.path.join(events, d))
+        find_files(*days[:half])
         i1, b1 = sample()
-        for d in days[half:]:
-            find_files(os.path.join(events, d))
+        find_files(*days[half:])
         i2, b2 = sample()
     return {"marginal_inodes": i2 - i1, "rss_per_inode_marginal": (b2 - b1) / max(1, i2 - i1)}
 
@@ -1283,11 +1300,11 @@ def lake_db(store: str, state: str, dest: str) -> None:
         db.close()
 
 
-def floor_scale(base: str, name: str, n: int, lake: list[str], forget_s: float) -> dict:
+def floor_scale(base: str, name: str, n: int, k: int, lake: list[str], forget_s: float) -> dict:
     """find (rate, files), the forget after it (timed for ``forget_s``: gravfs's
     forgetting of the same tree), cold stats and ls -l of a day directory on a floor
     whose lake the arguments ``lake`` give (fuse_floor.py --lake N or --lake-db DIR)."""
-    fl = Floor(os.path.join(base, f"{name}-scale{n}"), argparse.Namespace(stats=0, list_entries=0, big_mb=1))
+    fl = Floor(os.path.join(base, f"{name}-scale{n}-{k}"), argparse.Namespace(stats=0, list_entries=0, big_mb=1))
     fl.args += lake
     with fresh_mount(fl.mount, fl.umount):
         waits: dict = {}
@@ -1295,25 +1312,25 @@ def floor_scale(base: str, name: str, n: int, lake: list[str], forget_s: float) 
             seconds, files = find_files(os.path.join(fl.mnt, "tables"))
         stalls = forget_stalls(fl.mnt, lambda: True, forget_s)
     return {"find_s": seconds, "find_files": files, "find_rate": files / seconds, **waits, **stalls,
-            **cold_probes(fl.mnt, n, fl.mount, fl.umount)}
+            **cold_probes(fl.mnt, n, k, fl.mount, fl.umount)}
 
 
-def bench_scale(a, base: str, n: int) -> dict:
-    """A branch of n entries (bench_repo.build_branch: 20k files per day directory) on a
+def bench_scale(a, base: str, n: int, k: int) -> dict:
+    """A branch of n entries (bench_repo.build_branch: k files per day directory) on a
     local store: ``find``, random cold stats and ``ls -l`` of a day directory against
     the floor on the same shape and against the lake work floor on the same records
     (``fuse_floor.py --lake-db``), and the daemon's memory per inode the kernel knows,
     before and after the kernel forgets them (with the part its bounded caches hold)."""
     from bench_repo import build_branch
     from gravfs.fs.repository import Repository
-    out: dict = {"entries": n}
-    root = os.path.join(base, f"scale{n}")
+    out: dict = {"entries": n, "day_files": k}
+    root = os.path.join(base, f"scale{n}-{k}")
     g = Gravfs("gravfs-local", os.path.join(root, "store"), root, {})
     repo = Repository.init(g.store, g.state)
     try:
         t = time.perf_counter()
         addr, _ = repo.data.put_bytes(b"x")
-        build_branch(repo, n, addr)
+        build_branch(repo, n, addr, k)
         out["build_s"] = time.perf_counter() - t
     finally:
         repo.close()
@@ -1348,22 +1365,22 @@ def bench_scale(a, base: str, n: int) -> dict:
         out["daemon_cpu_s"] = g.daemon_cpu()
     finally:
         g.umount()
-    out.update(cold_probes(top, n, g.mount, g.umount))
+    out.update(cold_probes(top, n, k, g.mount, g.umount))
     cold = Gravfs("gravfs-local", g.store, root, {}, ("warm_ranges=0",))  # no range warm-up
     for key, target, settle in (("cold_stat_nowarm", cold, 0.0),
                                 ("cold_stat_settled", g, SCALE_SETTLE_S),
                                 ("cold_stat_settled_nowarm", cold, SCALE_SETTLE_S)):
-        out[f"{key}_runs"] = cold_stat_runs(top, n, target.mount, target.umount, settle)
+        out[f"{key}_runs"] = cold_stat_runs(top, n, k, target.mount, target.umount, settle)
         out[f"{key}_per_s"] = statistics.median(out[f"{key}_runs"])
     out.update(marginal_memory(top, g.mnt, g.mount, g.umount))
     out["disk_random_read_per_s"] = disk_random_reads(os.path.join(g.store, "_gravfs", "ranges"))
-    db = os.path.join(base, f"lake-db{n}")
+    db = os.path.join(base, f"lake-db{n}-{k}")
     lake_db(g.store, g.state, db)
     shutil.rmtree(root, ignore_errors=True)
-    for prefix, name, lake in (("floor", "floor", ["--lake", str(n)]),
+    for prefix, name, lake in (("floor", "floor", ["--lake", str(n), "--lake-day-files", str(k)]),
                                ("work_floor", "workfloor", ["--lake-db", db])):
-        out.update({f"{prefix}_{k}": v for k, v in
-                    floor_scale(base, name, n, lake, out.get("forget_s", 0.0)).items()})
+        out.update({f"{prefix}_{key}": v for key, v in
+                    floor_scale(base, name, n, k, lake, out.get("forget_s", 0.0)).items()})
     shutil.rmtree(db, ignore_errors=True)
     if out["work_floor_find_files"] != files:
         raise SystemExit(f"the lake work floor found {out['work_floor_find_files']:,} files, "
@@ -1389,67 +1406,91 @@ def waits_cells(r: dict, prefix: str) -> str:
         for p in ("", "floor_", "work_floor_"))
 
 
+def scale_label(r: dict) -> str:
+    """A row's shape: its entries, and its files a day when not the default 20k."""
+    k = r.get("day_files", 20000)
+    return f"{r['entries']:,}" + ("" if k == 20000 else f"/{k:,}")
+
+
 def scale_table(rows: list[dict]) -> str:
-    lines = ["entries    find/s  floor/s  ratio  known inodes  RSS start  after find  B/inode  "
+    lines = ["entries      find/s  floor/s  ratio  known inodes  RSS start  after find  B/inode  "
              "B/inode outside caches (anon)  marginal  after drop (known), anon outside caches"]
     for r in rows:
         lines.append(
-            f"{r['entries']:>9,} {r['find_rate']:>8,.0f} {r['floor_find_rate']:>8,.0f} "
+            f"{scale_label(r):>11} {r['find_rate']:>8,.0f} {r['floor_find_rate']:>8,.0f} "
             f"{r['find_vs_floor']:>5.2f}x {r['known_inodes']:>12,} {r['rss_start'] / MiB:>7.0f} MB "
             f"{r['rss_after_find'] / MiB:>8.0f} MB {r['rss_per_inode']:>8.0f} "
             f"{r['rss_per_inode_outside_caches']:>30.0f}  "
             f"{r.get('rss_per_inode_marginal', float('nan')):>8.0f}  "
             f"{r.get('rss_after_drop', 0) / MiB:>8.0f} MB ({r.get('known_after_drop', '-')}), "
             f"{r.get('rss_after_drop_outside_caches', 0) / MiB:.0f} MB")
-    lines.append("entries    lake work floor: find/s  vs floor  gravfs vs it  cold stats/s  vs floor  "
-                 "ls -l 20k dir s")
+    lines.append("entries      lake work floor: find/s  vs floor  gravfs vs it  cold stats/s  vs floor  "
+                 "ls -l largest dir s")
     for r in rows:
         if "work_floor_find_rate" in r:
             lines.append(
-                f"{r['entries']:>9,} {r['work_floor_find_rate']:>24,.0f} "
+                f"{scale_label(r):>11} {r['work_floor_find_rate']:>24,.0f} "
                 f"{r['work_floor_find_vs_floor']:>8.2f}x {r['find_vs_work_floor']:>11.2f}x "
                 f"{r['work_floor_cold_stat_per_s']:>13,.0f} {r['work_floor_cold_stat_vs_floor']:>8.2f}x "
                 f"{r['work_floor_ls_l_day_s']:>15.2f}")
-    lines.append("entries    mount s  cold stats/s (no warm-up)  floor/s  ratio  disk 4K reads/s  "
-                 "ls -l 20k dir s  floor s  time ratio  metadata cache after find / budget")
+    lines.append("entries      mount s  cold stats/s (no warm-up)  floor/s  ratio  disk 4K reads/s  "
+                 "ls -l largest dir s  floor s  time ratio  metadata cache after find / budget")
     for r in rows:
         disk = r.get("disk_random_read_per_s")
         nowarm = r.get("cold_stat_nowarm_per_s")
         lines.append(
-            f"{r['entries']:>9,} {r['mount_s']:>8.2f} {r['cold_stat_per_s']:>13,.0f} "
+            f"{scale_label(r):>11} {r['mount_s']:>8.2f} {r['cold_stat_per_s']:>13,.0f} "
             f"{'(-)' if nowarm is None else f'({nowarm:,.0f})':>11} "
             f"{r['floor_cold_stat_per_s']:>8,.0f} {r['cold_stat_vs_floor']:>5.2f}x "
             f"{'-' if disk is None else format(disk, ',.0f'):>16} "
             f"{r['ls_l_day_s']:>16.2f} {r['floor_ls_l_day_s']:>8.2f} {r['ls_l_day_vs_floor']:>10.2f}x  "
             f"{r['caches_after_find'] / MiB:.0f} / {r['cache_capacity'] / MiB:.0f} MB")
-    lines.append(f"entries    cold stats/s after {SCALE_SETTLE_S:.0f} s idle: gravfs  "
+    lines.append(f"entries      cold stats/s after {SCALE_SETTLE_S:.0f} s idle: gravfs  "
                  "without its range warm-up  ratio")
     for r in rows:
         if "cold_stat_settled_per_s" in r:
             lines.append(
-                f"{r['entries']:>9,} {r['cold_stat_settled_per_s']:>35,.0f} "
+                f"{scale_label(r):>11} {r['cold_stat_settled_per_s']:>35,.0f} "
                 f"{r['cold_stat_settled_nowarm_per_s']:>25,.0f} "
                 f"{r['cold_stat_settled_per_s'] / r['cold_stat_settled_nowarm_per_s']:>5.2f}x")
-    lines.append("entries    the kernel forgets after find: s  a request's wait meanwhile, ms "
+    lines.append("entries      the kernel forgets after find: s  a request's wait meanwhile, ms "
                  "(median / p99 / max): gravfs  floor  lake work floor")
     for r in rows:
         if "forget_s" in r:
-            lines.append(f"{r['entries']:>9,} {r['forget_s']:>32.2f}  " + waits_cells(r, "forget"))
-    lines.append("entries    another client's request during find, ms (median / p99 / max): "
+            lines.append(f"{scale_label(r):>11} {r['forget_s']:>32.2f}  " + waits_cells(r, "forget"))
+    lines.append("entries      another client's request during find, ms (median / p99 / max): "
                  "gravfs  floor  lake work floor")
     for r in rows:
         if "find_wait_max_ms" in r:
-            lines.append(f"{r['entries']:>9,} {'':>61}" + waits_cells(r, "find"))
-    lines.append("entries    first pass in order, 20k dir (stats/s): gravfs  floor  ratio  "
+            lines.append(f"{scale_label(r):>11} {'':>61}" + waits_cells(r, "find"))
+    lines.append("entries      first pass in order, 20k files (stats/s): gravfs  floor  ratio  "
                  "lake work floor  vs floor  gravfs vs it")
     for r in rows:
         if "first_stat_per_s" in r:
             lines.append(
-                f"{r['entries']:>9,} {r['first_stat_per_s']:>46,.0f} "
+                f"{scale_label(r):>11} {r['first_stat_per_s']:>46,.0f} "
                 f"{r['floor_first_stat_per_s']:>6,.0f} {r['first_stat_vs_floor']:>5.2f}x "
                 f"{r['work_floor_first_stat_per_s']:>16,.0f} "
                 f"{r['work_floor_first_stat_vs_floor']:>8.2f}x {r['first_stat_vs_work_floor']:>12.2f}x")
     return "\n".join(lines)
+
+
+def parse_scale(text: str) -> list[tuple[int, int]]:
+    """``--scale``'s "N[/K],...": (entries, files a day directory) of each branch."""
+    from bench_repo import DAY_FILES, MAX_DAYS
+    shapes = []
+    for item in filter(None, text.split(",")):
+        n, _, k = item.partition("/")
+        try:
+            shape = int(n), int(k) if k else DAY_FILES
+        except ValueError:
+            raise ValueError(f"{item!r} is not N or N/K (entries, files a day)") from None
+        if min(shape) < 1:
+            raise ValueError(f"{item!r}: entries and files a day of at least 1")
+        if -(-shape[0] // shape[1]) > MAX_DAYS:
+            raise ValueError(f"{item!r}: more than {MAX_DAYS:,} day directories")
+        shapes.append(shape)
+    return shapes
 
 
 def main() -> int:
@@ -1480,11 +1521,9 @@ def main() -> int:
         ap.error(f"--only: unknown group(s) {', '.join(sorted(unknown))} "
                  f"(known: {', '.join(sorted(GROUPS))})")
     try:
-        a.scale = [int(x) for x in a.scale.split(",") if x]
-    except ValueError:
-        ap.error(f"--scale: comma-separated entry counts (got {a.scale!r})")
-    if any(n < 1 for n in a.scale):
-        ap.error(f"--scale: entry counts of at least 1 (got {a.scale})")
+        a.scale = parse_scale(a.scale)
+    except ValueError as exc:
+        ap.error(f"--scale: {exc}")
     if "scale" in a.only and not a.scale:  # it would measure nothing
         ap.error("--only scale needs --scale N[,N...]")
     a.runs = a.runs or (1 if q else 3)
@@ -1516,11 +1555,10 @@ def main() -> int:
     floors: dict[str, Floor] = {}  # a floor's failure must not stop the others (take_turns)
     try:
         if a.scale:
-            sys.path.insert(0, os.path.join(ROOT, "scripts"))
             rows = results["scale"] = []
-            for n in a.scale:
-                print(f"scale {n:,} ...", flush=True)
-                rows.append(bench_scale(a, base, n))
+            for n, k in a.scale:
+                print(f"scale {n:,} ({k:,} files a day) ...", flush=True)
+                rows.append(bench_scale(a, base, n, k))
                 print(scale_table(rows[-1:]), flush=True)
             if a.only == ["scale"]:
                 targets, use_spark = [], False

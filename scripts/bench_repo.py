@@ -34,9 +34,13 @@ from gravfs.version.compaction import compact  # noqa: E402
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "results")
 
 
-def key(i: int) -> bytes:
-    """Data-lake style path; increasing with i (20k files per day partition)."""
-    return b"tables/events/day=%05d/part-%08d.parquet" % (i // 20000, i)
+DAY_FILES = 20000  # files per day partition of the default shape
+MAX_DAYS = 100000  # day=%05d: more days would break the keys' order
+
+
+def key(i: int, day_files: int = DAY_FILES) -> bytes:
+    """Data-lake style path; increasing with i (``day_files`` files per day partition)."""
+    return b"tables/events/day=%05d/part-%08d.parquet" % (i // day_files, i)
 
 
 def value_for(i: int, addr: str) -> bytes:
@@ -72,13 +76,16 @@ def fresh_repo(root: str, url: str | None = None) -> Repository:
     return Repository.init(store, os.path.join(root, "state"))
 
 
-def build_branch(repo: Repository, n: int, addr: str) -> str:
+def build_branch(repo: Repository, n: int, addr: str, day_files: int = DAY_FILES) -> str:
     """A committed n-entry main branch, written directly as a tree (setup, not measured)."""
+    if -(-n // day_files) > MAX_DAYS:
+        raise ValueError(f"{n:,} entries at {day_files:,} a day need more than {MAX_DAYS:,} days")
+
     def records():
         for i in range(n):
             data = encode_entry(EntryInfo(address=addr, size=1000 + i % 977,
                                           mtime_ns=1_700_000_000_000_000_000 + i))
-            yield key(i), entry_identity(data), data
+            yield key(i, day_files), entry_identity(data), data
     mr = repo.committed.write_metarange(records())
     head = repo.commits.get(repo.head("main"))
     c = repo.commits.put(Commit(mr, (head.id,), f"{n} entries", "bench", time.time_ns(), 1, {}))

@@ -93,7 +93,7 @@ class _Node:
 class FloorFS(pyfuse3.Operations):
     enable_writeback_cache = False
 
-    def __init__(self, small: int, many: int, big_mb: int, lake: int = 0):
+    def __init__(self, small: int, many: int, big_mb: int, lake: int = 0, day_files: int = 20000):
         super().__init__()
         self.nodes: dict[int, _Node] = {}
         self.last_ino = pyfuse3.ROOT_INODE
@@ -104,13 +104,13 @@ class FloorFS(pyfuse3.Operations):
                 f = self._add(d, b"f%06d" % i, stat.S_IFREG | 0o644, size=100)
                 f.data = b"x" * 100
         self._add(self.root, b"big", stat.S_IFREG | 0o644, size=big_mb * MiB)
-        if lake:  # bench_repo.build_branch's shape: tables/events/day=D/part-I.parquet, 20k a day
+        if lake:  # bench_repo.build_branch's shape: tables/events/day=D/part-I.parquet
             t = self._add(self._add(self.root, b"tables", stat.S_IFDIR | 0o755), b"events",
                           stat.S_IFDIR | 0o755)
             day = None
             for i in range(lake):
-                if i % 20000 == 0:
-                    day = self._add(t, b"day=%05d" % (i // 20000), stat.S_IFDIR | 0o755)
+                if i % day_files == 0:
+                    day = self._add(t, b"day=%05d" % (i // day_files), stat.S_IFDIR | 0o755)
                 self._add(day, b"part-%08d.parquet" % i, stat.S_IFREG | 0o644, size=1000 + i % 977)
         self.block = os.urandom(MiB)
         self.fhs: dict[int, _Node] = {}
@@ -716,6 +716,8 @@ def main() -> None:
     ap.add_argument("--big-mb", type=int, default=1024)
     ap.add_argument("--lake", type=int, default=0,
                     help="also tables/events/day=*/part-*.parquet: N files as bench_repo.build_branch")
+    ap.add_argument("--lake-day-files", type=int, default=20000, metavar="K",
+                    help="with --lake: K files a day directory (build_branch's day_files)")
     ap.add_argument("--lake-db", metavar="DIR",
                     help="the lake work floor: the lake is the branch whose records this "
                          "RocksDB holds (its range SSTs ingested)")
@@ -740,6 +742,8 @@ def main() -> None:
     s3 = (a.big_s3_endpoint, a.big_s3_bucket, a.big_s3_key)
     if a.objects and not a.work:
         ap.error("--objects goes with --work and the --big-s3-* options")
+    if a.lake_day_files < 1:
+        ap.error(f"--lake-day-files: at least 1 (got {a.lake_day_files})")
     if a.lake_db:
         if a.work or a.lake:
             ap.error("--lake-db goes without --work and --lake")
@@ -771,7 +775,7 @@ def main() -> None:
         fs = WorkFloorFS(a.small, a.many, a.big_mb, a.lake, a.work, a.big_file, a.big_sha256,
                          s3 if all(s3) else None, objects)
     else:
-        fs = FloorFS(a.small, a.many, a.big_mb, a.lake)
+        fs = FloorFS(a.small, a.many, a.big_mb, a.lake, a.lake_day_files)
     options = {"fsname=fusefloor", "subtype=fusefloor"} | {o for o in a.options.split(",") if o}
     counts = count_requests(fs) if a.count else None
     try:

@@ -97,3 +97,52 @@ def test_bench_mount_reads_the_daemons_request_table(gravfs_mount, tmp_path):
     assert profile["op_us"] == 2000
     assert profile["requests"]["create"] == 0.5
     assert profile["handler_us"]["create"] == pytest.approx(counts["create"][1] / 2 * 1e6)
+
+
+def test_scale_shapes_are_parsed_with_their_files_a_day():
+    bench = _bench_mount()
+    assert bench.parse_scale("1000000,200000/8") == [(1000000, 20000), (200000, 8)]
+    for bad in ("x", "10/0", "0", "10/y", "10000000/8"):  # the last: 1.25M day directories
+        with pytest.raises(ValueError):
+            bench.parse_scale(bad)
+
+
+def test_the_scale_sections_files_and_largest_directory_follow_the_shape():
+    bench = _bench_mount()
+    files = bench.in_order_files(200000, 8)
+    assert len(files) == 20000 and files == sorted(files)
+    assert files[0].endswith("part-00090000.parquet") and "/day=11250/" in files[0]
+    assert bench.largest_dir(200000, 8) == ("tables/events", 25000)  # the days' directory
+    day = bench.largest_dir(1000000, 20000)
+    assert day == ("tables/events/day=00024", 20000)  # as before N/K
+    assert {f.rpartition("/")[0] for f in bench.in_order_files(1000000, 20000)} == {day[0]}
+
+
+@pytest.mark.fuse
+def test_the_floors_lake_has_the_branchs_names_in_small_directories(tmp_path):
+    """fuse_floor.py --lake N --lake-day-files K: the same tree as bench_repo.build_branch's
+    (the scale section compares gravfs with the floor on it)."""
+    if not fuse_available():
+        pytest.fail("/dev/fuse is not usable: this test needs a real FUSE mount")
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from bench_repo import key
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "fuse_floor.py"), str(mnt),
+                             "--small", "0", "--many", "0", "--big-mb", "1",
+                             "--lake", "50", "--lake-day-files", "8"])
+    try:
+        wait_for(lambda: os.path.ismount(mnt) or proc.poll() is not None, timeout=60)
+        assert os.path.ismount(mnt), f"the floor exited ({proc.returncode}) before mounting"
+        got = sorted(os.path.relpath(os.path.join(d, f), mnt)
+                     for d, _, names in os.walk(mnt / "tables") for f in names)
+        days = os.listdir(mnt / "tables" / "events")
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert got == [key(i, 8).decode() for i in range(50)]
+    assert len(days) == 7  # 8 files a day, the last day 2
