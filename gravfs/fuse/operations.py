@@ -79,9 +79,12 @@ _UNCHANGING = QuickLock()
 # Lookups missing the stat cache in ascending order before listing ahead. Random
 # lookups rise that many times in a row once in (run + 1)! misses: at 3, once in 24,
 # so a directory stat'ed at random 40 times listed ahead about once for nothing
-# (each a worker trip and 32 nodes); at 6, once in 5,040. A scan pays 3 more misses.
+# (each 32 nodes, and then a worker trip); at 6, once in 5,040. A scan pays 3 more misses.
 ASCENDING_RUN = 6
 MAX_RUN = 8 * ASCENDING_RUN  # ... after listings ahead that went unused
+# Names a run's first listing ahead takes (then doubled while they are used, up to
+# READDIR_BATCH). That first one runs on the loop when at hand (~0.2 ms of it).
+FIRST_AHEAD = 32
 BLKSIZE = 128 * 1024
 PID_XATTR = b"user.gravfs.pid"
 EXIT_REPORT_XATTR = b"user.gravfs.exit_report"  # where the daemon lists files it could not stage
@@ -493,9 +496,13 @@ class GravfsOperations(pyfuse3.Operations):
         if n is not MISSING:
             return n
         ahead = self._lookahead(parent, key, cache.hits) if parent is not None else 0
-        if ahead:  # a listing: always on a worker
-            version, n, listed = await self.run(self._stat_versioned, tree, key, parent.key,
-                                                ahead)
+        if ahead:
+            # a run's first listing on the loop when at hand: the worker's trip was
+            # most of it, and in a lake of small directories (a scan lists ahead once
+            # a directory) 40% of a scan's time; a longer one, up to 512 names, would
+            # hold other clients' requests for several ms: on a worker
+            run = self._at_hand if ahead <= FIRST_AHEAD else self.run
+            version, n, listed = await run(self._stat_versioned, tree, key, parent.key, ahead)
         else:
             version, n, listed = await self._at_hand(self._stat_versioned, tree, key)
         if version is not None:
@@ -546,7 +553,7 @@ class GravfsOperations(pyfuse3.Operations):
         elif used and upto is not None and name > upto and last <= upto:
             ahead = min(READDIR_BATCH, 2 * ahead)  # ran past the last batch
         else:
-            ahead = 32
+            ahead = FIRST_AHEAD
         x["ahead"] = ahead
         if ahead:
             x["hits_at"] = hits

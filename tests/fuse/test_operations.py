@@ -1245,6 +1245,64 @@ def test_a_listing_ahead_nobody_used_is_not_repeated():
         [0] * (ASCENDING_RUN - 1) + [32]
 
 
+def test_a_runs_first_listing_ahead_runs_on_the_loop_when_it_reads_nothing_from_the_store(
+        tmp_path):
+    """Lookups in ascending order list the next names ahead: the run's first listing
+    (FIRST_AHEAD names) on the event loop's thread while everything it needs is at
+    hand (the worker's trip was 40% of a scan over small directories), the longer
+    ones after it on a worker, and the first one on a worker too when it would read
+    the store (here: the branch head, its cache expired); the answers are the same."""
+    import threading
+
+    import trio
+
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
+    from gravfs.fuse import operations as ops_mod
+    from gravfs.fuse.inodes import ROOT
+
+    repo, ops, ctx = _ops_in_process(tmp_path)
+    names = [b"f%05d" % i for i in range(200)]
+    for d in (b"d", b"e"):
+        repo.stage("main", [(d + b"/" + name, EntryInfo(
+            address="data/00/" + "0" * 64, size=i + 1, mtime_ns=1, mode=0o100644, kind=KIND_FILE))
+            for i, name in enumerate(names)])
+    listings: list = []  # (names listed ahead, thread)
+    stat_versioned = ops._stat_versioned
+
+    def counted(tree, key, dir_key=None, ahead=0):
+        got = stat_versioned(tree, key, dir_key, ahead)
+        if ahead:
+            listings.append((ahead, threading.get_ident()))
+        return got
+
+    ops._stat_versioned = counted
+    loop_thread = threading.get_ident()
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            ops.nursery = nursery
+            d = await _dir_d(ops)
+            for i, name in enumerate(names):
+                assert (await ops.lookup(d, name)).st_size == i + 1
+            first, *later = listings
+            assert first == (ops_mod.FIRST_AHEAD, loop_thread)
+            assert later and all(n > ops_mod.FIRST_AHEAD and t != loop_thread for n, t in later)
+            listings.clear()
+            repo.head_ttl = 0  # every stat and listing now reads the head from the store
+            b = await ops.lookup(ROOT, b"branches")
+            e = (await ops.lookup((await ops.lookup(b.st_ino, b"main")).st_ino, b"e")).st_ino
+            for i, name in enumerate(names[:ops_mod.ASCENDING_RUN + 1]):
+                assert (await ops.lookup(e, name)).st_size == i + 1
+            assert len(listings) == 1 and listings[0][0] == ops_mod.FIRST_AHEAD
+            assert listings[0][1] != loop_thread
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        repo.close()
+
+
 def test_readdir_lists_the_next_batch_while_the_kernel_takes_a_reply(tmp_path, monkeypatch):
     """A reply the kernel had no room for keeps the rest of its batch and lists the next
     one meanwhile; the readdir that reaches that batch takes it (no batch
