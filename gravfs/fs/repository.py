@@ -30,7 +30,7 @@ from gravfs.version.collisions import file_above
 from gravfs.version.committed.record import encode_value
 from gravfs.version.repository import DEFAULT_TIER_BYTES, VersionRepository
 from gravfs.version.staging.branchview import BranchLayers
-from gravfs.version.staging.view import after_subtree
+from gravfs.version.staging.view import Item, after_subtree
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +328,7 @@ class Repository(VersionRepository):
         dirs: set[bytes] = set()  # keys that are also listed as a directory (dropped below)
         shadowed = 0  # files of out that a directory of out lists
         foreign = False  # any name another writer made (checked for shadowing below)
-        for name, item in lay.list_dir(prefix, start_after):
+        for name, item, first in lay.list_dir(prefix, start_after):
             if item is not None:
                 n = node_from_item(item[0], item[2], name)
                 out.append(n)
@@ -340,7 +340,7 @@ class Repository(VersionRepository):
                     new = (n,)
             else:
                 had = len(out)
-                self._list_subdir(lay, txn, prefix, name, start_after, out)
+                self._list_subdir(lay, prefix, name, first, start_after, out)
                 new = out[had:]
             for n in new:
                 foreign = foreign or n.foreign is not None
@@ -376,11 +376,13 @@ class Repository(VersionRepository):
             raise GravfsError(f"{show(key)}: not a directory")
         raise NotFoundError(f"{show(key)}: no such directory in {ref}")
 
-    def _list_subdir(self, lay: BranchLayers, txn, prefix: bytes, name: bytes,
+    @staticmethod
+    def _list_subdir(lay: BranchLayers, prefix: bytes, name: bytes, first: Item,
                      start_after: Optional[bytes], out: list) -> None:
+        """The entries of subdirectory ``name``, whose first live item is ``first``
+        (its marker when that is ``name/`` itself: no lookup of its own)."""
         mkey = prefix + name + b"/"
-        marker = lay.get(mkey, self.staging, txn, self.committed)
-        entry = decode_entry(marker[2]) if marker else None
+        entry = decode_entry(first[2]) if first[0] == mkey else None
         if entry is not None and entry.kind != KIND_DIRECTORY:
             # a file another writer stored at "name/": listed before the directory
             # (listing key "name", so resuming after it lists the directory next)

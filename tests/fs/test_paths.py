@@ -71,11 +71,11 @@ def test_escaped_names_are_posix_names_and_reverse(raw):
 def test_view_lists_leading_slashes_as_part_of_the_name():
     items = sorted({b"/abs": b"1", b"/dir/x": b"1", b"a//b": b"1", b"a/c": b"1", b"b": b"1"}.items())
     lay = view.FuncLayer(lambda start: [(k, i, b"") for k, i in items if k >= start])
-    assert [(n, it is None) for n, it in view.list_dir([lay], b"")] == [
+    assert [(n, it is None) for n, it, _ in view.list_dir([lay], b"")] == [
         (b"/abs", False), (b"/dir", True), (b"a", True), (b"b", False)]
-    assert [n for n, _ in view.list_dir([lay], b"a/")] == [b"/b", b"c"]
-    assert [n for n, _ in view.list_dir([lay], b"", b"/abs")] == [b"/dir", b"a", b"b"]
-    assert [n for n, _ in view.list_dir([lay], b"", b"/dir/")] == [b"a", b"b"]
+    assert [n for n, *_ in view.list_dir([lay], b"a/")] == [b"/b", b"c"]
+    assert [n for n, *_ in view.list_dir([lay], b"", b"/abs")] == [b"/dir", b"a", b"b"]
+    assert [n for n, *_ in view.list_dir([lay], b"", b"/dir/")] == [b"a", b"b"]
 
 
 def test_quote_like_git():

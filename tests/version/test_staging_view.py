@@ -66,8 +66,8 @@ def test_list_dir_skips_subtrees_with_one_seek():
     big[b"z"] = b"x"
     lay = layer(big)
     got = list(view.list_dir([lay], b""))
-    assert [n for n, _ in got] == [b"a", b"d", b"z"]
-    assert got[1][1] is None  # a directory
+    assert [n for n, *_ in got] == [b"a", b"d", b"z"]
+    assert got[1][1] is None and got[1][2][0] == b"d/000000"  # a directory, its first key
     # the 5000 keys under d/ were not scanned: only the first is read before the seek
     assert lay.counter["yielded"] < 10
 
@@ -75,22 +75,23 @@ def test_list_dir_skips_subtrees_with_one_seek():
 def test_list_dir_hides_dirs_whose_children_are_all_deleted():
     top = layer({b"d/x": None, b"d/y": None})
     bottom = layer({b"d/x": b"1", b"d/y": b"1", b"e": b"1"})
-    assert [n for n, _ in view.list_dir([top, bottom], b"")] == [b"e"]
+    assert [n for n, *_ in view.list_dir([top, bottom], b"")] == [b"e"]
 
 
 def test_marker_keeps_empty_directory_and_is_not_its_own_child():
     lay = layer({b"empty/": b"m", b"f": b"1"})
-    assert [n for n, _ in view.list_dir([lay], b"")] == [b"empty", b"f"]
+    assert list(view.list_dir([lay], b"")) == [
+        (b"empty", None, (b"empty/", b"m", b"d:m")), (b"f", (b"f", b"1", b"d:1"), None)]
     assert list(view.list_dir([lay], b"empty/")) == []
     assert view.first_live_under([lay], b"empty/")[0] == b"empty/"
 
 
 def test_list_dir_start_after_continues_by_name():
     lay = layer({b"p/a": b"1", b"p/b/x": b"1", b"p/b.c": b"1", b"p/c": b"1"})
-    assert [n for n, _ in view.list_dir([lay], b"p/")] == [b"a", b"b.c", b"b", b"c"]
-    assert [n for n, _ in view.list_dir([lay], b"p/", start_after=b"a")] == [b"b.c", b"b", b"c"]
-    assert [n for n, _ in view.list_dir([lay], b"p/", start_after=b"b/")] == [b"c"]
-    assert [n for n, _ in view.list_dir([lay], b"p/", start_after=b"b.c")] == [b"b", b"c"]
+    assert [n for n, *_ in view.list_dir([lay], b"p/")] == [b"a", b"b.c", b"b", b"c"]
+    assert [n for n, *_ in view.list_dir([lay], b"p/", start_after=b"a")] == [b"b.c", b"b", b"c"]
+    assert [n for n, *_ in view.list_dir([lay], b"p/", start_after=b"b/")] == [b"c"]
+    assert [n for n, *_ in view.list_dir([lay], b"p/", start_after=b"b.c")] == [b"b", b"c"]
 
 
 names = st.sampled_from([b"a", b"b", b"c", b"a0", b"a.b", b"ab"])
@@ -104,12 +105,16 @@ def test_views_match_model(dicts, prefix):
     layers = [layer(d) for d in dicts]
     live = model_view(dicts)
     assert [(k, i) for k, i, _ in view.live(layers)] == sorted(live.items())
-    got = [(n, item[0] if item else None) for n, item in view.list_dir(layers, prefix)]
+    listed = list(view.list_dir(layers, prefix))
+    got = [(n, item[0] if item else None) for n, item, _ in listed]
     assert got == model_list(live, prefix)
+    for n, item, first in listed:  # a directory comes with its first live key (a marker)
+        under = sorted(k for k in live if k.startswith(prefix + n + b"/"))
+        assert (first is None) if item is not None else (first[:2] == (under[0], live[under[0]]))
     # resuming after any child gives the rest of the listing
-    for i, (n, item) in enumerate(view.list_dir(layers, prefix)):
+    for i, (n, item, _) in enumerate(listed):
         rest = [(m, it[0] if it else None)
-                for m, it in view.list_dir(layers, prefix, view.listing_key(n, item))]
+                for m, it, _ in view.list_dir(layers, prefix, view.listing_key(n, item))]
         assert rest == got[i + 1:]
 
 

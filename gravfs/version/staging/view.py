@@ -130,11 +130,13 @@ def after_subtree(prefix: bytes) -> bytes:
 
 
 def list_dir(layers: list[Layer], prefix: bytes, start_after: Optional[bytes] = None
-             ) -> Iterator[tuple[bytes, Optional[Item]]]:
+             ) -> Iterator[tuple[bytes, Optional[Item], Optional[Item]]]:
     """Children of directory ``prefix`` (b"" or ending with '/'), in key order.
 
-    Yields ``(name, item)`` for files and ``(name, None)`` for subdirectories
-    (implied by any live key below them, or by an explicit ``name/`` marker).
+    Yields ``(name, item, None)`` for files and ``(name, None, first)`` for
+    subdirectories (implied by any live key below them, or by an explicit ``name/``
+    marker), ``first`` being the first live item under ``name/``: the marker, when the
+    directory has one, is that item (its reader needs no lookup of its own).
     Order and ``start_after`` use each child's listing key: ``name`` for a
     file, ``name/`` for a directory. Each subdirectory costs one seek, not a
     scan of its contents.
@@ -159,10 +161,10 @@ def list_dir(layers: list[Layer], prefix: bytes, start_after: Optional[bytes] = 
             lead = len(rest) - len(rest.lstrip(b"/"))
             slash = rest.find(b"/", lead) if lead < len(rest) else -1
             if slash < 0:
-                yield rest, (key, ident, data)
+                yield rest, (key, ident, data), None
                 continue
             name = rest[:slash]
-            yield name, None
+            yield name, None, (key, ident, data)
             start = after_subtree(prefix + name + b"/")
             break
         else:
