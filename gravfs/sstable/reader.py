@@ -117,6 +117,11 @@ TAIL_READ = 16 << 10
 SCAN_BLOCKS = 2
 SCAN_AHEAD = 2 << 20
 _RANDOM, _WILLNEED = getattr(mmap, "MADV_RANDOM", None), getattr(mmap, "MADV_WILLNEED", None)
+# The last data block a scan decoded outside the block cache, as one tuple (blocks
+# dict of its table, offset, block), replaced whole so a thread reads it whole: the
+# listings of a lake's small directories each start with a seek, a few of them into
+# one block, which was decoded again for each.
+_last_scanned: list = [(None, -1, None)]
 
 
 class _LazyIndex(_Index):
@@ -539,7 +544,13 @@ class SSTReader:
     def _block(self, offset: int, size: int, fill_cache: bool = True) -> DataBlock:
         blk = self._blocks.get(offset)
         if blk is None:
-            return self._load(offset, size, fill_cache)
+            if fill_cache:
+                return self._load(offset, size)
+            blocks, at, blk = _last_scanned[0]
+            if blocks is not self._blocks or at != offset:
+                blk = self._load(offset, size, False)
+                _last_scanned[0] = (self._blocks, offset, blk)
+            return blk
         blk.ref = True
         return blk
 

@@ -279,6 +279,31 @@ def test_seek_is_lazy(tmp_path):
         assert len(r._blocks) <= 2
 
 
+def test_scans_into_one_block_decode_it_once_and_never_take_another_tables(tmp_path, monkeypatch):
+    """Scans leave the block cache alone, but seeks one after another into the same
+    block (the listings of small directories) decode it once: the last block a scan
+    decoded is kept aside. Another table's block at the same offset is not it."""
+    from gravfs.sstable import reader as reader_mod
+
+    decoded: list = []
+    decode = reader_mod.decode_data_block
+    monkeypatch.setattr(reader_mod, "decode_data_block", lambda raw: decoded.append(1) or decode(raw))
+    items = make_items(2000)
+    other = make_items(2000, prefix=b"other/")
+    p1, p2 = rocksdict_sst(str(tmp_path / "a.sst"), items), rocksdict_sst(str(tmp_path / "b.sst"), other)
+    with SSTReader(p1, cache=BlockCache()) as a, SSTReader(p2, cache=BlockCache()) as b:
+        for i in (10, 11, 12):  # one block (~90 items a block here)
+            assert next(a.seek(items[i][0], fill_cache=False)) == items[i]
+        assert len(decoded) == 1 and len(a._blocks) == 0
+        assert next(b.seek(other[11][0], fill_cache=False)) == other[11]  # same offset, b's
+        assert next(a.seek(items[12][0], fill_cache=False)) == items[12]
+        assert len(decoded) == 3
+        assert list(a.seek(items[1500][0], fill_cache=False)) == items[1500:]
+        n = len(decoded)
+        assert next(a.seek(items[13][0], fill_cache=False)) == items[13]
+        assert len(decoded) == n + 1  # the scan went on: decoded again
+
+
 def test_a_seek_that_stops_in_its_first_block_leaves_the_index_raw(tmp_path):
     """A directory check seeks for one entry: the first block comes from the raw index
     (as a point lookup's), which is decoded only when the seek goes on."""
