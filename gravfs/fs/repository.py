@@ -271,13 +271,18 @@ class Repository(VersionRepository):
             return node_from_item(key, item[2])
         if key.endswith(b"/"):
             return None
-        marker = lay.get(key + b"/", self.staging, txn, self.committed)
-        if marker is not None:
-            e = decode_entry(marker[2])
+        # a directory: its marker or its first child, whichever the one seek finds (a
+        # lookup of the marker, then a seek, made a directory's lookup three of them)
+        prefix = key + b"/"
+        for k, _ident, data in lay.iter(prefix):
+            if not k.startswith(prefix):
+                return None
+            if k != prefix:
+                return Node(prefix, "dir", None)
+            e = decode_entry(data)
             if e.kind == KIND_DIRECTORY:
-                return Node(key + b"/", "dir", e)
-        if _has_children(lay, key + b"/"):  # a file at "key/" is not a directory marker
-            return Node(key + b"/", "dir", None)
+                return Node(prefix, "dir", e)
+            # a file at "key/" is not a directory marker: a directory if a child follows
         return None
 
     def _foreign_key(self, lay: BranchLayers, key: bytes) -> Optional[bytes]:

@@ -995,3 +995,29 @@ def test_write_file_of_a_fifo_fails_at_once_naming_it(repo, tmp_path):
     assert len(got) == 1 and isinstance(got[0], GravfsError), got
     assert "not a regular file" in str(got[0]) and fifo in str(got[0])
     assert repo.status("main") == []
+
+
+def test_a_directorys_stat_finds_its_marker_or_first_child_with_one_seek(repo, monkeypatch):
+    """A stat that finds no file at the key seeks once under ``key/``: a marker
+    (mkdir), an implied directory (a child only), a file another writer stored at
+    ``key/`` with or without children after it; no lookup of the marker of its own."""
+    from gravfs.errors import NotFoundError
+    from gravfs.version.staging.branchview import BranchLayers
+    from tests.foreign_util import commit_keys
+
+    commit_keys(repo, "main", {b"implied/x": b"1", b"trail/": b"t", b"trail/inside": b"i",
+                               b"lone/": b"l", b"f": b"1"}, dirs=(b"made/",))
+    repo.mkdir("main", "staged", mode=0o700)
+    gets: list = []
+    get = BranchLayers.get
+    monkeypatch.setattr(BranchLayers, "get",
+                        lambda self, key, *rest: gets.append(key) or get(self, key, *rest))
+    got = {p: repo.stat("main", p) for p in ("implied", "trail", "made", "staged", "f")}
+    assert gets == [b"implied", b"trail", b"made", b"staged", b"f"]
+    assert {p: (n.kind, n.key, n.entry is None) for p, n in got.items()} == {
+        "implied": ("dir", b"implied/", True), "trail": ("dir", b"trail/", True),
+        "made": ("dir", b"made/", False), "staged": ("dir", b"staged/", False),
+        "f": ("file", b"f", False)}
+    assert got["staged"].entry.mode & 0o7777 == 0o700
+    with pytest.raises(NotFoundError):
+        repo.stat("main", "lone")  # a file at "lone/" and nothing under it
