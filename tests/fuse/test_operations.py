@@ -1266,16 +1266,9 @@ def test_a_runs_first_listing_ahead_runs_on_the_loop_when_it_reads_nothing_from_
         repo.stage("main", [(d + b"/" + name, EntryInfo(
             address="data/00/" + "0" * 64, size=i + 1, mtime_ns=1, mode=0o100644, kind=KIND_FILE))
             for i, name in enumerate(names)])
-    listings: list = []  # (names listed ahead, thread)
-    stat_versioned = ops._stat_versioned
-
-    def counted(tree, key, dir_key=None, ahead=0):
-        got = stat_versioned(tree, key, dir_key, ahead)
-        if ahead:
-            listings.append((ahead, threading.get_ident()))
-        return got
-
-    ops._stat_versioned = counted
+    # (names listed ahead, thread) of each stat that listed: (tree, key, dir_key, ahead)
+    listings = _threads_of(ops, "_stat_versioned",
+                           lambda args, thread: (args[3], thread) if args[3:4] and args[3] else None)
     loop_thread = threading.get_ident()
 
     async def main():
@@ -1383,15 +1376,7 @@ def test_a_first_and_an_ahead_listing_run_on_the_loop_when_they_read_nothing_fro
     repo.stage("main", [(b"d/" + name, e) for name in names])
 
     monkeypatch.setattr(ops_mod.pyfuse3, "readdir_reply", _kernel_reply(room))
-    threads: list = []
-    list_batch = ops._list_batch
-
-    def counted(tree, key, after, *limit):
-        batch = list_batch(tree, key, after, *limit)
-        threads.append(threading.get_ident())
-        return batch
-
-    ops._list_batch = counted
+    threads = _threads_of(ops, "_list_batch")
     loop_thread = threading.get_ident()
 
     async def main():
@@ -1727,6 +1712,26 @@ def _kernel_reply(room: int):
         return True
 
     return reply
+
+
+def _threads_of(ops, method: str, record=lambda args, thread: thread) -> list:
+    """Wrap ``ops.<method>`` so each call that returns appends ``record(args, thread
+    id)`` (unless None) to the list returned: which thread listed what. An attempt
+    that raises (WouldWait, then a worker's turn) is not a call made."""
+    import threading
+
+    calls: list = []
+    fn = getattr(ops, method)
+
+    def wrapped(*args):
+        got = fn(*args)
+        kept = record(args, threading.get_ident())
+        if kept is not None:
+            calls.append(kept)
+        return got
+
+    setattr(ops, method, wrapped)
+    return calls
 
 
 async def _read_dir(ops, fh: int, start: int = 0, replies: int = 0) -> list:
