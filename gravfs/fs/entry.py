@@ -167,6 +167,26 @@ _new = object.__new__
 _from_string = Entry.FromString
 
 
+class _NoMap(dict):
+    """The empty xattrs and metadata of a decoded entry: one shared instance, not two
+    dicts a decode (every listed entry; the stat cache keeps thousands). Entries are
+    changed by ``replace`` with a new mapping, never in place: this one refuses."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("a decoded entry's empty mapping is shared: replace() it")
+
+    __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = _refuse
+    __ior__ = _refuse
+
+    def __reduce__(self):
+        return dict, ()  # (a copy need not be shared)
+
+
+_NO_MAP = _NoMap()
+
+
 def decode_entry(data: bytes) -> EntryInfo:
     """EntryInfo from protobuf bytes written by gravfs or lakeFS.
 
@@ -189,13 +209,13 @@ def decode_entry(data: bytes) -> EntryInfo:
     info.kind = kind
     info.symlink_target = msg.symlink_target
     m = msg.xattrs  # (each read of a field builds its view anew: read once)
-    info.xattrs = dict(m) if m else {}
+    info.xattrs = dict(m) if m else _NO_MAP
     info.uid = msg.uid
     info.gid = msg.gid
     info.e_tag = msg.e_tag
     info.content_type = msg.content_type
     m = msg.metadata
-    info.metadata = dict(m) if m else {}
+    info.metadata = dict(m) if m else _NO_MAP
     info.address_type = msg.address_type
     if msg.HasField("atime"):
         t = msg.atime

@@ -333,16 +333,19 @@ class Repository(VersionRepository):
         dirs: set[bytes] = set()  # keys that are also listed as a directory (dropped below)
         shadowed = 0  # files of out that a directory of out lists
         foreign = False  # any name another writer made (checked for shadowing below)
+        add, add_file = out.append, files.add  # (once a listed name: hoisted)
         for name, item, first in lay.list_dir(prefix, start_after):
             if item is not None:
                 n = node_from_item(item[0], item[2], name)
-                out.append(n)
+                add(n)
                 if n.kind != "dir":  # most entries: one file, its name's check known
-                    files.add(n.key)
-                    foreign = foreign or n._foreign is not None
-                    new: Sequence[Node] = ()
-                else:
-                    new = (n,)
+                    add_file(n.key)
+                    if n._foreign is not None:
+                        foreign = True
+                    if limit is not None and len(out) - shadowed >= limit:
+                        break
+                    continue
+                new: Sequence[Node] = (n,)
             else:
                 had = len(out)
                 self._list_subdir(lay, prefix, name, first, start_after, out)

@@ -61,6 +61,11 @@ _DIR = _KIND_BITS["dir"]
 OPENS = 64  # one open handle
 
 
+def _is_tail(key: bytes, name: bytes) -> bool:
+    """Whether ``name`` is the last component of ``key``."""
+    return key.endswith(name) and (len(key) == len(name) or key[-len(name) - 1] == 47)  # "/"
+
+
 class Inode:
     # six slots: 80 bytes an object with its GC header (ten took 112), and a
     # traversal makes one per name it passes
@@ -76,7 +81,8 @@ class Inode:
         self._flags = LINKED | (PINNED if pinned else 0) | _KIND_BITS[kind]
         # rare notes: virtual, group, names, name, a tree root's parent, lookahead
         self._extra: Optional[dict] = None
-        self.place(parent, name)
+        if not (key and _is_tail(key, name)):  # (a listed name is: nothing to note)
+            self.place(parent, name)
         if group:
             self.group = group
         if virtual is not None:
@@ -173,8 +179,8 @@ class Inode:
     def name(self, name: bytes) -> None:
         """Kept only when it is not the tail of the key (a tree's root, an escaped name)."""
         key = self.key
-        if key and key.endswith(name) and (len(key) == len(name) or key[-len(name) - 1] == 47):
-            if self._extra:  # 47: b"/"
+        if key and _is_tail(key, name):
+            if self._extra:
                 self._extra.pop("name", None)
         else:
             self.extra["name"] = name
@@ -291,19 +297,25 @@ class InodeTable:
         if node is not None:
             node.place(parent, name)
             return node
-        ino = self._group_ino(tree, group) if group else None
-        if ino is None:
+        if group:
+            ino = self._group_ino(tree, group)
+            if ino is None:
+                ino = self._next
+                self._next += 1
+            node = Inode(ino, tree, key, kind, parent, name, group=group)
+            self._by_group[(tree.ident, group)] = ino
+        else:  # (every name a traversal lists comes here: the plain call is the cheaper)
             ino = self._next
-            self._next += 1
-        node = Inode(ino, tree, key, kind, parent, name, group=group)
-        self._by_ino[ino] = node
-        if len(self._by_ino) > self._peak:
-            self._peak = len(self._by_ino)
+            self._next = ino + 1
+            node = Inode(ino, tree, key, kind, parent, name)
+        by_ino = self._by_ino
+        by_ino[ino] = node
+        known = len(by_ino)
+        if known > self._peak:
+            self._peak = known
         if d is None:
             d = self._index(tree, kind)
         d[key] = node
-        if group:
-            self._by_group[(tree.ident, group)] = ino
         return node
 
     def parent_of(self, node: Inode) -> int:

@@ -908,26 +908,31 @@ class GravfsOperations(pyfuse3.Operations):
                     self._cache_listed(tree.name, version, node.key, batch,
                                        start_after is None and not more)
             stamp = lock.stamp()  # the batch is current now (nothing ran since its check)
+            # (a traversal passes here once a name: the loop's lookups are hoisted)
+            ensure, remembered = self.inodes.ensure, self.inodes.remembered
+            base, ino = node.child_key(b""), node.ino
             for i, n in enumerate(batch):
                 cont = n.listing_key  # "name", or "name/" for a directory
                 name = n.fs_name  # escaped when another writer made a name POSIX has not
                 if n.foreign is not None and self._note_foreign(tree, n):
                     start_after = cont
                     continue
-                key = node.child_key(name)
+                key = base + name
                 if n.key == key:  # share the listed key (the stat cache's node's): one copy
                     key = n.key
-                child = self.inodes.ensure(tree, key, n.kind, node.ino, name, _group(n))
+                kind, entry = n.kind, n.entry
+                child = ensure(tree, key, kind, ino, name, _group(n))
                 if child.opens:
                     child = self._open_inode_at(child, tree, key, n, node, name)
-                if filed and n.kind != "dir" and self.inodes.remembered(child) is None:
+                if filed and kind != "dir" and remembered(child) is None:
                     # the stat cache holds it (filed above, with the batch), where a
                     # getattr or an open finds it: remembering it too was a tenth of a
                     # traversal's time (one remembered already is refreshed below)
-                    self._mark_foreign(child, n, key)
+                    if key is not n.key or child.foreign:  # (else it stays not foreign)
+                        self._mark_foreign(child, n, key)
                 else:
                     self._remember(child, n, key)
-                if not self._reply(h, token, name, child, n.entry, cont):
+                if not self._reply(h, token, name, child, entry, cont):
                     h.pending = (start_after, batch[i:], more, stamp)
                     if more:
                         self._list_ahead(h, tree, node.key, batch[-1].listing_key)

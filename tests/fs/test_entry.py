@@ -1,9 +1,12 @@
 """Entry records: the kinds and fields added for POSIX (special files, times, hard
 links) round-trip, and every record written before keeps its bytes and identity."""
 
+import copy
+import pickle
 import stat
 from dataclasses import fields, replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,9 +72,30 @@ def test_decode_fills_every_field_as_the_constructor_does(info):
     constructor's, normalization of the mode and kind included."""
     back = decode_entry(encode_entry(info))
     assert back == info  # (a field decode_entry left unset would raise here)
-    assert [type(getattr(back, f.name)) for f in fields(EntryInfo)] == [
-        type(getattr(info, f.name)) for f in fields(EntryInfo)]
+    assert all(isinstance(getattr(back, f.name), type(getattr(info, f.name)))
+               for f in fields(EntryInfo))  # (an empty map is the shared one: a dict too)
     assert entry_identity(back) == entry_identity(info)
+
+
+def test_decoded_entries_share_one_empty_map_that_refuses_changes_and_copies_plain():
+    """Absent xattrs and metadata are one shared mapping (two dicts a decode saved):
+    changing it in place would change every entry, so it refuses; a copy of an
+    entry (pickle, deepcopy: Spark ships entries) gets a dict of its own."""
+    data = encode_entry(EntryInfo(address="a", size=1))
+    a, b = decode_entry(data), decode_entry(data)
+    assert a.xattrs is b.xattrs is a.metadata and a.xattrs == {}
+    for change in (lambda m: m.__setitem__("k", b"v"), lambda m: m.update(k=b"v"),
+                   lambda m: m.setdefault("k", b"v"), lambda m: m.pop("k", None),
+                   lambda m: m.clear(), lambda m: m.__delitem__("k")):
+        with pytest.raises(TypeError):
+            change(a.xattrs)
+    assert a.xattrs == {} and len(a.xattrs) == 0
+    for copied in (pickle.loads(pickle.dumps(a)), copy.deepcopy(a)):
+        assert copied == a and type(copied.xattrs) is dict
+        copied.xattrs["k"] = b"v"
+    assert replace(a, xattrs={"k": b"v"}).xattrs == {"k": b"v"} and b.xattrs == {}
+    with_xattr = decode_entry(encode_entry(EntryInfo(address="a", xattrs={"k": b"v"})))
+    assert type(with_xattr.xattrs) is dict and with_xattr.metadata is a.metadata
 
 
 def test_a_lakefs_entry_without_mode_gets_its_kinds_default():

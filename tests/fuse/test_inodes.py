@@ -154,6 +154,22 @@ def test_parent_is_the_directory_of_the_key_or_a_roots_noted_one():
     assert table.find(tree, b"c", "dir") is None and table.parent_of(f) == root.ino
 
 
+def test_a_name_is_noted_only_where_it_is_not_the_tail_of_the_key():
+    """A listed name is its key's last component and costs the inode nothing; a name
+    that only ends the same bytes (an escaped name shown for another key) is kept."""
+    tree = Tree("branch", "main", writable=True)
+    table = InodeTable()
+    tail = table.ensure(tree, b"d/part-1", "file", 7, b"part-1")
+    whole = table.ensure(tree, b"part-2", "file", 7, b"part-2")
+    shown = table.ensure(tree, b"d/xpart-3", "file", 7, b"part-3")  # ends so, not a tail
+    other = table.ensure(tree, b"d/raw%2F", "file", 7, b"escaped")
+    assert tail._extra is None and whole._extra is None and tail.name == b"part-1"
+    assert (shown.name, other.name) == (b"part-3", b"escaped")
+    shown.name = b"xpart-3"  # renamed to its key's tail: the note goes
+    assert shown.name == b"xpart-3" and "name" not in (shown._extra or {})
+    assert len({n.ino for n in (tail, whole, shown, other)}) == 4
+
+
 def test_forget_tells_when_the_table_fell_to_a_quarter_of_its_peak():
     """The mount drops its caches then (GravfsOperations.let_go): once per fall, not
     at every FORGET, and not for a small table."""

@@ -157,9 +157,11 @@ def list_dir(layers: list[Layer], prefix: bytes, start_after: Optional[bytes] = 
             rest = key[plen:]
             if not rest:
                 continue  # the directory's own marker
-            # leading slashes (keys other writers made: "/x", "a//b") belong to the name
-            lead = len(rest) - len(rest.lstrip(b"/"))
-            slash = rest.find(b"/", lead) if lead < len(rest) else -1
+            if rest[0] != 47:  # (most names: no leading "/")
+                slash = rest.find(b"/")
+            else:  # leading slashes (keys other writers made: "/x", "a//b") belong to the name
+                lead = len(rest) - len(rest.lstrip(b"/"))
+                slash = rest.find(b"/", lead) if lead < len(rest) else -1
             if slash < 0:
                 yield rest, (key, ident, data), None
                 continue
