@@ -342,10 +342,9 @@ class Repository(VersionRepository):
                     add_file(n.key)
                     if n._foreign is not None:
                         foreign = True
-                    if limit is not None and len(out) - shadowed >= limit:
-                        break
-                    continue
-                new: Sequence[Node] = (n,)
+                    new: Sequence[Node] = ()
+                else:
+                    new = (n,)
             else:
                 had = len(out)
                 self._list_subdir(lay, prefix, name, first, start_after, out)
