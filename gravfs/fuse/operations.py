@@ -508,7 +508,7 @@ class GravfsOperations(pyfuse3.Operations):
         if version is not None:
             cache.put(tree.name, version, key, n)
             if listed:
-                self._cache_listed(tree.name, version, parent.key, listed)
+                self.statcache.put_listed(tree.name, version, parent.key, listed)
                 parent.extra["listed_upto"] = listed[-1].fs_name
         if stamp is not None and lock.stamp() != stamp:  # a change came or went meanwhile
             return await self._stat_locked(lock, tree, key, parent, node)
@@ -905,8 +905,8 @@ class GravfsOperations(pyfuse3.Operations):
                     return
                 more = len(batch) >= limit
                 if version is not None:
-                    self._cache_listed(tree.name, version, node.key, batch,
-                                       start_after is None and not more)
+                    self.statcache.put_listed(tree.name, version, node.key, batch,
+                                              start_after is None and not more)
             stamp = lock.stamp()  # the batch is current now (nothing ran since its check)
             # (a traversal passes here once a name: the loop's lookups are hoisted)
             ensure, remembered = self.inodes.ensure, self.inodes.remembered
@@ -925,7 +925,7 @@ class GravfsOperations(pyfuse3.Operations):
                 if child.opens:
                     child = self._open_inode_at(child, tree, key, n, node, name)
                 if filed and kind != "dir" and remembered(child) is None:
-                    # the stat cache holds it (filed above, with the batch), where a
+                    # the stat cache holds it (the batch, put_listed above), where a
                     # getattr or an open finds it: remembering it too was a tenth of a
                     # traversal's time (one remembered already is refreshed below)
                     if key is not n.key or child.foreign:  # (else it stays not foreign)
@@ -1005,17 +1005,6 @@ class GravfsOperations(pyfuse3.Operations):
             n.fs_name, n.listing_key
         return version, batch
 
-    def _cache_listed(self, branch: str, version: tuple, dir_key: bytes, batch: list[Node],
-                      whole: bool = False) -> None:
-        """Listed files and symlinks are what stat would return (not directories: a
-        name that is both a file and a directory lists as the directory), filed under
-        the names the mount shows. ``whole``: the batch is the directory's entire listing."""
-        shown = [n for n in batch if not n.shadowed]
-        base = dir_key + b"/" if dir_key else b""
-        self.statcache.put_many(branch, version, [(base + n.fs_name, n) for n in shown
-                                                  if n.kind != "dir"])
-        if whole:
-            self.statcache.put_listing(branch, version, dir_key, {n.fs_name for n in shown})
 
     def _note_foreign(self, tree: Tree, n: Node) -> bool:
         """Log a key another writer made, once per key; True when it is not shown

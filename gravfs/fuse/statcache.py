@@ -17,6 +17,10 @@ wrote to the workspace) ends the cached version as before; the watcher uses
 the same log to tell such foreign writes apart and invalidate the kernel's
 caches.
 
+A listed batch is kept as it came (``put_listed``) and filed name by name only
+when a lookup or getattr asks in its directory: a traversal lists far more
+names than it ever stats, and filing each one was a twentieth of its time.
+
 The cache also knows *complete* directories: ones this mount created empty
 or listed in one batch. A name missing from a complete directory is answered
 "no such file" without a worker thread, which is what a shell's negative
@@ -41,6 +45,7 @@ from typing import Iterable, Optional
 
 MISSING = object()  # "not cached" (None is a cached "no such path")
 MAX_ENTRIES = 32_768  # stat results per branch (oldest quarter evicted when full): bounded memory
+# (listed batches waiting to be filed are bounded alike, apart: at most twice this in all)
 MAX_LOG = 20_000  # own transactions remembered
 MAX_REPLAY = 4096  # a cached version further behind than this is dropped, not replayed
 
@@ -55,6 +60,13 @@ def ancestors(key: bytes) -> Iterable[bytes]:
     while key:
         key = parent_of(key)
         yield key
+
+
+def _shown_key(base: bytes, n) -> bytes:
+    """The key of node n under the name the mount shows; its own key when that is it
+    (the one copy the node holds anyway)."""
+    key = base + n.fs_name
+    return n.key if key == n.key else key
 
 
 class OwnWrites:
@@ -140,6 +152,9 @@ class BranchStatCache:
         self._versions: dict[str, tuple] = {}
         self._nodes: dict[str, dict[bytes, object]] = {}
         self._complete: dict[str, dict[bytes, set]] = {}  # branch -> dir key -> child names
+        # branch -> dir key -> [(nodes, whole)] listed there and not filed yet; names in them
+        self._unfiled: dict[str, dict[bytes, list]] = {}
+        self._unfiled_names: dict[str, int] = {}
         self._listed: dict[str, int] = {}  # names filed in _complete (about)
         self._latest: dict[str, tuple] = {}  # newest version filed (kept across drop)
         self._changed: dict[str, float] = {}  # branch -> monotonic time of a foreign change
@@ -180,6 +195,7 @@ class BranchStatCache:
 
     def _replay(self, branch: str, after: int, upto: int) -> None:
         """Forget what our transactions after+1..upto changed on this branch."""
+        self._file_all(branch)  # (what they changed may sit in a batch not filed yet)
         nodes = self._nodes[branch]
         complete = self._complete.setdefault(branch, {})
         log = self.own.log
@@ -217,7 +233,12 @@ class BranchStatCache:
             return MISSING
         node = self._nodes[branch].get(key, MISSING)
         if node is MISSING and key:
-            names = self._complete.get(branch, {}).get(parent_of(key))
+            parent = parent_of(key)
+            unfiled = self._unfiled.get(branch)
+            if unfiled and parent in unfiled:
+                self._file_listed(branch, parent)
+                node = self._nodes[branch].get(key, MISSING)
+            names = self._complete.get(branch, {}).get(parent)
             if names is not None and key[key.rfind(b"/") + 1:] not in names:
                 node = None  # not in a directory whose every name is known
         if node is MISSING:
@@ -241,6 +262,8 @@ class BranchStatCache:
         self._versions[branch] = version
         self._nodes[branch] = {}
         self._complete[branch] = {}
+        self._unfiled[branch] = {}
+        self._unfiled_names[branch] = 0
         return True
 
     def put(self, branch: str, version: tuple, key: bytes, node) -> None:
@@ -252,11 +275,59 @@ class BranchStatCache:
         version, one dict update)."""
         if not self._at(branch, version):
             return
+        unfiled = self._unfiled.get(branch)
+        if unfiled:  # filed later, a batch listed earlier would win over these
+            items = list(items)
+            for key, _ in items:
+                if parent_of(key) in unfiled:
+                    self._file_listed(branch, parent_of(key))
+        self._add(branch, items)
+
+    def _add(self, branch: str, items: Iterable[tuple[bytes, object]]) -> None:
         nodes = self._nodes[branch]
         nodes.update(items)
         if len(nodes) > self.max_entries:  # evict the oldest quarter (insertion order)
             for key in list(islice(nodes, len(nodes) - self.max_entries * 3 // 4)):
                 del nodes[key]
+
+    def put_listed(self, branch: str, version: tuple, dir_key: bytes, batch: list,
+                   whole: bool = False) -> None:
+        """A batch of listed nodes of directory dir_key (gravfs.fs.repository.Node:
+        files and symlinks are what stat returns; not directories: a name that is both
+        a file and a directory lists as the directory), filed under the names the mount
+        shows when a lookup first asks in that directory. ``whole``: the batch is the
+        directory's entire listing (it is then complete)."""
+        if not self._at(branch, version):
+            return
+        unfiled = self._unfiled[branch]
+        waiting = unfiled.get(dir_key)
+        if waiting is None:
+            unfiled[dir_key] = [(batch, whole)]
+        else:
+            waiting.append((batch, whole))
+        count = self._unfiled_names[branch] = self._unfiled_names[branch] + len(batch)
+        if count > self.max_entries:  # forget the directories listed first
+            for k in list(unfiled):
+                if count <= self.max_entries * 3 // 4:
+                    break
+                count -= sum(len(b) for b, _ in unfiled.pop(k))
+            self._unfiled_names[branch] = count
+
+    def _file_listed(self, branch: str, dir_key: bytes) -> None:
+        """File the batches listed in dir_key (put_listed), oldest first."""
+        batches = self._unfiled[branch].pop(dir_key)
+        self._unfiled_names[branch] -= sum(len(b) for b, _ in batches)
+        base = dir_key + b"/" if dir_key else b""
+        for batch, whole in batches:
+            shown = [n for n in batch if not n.shadowed]
+            self._add(branch, [(_shown_key(base, n), n) for n in shown if n.kind != "dir"])
+            if whole:
+                self.put_listing(branch, self._versions[branch], dir_key,
+                                 {n.fs_name for n in shown})
+
+    def _file_all(self, branch: str) -> None:
+        for dir_key in list(self._unfiled.get(branch) or ()):
+            self._file_listed(branch, dir_key)
 
     def put_listing(self, branch: str, version: tuple, key: bytes, names: set) -> None:
         """Every name in directory ``key`` (listed whole at version)."""
@@ -281,8 +352,12 @@ class BranchStatCache:
             self._nodes.clear()
             self._complete.clear()
             self._listed.clear()
+            self._unfiled.clear()
+            self._unfiled_names.clear()
         else:
             self._versions.pop(branch, None)
             self._nodes.pop(branch, None)
             self._complete.pop(branch, None)
             self._listed.pop(branch, None)
+            self._unfiled.pop(branch, None)
+            self._unfiled_names.pop(branch, None)

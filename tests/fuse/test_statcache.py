@@ -138,6 +138,59 @@ def test_removals_forget_implied_directories(repos):
     assert _stat(repo, b"x") is None
 
 
+def test_a_listed_batch_answers_lookups_in_its_directory(repos):
+    """put_listed keeps a readdir batch as listed: its files answer under the names the
+    mount shows (escaped for another writer's), its directories do not (stat them), a
+    whole listing makes the directory complete, and a later result wins over it."""
+    repo, _ = repos
+    cache = BranchStatCache(repo, OwnWrites())
+    repo.stage("main", [(b"d/a", _entry(1)), (b"d//x", _entry(2)), (b"d/sub/y", _entry(3))])
+    v = cache.version("main", blocking=True)
+    batch = repo.list_dir("main", b"d", None, 100)
+    assert [n.fs_name for n in batch] == [b"%2Fx", b"a", b"sub"]
+    cache.put_listed("main", v, b"d", batch, whole=True)
+    assert cache.get("main", v, b"d/a") is batch[1]
+    assert cache.get("main", v, b"d/%2Fx") is batch[0]
+    assert cache.get("main", v, b"d/sub") is MISSING  # a directory: stat it
+    assert cache.get("main", v, b"d/nope") is None  # the whole directory was listed
+    newer = _stat(repo, b"d/a")
+    cache.put("main", v, b"d/a", newer)
+    assert cache.get("main", v, b"d/a") is newer
+    cache.put_listed("main", v, b"e", [_stat(repo, b"d/a")])  # a part: not complete
+    assert cache.get("main", v, b"e/nope") is MISSING
+
+
+def test_own_writes_drop_what_a_listed_batch_said(repos):
+    repo, _ = repos
+    own = OwnWrites()
+    own.wrap(repo.staging)
+    cache = BranchStatCache(repo, own)
+    repo.stage("main", [(b"d/a", _entry(1)), (b"d/b", _entry(2))])
+    v = cache.version("main", blocking=True)
+    cache.put_listed("main", v, b"d", repo.list_dir("main", b"d", None, 100), whole=True)
+    own.collect("main", [(b"d/a", True), (b"d/c", True)], repo.stage, "main",
+                [(b"d/a", _entry(10)), (b"d/c", _entry(3))])
+    v2 = cache.version("main", blocking=False)
+    assert cache.get("main", v2, b"d/a") is MISSING  # staged since the listing
+    assert cache.get("main", v2, b"d/c") is MISSING  # new in the complete directory
+    assert cache.get("main", v2, b"d/b").entry.size == 2
+    assert cache.get("main", v2, b"d/zz") is None
+
+
+def test_listed_batches_stay_bounded(repos):
+    """Past the bound the directories listed first are forgotten, the newest kept."""
+    repo, _ = repos
+    cache = BranchStatCache(repo, OwnWrites(), max_entries=100)
+    repo.stage("main", [(b"d%d/f%03d" % (d, i), _entry(i)) for d in range(3) for i in range(40)])
+    v = cache.version("main", blocking=True)
+    for d in range(3):
+        cache.put_listed("main", v, b"d%d" % d, repo.list_dir("main", b"d%d" % d, None, 100))
+    assert cache._unfiled_names["main"] <= 100
+    assert cache.get("main", v, b"d0/f000") is MISSING
+    assert cache.get("main", v, b"d2/f039").entry.size == 39
+    assert cache.get("main", v, b"d2/f000").entry.size == 0
+
+
 def test_a_listed_batch_is_filed_at_once_and_stays_bounded(repos):
     """put_many files a readdir batch under one version; past the bound the oldest go
     and the newest stay."""
