@@ -236,7 +236,7 @@ class BranchStatCache:
             parent = parent_of(key)
             unfiled = self._unfiled.get(branch)
             if unfiled and parent in unfiled:
-                self._file_listed(branch, parent)
+                self._file_listed(branch, parent, key)
                 node = self._nodes[branch].get(key, MISSING)
             names = self._complete.get(branch, {}).get(parent)
             if names is not None and key[key.rfind(b"/") + 1:] not in names:
@@ -306,24 +306,35 @@ class BranchStatCache:
         else:
             waiting.append((batch, whole))
         count = self._unfiled_names[branch] = self._unfiled_names[branch] + len(batch)
-        if count > self.max_entries:  # forget the directories listed first
-            for k in list(unfiled):
-                if count <= self.max_entries * 3 // 4:
-                    break
-                count -= sum(len(b) for b, _ in unfiled.pop(k))
+        if count > self.max_entries:  # forget the batches listed first
+            while count > self.max_entries * 3 // 4:
+                first = next(iter(unfiled))
+                batches = unfiled[first]
+                count -= len(batches.pop(0)[0])
+                if not batches:
+                    del unfiled[first]
             self._unfiled_names[branch] = count
 
-    def _file_listed(self, branch: str, dir_key: bytes) -> None:
-        """File the batches listed in dir_key (put_listed), oldest first."""
-        batches = self._unfiled[branch].pop(dir_key)
-        self._unfiled_names[branch] -= sum(len(b) for b, _ in batches)
+    def _file_listed(self, branch: str, dir_key: bytes, want: Optional[bytes] = None) -> None:
+        """File the batches listed in dir_key (put_listed), oldest first; with ``want``,
+        only until that key is filed (a directory of many batches is not filed whole on
+        the loop at the first lookup in it: a scan in order files a batch a time)."""
+        unfiled = self._unfiled[branch]
+        batches = unfiled[dir_key]
+        nodes = self._nodes[branch]
         base = dir_key + b"/" if dir_key else b""
-        for batch, whole in batches:
+        while batches:
+            batch, whole = batches.pop(0)
+            self._unfiled_names[branch] -= len(batch)
             shown = [n for n in batch if not n.shadowed]
             self._add(branch, [(_shown_key(base, n), n) for n in shown if n.kind != "dir"])
             if whole:
                 self.put_listing(branch, self._versions[branch], dir_key,
                                  {n.fs_name for n in shown})
+            if want is not None and want in nodes:
+                break
+        if not batches:
+            del unfiled[dir_key]
 
     def _file_all(self, branch: str) -> None:
         for dir_key in list(self._unfiled.get(branch) or ()):

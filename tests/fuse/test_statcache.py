@@ -177,18 +177,29 @@ def test_own_writes_drop_what_a_listed_batch_said(repos):
     assert cache.get("main", v2, b"d/zz") is None
 
 
-def test_listed_batches_stay_bounded(repos):
-    """Past the bound the directories listed first are forgotten, the newest kept."""
+def test_listed_batches_stay_bounded_and_are_filed_as_asked(repos):
+    """Past the bound the batches listed first are forgotten (of one long directory
+    too: its newest stay); a lookup files a directory's batches in order until its
+    name is found."""
     repo, _ = repos
     cache = BranchStatCache(repo, OwnWrites(), max_entries=100)
-    repo.stage("main", [(b"d%d/f%03d" % (d, i), _entry(i)) for d in range(3) for i in range(40)])
+    repo.stage("main", [(b"a/f%03d" % i, _entry(i)) for i in range(20)]
+               + [(b"b/f%03d" % i, _entry(i)) for i in range(120)])
     v = cache.version("main", blocking=True)
-    for d in range(3):
-        cache.put_listed("main", v, b"d%d" % d, repo.list_dir("main", b"d%d" % d, None, 100))
-    assert cache._unfiled_names["main"] <= 100
-    assert cache.get("main", v, b"d0/f000") is MISSING
-    assert cache.get("main", v, b"d2/f039").entry.size == 39
-    assert cache.get("main", v, b"d2/f000").entry.size == 0
+    cache.put_listed("main", v, b"a", repo.list_dir("main", b"a", None, 100), whole=True)
+    after = None
+    for _ in range(4):
+        batch = repo.list_dir("main", b"b", after, 30)
+        cache.put_listed("main", v, b"b", batch)
+        after = batch[-1].listing_key
+    assert cache._unfiled_names["main"] == 90  # a's batch and b's first went
+    assert cache.get("main", v, b"b/f045").entry.size == 45  # b's newest batches stay
+    assert cache._unfiled_names["main"] == 60  # that one batch was filed, not the others
+    assert cache.get("main", v, b"b/f119").entry.size == 119
+    assert cache._unfiled_names["main"] == 0
+    assert cache.get("main", v, b"b/f029") is MISSING
+    assert cache.get("main", v, b"a/f000") is MISSING
+    assert cache.get("main", v, b"a/zzz") is MISSING  # (no longer known complete)
 
 
 def test_a_listed_batch_is_filed_at_once_and_stays_bounded(repos):
