@@ -1005,7 +1005,6 @@ class GravfsOperations(pyfuse3.Operations):
             n.fs_name, n.listing_key
         return version, batch
 
-
     def _note_foreign(self, tree: Tree, n: Node) -> bool:
         """Log a key another writer made, once per key; True when it is not shown
         (its escaped name is also a real name in the directory, which wins)."""

@@ -271,19 +271,13 @@ class BranchStatCache:
 
     def put_many(self, branch: str, version: tuple, items: Iterable[tuple[bytes, object]]
                  ) -> None:
-        """File (key, node) results of one version (a listed batch: one check of the
-        version, one dict update)."""
-        if not self._at(branch, version):
-            return
-        unfiled = self._unfiled.get(branch)
-        if unfiled:  # filed later, a batch listed earlier would win over these
-            items = list(items)
-            for key, _ in items:
-                if parent_of(key) in unfiled:
-                    self._file_listed(branch, parent_of(key))
-        self._add(branch, items)
+        """File (key, node) results of one version (one check of the version, one dict
+        update)."""
+        if self._at(branch, version):
+            self._add(branch, items)
 
-    def _add(self, branch: str, items: Iterable[tuple[bytes, object]]) -> None:
+    def _add(self, branch: str, items) -> None:
+        """File results (an iterable of (key, node), or a dict); evict when full."""
         nodes = self._nodes[branch]
         nodes.update(items)
         if len(nodes) > self.max_entries:  # evict the oldest quarter (insertion order)
@@ -327,7 +321,12 @@ class BranchStatCache:
             batch, whole = batches.pop(0)
             self._unfiled_names[branch] -= len(batch)
             shown = [n for n in batch if not n.shadowed]
-            self._add(branch, [(_shown_key(base, n), n) for n in shown if n.kind != "dir"])
+            found = {_shown_key(base, n): n for n in shown if n.kind != "dir"}
+            for k in found.keys() & nodes.keys():
+                # a result filed directly (a lookup's) stays: of the same version, and
+                # our own writes since were replayed over both (see _replay)
+                del found[k]
+            self._add(branch, found)
             if whole:
                 self.put_listing(branch, self._versions[branch], dir_key,
                                  {n.fs_name for n in shown})

@@ -156,8 +156,13 @@ def test_a_listed_batch_answers_lookups_in_its_directory(repos):
     newer = _stat(repo, b"d/a")
     cache.put("main", v, b"d/a", newer)
     assert cache.get("main", v, b"d/a") is newer
-    cache.put_listed("main", v, b"e", [_stat(repo, b"d/a")])  # a part: not complete
-    assert cache.get("main", v, b"e/nope") is MISSING
+    repo.stage("main", [(b"e/x", _entry(4)), (b"e/y", _entry(5))])
+    v = cache.version("main", blocking=True)
+    cache.put_listed("main", v, b"e", repo.list_dir("main", b"e", None, 1))  # a part
+    direct = _stat(repo, b"e/x")
+    cache.put("main", v, b"e/x", direct)  # before the batch was filed: stays
+    assert cache.get("main", v, b"e/x") is direct
+    assert cache.get("main", v, b"e/y") is MISSING  # not listed, and not complete
 
 
 def test_own_writes_drop_what_a_listed_batch_said(repos):
