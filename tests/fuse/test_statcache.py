@@ -84,11 +84,14 @@ def test_foreign_writes_end_the_cached_version(repos):
     v = cache.version("main", blocking=True)
     cache.put("main", v, b"f", _stat(repo, b"f"))
     cache.put_listing("main", v, b"", {b"f"})
+    cache.put_listed("main", v, b"", repo.list_dir("main", b"", None, 100))  # not filed yet
     start = v[1]
     other("g", 5)
     v2 = cache.version("main", blocking=False)
     assert cache.get("main", v2, b"f") is MISSING
     assert cache.get("main", v2, b"g") is MISSING  # no longer "known missing"
+    cache.put("main", v2, b"g", _stat(repo, b"g"))  # the cache starts over at v2
+    assert cache.get("main", v2, b"f") is MISSING  # not from the batch listed at v
     assert own.foreign_since(start, v2[1])
     own.collect("main", [(b"h", True)], repo.stage, "main", [(b"h", _entry(1))])
     v3 = cache.version("main", blocking=False)
