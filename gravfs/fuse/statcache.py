@@ -195,9 +195,9 @@ class BranchStatCache:
 
     def _replay(self, branch: str, after: int, upto: int) -> None:
         """Forget what our transactions after+1..upto changed on this branch."""
-        self._file_all(branch)  # (what they changed may sit in a batch not filed yet)
         nodes = self._nodes[branch]
         complete = self._complete.setdefault(branch, {})
+        unfiled = self._unfiled.setdefault(branch, {})
         log = self.own.log
         for i in range(after + 1, upto + 1):
             b, changes, fresh = log[i]
@@ -206,9 +206,15 @@ class BranchStatCache:
             if changes is None:
                 nodes.clear()
                 complete.clear()
+                unfiled.clear()
+                self._unfiled_names[branch] = 0
                 continue
             for staged, present in changes:
                 key = staged.rstrip(b"/")
+                if unfiled:  # batches of the directories below: filed, then corrected
+                    for d in ancestors(key):
+                        if d in unfiled:
+                            self._file_listed(branch, d)
                 nodes.pop(key, None)
                 if not present:  # (a name may be a file and a directory at once)
                     complete.pop(parent_of(key), None)
@@ -334,10 +340,6 @@ class BranchStatCache:
                 break
         if not batches:
             del unfiled[dir_key]
-
-    def _file_all(self, branch: str) -> None:
-        for dir_key in list(self._unfiled.get(branch) or ()):
-            self._file_listed(branch, dir_key)
 
     def put_listing(self, branch: str, version: tuple, key: bytes, names: set) -> None:
         """Every name in directory ``key`` (listed whole at version)."""

@@ -173,16 +173,21 @@ def test_own_writes_drop_what_a_listed_batch_said(repos):
     own = OwnWrites()
     own.wrap(repo.staging)
     cache = BranchStatCache(repo, own)
-    repo.stage("main", [(b"d/a", _entry(1)), (b"d/b", _entry(2))])
+    repo.stage("main", [(b"d/a", _entry(1)), (b"d/b", _entry(2)), (b"x", _entry(4)),
+                        (b"e/f", _entry(5))])
     v = cache.version("main", blocking=True)
-    cache.put_listed("main", v, b"d", repo.list_dir("main", b"d", None, 100), whole=True)
-    own.collect("main", [(b"d/a", True), (b"d/c", True)], repo.stage, "main",
-                [(b"d/a", _entry(10)), (b"d/c", _entry(3))])
+    for d in (b"", b"d", b"e"):
+        cache.put_listed("main", v, d, repo.list_dir("main", d, None, 100), whole=True)
+    own.collect("main", [(b"d/a", True), (b"d/c", True), (b"x/y", True)], repo.stage, "main",
+                [(b"d/a", _entry(10)), (b"d/c", _entry(3)), (b"x/y", _entry(6))])
     v2 = cache.version("main", blocking=False)
     assert cache.get("main", v2, b"d/a") is MISSING  # staged since the listing
+    assert cache._unfiled_names["main"] == 1  # e's batch: no write below it, not filed
     assert cache.get("main", v2, b"d/c") is MISSING  # new in the complete directory
+    assert cache.get("main", v2, b"x") is MISSING  # a file that became a directory too
     assert cache.get("main", v2, b"d/b").entry.size == 2
     assert cache.get("main", v2, b"d/zz") is None
+    assert cache.get("main", v2, b"e/f").entry.size == 5
 
 
 def test_listed_batches_stay_bounded_and_are_filed_as_asked(repos):
