@@ -300,11 +300,7 @@ class BranchStatCache:
         if not self._at(branch, version):
             return
         unfiled = self._unfiled[branch]
-        waiting = unfiled.get(dir_key)
-        if waiting is None:
-            unfiled[dir_key] = [(batch, whole)]
-        else:
-            waiting.append((batch, whole))
+        unfiled.setdefault(dir_key, []).append((batch, whole))
         count = self._unfiled_names[branch] = self._unfiled_names[branch] + len(batch)
         if count > self.max_entries:  # forget the batches listed first
             while count > self.max_entries * 3 // 4:

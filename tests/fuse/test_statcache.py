@@ -215,9 +215,9 @@ def test_listed_batches_stay_bounded_and_are_filed_as_asked(repos):
     assert cache.get("main", v, b"a/zzz") is MISSING  # (no longer known complete)
 
 
-def test_a_listed_batch_is_filed_at_once_and_stays_bounded(repos):
-    """put_many files a readdir batch under one version; past the bound the oldest go
-    and the newest stay."""
+def test_results_filed_at_once_stay_bounded(repos):
+    """put_many files results under one version; past the bound the oldest go and the
+    newest stay."""
     repo, _ = repos
     cache = BranchStatCache(repo, OwnWrites(), max_entries=100)
     repo.stage("main", [(b"d/a", _entry(1))])
