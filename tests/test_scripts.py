@@ -9,6 +9,7 @@ import glob
 import importlib.util
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -97,6 +98,30 @@ def test_bench_mount_reads_the_daemons_request_table(gravfs_mount, tmp_path):
     assert profile["op_us"] == 2000
     assert profile["requests"]["create"] == 0.5
     assert profile["handler_us"]["create"] == pytest.approx(counts["create"][1] / 2 * 1e6)
+
+
+def _bench_committed():
+    spec = importlib.util.spec_from_file_location(
+        "bench_committed", os.path.join(ROOT, "scripts", "bench_committed.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_worker_count_of_the_scattered_section_stores_its_ranges(tmp_path):
+    """The worker counts apply the same changes: each must write its ranges (a count that
+    found the last one's already stored would be timed without the writes)."""
+    bench = _bench_committed()
+    env = bench.Env(str(tmp_path), bench.default_policy())
+    ds = bench.Dataset(20_000)
+    tree, _ = bench.build_tree(env, ds, bench.base_records(ds, workers=0))
+    before = set(env.store.list(bench.RANGES_PREFIX))
+    rows = bench.bench_scattered(env, ds, tree, 40, 2, random.Random(1), [1, 2])
+    assert [r["workers"] for r in rows] == [1, 2]
+    for r in rows:
+        assert r["ranges_written"] > 0 and r["bytes_written"] > 0, r
+    assert rows[0]["metarange_ids"] == rows[1]["metarange_ids"]
+    assert set(env.store.list(bench.RANGES_PREFIX)) == before  # the base stays whole
 
 
 def test_scale_shapes_are_parsed_with_their_files_a_day():
