@@ -25,6 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gravfs.fs.entry import EntryInfo, encode_entry, entry_identity  # noqa: E402
+from gravfs.version.committed import METARANGES_PREFIX, RANGES_PREFIX  # noqa: E402
 from gravfs.version.committed.record import decode_identity, encode_value, value_record_id  # noqa: E402
 from gravfs.sstable.writer import write_sst  # noqa: E402
 from gravfs.version.refs.commits import Commit  # noqa: E402
@@ -69,6 +70,11 @@ def timed_cpu(fn, repo=None):
     t, c, w = time.perf_counter(), time.process_time(), workers()
     out = fn()
     return time.perf_counter() - t, time.process_time() - c + workers() - w, out
+
+
+def tree_objects(repo: Repository) -> set[str]:
+    """The store's range and metarange keys (what a commit or merge writes)."""
+    return set(repo.store.list(RANGES_PREFIX)) | set(repo.store.list(METARANGES_PREFIX))
 
 
 def fresh_repo(root: str, url: str | None = None) -> Repository:
@@ -208,8 +214,9 @@ def bench_one_change(n: int, repeat: int, tmp: str, url: str | None, label: str)
 
 def bench_merge(n: int, changes: int, repeat: int, tmp: str) -> dict:
     """Merge b into main (a merged already); also into main-1p, the same head, by one
-    process (workers=1): same tree, and the single-process figure beside it."""
-    times, cpus, single, single_cpus = [], [], [], []
+    process (workers=1): same tree, and the single-process figure beside it. Each merge
+    stores its ranges (the first one's are deleted before the second)."""
+    times, cpus, single, single_cpus, written, single_written = [], [], [], [], [], []
     for r in range(repeat):
         root = tempfile.mkdtemp(dir=tmp)
         repo = fresh_repo(root)
@@ -226,11 +233,19 @@ def bench_merge(n: int, changes: int, repeat: int, tmp: str) -> dict:
         repo.commit("b", "b")
         repo.merge("a", "main")
         repo.create_branch("main-1p", "main")
+        stored = tree_objects(repo)
         dt, cpu, c = timed_cpu(lambda: repo.merge("b", "main"), repo)
+        wrote = tree_objects(repo) - stored
         times.append(dt)
         cpus.append(cpu)
+        written.append(len(wrote))
         parallel_workers = getattr(repo.committed, "workers", 1)
         if parallel_workers > 1:
+            # the one-process merge makes the same tree: with the first merge's ranges
+            # still stored it would find them there and be timed without the writes
+            # (main's head is not read again: only the two commits' metarange IDs are)
+            repo.store.delete_many(sorted(wrote))
+            before = tree_objects(repo)
             repo.committed.workers = 1
             dt1, cpu1, c1 = timed_cpu(lambda: repo.merge("b", "main-1p"), repo)
             repo.committed.workers = parallel_workers
@@ -238,15 +253,17 @@ def bench_merge(n: int, changes: int, repeat: int, tmp: str) -> dict:
                 raise SystemExit("merge on worker processes and in one process gave different trees")
             single.append(dt1)
             single_cpus.append(cpu1)
+            single_written.append(len(tree_objects(repo) - before))
         repo.close()
         shutil.rmtree(root, ignore_errors=True)
     out = {"base_entries": n, "changes_per_branch": changes, "seconds": statistics.median(times),
            "runs": times, "cpu_seconds": statistics.median(cpus), "runs_cpu": cpus,
-           "workers": parallel_workers}
+           "workers": parallel_workers, "objects_written": statistics.median(written)}
     if single:
         out.update(single_process_seconds=statistics.median(single),
                    single_process_cpu_seconds=statistics.median(single_cpus),
-                   single_process_runs=single)
+                   single_process_runs=single,
+                   single_process_objects_written=statistics.median(single_written))
     return out
 
 
@@ -396,7 +413,9 @@ def main() -> int:
                   f"(CPU {m['single_process_cpu_seconds'] * 1000:,.0f})") if "single_process_seconds" in m else ""
         print(f"{'merge ' + str(m['changes_per_branch']) + '+' + str(m['changes_per_branch']) + ' changes on ' + format(m['base_entries'], ','):<44}"
               f"{m['seconds'] * 1000:>13.1f} ms   {single:>30}   CPU {m['cpu_seconds'] * 1000:,.0f} ms, "
-              f"{m['workers']} workers")
+              f"{m['workers']} workers, {m['objects_written']:,.0f} ranges and metaranges written"
+              + (f" (1 process {m['single_process_objects_written']:,.0f})"
+                 if "single_process_objects_written" in m else ""))
     t = res.get("tombstones")
     if t:
         print(f"{'list 100 after ' + format(t['tombstones'], ',') + ' tombstones':<44}"

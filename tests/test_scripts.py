@@ -124,6 +124,21 @@ def test_each_worker_count_of_the_scattered_section_stores_its_ranges(tmp_path):
     assert set(env.store.list(bench.RANGES_PREFIX)) == before  # the base stays whole
 
 
+def test_the_merge_in_one_process_writes_its_ranges_too(tmp_path, monkeypatch):
+    """bench_repo's merge section merges the same branches twice (on workers, then in one
+    process): the second must store its ranges again, not find the first one's."""
+    from gravfs.version.committed import parallel
+    monkeypatch.setattr(parallel, "default_workers", lambda: 2)  # the one-process run too
+    spec = importlib.util.spec_from_file_location(
+        "bench_repo", os.path.join(ROOT, "scripts", "bench_repo.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = bench.bench_merge(20_000, 20, 1, str(tmp_path))
+    assert out["workers"] == 2
+    assert out["objects_written"] > 0
+    assert out["single_process_objects_written"] == out["objects_written"]
+
+
 def test_scale_shapes_are_parsed_with_their_files_a_day():
     bench = _bench_mount()
     assert bench.parse_scale("1000000,200000/8") == [(1000000, 20000), (200000, 8)]
