@@ -59,17 +59,18 @@ from multiprocessing import get_context
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))  # bench_repo's tree_objects
 
 import rocksdict  # noqa: E402
 
 from gravfs.fs.entry import EntryInfo, encode_entry, entry_identity  # noqa: E402
 from gravfs.version.committed import (  # noqa: E402
-    METARANGES_PREFIX, RANGES_PREFIX, BreakPolicy, CommittedManager, RangeInfo,
-    SizeAwareBreakPolicy, Stats, range_key)
+    BreakPolicy, CommittedManager, RangeInfo, SizeAwareBreakPolicy, Stats, range_key)
 from gravfs.version.config import RangeParams  # noqa: E402
 from gravfs.errors import NotFoundError  # noqa: E402
 from gravfs.store.local import LocalStore  # noqa: E402
 from gravfs.store.tier import LocalTier  # noqa: E402
+from bench_repo import tree_objects  # noqa: E402
 
 try:  # the built-in SHA-256 has less per-call overhead than OpenSSL's for short inputs
     from _sha256 import sha256 as _sha
@@ -667,7 +668,7 @@ def bench_scattered(env: Env, ds: Dataset, base_id: str, k: int, repeat: int,
     # each), so each worker count starts with the base's IDs cached, as the first did
     kw = {"record_ids_bytes": 32 * GiB} if record_ids else {"record_ids_bytes": 0}
     sets = [uniform_changes(ds, k, rng, 900 + r) for r in range(repeat)]
-    stored = set(env.store.list(RANGES_PREFIX)) | set(env.store.list(METARANGES_PREFIX))
+    stored = tree_objects(env.store)
     want: dict[int, str] = {}
     rows = []
     floor = None
@@ -691,8 +692,7 @@ def bench_scattered(env: Env, ds: Dataset, base_id: str, k: int, repeat: int,
             env.drop_tier(tier)
             # what this run stored goes: the next worker count applies the same changes
             # and would find every range stored, its time without the writes
-            env.store.delete_many([key for prefix in (RANGES_PREFIX, METARANGES_PREFIX)
-                                   for key in env.store.list(prefix) if key not in stored])
+            env.store.delete_many(sorted(tree_objects(env.store) - stored))
             if want.setdefault(r, res.metarange_id) != res.metarange_id:
                 raise SystemExit(f"scattered apply on {w} workers gave {res.metarange_id}, "
                                  f"one process gave {want[r]}")

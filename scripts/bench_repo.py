@@ -72,9 +72,9 @@ def timed_cpu(fn, repo=None):
     return time.perf_counter() - t, time.process_time() - c + workers() - w, out
 
 
-def tree_objects(repo: Repository) -> set[str]:
-    """The store's range and metarange keys (what a commit or merge writes)."""
-    return set(repo.store.list(RANGES_PREFIX)) | set(repo.store.list(METARANGES_PREFIX))
+def tree_objects(store) -> set[str]:
+    """The store's range and metarange keys (what a commit, merge or apply writes)."""
+    return set(store.list(RANGES_PREFIX)) | set(store.list(METARANGES_PREFIX))
 
 
 def fresh_repo(root: str, url: str | None = None) -> Repository:
@@ -233,9 +233,9 @@ def bench_merge(n: int, changes: int, repeat: int, tmp: str) -> dict:
         repo.commit("b", "b")
         repo.merge("a", "main")
         repo.create_branch("main-1p", "main")
-        stored = tree_objects(repo)
+        stored = tree_objects(repo.store)
         dt, cpu, c = timed_cpu(lambda: repo.merge("b", "main"), repo)
-        wrote = tree_objects(repo) - stored
+        wrote = tree_objects(repo.store) - stored
         times.append(dt)
         cpus.append(cpu)
         written.append(len(wrote))
@@ -245,7 +245,7 @@ def bench_merge(n: int, changes: int, repeat: int, tmp: str) -> dict:
             # still stored it would find them there and be timed without the writes
             # (main's head is not read again: only the two commits' metarange IDs are)
             repo.store.delete_many(sorted(wrote))
-            before = tree_objects(repo)
+            before = tree_objects(repo.store)
             repo.committed.workers = 1
             dt1, cpu1, c1 = timed_cpu(lambda: repo.merge("b", "main-1p"), repo)
             repo.committed.workers = parallel_workers
@@ -253,7 +253,7 @@ def bench_merge(n: int, changes: int, repeat: int, tmp: str) -> dict:
                 raise SystemExit("merge on worker processes and in one process gave different trees")
             single.append(dt1)
             single_cpus.append(cpu1)
-            single_written.append(len(tree_objects(repo) - before))
+            single_written.append(len(tree_objects(repo.store) - before))
         repo.close()
         shutil.rmtree(root, ignore_errors=True)
     out = {"base_entries": n, "changes_per_branch": changes, "seconds": statistics.median(times),

@@ -35,9 +35,9 @@ def test_a_benchmark_script_imports_and_answers_help(script):
     assert res.stdout.startswith("usage: " + os.path.basename(script)), res.stdout[:200]
 
 
-def _bench_mount():
-    spec = importlib.util.spec_from_file_location(
-        "bench_mount", os.path.join(ROOT, "scripts", "bench_mount.py"))
+def _script(name: str):
+    """scripts/<name>.py as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts", name + ".py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -88,7 +88,7 @@ def test_bench_mount_reads_the_daemons_request_table(gravfs_mount, tmp_path):
     with open(m.branch_path("new"), "wb") as f:
         f.write(b"x" * 4096)
     m.umount()  # writes the table
-    bench = _bench_mount()
+    bench = _script("bench_mount")
     counts = bench.read_opstats(stats)
     assert counts["create"][0] == 1 and counts["write"][0] == 1 and counts["flush"][0] >= 1
     assert not [k for k in counts if "." in k]
@@ -100,28 +100,20 @@ def test_bench_mount_reads_the_daemons_request_table(gravfs_mount, tmp_path):
     assert profile["handler_us"]["create"] == pytest.approx(counts["create"][1] / 2 * 1e6)
 
 
-def _bench_committed():
-    spec = importlib.util.spec_from_file_location(
-        "bench_committed", os.path.join(ROOT, "scripts", "bench_committed.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_each_worker_count_of_the_scattered_section_stores_its_ranges(tmp_path):
     """The worker counts apply the same changes: each must write its ranges (a count that
     found the last one's already stored would be timed without the writes)."""
-    bench = _bench_committed()
+    bench = _script("bench_committed")
     env = bench.Env(str(tmp_path), bench.default_policy())
     ds = bench.Dataset(20_000)
     tree, _ = bench.build_tree(env, ds, bench.base_records(ds, workers=0))
-    before = set(env.store.list(bench.RANGES_PREFIX))
+    before = bench.tree_objects(env.store)
     rows = bench.bench_scattered(env, ds, tree, 40, 2, random.Random(1), [1, 2])
     assert [r["workers"] for r in rows] == [1, 2]
     for r in rows:
         assert r["ranges_written"] > 0 and r["bytes_written"] > 0, r
     assert rows[0]["metarange_ids"] == rows[1]["metarange_ids"]
-    assert set(env.store.list(bench.RANGES_PREFIX)) == before  # the base stays whole
+    assert bench.tree_objects(env.store) == before  # the base stays whole
 
 
 def test_the_merge_in_one_process_writes_its_ranges_too(tmp_path, monkeypatch):
@@ -129,10 +121,7 @@ def test_the_merge_in_one_process_writes_its_ranges_too(tmp_path, monkeypatch):
     process): the second must store its ranges again, not find the first one's."""
     from gravfs.version.committed import parallel
     monkeypatch.setattr(parallel, "default_workers", lambda: 2)  # the one-process run too
-    spec = importlib.util.spec_from_file_location(
-        "bench_repo", os.path.join(ROOT, "scripts", "bench_repo.py"))
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _script("bench_repo")
     out = bench.bench_merge(20_000, 20, 1, str(tmp_path))
     assert out["workers"] == 2
     assert out["objects_written"] > 0
@@ -140,7 +129,7 @@ def test_the_merge_in_one_process_writes_its_ranges_too(tmp_path, monkeypatch):
 
 
 def test_scale_shapes_are_parsed_with_their_files_a_day():
-    bench = _bench_mount()
+    bench = _script("bench_mount")
     assert bench.parse_scale("1000000,200000/8") == [(1000000, 20000), (200000, 8)]
     for bad in ("x", "10/0", "0", "10/y", "10000000/8"):  # the last: 1.25M day directories
         with pytest.raises(ValueError):
@@ -148,7 +137,7 @@ def test_scale_shapes_are_parsed_with_their_files_a_day():
 
 
 def test_the_scale_sections_files_and_largest_directory_follow_the_shape():
-    bench = _bench_mount()
+    bench = _script("bench_mount")
     files = bench.in_order_files(200000, 8)
     assert len(files) == 20000 and files == sorted(files)
     assert files[0].endswith("part-00090000.parquet") and "/day=11250/" in files[0]
