@@ -1116,6 +1116,15 @@ def main(argv: list[str] | None = None) -> dict:
     unknown = sections - {"lookups", "apply", "diff", "scattered", "policy"}
     if unknown:
         ap.error(f"unknown sections {sorted(unknown)}")
+    if args.repeat is not None and args.repeat < 1:
+        ap.error(f"--repeat: at least 1 run (got {args.repeat})")
+    try:
+        counts = [int(x) for x in args.workers.split(",")] if args.workers else \
+            worker_counts(os.cpu_count() or 1)
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        ap.error(f"--workers: worker counts of at least 1, e.g. 1,2 (got {args.workers!r})")
     heavy_repeat = 1 if quick else 2     # for change sets that rewrite nearly every range
     ks = [1, 100, 1_000] if quick else [1, 100, 10_000]
     cache_bytes = 4 * GiB
@@ -1156,8 +1165,6 @@ def main(argv: list[str] | None = None) -> dict:
             if "diff" in sections:
                 res["diff"] += bench_diff(env, ds, tree, trees, repeat, heavy_repeat)
             if "scattered" in sections:
-                counts = [int(x) for x in args.workers.split(",")] if args.workers else \
-                    worker_counts(os.cpu_count() or 1)
                 res["scattered"] += bench_scattered(env, ds, tree, args.scattered_changes or max(100, n // 1000),
                                                     repeat, random.Random(n + 15), counts,
                                                     record_ids=not args.no_record_ids)

@@ -353,6 +353,9 @@ def main() -> int:
                     help="comma-separated sections to run")
     ap.add_argument("--merge-repeat", type=int, help="runs of the merge (default --repeat)")
     args = ap.parse_args()
+    for flag, n in (("--repeat", args.repeat), ("--merge-repeat", args.merge_repeat)):
+        if n is not None and n < 1:
+            ap.error(f"{flag}: at least 1 run (got {n})")
     only = set(args.only.split(","))
     tmp = tempfile.mkdtemp(prefix="gravfs-bench-", dir=args.tmp)
     big = [100_000, 1_000_000] if not args.quick else [10_000, 50_000]

@@ -128,6 +128,20 @@ def test_the_merge_in_one_process_writes_its_ranges_too(tmp_path, monkeypatch):
     assert out["single_process_objects_written"] == out["objects_written"]
 
 
+@pytest.mark.parametrize("script,args,says", [
+    ("bench_repo.py", ["--repeat", "0"], "--repeat: at least 1 run"),
+    ("bench_repo.py", ["--merge-repeat", "-1"], "--merge-repeat: at least 1 run"),
+    ("bench_committed.py", ["--repeat", "0"], "--repeat: at least 1 run"),
+    ("bench_committed.py", ["--workers", "1,0"], "--workers: worker counts of at least 1"),
+    ("bench_committed.py", ["--workers", "two"], "--workers: worker counts of at least 1"),
+])
+def test_a_benchmark_refuses_runs_or_workers_below_one(script, args, says):
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *args],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert says in res.stderr and "Traceback" not in res.stderr
+
+
 def test_scale_shapes_are_parsed_with_their_files_a_day():
     bench = _script("bench_mount")
     assert bench.parse_scale("1000000,200000/8") == [(1000000, 20000), (200000, 8)]
