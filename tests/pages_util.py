@@ -34,10 +34,10 @@ def drop_pages(path: str) -> None:
         os.fsync(fd)
         for _ in range(200):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            if not _resident_pages(fd):
+            if not resident_pages(fd):
                 return
             time.sleep(0.005)
-        raise AssertionError(f"the kernel kept {_resident_pages(fd)} page(s) of {path} cached")
+        raise AssertionError(f"the kernel kept {resident_pages(fd)} page(s) of {path} cached")
     finally:
         os.close(fd)
 
@@ -58,7 +58,7 @@ def answers_after_drops(path: str, probe, times: int = 200) -> list:
     return answers
 
 
-def _resident_pages(fd: int) -> int:
+def resident_pages(fd: int) -> int:
     """Pages of the file in the page cache, by mincore(2) of a mapping (which reads none)."""
     size = os.fstat(fd).st_size
     if size == 0:

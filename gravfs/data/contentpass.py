@@ -21,6 +21,7 @@ from typing import Optional
 
 from gravfs import hashing
 from gravfs.data import sparse
+from gravfs.data.readahead import ReadAhead
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ class ContentPass:
     def read_rest(self, fd: int, end: Optional[int] = None) -> bool:
         """Feed the file's bytes from here to ``end`` (None: its end). False when the file
         ends before ``end``."""
+        # (a pass to ``end`` follows a writer: what it reads was just written, cached)
+        ahead = ReadAhead(fd) if end is None else None
         while end is None or self.size < end:
             want = sparse.GRID if end is None else min(sparse.GRID, end - self.size)
             buf = os.pread(fd, want, self.size)
@@ -65,6 +68,8 @@ class ContentPass:
                 return end is None
             if len(buf) < want and end is not None:
                 return False
+            if ahead is not None and len(buf) == sparse.GRID:
+                ahead.past(self.size + len(buf))
             self.feed(buf)
         return True
 
@@ -81,10 +86,13 @@ def copying_pass(fd: int, out: int) -> tuple[str, int, bool]:
     grid chunks left as holes): the copy holds exactly what the digest names, however
     another process writes to ``fd`` meanwhile."""
     p = ContentPass()
+    ahead = ReadAhead(fd)
     while True:
         buf = os.pread(fd, sparse.GRID, p.size)
         if not buf:
             break
+        if len(buf) == sparse.GRID:  # more may follow
+            ahead.past(p.size + len(buf))
         if not sparse.is_zero(buf):
             pwrite_all(out, buf, p.size)
         p.feed(buf)

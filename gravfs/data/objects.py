@@ -37,6 +37,7 @@ from typing import BinaryIO, NamedTuple, Optional
 from gravfs import hashing
 from gravfs.cleanup import unlink_quiet
 from gravfs.data import chunksums, sparse
+from gravfs.data.readahead import ReadAhead
 from gravfs.data.checkedread import ChangedWhileRead, CheckedReader
 from gravfs.data.contentpass import content_pass, copying_pass
 from gravfs.data.external import reader_for
@@ -500,10 +501,13 @@ class DataObjects:
         try:
             h = hashing.hasher()
             pos, end = offset, offset + length
+            ahead = ReadAhead(fd)
             while pos < end:
                 buf = os.pread(fd, min(CHUNK, end - pos), pos)
                 if not buf:
                     raise GravfsError(f"file shrank while it was stored ({pos} of {end} bytes)")
+                if pos + len(buf) < end:
+                    ahead.past(pos + len(buf))
                 h.update(buf)
                 view = memoryview(buf)
                 while view:

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gravfs.data import contentpass, sparse
-from gravfs.data.contentpass import ContentPass, FollowingPass, content_pass
+from gravfs.data import contentpass, readahead, sparse
+from gravfs.data.contentpass import ContentPass, FollowingPass, content_pass, copying_pass
 from tests.fuse_util import wait_for
 
 GRID = 4096  # the tests' grid (the real one is 1 MiB): small files, many chunks
@@ -135,3 +135,32 @@ def test_pieces_fed_at_once_and_one_by_one_agree():
     a.feed(b"z")
     assert a.result()[0] == hashlib.sha256(b"x" * 10 + b"z").hexdigest()
     assert b.result()[0] == hashlib.sha256(b"x" * 10 + b"y").hexdigest()
+
+
+@pytest.mark.usefixtures("small_grid")
+def test_a_pass_over_a_whole_file_keeps_the_disk_reading_ahead_of_it(tmp_path, monkeypatch):
+    """After each whole grid chunk (more may follow) the pass tells how far it has
+    read; a pass following a writer reads what was just written, and asks nothing."""
+    told = []
+    monkeypatch.setattr(readahead.ReadAhead, "past", lambda self, end: told.append(end))
+    data = os.urandom(3 * GRID + 100)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    out = os.open(tmp_path / "copy", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        assert content_pass(fd) == oracle(data)
+        assert told == [GRID, 2 * GRID, 3 * GRID]
+        told.clear()
+        assert copying_pass(fd, out) == oracle(data)
+        assert told == [GRID, 2 * GRID, 3 * GRID]
+        assert (tmp_path / "copy").read_bytes() == data
+    finally:
+        os.close(fd)
+        os.close(out)
+    told.clear()
+    with _following(tmp_path / "w" if (tmp_path / "w").mkdir() is None else None) as (wfd, p):
+        os.pwrite(wfd, data, 0)
+        p.advance(len(data))
+        assert p.finish(len(data)) == oracle(data)
+    assert told == []
