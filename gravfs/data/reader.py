@@ -55,6 +55,7 @@ CHUNK = 4 * MiB
 CACHE_BYTES = 256 * MiB
 MAX_AHEAD = 8  # chunks
 NOWAIT_MAX = 64 << 10  # small objects read and hashed on the event loop when cached
+LOAD_AHEAD_MAX = 1 * MiB  # objects load_ahead reads whole (a batch stays well inside the cache)
 MAX_MANIFESTS = 1024  # sparse files' manifests kept (verified)
 Fetch = Callable[[int, int], bytes]  # (offset, length) -> checked bytes of a source
 
@@ -145,8 +146,9 @@ class DataReader:
         # chunks a fetch may land ahead of the running hash before it helps hash: half
         # the cache, so those it has not reached are not the ones evicted
         self._lag_max = max(1, cache_bytes // chunk_size // 2)
+        self._loading: set[str] = set()  # small objects load_ahead queued or is reading
         self.stats = {"chunk_fetches": 0, "chunk_hits": 0, "tier_reads": 0, "bytes_fetched": 0,
-                      "in_place_reads": 0, "small_reads": 0}
+                      "in_place_reads": 0, "small_reads": 0, "loaded_ahead": 0}
 
     def close(self) -> None:
         self._pool.close()
@@ -260,6 +262,46 @@ class DataReader:
         raise AssertionError("unreachable")
 
     # -- small objects: read whole, kept in the chunk cache ---------------------------
+
+    def load_ahead(self, objects: list[tuple[str, int]]) -> int:
+        """Read small objects whole into the chunk cache on the read-ahead workers, for
+        a reader about to open them (a directory's files read in name order: cp -r,
+        tar, a loop over a listing). Each of its reads is then answered on the event
+        loop (``read_cached``) instead of taking a worker thread's trip, which costs
+        more than the read itself (~130 µs on 2 vCPUs, a cold 4 KiB object from a
+        local disk ~100 µs); several are read at once (a store's GETs in parallel).
+        Objects cached or being loaded, empty, sparse, refused or over
+        ``LOAD_AHEAD_MAX`` are left out. How many were queued."""
+        queued = 0
+        for address, size in objects:
+            if not 0 < size <= min(self.chunk, LOAD_AHEAD_MAX) or sparse.is_sparse(address):
+                continue
+            with self._lock:
+                if (address in self._loading or address in self._corrupt
+                        or (address, 0) in self._chunks):
+                    continue
+                self._loading.add(address)
+            try:
+                self._pool.submit(("whole", address), lambda a=address, n=size: self._load(a, n),
+                                  demand=False)
+            except RuntimeError:  # closed: the mount is ending
+                with self._lock:
+                    self._loading.discard(address)
+                break
+            queued += 1
+        return queued
+
+    def _load(self, address: str, size: int) -> None:
+        """load_ahead's job: a failure is left to the read that needs the object (it
+        tries again and reports it; a damaged object is refused here already)."""
+        try:
+            self._whole_small(address, size)
+            self.stats["loaded_ahead"] += 1
+        except Exception as exc:
+            log.debug("loading %s ahead of its reader failed: %s", address, exc)
+        finally:
+            with self._lock:
+                self._loading.discard(address)
 
     def _whole_small(self, address: str, size: int, nowait: bool = False) -> bytes | None:
         """A small object's bytes, checked, from the chunk cache or else read whole

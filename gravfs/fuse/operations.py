@@ -41,6 +41,7 @@ from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
 from gravfs.fuse import holders, opstats
 from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
 from gravfs.fuse.forgets import Forgets
+from gravfs.fuse.inorder import InOrderReads
 from gravfs.fuse.inodes import ROOT, Inode, InodeTable
 from gravfs.fuse.localfiles import LocalFiles
 from gravfs.fuse.locks import QuickLock
@@ -159,6 +160,7 @@ class GravfsOperations(pyfuse3.Operations):
         self.mount_root = b""  # the mount point as /proc names open files (set by prepare)
         self.foreign_logged: set[bytes] = set()
         self.nursery: Optional[trio.Nursery] = None  # set by launch: background work (readdir)
+        self.in_order = InOrderReads()  # directories whose files are opened in name order
         self.deferred: dict[int, OpenFile] = {}  # ino -> a create not staged yet (see create)
         # (parent inode, name) of names whose inode was superseded: the watcher drops
         # the kernel's entries of them (a dentry may still lead to the old inode)
@@ -1325,7 +1327,40 @@ class GravfsOperations(pyfuse3.Operations):
             node.extra["cached_address"] = content_key(entry)
         if entry is not None and is_external(entry.address_type):
             fi.keep_cache = False  # by reference: each open asks the source again
+        elif not writing and of is None and entry is not None:
+            self._read_in_order(node)
         return fi
+
+    def _read_in_order(self, node: Inode) -> None:
+        """An open for reading, noted per directory: a reader going up a directory's
+        names gets the next files' contents loaded ahead of it (gravfs.fuse.inorder)."""
+        nursery = self.nursery
+        dir_key, _, name = node.key.rpartition(b"/")
+        where = (node.tree, dir_key)
+        asked = self.in_order.opened(where, name) if nursery is not None else None
+        if asked is None:
+            return
+        after, count = asked
+
+        async def work() -> None:
+            names = []
+            try:
+                await trio.lowlevel.checkpoint()  # (after this open's reply)
+                listed = await self._at_hand(self.repo.list_dir, node.tree.ref, dir_key, after,
+                                             count)
+                names = [n.key.rstrip(b"/").rpartition(b"/")[2] for n in listed]
+                queued = self.reader.load_ahead(
+                    [(n.entry.address, n.entry.size) for n in listed
+                     if n.kind == "file" and n.entry is not None
+                     and not is_external(n.entry.address_type)])
+                log.debug("%s:%s read in name order: %d files after %r loaded ahead",
+                          node.tree.name, dir_key, queued, after)
+            except Exception as exc:  # only the speed of later reads is at stake
+                log.debug("listing %s:%s to load ahead failed: %s", node.tree.name, dir_key, exc)
+            finally:
+                self.in_order.loaded(where, names, count)
+
+        nursery.start_soon(work)
 
     @guarded
     async def read(self, fh, off, size):

@@ -666,3 +666,48 @@ def test_a_pending_big_object_is_read_from_its_file_until_uploaded_local(local_r
 def test_a_pending_big_object_is_read_from_its_file_until_uploaded_s3(s3_repo):
     repo, _ = s3_repo
     _pending_then_uploaded(repo)
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_objects_loaded_ahead_are_answered_from_the_cache_checked(local_repo, request, where):
+    """load_ahead reads small objects whole, checked, into the chunk cache, several at
+    once (from the local store's files, or fetched from S3): a reader's later handles
+    are answered on the event loop (read_cached). Objects empty, too big, sparse, cached
+    or already queued are not loaded; a damaged one is refused, never served."""
+    from gravfs.data import reader as reader_mod
+
+    repo = local_repo if where == "local" else request.getfixturevalue("s3_repo")[0]
+    datas = [os.urandom(3000 + i) for i in range(12)]
+    objects = [repo.data.put_bytes(d) for d in datas]
+    big = os.urandom(reader_mod.LOAD_AHEAD_MAX + 1)
+    big_object = repo.data.put_bytes(big)
+    bad = os.urandom(4000)
+    bad_address, bad_size = repo.data.put_bytes(bad)
+    if where == "local":
+        path = repo.store.local_path(bad_address)
+        os.chmod(path, 0o644)
+        with open(path, "r+b") as f:
+            f.seek(7)
+            f.write(b"rot")
+    else:
+        server = request.getfixturevalue("s3_repo")[1]
+        _damage_in_bucket(repo, server, bad_address, bad, 7)
+    reader = DataReader(repo.data)
+    try:
+        queued = reader.load_ahead(objects + [big_object, (bad_address, bad_size), ("", 0)])
+        assert queued == len(objects) + 1  # the small ones and the damaged one
+        assert reader.load_ahead(objects[:3]) == 0  # queued, loading or loaded: once
+        deadline = time.monotonic() + 30
+        while reader.stats["loaded_ahead"] < len(objects) or reader._loading:
+            assert time.monotonic() < deadline, reader.stats
+            time.sleep(0.01)
+        for (address, size), data in zip(objects, datas):
+            assert bytes(reader.read_cached(ReadState(), address, size, 0, size)) == data
+        assert reader.stats["small_reads"] == 0  # no read went to its store
+        big_address, big_size = big_object
+        assert (big_address, 0) not in reader._chunks
+        assert reader.read_cached(ReadState(), bad_address, bad_size, 0, bad_size) is None
+        with pytest.raises(CorruptDataError):
+            reader.read(ReadState(), bad_address, bad_size, 0, bad_size)
+    finally:
+        reader.close()

@@ -2310,3 +2310,103 @@ def test_a_local_store_moved_away_while_mounted_is_an_outage_not_a_deletion(tmp_
         if os.path.isdir(os.path.join(base, "away")):
             os.rename(os.path.join(base, "away"), os.path.join(base, "disk"))
         m.cleanup()
+
+
+def test_files_opened_in_name_order_are_loaded_ahead_of_their_reader(tmp_path):
+    """A reader opening a directory's files in name order (cp -r, tar) gets the next
+    files' contents loaded on the read-ahead workers while it reads the earlier ones;
+    their reads are then answered without a worker's trip. Opens that go up and down
+    load nothing."""
+    import trio
+
+    from gravfs.fuse import inorder
+
+    repo, ops, ctx = _ops_in_process(tmp_path)
+    n = 4 * inorder.BATCH
+    contents = {b"f%04d" % i: os.urandom(100 + i) for i in range(n)}
+    for name, data in contents.items():
+        repo.write_file("main", b"d/" + name, data)
+    import threading
+
+    reads = []  # the store's files read for a request (not by the read-ahead workers)
+    read_small = repo.data.read_small
+
+    def counted(address, size, nowait=False):
+        data = read_small(address, size, nowait)
+        if data is not None and not threading.current_thread().name.startswith("gravfs-readahead"):
+            reads.append(address)
+        return data
+
+    repo.data.read_small = counted
+
+    async def loads_done():
+        """A reader slower than the loads: what was asked for has landed."""
+        with trio.fail_after(30):
+            while (any(d.loading for d in ops.in_order._dirs.values())
+                   or ops.reader._loading):
+                await trio.sleep(0.005)
+
+    async def read_file(d: int, name: bytes) -> bytes:
+        ino = (await ops.lookup(d, name)).st_ino
+        fi = await ops.open(ino, os.O_RDONLY, ctx)
+        try:
+            return await ops.read(fi.fh, 0, 1 << 20)
+        finally:
+            await ops.release(fi.fh)
+            await loads_done()
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            ops.nursery = nursery
+            d = await _dir_d(ops)
+            names = sorted(contents)
+            zigzag = [x for pair in zip(names[n // 2:], reversed(names[:n // 2])) for x in pair]
+            for name in zigzag[:40]:  # up, down, up, down: nothing is loaded ahead
+                assert await read_file(d, name) == contents[name]
+            assert ops.reader.stats["loaded_ahead"] == 0
+            assert len(reads) == 40
+            ops.reader._chunks.clear()
+            reads.clear()
+            for name in names:
+                assert await read_file(d, name) == contents[name]
+            # the files up to the run's end were read for their requests; every later
+            # one had been loaded ahead
+            assert len(reads) == inorder.RUN + 1
+            assert ops.reader.stats["loaded_ahead"] == n - inorder.RUN - 1
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        ops.reader.close()
+        repo.close()
+
+
+def test_a_damaged_file_among_files_read_in_order_is_eio_and_the_rest_intact(gravfs_mount):
+    """Loading files ahead of a reader checks them as a read does: through a real
+    mount, a directory read in name order gives every file's content, and EIO for
+    the one whose stored object was damaged."""
+    import hashlib
+
+    m = gravfs_mount
+    os.makedirs(m.branch_path("many"))
+    contents = {f"f{i:03d}": os.urandom(2000 + i) for i in range(80)}
+    for name, data in contents.items():
+        _write(m.branch_path("many", name), data)
+    m.commit()
+    m.umount()
+    victim = "f050"
+    digest = hashlib.sha256(contents[victim]).hexdigest()
+    obj = os.path.join(m.store, "data", digest[:2], digest)
+    os.chmod(obj, 0o644)
+    with open(obj, "r+b") as f:
+        f.seek(100)
+        f.write(b"rot")
+    m.remount()  # a new daemon: nothing of these files in its caches
+    for name in sorted(contents):
+        path = m.branch_path("many", name)
+        if name == victim:
+            assert _errno(_read, path) == errno.EIO
+        else:
+            assert _read(path) == contents[name], name
+    assert "does not match" in m.log_text() or "hashes to" in m.log_text()
