@@ -37,12 +37,12 @@ from typing import BinaryIO, NamedTuple, Optional
 from gravfs import hashing
 from gravfs.cleanup import unlink_quiet
 from gravfs.data import chunksums, sparse
-from gravfs.data.readahead import ReadAhead
 from gravfs.data.checkedread import ChangedWhileRead, CheckedReader
 from gravfs.data.contentpass import content_pass, copying_pass
 from gravfs.data.external import reader_for
 from gravfs.data.handles import BytesHandle, Handle, PendingHandle
 from gravfs.data.nowait import open_cached, pread_cached
+from gravfs.data.readahead import ReadAhead
 from gravfs.errors import CorruptDataError, GravfsError
 from gravfs.faults import crash_point
 from gravfs.store.modes import make_dir, private_dir

@@ -4,9 +4,10 @@ A pass that reads a chunk and then hashes (or copies) it leaves the disk idle wh
 it hashes: the kernel's own read-ahead stops a window past the last read, and that
 window is used up by the next read. Asking for the bytes past it
 (``POSIX_FADV_WILLNEED``, which starts their reads and returns at once) overlaps the
-disk with the hashing. A cold GiB on a local disk: hashed alone 760-880 MiB/s without,
-1,050-1,110 with; ``gravfs put`` of it (read, hashed and copied in one pass)
-2.74-2.77 s against 2.02-2.06 (medians of 5).
+disk with the hashing. A cold GiB on a local disk: hashed 758-881 MiB/s without,
+998-1,104 with; ``gravfs put`` of it (read, hashed and copied in one pass) 2.54-2.92 s
+against 1.95-2.12 (medians of 3-5 in four sets, one with the device's read-ahead at
+128 KiB).
 
 Not for a pass that runs beside another reader of the same file (the mount's
 verification of an object read in place): that reader's read-ahead fetches the bytes

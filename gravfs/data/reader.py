@@ -294,14 +294,16 @@ class DataReader:
     def _load(self, address: str, size: int) -> None:
         """load_ahead's job: a failure is left to the read that needs the object (it
         tries again and reports it; a damaged object is refused here already)."""
+        loaded = False
         try:
             self._whole_small(address, size)
-            self.stats["loaded_ahead"] += 1
+            loaded = True
         except Exception as exc:
             log.debug("loading %s ahead of its reader failed: %s", address, exc)
         finally:
-            with self._lock:
+            with self._lock:  # (workers count at once)
                 self._loading.discard(address)
+                self.stats["loaded_ahead"] += loaded
 
     def _whole_small(self, address: str, size: int, nowait: bool = False) -> bytes | None:
         """A small object's bytes, checked, from the chunk cache or else read whole
