@@ -55,7 +55,10 @@ CHUNK = 4 * MiB
 CACHE_BYTES = 256 * MiB
 MAX_AHEAD = 8  # chunks
 NOWAIT_MAX = 64 << 10  # small objects read and hashed on the event loop when cached
-LOAD_AHEAD_MAX = 1 * MiB  # objects load_ahead reads whole (a batch stays well inside the cache)
+LOAD_AHEAD_MAX = 1 * MiB  # objects load_ahead reads whole
+# bytes one load_ahead call loads at most: 32 readers of a directory each, with a batch
+# loaded ahead of them, fill the cache (256 MiB) and no more
+LOAD_AHEAD_BYTES = 8 * MiB
 MAX_MANIFESTS = 1024  # sparse files' manifests kept (verified)
 Fetch = Callable[[int, int], bytes]  # (offset, length) -> checked bytes of a source
 
@@ -270,16 +273,21 @@ class DataReader:
         loop (``read_cached``) instead of taking a worker thread's trip, which costs
         more than the read itself (~130 µs on 2 vCPUs, a cold 4 KiB object from a
         local disk ~100 µs); several are read at once (a store's GETs in parallel).
-        Objects cached or being loaded, empty, sparse, refused or over
-        ``LOAD_AHEAD_MAX`` are left out. How many were queued."""
-        queued = 0
-        for address, size in objects:
+        Objects cached or being loaded, empty (what is not an object: a directory),
+        sparse, refused or over ``LOAD_AHEAD_MAX`` are left out, and at most
+        ``LOAD_AHEAD_BYTES`` are loaded a call: returns how many of the objects, from
+        the first, it has seen to (queued or left out); the caller asks again from
+        there."""
+        budget = LOAD_AHEAD_BYTES
+        for i, (address, size) in enumerate(objects):
             if not 0 < size <= min(self.chunk, LOAD_AHEAD_MAX) or sparse.is_sparse(address):
                 continue
             with self._lock:
                 if (address in self._loading or address in self._corrupt
                         or (address, 0) in self._chunks):
                     continue
+                if size > budget:
+                    return i
                 self._loading.add(address)
             try:
                 self._pool.submit(("whole", address), lambda a=address, n=size: self._load(a, n),
@@ -287,9 +295,9 @@ class DataReader:
             except RuntimeError:  # closed: the mount is ending
                 with self._lock:
                     self._loading.discard(address)
-                break
-            queued += 1
-        return queued
+                return i
+            budget -= size
+        return len(objects)
 
     def _load(self, address: str, size: int) -> None:
         """load_ahead's job: a failure is left to the read that needs the object (it

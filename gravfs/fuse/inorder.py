@@ -35,7 +35,7 @@ class _Directory:
         self.run = 0  # opens in a row that went up (before a batch)
         self.names: list[bytes] = []  # loaded names the reader has not passed, in order
         self.pos = 0  # names[pos] and later: not opened yet
-        self.size = 0  # names listed in the last batch asked for
+        self.size = 0  # names in the last batch asked for (0: none since the run began)
         self.ended = False  # a batch reached the directory's end (or its listing failed)
         self.loading = False  # a batch is being listed
 
@@ -71,22 +71,23 @@ class InOrderReads:
                 return None
             if d.loading or d.ended or 2 * d.pos < len(d.names):
                 return None
-            d.loading = True
-            return d.names[-1], min(self.batch, 2 * d.size)
+            d.loading, d.size = True, min(self.batch, 2 * d.size)
+            return d.names[-1], d.size
         d.run = d.run + 1 if went_up else 0
         if d.run < self.run or d.loading:
             return None
-        d.loading = True
-        return name, self.first
+        d.loading, d.size = True, self.first
+        return name, d.size
 
-    def loaded(self, where: Hashable, names: list[bytes], asked: int) -> None:
-        """The batch ``opened`` asked for (``asked`` names) was listed: its names in
-        order (fewer than asked: the directory ends there; none: it ended, or the
-        listing failed)."""
+    def loaded(self, where: Hashable, names: list[bytes], ended: bool) -> None:
+        """The batch ``opened`` asked for was listed and loaded: the names loaded, in
+        order (fewer than asked when the loader's budget ran out: the next batch
+        starts after them); ``ended``: the directory ends there, or the listing failed
+        (no batch more this run)."""
         d = self._dirs.get(where)
         if d is None:  # forgotten meanwhile (many other directories)
             return
         d.loading = False
-        d.ended = len(names) < asked
-        d.names, d.pos = d.names[d.pos:] + names, 0
-        d.size = max(asked, 1)
+        if d.size:  # (else the reader started over meanwhile: these are behind it)
+            d.ended = ended
+            d.names, d.pos = d.names[d.pos:] + names, 0

@@ -1343,22 +1343,22 @@ class GravfsOperations(pyfuse3.Operations):
         after, count = asked
 
         async def work() -> None:
-            names = []
+            names, ended = [], True
             try:
                 await trio.lowlevel.checkpoint()  # (after this open's reply)
                 listed = await self._at_hand(self.repo.list_dir, node.tree.ref, dir_key, after,
                                              count)
-                names = [n.key.rstrip(b"/").rpartition(b"/")[2] for n in listed]
-                queued = self.reader.load_ahead(
-                    [(n.entry.address, n.entry.size) for n in listed
-                     if n.kind == "file" and n.entry is not None
-                     and not is_external(n.entry.address_type)])
-                log.debug("%s:%s read in name order: %d files after %r loaded ahead",
-                          node.tree.name, dir_key, queued, after)
+                seen = self.reader.load_ahead(  # (a directory or a reference: not loaded)
+                    [(n.entry.address, n.entry.size) if n.kind == "file" and n.entry is not None
+                     and not is_external(n.entry.address_type) else ("", 0) for n in listed])
+                names = [n.key.rstrip(b"/").rpartition(b"/")[2] for n in listed[:seen]]
+                ended = seen == len(listed) < count
+                log.debug("%s:%s read in name order: %d names after %r loaded ahead",
+                          node.tree.name, dir_key, seen, after)
             except Exception as exc:  # only the speed of later reads is at stake
                 log.debug("listing %s:%s to load ahead failed: %s", node.tree.name, dir_key, exc)
             finally:
-                self.in_order.loaded(where, names, count)
+                self.in_order.loaded(where, names, ended)
 
         nursery.start_soon(work)
 

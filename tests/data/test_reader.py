@@ -694,13 +694,14 @@ def test_objects_loaded_ahead_are_answered_from_the_cache_checked(local_repo, re
         _damage_in_bucket(repo, server, bad_address, bad, 7)
     reader = DataReader(repo.data)
     try:
-        queued = reader.load_ahead(objects + [big_object, (bad_address, bad_size), ("", 0)])
-        assert queued == len(objects) + 1  # the small ones and the damaged one
-        assert reader.load_ahead(objects[:3]) == 0  # queued, loading or loaded: once
+        asked = objects + [big_object, (bad_address, bad_size), ("", 0)]
+        assert reader.load_ahead(asked) == len(asked)  # all seen to (within the budget)
+        assert reader.load_ahead(objects[:3]) == 3  # queued, loading or loaded: once
         deadline = time.monotonic() + 30
-        while reader.stats["loaded_ahead"] < len(objects) or reader._loading:
+        while reader._loading:
             assert time.monotonic() < deadline, reader.stats
             time.sleep(0.01)
+        assert reader.stats["loaded_ahead"] == len(objects)  # not the big nor the damaged one
         for (address, size), data in zip(objects, datas):
             assert bytes(reader.read_cached(ReadState(), address, size, 0, size)) == data
         assert reader.stats["small_reads"] == 0  # no read went to its store
@@ -709,5 +710,24 @@ def test_objects_loaded_ahead_are_answered_from_the_cache_checked(local_repo, re
         assert reader.read_cached(ReadState(), bad_address, bad_size, 0, bad_size) is None
         with pytest.raises(CorruptDataError):
             reader.read(ReadState(), bad_address, bad_size, 0, bad_size)
+    finally:
+        reader.close()
+
+
+def test_a_load_ahead_call_loads_its_budget_and_says_where_it_stopped(local_repo, monkeypatch):
+    from gravfs.data import reader as reader_mod
+
+    monkeypatch.setattr(reader_mod, "LOAD_AHEAD_BYTES", 3 * 5000)
+    repo = local_repo
+    objects = [repo.data.put_bytes(os.urandom(5000)) for _ in range(5)]
+    reader = DataReader(repo.data)
+    try:
+        assert reader.load_ahead([("", 0)] + objects) == 4  # a non-object, then 3 of 5000
+        assert reader.load_ahead(objects[3:]) == 2  # the caller asks again from there
+        deadline = time.monotonic() + 30
+        while reader._loading:
+            assert time.monotonic() < deadline, reader.stats
+            time.sleep(0.01)
+        assert reader.stats["loaded_ahead"] == 5
     finally:
         reader.close()

@@ -20,7 +20,7 @@ def _scan(r: InOrderReads, names: list[bytes], where="d") -> list[tuple[int, byt
             after, count = got
             asked.append((i, after, count))
             listing = [n for n in names if n > after][:count]
-            r.loaded(where, listing, count)
+            r.loaded(where, listing, len(listing) < count)
     return asked
 
 
@@ -58,14 +58,14 @@ def test_a_reader_may_skip_names_but_any_other_open_starts_over():
     names = [_name(i) for i in range(40)]
     r.opened("d", names[0])
     assert r.opened("d", names[1]) == (names[1], 4)
-    r.loaded("d", names[2:6], 4)
+    r.loaded("d", names[2:6], False)
     # f002 skipped (a directory, say): half-way, the next batch, twice as long
     assert r.opened("d", names[3]) == (names[5], 8)
-    r.loaded("d", names[6:14], 8)
+    r.loaded("d", names[6:14], False)
     assert r.opened("d", names[4]) is None
     assert r.opened("d", names[30]) is None  # a jump forward: starts over
     assert r.opened("d", names[31]) == (names[31], 4)  # its own run of two
-    r.loaded("d", names[32:36], 4)
+    r.loaded("d", names[32:36], False)
     assert r.opened("d", names[2]) is None  # back: starts over
     assert r.opened("d", names[1]) is None
 
@@ -75,11 +75,11 @@ def test_a_reader_ahead_of_a_batch_being_listed_is_followed():
     names = [_name(i) for i in range(20)]
     r.opened("d", names[0])
     assert r.opened("d", names[1]) == (names[1], 2)
-    r.loaded("d", names[2:4], 2)
+    r.loaded("d", names[2:4], False)
     assert r.opened("d", names[2]) == (names[3], 4)
     assert r.opened("d", names[3]) is None
     assert r.opened("d", names[4]) is None  # past what was loaded, the next batch coming
-    r.loaded("d", names[4:8], 4)
+    r.loaded("d", names[4:8], False)
     assert r.opened("d", names[5]) == (names[7], 8)  # followed: f004 was in that batch
 
 
@@ -88,15 +88,15 @@ def test_the_directory_end_or_a_failed_listing_stops_the_batches():
     names = [_name(i) for i in range(7)]
     r.opened("d", names[0])
     assert r.opened("d", names[1]) == (names[1], 4)
-    r.loaded("d", names[2:6], 4)
+    r.loaded("d", names[2:6], False)
     assert r.opened("d", names[2]) is None
     assert r.opened("d", names[3]) == (names[5], 8)
-    r.loaded("d", names[6:], 8)  # one name: the end
+    r.loaded("d", names[6:], True)  # one name: the end
     assert [r.opened("d", n) for n in names[4:]] == [None, None, None]
     r2 = InOrderReads(run=1, first=4, batch=8)
     r2.opened("d", b"a")
     assert r2.opened("d", b"b") == (b"b", 4)
-    r2.loaded("d", [], 4)  # the listing failed
+    r2.loaded("d", [], True)  # the listing failed
     assert r2.opened("d", b"c") is None  # a new run first
     assert r2.opened("d", b"d") == (b"d", 4)
 
@@ -108,5 +108,13 @@ def test_directories_are_followed_apart_and_the_oldest_forgotten():
     assert r.opened("a", b"2") == (b"2", 2)  # a's run went on between b's opens
     r.opened("c", b"1")  # a third directory: b, opened in longest ago, is forgotten
     assert r.opened("b", b"2") is None  # b starts over (and a, oldest now, is forgotten)
-    r.loaded("a", [b"3", b"4"], 2)  # forgotten meanwhile: ignored
+    r.loaded("a", [b"3", b"4"], False)  # forgotten meanwhile: ignored
     assert r.opened("a", b"3") is None
+
+
+def test_a_batch_the_loader_cut_short_is_followed_by_one_after_its_last_name():
+    r = InOrderReads(run=1, first=4, batch=8)
+    r.opened("d", b"a")
+    assert r.opened("d", b"b") == (b"b", 4)
+    r.loaded("d", [b"c", b"d"], False)  # 2 of the 4: the loader's budget ran out
+    assert r.opened("d", b"c") == (b"d", 8)
