@@ -2317,6 +2317,8 @@ def test_files_opened_in_name_order_are_loaded_ahead_of_their_reader(tmp_path):
     files' contents loaded on the read-ahead workers while it reads the earlier ones;
     their reads are then answered without a worker's trip. Opens that go up and down
     load nothing."""
+    import threading
+
     import trio
 
     from gravfs.fuse import inorder
@@ -2326,8 +2328,6 @@ def test_files_opened_in_name_order_are_loaded_ahead_of_their_reader(tmp_path):
     contents = {b"f%04d" % i: os.urandom(100 + i) for i in range(n)}
     for name, data in contents.items():
         repo.write_file("main", b"d/" + name, data)
-    import threading
-
     reads = []  # the store's files read for a request (not by the read-ahead workers)
     read_small = repo.data.read_small
 
