@@ -55,9 +55,9 @@ CHUNK = 4 * MiB
 CACHE_BYTES = 256 * MiB
 MAX_AHEAD = 8  # chunks
 NOWAIT_MAX = 64 << 10  # small objects read and hashed on the event loop when cached
-LOAD_AHEAD_MAX = 1 * MiB  # objects load_ahead reads whole
-# bytes one load_ahead call loads at most: 32 readers of a directory each, with a batch
-# loaded ahead of them, fill the cache (256 MiB) and no more
+# bytes one load_ahead call loads at most (two of the biggest objects it loads): 32
+# readers of a directory each, with a batch loaded ahead of them, fill the cache
+# (256 MiB) and no more
 LOAD_AHEAD_BYTES = 8 * MiB
 MAX_MANIFESTS = 1024  # sparse files' manifests kept (verified)
 Fetch = Callable[[int, int], bytes]  # (offset, length) -> checked bytes of a source
@@ -271,16 +271,17 @@ class DataReader:
         a reader about to open them (a directory's files read in name order: cp -r,
         tar, a loop over a listing). Each of its reads is then answered on the event
         loop (``read_cached``) instead of taking a worker thread's trip, which costs
-        more than the read itself (~130 µs on 2 vCPUs, a cold 4 KiB object from a
-        local disk ~100 µs); several are read at once (a store's GETs in parallel).
+        more than a small file's read (~130 µs on 2 vCPUs, a cold 4 KiB object from a
+        local disk ~100 µs), and a bigger file's read or GET is under way while the
+        reader is on the one before; several are read at once.
         Objects cached or being loaded, empty (what is not an object: a directory),
-        sparse, refused or over ``LOAD_AHEAD_MAX`` are left out, and at most
+        sparse, refused or bigger than a chunk (not read whole) are left out, and at most
         ``LOAD_AHEAD_BYTES`` are loaded a call: returns how many of the objects, from
         the first, it has seen to (queued or left out); the caller asks again from
         there."""
         budget = LOAD_AHEAD_BYTES
         for i, (address, size) in enumerate(objects):
-            if not 0 < size <= min(self.chunk, LOAD_AHEAD_MAX) or sparse.is_sparse(address):
+            if not 0 < size <= self.chunk or sparse.is_sparse(address):
                 continue
             with self._lock:
                 if (address in self._loading or address in self._corrupt

@@ -674,12 +674,10 @@ def test_objects_loaded_ahead_are_answered_from_the_cache_checked(local_repo, re
     once (from the local store's files, or fetched from S3): a reader's later handles
     are answered on the event loop (read_cached). Objects empty, too big, sparse, cached
     or already queued are not loaded; a damaged one is refused, never served."""
-    from gravfs.data import reader as reader_mod
-
     repo = local_repo if where == "local" else request.getfixturevalue("s3_repo")[0]
     datas = [os.urandom(3000 + i) for i in range(12)]
     objects = [repo.data.put_bytes(d) for d in datas]
-    big = os.urandom(reader_mod.LOAD_AHEAD_MAX + 1)
+    big = os.urandom(CHUNK + 1)  # read by ranges, not whole
     big_object = repo.data.put_bytes(big)
     bad = os.urandom(4000)
     bad_address, bad_size = repo.data.put_bytes(bad)

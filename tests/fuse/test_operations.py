@@ -2385,27 +2385,29 @@ def test_files_opened_in_name_order_are_loaded_ahead_of_their_reader(tmp_path):
 def test_a_damaged_file_among_files_read_in_order_is_eio_and_the_rest_intact(gravfs_mount):
     """Loading files ahead of a reader checks them as a read does: through a real
     mount, a directory read in name order gives every file's content, and EIO for
-    the one whose stored object was damaged."""
+    each whose stored object was damaged (a small one and one of 1.5 MiB)."""
     import hashlib
 
     m = gravfs_mount
     os.makedirs(m.branch_path("many"))
     contents = {f"f{i:03d}": os.urandom(2000 + i) for i in range(80)}
+    contents.update({f"f{i:03d}": os.urandom((3 << 19) + i) for i in range(80, 86)})  # 1.5 MiB
     for name, data in contents.items():
         _write(m.branch_path("many", name), data)
     m.commit()
     m.umount()
-    victim = "f050"
-    digest = hashlib.sha256(contents[victim]).hexdigest()
-    obj = os.path.join(m.store, "data", digest[:2], digest)
-    os.chmod(obj, 0o644)
-    with open(obj, "r+b") as f:
-        f.seek(100)
-        f.write(b"rot")
+    victims = ("f050", "f083")
+    for victim in victims:
+        digest = hashlib.sha256(contents[victim]).hexdigest()
+        obj = os.path.join(m.store, "data", digest[:2], digest)
+        os.chmod(obj, 0o644)
+        with open(obj, "r+b") as f:
+            f.seek(100)
+            f.write(b"rot")
     m.remount()  # a new daemon: nothing of these files in its caches
     for name in sorted(contents):
         path = m.branch_path("many", name)
-        if name == victim:
+        if name in victims:
             assert _errno(_read, path) == errno.EIO
         else:
             assert _read(path) == contents[name], name
