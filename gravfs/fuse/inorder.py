@@ -53,7 +53,8 @@ class InOrderReads:
     def opened(self, where: Hashable, name: bytes) -> Optional[tuple[bytes, int]]:
         """Note that ``name`` in directory ``where`` was opened for reading. Returns
         (the name after which to list, how many) for the next batch, which the caller
-        then lists and hands to ``loaded``; None when nothing is to be loaded now."""
+        then lists and hands to ``loaded``; None when nothing is to be loaded now.
+        Names are listing keys (Node.listing_key), compared in the listing's order."""
         d = self._dirs.pop(where, None)
         if d is None:
             d = _Directory()

@@ -51,7 +51,7 @@ from gravfs.fuse.options import MountOptions
 from gravfs.fuse.spin import ACTIVITY
 from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
 from gravfs.fuse.trees import Tree
-from gravfs.fs.paths import MAX_NAME_BYTES, escape_key
+from gravfs.fs.paths import MAX_NAME_BYTES, escape_key, split_last
 from gravfs.quoting import quote
 from gravfs.sstable import DEFAULT_CACHE
 from gravfs import threadwork
@@ -1335,7 +1335,7 @@ class GravfsOperations(pyfuse3.Operations):
         """An open for reading, noted per directory: a reader going up a directory's
         names gets the next files' contents loaded ahead of it (gravfs.fuse.inorder)."""
         nursery = self.nursery
-        dir_key, _, name = node.key.rpartition(b"/")
+        dir_key, name = split_last(node.key)  # (a file's name is its listing key)
         where = (node.tree, dir_key)
         asked = self.in_order.opened(where, name) if nursery is not None else None
         if asked is None:
@@ -1351,7 +1351,7 @@ class GravfsOperations(pyfuse3.Operations):
                 seen = self.reader.load_ahead(  # (a directory or a reference: not loaded)
                     [(n.entry.address, n.entry.size) if n.kind == "file" and n.entry is not None
                      and not is_external(n.entry.address_type) else ("", 0) for n in listed])
-                names = [n.key.rstrip(b"/").rpartition(b"/")[2] for n in listed[:seen]]
+                names = [n.listing_key for n in listed[:seen]]
                 ended = seen == len(listed) < count
                 log.debug("%s:%s read in name order: %d names after %r loaded ahead",
                           node.tree.name, dir_key, seen, after)

@@ -10,6 +10,15 @@ def _name(i: int) -> bytes:
     return b"f%03d" % i
 
 
+def _begun(first: int, batch: int, names: list[bytes]) -> InOrderReads:
+    """A follower (run 1) whose reader opened names[0] and names[1]: the first batch,
+    after names[1], has been asked for."""
+    r = InOrderReads(run=1, first=first, batch=batch)
+    r.opened("d", names[0])
+    assert r.opened("d", names[1]) == (names[1], first)
+    return r
+
+
 def _scan(r: InOrderReads, names: list[bytes], where="d") -> list[tuple[int, bytes, int]]:
     """Open ``names`` in turn; each batch asked for is listed at once from ``names``
     (the directory). (index of the open, after, count) of each batch asked for."""
@@ -54,10 +63,8 @@ def test_opens_in_random_order_load_little():
 
 
 def test_a_reader_may_skip_names_but_any_other_open_starts_over():
-    r = InOrderReads(run=1, first=4, batch=8)
     names = [_name(i) for i in range(40)]
-    r.opened("d", names[0])
-    assert r.opened("d", names[1]) == (names[1], 4)
+    r = _begun(4, 8, names)
     r.loaded("d", names[2:6], False)
     # f002 skipped (a directory, say): half-way, the next batch, twice as long
     assert r.opened("d", names[3]) == (names[5], 8)
@@ -71,10 +78,8 @@ def test_a_reader_may_skip_names_but_any_other_open_starts_over():
 
 
 def test_a_reader_ahead_of_a_batch_being_listed_is_followed():
-    r = InOrderReads(run=1, first=2, batch=8)
     names = [_name(i) for i in range(20)]
-    r.opened("d", names[0])
-    assert r.opened("d", names[1]) == (names[1], 2)
+    r = _begun(2, 8, names)
     r.loaded("d", names[2:4], False)
     assert r.opened("d", names[2]) == (names[3], 4)
     assert r.opened("d", names[3]) is None
@@ -84,18 +89,14 @@ def test_a_reader_ahead_of_a_batch_being_listed_is_followed():
 
 
 def test_the_directory_end_or_a_failed_listing_stops_the_batches():
-    r = InOrderReads(run=1, first=4, batch=8)
     names = [_name(i) for i in range(7)]
-    r.opened("d", names[0])
-    assert r.opened("d", names[1]) == (names[1], 4)
+    r = _begun(4, 8, names)
     r.loaded("d", names[2:6], False)
     assert r.opened("d", names[2]) is None
     assert r.opened("d", names[3]) == (names[5], 8)
     r.loaded("d", names[6:], True)  # one name: the end
     assert [r.opened("d", n) for n in names[4:]] == [None, None, None]
-    r2 = InOrderReads(run=1, first=4, batch=8)
-    r2.opened("d", b"a")
-    assert r2.opened("d", b"b") == (b"b", 4)
+    r2 = _begun(4, 8, [b"a", b"b"])
     r2.loaded("d", [], True)  # the listing failed
     assert r2.opened("d", b"c") is None  # a new run first
     assert r2.opened("d", b"d") == (b"d", 4)
@@ -113,8 +114,6 @@ def test_directories_are_followed_apart_and_the_oldest_forgotten():
 
 
 def test_a_batch_the_loader_cut_short_is_followed_by_one_after_its_last_name():
-    r = InOrderReads(run=1, first=4, batch=8)
-    r.opened("d", b"a")
-    assert r.opened("d", b"b") == (b"b", 4)
+    r = _begun(4, 8, [b"a", b"b"])
     r.loaded("d", [b"c", b"d"], False)  # 2 of the 4: the loader's budget ran out
     assert r.opened("d", b"c") == (b"d", 8)

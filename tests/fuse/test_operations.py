@@ -2328,6 +2328,8 @@ def test_files_opened_in_name_order_are_loaded_ahead_of_their_reader(tmp_path):
     contents = {b"f%04d" % i: os.urandom(100 + i) for i in range(n)}
     for name, data in contents.items():
         repo.write_file("main", b"d/" + name, data)
+    for i in range(5, n, 11):  # directories among the files: skipped, and listed past
+        repo.mkdir("main", b"d/f%04dx" % i)
     reads = []  # the store's files read for a request (not by the read-ahead workers)
     read_small = repo.data.read_small
 
