@@ -19,6 +19,7 @@ setup(
         "rich>=13",
         "boto3>=1.34",
         "trio>=0.22",
+        "outcome>=1.2",  # (trio's own: a worker's result handed to the loop)
         "pyfuse3>=3.3",
     ],
     extras_require={

@@ -48,7 +48,8 @@ Measurements (each the median of --runs repetitions):
   clients send getxattr back to back (gravfs answers statfs on a worker thread,
   which needs the GIL the busy event loop holds; the floor on its loop); creating
   small files (files/s), and reading them back whole with the page cache dropped
-  (on gravfs once their upload ended, on rclone from its cache);
+  (on gravfs once their upload ended, on rclone from its cache), in name order and
+  again shuffled (a loader drawing samples at random: nothing to read ahead);
   ``ls -l`` of a directory of many entries (made with Repository.stage, not
   through the mount); a Spark (local[2]) scan of a Parquet dataset, once after the
   page cache is dropped (cold) and once more right after (warm).
@@ -339,16 +340,25 @@ def create_rate(d: str, n: int, size: int = 4096) -> float:
     return n / (time.perf_counter() - t)
 
 
-def read_back_rate(d: str) -> float:
+def read_back_rate(d: str, shuffled: bool = False) -> float:
     """create_rate's files read back whole, page cache dropped (after their upload on a
-    gravfs mount): what a job reading the last one's output gets."""
+    gravfs mount): what a job reading the last one's output gets. ``shuffled``: in a
+    random order (a training job's loader drawing samples), not the names' order."""
     names = sorted(os.listdir(d))
+    if shuffled:
+        random.Random(len(names)).shuffle(names)
     drop_caches()
     t = time.perf_counter()
     for n in names:
         with open(os.path.join(d, n), "rb") as f:
             f.read()
     return len(names) / (time.perf_counter() - t)
+
+
+def read_back(d: str, out: dict) -> None:
+    """Both read-backs of create_rate's files, in name order and shuffled."""
+    out["readback_per_s"].append(read_back_rate(d))
+    out.setdefault("readback_random_per_s", []).append(read_back_rate(d, shuffled=True))
 
 
 def request_profile(counts: dict[str, list], ops: int, seconds: float) -> dict:
@@ -789,7 +799,7 @@ def bench_native(a, data: dict, spark, out: dict) -> Iterator[None]:
             # would make the next run measure that, and so would the targets after this
             out["create_per_s"].append(create_rate(os.path.join(data["base"], f"creates{r}"),
                                                    a.creates))
-            out["readback_per_s"].append(read_back_rate(os.path.join(data["base"], f"creates{r}")))
+            read_back(os.path.join(data["base"], f"creates{r}"), out)
         if wanted(a, "ls"):
             out["ls_l_s"].append(ls_l_seconds(data["many"]))
         if spark and wanted(a, "spark"):
@@ -853,8 +863,7 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict, requests: dict) -> Iterator[Non
                 cpu = g.daemon_cpu()
                 out["writeback_s"].append(writeback_seconds(g.state))
                 out["writeback_cpu_s"].append(g.daemon_cpu() - cpu)
-                out["readback_per_s"].append(read_back_rate(os.path.join(p["branch"],
-                                                                         f"creates{r}")))
+                read_back(os.path.join(p["branch"], f"creates{r}"), out)
             if wanted(a, "ls"):
                 out["ls_l_s"].append(ls_l_seconds(os.path.join(p["commit"], "many")))
         if spark and wanted(a, "spark"):
@@ -892,7 +901,7 @@ def bench_floor(a, fl: Floor, spark, out: dict, requests: dict) -> Iterator[None
         if r == 0 or not a.slow_once:
             if wanted(a, "create") and "create" in fl.groups:
                 out["create_per_s"].append(create_rate(os.path.join(mnt, f"creates{r}"), a.creates))
-                out["readback_per_s"].append(read_back_rate(os.path.join(mnt, f"creates{r}")))
+                read_back(os.path.join(mnt, f"creates{r}"), out)
             if wanted(a, "ls") and "ls" in fl.groups:
                 out["ls_l_s"].append(ls_l_seconds(os.path.join(mnt, "many")))
         if spark and wanted(a, "spark") and "spark" in fl.groups:
@@ -929,7 +938,7 @@ def bench_rclone(a, rc: Rclone, spark, out: dict) -> Iterator[None]:
             out["stat_per_s"].append(stat_rate(smalls, 1.0))
         if (r == 0 or not a.slow_once) and wanted(a, "create"):
             out["create_per_s"].append(create_rate(os.path.join(mnt, f"creates{r}"), a.creates))
-            out["readback_per_s"].append(read_back_rate(os.path.join(mnt, f"creates{r}")))
+            read_back(os.path.join(mnt, f"creates{r}"), out)
         if wanted(a, "write"):
             write_then_close(os.path.join(mnt, f"written{r}"), a.big_mb, out)
         if spark and wanted(a, "spark"):
@@ -975,6 +984,8 @@ ROWS = [  # label, native key, gravfs key, rclone key, pyfuse3-floor key, higher
     # what it kept of its uploads, the floor's from memory, the work floor's from its copies
     ("read back of those files (files/s)", "readback_per_s", "readback_per_s", "readback_per_s",
      "readback_per_s", True),
+    ("  the same, shuffled (files/s)", "readback_random_per_s", "readback_random_per_s",
+     "readback_random_per_s", "readback_random_per_s", True),
     ("ls -l of big dir (s)", "ls_l_s", "ls_l_s", None, "ls_l_s", False),
     ("Spark Parquet scan, cold (s)", "spark_cold_s", "spark_cold_s", "spark_cold_s", "spark_cold_s",
      False),

@@ -1,8 +1,8 @@
 """The request handlers: pyfuse3 operations over a Repository.
 
 Every handler is wrapped by ``errnos.guarded`` (only FUSEError leaves it) and
-does its blocking work (LMDB, store, hashing, local disk) in worker threads
-through one capacity limiter, so the trio thread only juggles requests.
+does its blocking work (LMDB, store, hashing, local disk) on a bounded pool of
+worker threads (gravfs.fuse.workers), so the trio thread only juggles requests.
 Namespace changes of one branch (create, mkdir, unlink, rmdir, rename,
 symlink, staging a closed file) are serialized by a per-branch trio lock,
 which makes each of them atomic as seen through the mount.
@@ -51,6 +51,7 @@ from gravfs.fuse.options import MountOptions
 from gravfs.fuse.spin import ACTIVITY
 from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
 from gravfs.fuse.trees import Tree
+from gravfs.fuse.workers import WorkerPool
 from gravfs.fs.paths import MAX_NAME_BYTES, escape_key, split_last
 from gravfs.quoting import quote
 from gravfs.sstable import DEFAULT_CACHE
@@ -137,7 +138,7 @@ class GravfsOperations(pyfuse3.Operations):
         super().__init__()
         self.repo = repo
         self.settings = settings
-        self.limiter = trio.CapacityLimiter(settings.threads)
+        self.workers = WorkerPool(settings.threads)
         self.inodes = InodeTable()
         self.forgets = Forgets(self.inodes)
         self.trees: dict[tuple, Tree] = {}
@@ -287,7 +288,7 @@ class GravfsOperations(pyfuse3.Operations):
     async def run(self, fn, *args, **kw):
         try:
             with threadwork.working():  # the loop does not busy-poll meanwhile
-                return await trio.to_thread.run_sync(partial(fn, *args, **kw), limiter=self.limiter)
+                return await self.workers.run(partial(fn, *args, **kw))
         except Exception as exc:
             _drop_locals(exc)
             raise
