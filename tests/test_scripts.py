@@ -161,6 +161,22 @@ def test_the_scale_sections_files_and_largest_directory_follow_the_shape():
     assert {f.rpartition("/")[0] for f in bench.in_order_files(1000000, 20000)} == {day[0]}
 
 
+def test_the_created_files_are_read_back_half_shuffled_half_in_order(tmp_path, monkeypatch):
+    """Each file once: neither pass finds the other's files in a daemon's memory."""
+    bench = _script("bench_mount")
+    names = [f"f{i:03d}" for i in range(101)]
+    for n in names:
+        (tmp_path / n).write_bytes(b"x")
+    passes = []
+    monkeypatch.setattr(bench, "read_back_rate", lambda d, order: passes.append(order) or 1.0)
+    out = {"readback_per_s": []}
+    bench.read_back(str(tmp_path), out)
+    shuffled, in_order = passes
+    assert in_order == names[:50]
+    assert sorted(shuffled) == names[50:] and shuffled != names[50:]
+    assert out == {"readback_per_s": [1.0], "readback_random_per_s": [1.0]}
+
+
 @pytest.mark.fuse
 def test_the_floors_lake_has_the_branchs_names_in_small_directories(tmp_path):
     """fuse_floor.py --lake N --lake-day-files K: the same tree as bench_repo.build_branch's
