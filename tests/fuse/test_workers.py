@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 import traceback
@@ -143,6 +144,62 @@ def test_a_caller_cancelled_before_the_call_runs_no_job():
 
     trio.run(main)
     assert ran == []
+
+
+def test_a_thread_left_idle_ends_and_the_next_job_starts_another():
+    pool = WorkerPool(2, name="test-idle", idle_s=0.05)
+
+    async def main():
+        assert await pool.run(lambda: 1) == 1
+        assert pool.threads() == 1
+        with trio.fail_after(10):
+            while pool.threads() or _threads(pool):
+                await trio.sleep(0.02)
+        assert await pool.run(lambda: 2) == 2  # a new thread takes it
+        assert pool.threads() == 1
+
+    trio.run(main)
+
+
+def test_jobs_in_bursts_and_pauses_all_finish_never_more_than_size_at_once():
+    """Threads start, end when idle and are owed to waiting jobs in every order: a
+    job counted against a thread that ended would wait for ever."""
+    pool = WorkerPool(3, name="test-bursts", idle_s=0.005)
+    rng = random.Random(7)
+    lock = threading.Lock()
+    running, most = [0], [0]
+
+    def job(i, seconds):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(seconds)
+        with lock:
+            running[0] -= 1
+        return i
+
+    async def main():
+        done = []
+
+        async def one(i, seconds):
+            done.append(await pool.run(lambda: job(i, seconds)))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(300):
+                nursery.start_soon(one, i, rng.choice((0, 0.001, 0.004)))
+                if rng.random() < 0.1:  # a pause: idle threads end
+                    await trio.sleep(rng.choice((0.001, 0.01, 0.02)))
+        finished.extend(done)
+
+    # (a waiting job cannot be cancelled: the run goes on a thread of its own, and a
+    # run that does not end in time is the failure)
+    finished: list[int] = []
+    runner = threading.Thread(target=trio.run, args=(main,), daemon=True)
+    runner.start()
+    runner.join(60)
+    assert not runner.is_alive(), "a job waits with no thread to take it"
+    assert sorted(finished) == list(range(300))
+    assert most[0] == 3
 
 
 def test_a_pool_needs_a_thread():
