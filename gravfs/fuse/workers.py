@@ -70,7 +70,6 @@ class WorkerPool:
         def deliver(result: outcome.Outcome) -> None:
             token.run_sync_soon(trio.lowlevel.reschedule, task, result)
 
-        self._jobs.put((fn, deliver))
         start = False
         with self._lock:
             if self._free:
@@ -81,9 +80,15 @@ class WorkerPool:
                 start = True
             else:
                 self._owed += 1
-        if start:
-            threading.Thread(target=self._work, name=f"{self.name}-{self._started}",
-                             daemon=True).start()
+        if start:  # before the job is queued: a thread that cannot start fails the call
+            try:
+                threading.Thread(target=self._work, name=f"{self.name}-{self._started}",
+                                 daemon=True).start()
+            except BaseException:
+                with self._lock:
+                    self._threads -= 1
+                raise
+        self._jobs.put((fn, deliver))
         return await trio.lowlevel.wait_task_rescheduled(_not_abandoned)  # (unwrapped)
 
     def _work(self) -> None:

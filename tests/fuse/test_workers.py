@@ -202,6 +202,27 @@ def test_jobs_in_bursts_and_pauses_all_finish_never_more_than_size_at_once():
     assert most[0] == 3
 
 
+def test_a_thread_that_cannot_start_fails_the_call_and_leaves_the_pool_whole(monkeypatch):
+    """As trio's threads: the caller gets the error (a request answers EIO), and the
+    pool counts no thread that is not there."""
+    pool = WorkerPool(1, name="test-nothread")
+    ran = []
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    async def main():
+        with monkeypatch.context() as m:
+            m.setattr(threading.Thread, "start", refuse)
+            with pytest.raises(RuntimeError, match="can't start new thread"):
+                await pool.run(lambda: ran.append("lost"))
+        assert pool.threads() == 0
+        assert await pool.run(lambda: ran.append("ran") or "ok") == "ok"
+
+    trio.run(main)
+    assert ran == ["ran"]
+
+
 def test_a_pool_needs_a_thread():
     with pytest.raises(ValueError, match="at least one thread"):
         WorkerPool(0)
