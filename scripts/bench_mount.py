@@ -364,7 +364,7 @@ def read_back(d: str, out: dict) -> None:
     half = len(names) // 2
     shuffled = names[half:]
     random.Random(len(names)).shuffle(shuffled)
-    out.setdefault("readback_random_per_s", []).append(read_back_rate(d, shuffled))
+    out["readback_random_per_s"].append(read_back_rate(d, shuffled))
     out["readback_per_s"].append(read_back_rate(d, names[:half]))
 
 
@@ -788,8 +788,8 @@ def take_turns(n: int, runs: dict[str, Iterator[None]], out: dict, tolerated: di
 def bench_native(a, data: dict, spark, out: dict) -> Iterator[None]:
     out.update({k: [] for k in ("read_cold_MBps", "read_warm_MBps", "read_warm3_MBps",
                                  "streams_first_ms", "stat_per_s", "create_per_s",
-                                 "readback_per_s", "ls_l_s", "write_MBps", "write_close_s",
-                                 "spark_cold_s", "spark_warm_s")})
+                                 "readback_per_s", "readback_random_per_s", "ls_l_s",
+                                 "write_MBps", "write_close_s", "spark_cold_s", "spark_warm_s")})
     smalls = [os.path.join(data["small"], n) for n in sorted(os.listdir(data["small"]))]
     for r in range(a.runs):
         if wanted(a, "read"):
@@ -821,7 +821,7 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict, requests: dict) -> Iterator[Non
                                  "streams_first_ms",
                                  "stat_commit_per_s", "stat_branch_first_per_s", "stat_branch_per_s",
                                  "create_per_s", "writeback_s", "writeback_cpu_s",
-                                 "readback_per_s", "ls_l_s",
+                                 "readback_per_s", "readback_random_per_s", "ls_l_s",
                                  "write_MBps", "write_close_s", "write_upload_s", "spark_cold_s",
                                  "spark_warm_s", "daemon_cpu_s")})
     for r in range(a.runs):
@@ -889,8 +889,8 @@ def bench_floor(a, fl: Floor, spark, out: dict, requests: dict) -> Iterator[None
     creates only: its stats are the floor's)."""
     out.update({k: [] for k in ("read_cold_MBps", "read_warm_MBps", "read_warm3_MBps",
                                 "stat_first_per_s", "stat_per_s", "create_per_s",
-                                "readback_per_s", "ls_l_s", "write_MBps", "write_close_s",
-                                "spark_cold_s", "spark_warm_s")})
+                                "readback_per_s", "readback_random_per_s", "ls_l_s",
+                                "write_MBps", "write_close_s", "spark_cold_s", "spark_warm_s")})
     for r in range(a.runs):
         out.setdefault("python_loop_ms", []).append(python_loop_ms())  # the host's speed now
         mnt = fl.mount()
@@ -925,8 +925,8 @@ def bench_floor(a, fl: Floor, spark, out: dict, requests: dict) -> Iterator[None
 def bench_rclone(a, rc: Rclone, spark, out: dict) -> Iterator[None]:
     out.update({k: [] for k in ("read_cold_store_MBps", "read_warm_MBps", "first_byte_ms",
                                 "streams_first_ms", "stat_per_s", "create_per_s",
-                                "readback_per_s", "write_MBps", "write_close_s", "spark_cold_s",
-                                "spark_warm_s")})
+                                "readback_per_s", "readback_random_per_s", "write_MBps",
+                                "write_close_s", "spark_cold_s", "spark_warm_s")})
     for r in range(a.runs):
         mnt = rc.mount()
         big = os.path.join(mnt, "big")

@@ -169,7 +169,7 @@ def test_the_created_files_are_read_back_half_shuffled_half_in_order(tmp_path, m
         (tmp_path / n).write_bytes(b"x")
     passes = []
     monkeypatch.setattr(bench, "read_back_rate", lambda d, order: passes.append(order) or 1.0)
-    out = {"readback_per_s": []}
+    out = {"readback_per_s": [], "readback_random_per_s": []}
     bench.read_back(str(tmp_path), out)
     shuffled, in_order = passes
     assert in_order == names[:50]
