@@ -38,7 +38,7 @@ from gravfs.data.objects import address_of
 from gravfs.data.external import content_key, is_external, source_of
 from gravfs.data.reader import DataReader
 from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
-from gravfs.fuse import holders, opstats
+from gravfs.fuse import holders, kernel, opstats
 from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
 from gravfs.fuse.forgets import Forgets
 from gravfs.fuse.inorder import InOrderReads
@@ -109,6 +109,7 @@ XATTR_LIST_MAX = 65536  # the kernel's limit on a listxattr reply
 MAX_FOREIGN_LOGGED = 10_000  # keys other writers made, each logged once
 MAX_SUPERSEDED_NAMES = 10_000  # superseded names awaiting the watcher's invalidation
 ATTR_SLACK = 1.0  # seconds: the kernel starts an attribute's timeout when it gets the reply
+DIRECT_WRITES = kernel.direct_writes()  # write-only opens bypass the page cache (_open_handle)
 
 
 def _unsupported_xattr(name: bytes) -> bool:
@@ -1279,6 +1280,10 @@ class GravfsOperations(pyfuse3.Operations):
             of.handles += 1
         fi = pyfuse3.FileInfo(fh=fh)
         fi.keep_cache = bool(node.tree and node.tree.immutable)
+        # A write-only open has no pages of its own to keep, and through the page cache
+        # each write(2) costs a GETXATTR first (security.capability: this mount keeps
+        # none, and its writes clear setuid bits themselves, see write)
+        fi.direct_io = DIRECT_WRITES and flags & os.O_ACCMODE == os.O_WRONLY
         return fi
 
     @guarded

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from gravfs.fuse import kernel
 from gravfs.fuse.options import MountOptions
 from tests.fuse_util import *  # noqa: F401,F403  (fixtures)
 from tests.fuse_util import write_bytes as _write, read_bytes as _read, errno_of_call as _errno
@@ -916,6 +917,85 @@ def test_ls_l_asks_for_acls_and_labels_once_not_per_entry(gravfs_mount, tmp_path
     assert calls["readdir"] >= 1
     # the mount's own checks and ls's first entry; 200 when each entry is asked twice
     assert calls.get("getxattr", 0) <= 10, calls
+
+
+@pytest.mark.skipif(not kernel.direct_writes(),
+                    reason="before Linux 6.6 write-only opens keep the page cache: a direct "
+                           "write there leaves a reader's cached pages stale")
+def test_write_only_opens_ask_no_xattr_before_each_write(gravfs_mount, tmp_path):
+    """Write-only opens bypass the page cache, so the kernel does not ask for
+    security.capability before each write(2) (100 writes: 100 GETXATTR through the
+    page cache); a file created so and one opened so for appends."""
+    m = gravfs_mount
+    m.umount()
+    stats = str(tmp_path / "opstats")
+    m.env["GRAVFS_OPSTATS"] = stats
+    m.mount()
+    path = m.branch_path("log")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for i in range(50):
+        os.write(fd, b"%04d\n" % i)
+    os.close(fd)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    for i in range(50, 100):
+        os.write(fd, b"%04d\n" % i)
+    os.close(fd)
+    assert _read(path) == b"".join(b"%04d\n" % i for i in range(100))
+    m.umount()  # writes the counts
+    calls = {line.split()[0]: int(line.split()[1]) for line in open(stats).read().splitlines()[1:]}
+    assert calls["write"] == 100
+    assert calls.get("getxattr", 0) <= 5, calls
+    m.remount()
+    assert _read(path) == b"".join(b"%04d\n" % i for i in range(100))
+    m.assert_clean_log()
+
+
+def test_a_reader_holding_the_file_sees_what_write_only_opens_write(gravfs_mount):
+    """Pages a reader cached (read(2) and a shared mapping) show the bytes a write-only
+    open writes over them, and the part of a page a reader saw short of the end
+    (tail -f) shows what was appended there."""
+    import mmap
+    path = gravfs_mount.branch_path("data.bin")
+    _write(path, b"a" * 20000)
+    with open(path, "rb", buffering=0) as r:
+        assert r.read() == b"a" * 20000
+        view = mmap.mmap(r.fileno(), 0, prot=mmap.PROT_READ)
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, b"B" * 100, 5000)
+            r.seek(0)
+            got = r.read()
+            assert got[4990:5110] == b"a" * 10 + b"B" * 100 + b"a" * 10
+            assert view[5000:5100] == b"B" * 100
+            os.pwrite(fd, b"C" * 100, 19950)  # over the end, within its last page
+            r.seek(19900)
+            assert r.read() == b"a" * 50 + b"C" * 100
+        finally:
+            os.close(fd)
+            view.close()
+    assert os.stat(path).st_size == 20050
+    gravfs_mount.assert_clean_log()
+
+
+def test_a_shared_writable_mapping_writes_the_file(gravfs_mount):
+    """Read-write opens keep the page cache: a MAP_SHARED mapping of one is written
+    back, and what it wrote is staged by the close and committed."""
+    import mmap
+    m = gravfs_mount
+    path = m.branch_path("mapped.bin")
+    _write(path, b"0" * 8192)
+    with open(path, "r+b") as f:
+        with mmap.mmap(f.fileno(), 0) as view:
+            view[100:105] = b"hello"
+            view[8000:8005] = b"world"
+            view.flush()
+    expected = b"0" * 100 + b"hello" + b"0" * 7895 + b"world" + b"0" * 187
+    assert _read(path) == expected
+    m.cli("commit", "main", "-m", "mapped")
+    m.umount()
+    m.remount()
+    assert _read(path) == expected
+    m.assert_clean_log()
 
 
 def test_staging_by_another_process_shows_before_the_attr_timeout(gravfs_mount):
