@@ -223,6 +223,26 @@ def write_then_close(path: str, mib: int, out: dict) -> None:
     os.unlink(path)
 
 
+SMALL_WRITE = 8192  # a buffered writer's flushes (Python's io.DEFAULT_BUFFER_SIZE)
+SMALL_WRITES_MIB = 32
+
+
+def write_small(path: str, out: dict) -> None:
+    """Write 32 MiB to a new file in 8 KiB writes, as a buffered writer (a CSV or log
+    writer) flushes, then close it: MB/s (``write_small_MBps``). A mount pays each
+    write's requests, not its bytes."""
+    data = memoryview(os.urandom(SMALL_WRITES_MIB * MiB))  # no other run's bytes
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    t = time.perf_counter()
+    try:
+        for off in range(0, len(data), SMALL_WRITE):
+            os.write(fd, data[off:off + SMALL_WRITE])
+    finally:
+        os.close(fd)
+    out["write_small_MBps"].append(SMALL_WRITES_MIB / (time.perf_counter() - t))
+    os.unlink(path)
+
+
 def read_cold_then_warm(path: str, out: dict, cold_key: str, warm3: bool = True) -> None:
     """Read once after dropping the page cache, then again (warm), and a third time."""
     drop_caches()
@@ -789,7 +809,8 @@ def bench_native(a, data: dict, spark, out: dict) -> Iterator[None]:
     out.update({k: [] for k in ("read_cold_MBps", "read_warm_MBps", "read_warm3_MBps",
                                  "streams_first_ms", "stat_per_s", "create_per_s",
                                  "readback_per_s", "readback_random_per_s", "ls_l_s",
-                                 "write_MBps", "write_close_s", "spark_cold_s", "spark_warm_s")})
+                                 "write_MBps", "write_small_MBps", "write_close_s", "spark_cold_s",
+                                 "spark_warm_s")})
     smalls = [os.path.join(data["small"], n) for n in sorted(os.listdir(data["small"]))]
     for r in range(a.runs):
         if wanted(a, "read"):
@@ -797,6 +818,7 @@ def bench_native(a, data: dict, spark, out: dict) -> Iterator[None]:
             out["streams_first_ms"].append(first_byte_among_streams_ms(data["big"]))
         if wanted(a, "write"):
             write_then_close(os.path.join(data["base"], f"written{r}"), a.big_mb, out)
+            write_small(os.path.join(data["base"], f"small-writes{r}"), out)
         if wanted(a, "stat"):
             stat_rate(smalls)
             out["stat_per_s"].append(stat_rate(smalls, 1.0))
@@ -822,8 +844,8 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict, requests: dict) -> Iterator[Non
                                  "stat_commit_per_s", "stat_branch_first_per_s", "stat_branch_per_s",
                                  "create_per_s", "writeback_s", "writeback_cpu_s",
                                  "readback_per_s", "readback_random_per_s", "ls_l_s",
-                                 "write_MBps", "write_close_s", "write_upload_s", "spark_cold_s",
-                                 "spark_warm_s", "daemon_cpu_s")})
+                                 "write_MBps", "write_small_MBps", "write_close_s", "write_upload_s",
+                                 "spark_cold_s", "spark_warm_s", "daemon_cpu_s")})
     for r in range(a.runs):
         out.setdefault("python_loop_ms", []).append(python_loop_ms())  # the host's speed now
         p = g.paths()
@@ -863,6 +885,8 @@ def bench_gravfs(a, g: Gravfs, spark, out: dict, requests: dict) -> Iterator[Non
             write_then_close(os.path.join(p["branch"], f"written{r}"), a.big_mb, out)
             # its upload from pending, after the close (and before the next group)
             out["write_upload_s"].append(writeback_seconds(g.state))
+            write_small(os.path.join(p["branch"], f"small-writes{r}"), out)
+            writeback_seconds(g.state)  # (its upload too, before the next group)
         if r == 0 or not a.slow_once:
             if wanted(a, "create"):
                 out["create_per_s"].append(create_rate(os.path.join(p["branch"], f"creates{r}"),
@@ -890,7 +914,8 @@ def bench_floor(a, fl: Floor, spark, out: dict, requests: dict) -> Iterator[None
     out.update({k: [] for k in ("read_cold_MBps", "read_warm_MBps", "read_warm3_MBps",
                                 "stat_first_per_s", "stat_per_s", "create_per_s",
                                 "readback_per_s", "readback_random_per_s", "ls_l_s",
-                                "write_MBps", "write_close_s", "spark_cold_s", "spark_warm_s")})
+                                "write_MBps", "write_small_MBps", "write_close_s", "spark_cold_s",
+                                "spark_warm_s")})
     for r in range(a.runs):
         out.setdefault("python_loop_ms", []).append(python_loop_ms())  # the host's speed now
         mnt = fl.mount()
@@ -899,6 +924,7 @@ def bench_floor(a, fl: Floor, spark, out: dict, requests: dict) -> Iterator[None
             read_cold_then_warm(big, out, "read_cold_MBps")
         if wanted(a, "write") and "write" in fl.groups:
             write_then_close(os.path.join(mnt, f"written{r}"), a.big_mb, out)
+            write_small(os.path.join(mnt, f"small-writes{r}"), out)
         if wanted(a, "stat") and "stat" in fl.groups:
             smalls = [os.path.join(mnt, "small", n) for n in small_names(a.stats)]
             out["stat_first_per_s"].append(stat_rate(smalls))  # not listed: a lookup each
@@ -948,6 +974,7 @@ def bench_rclone(a, rc: Rclone, spark, out: dict) -> Iterator[None]:
             read_back(os.path.join(mnt, f"creates{r}"), out)
         if wanted(a, "write"):
             write_then_close(os.path.join(mnt, f"written{r}"), a.big_mb, out)
+            write_small(os.path.join(mnt, f"small-writes{r}"), out)
         if spark and wanted(a, "spark"):
             spark.measure(os.path.join(mnt, "parquet"), out)
         rc.umount()
@@ -985,6 +1012,8 @@ ROWS = [  # label, native key, gravfs key, rclone key, pyfuse3-floor key, higher
     # (no native key: its close takes microseconds, a ratio to it says nothing)
     ("close of that file (s)", None, "write_close_s", "write_close_s", "write_close_s", False),
     ("its upload after the close (s)", None, "write_upload_s", None, None, False),
+    ("8 KiB writes, 32 MiB file (MB/s)", "write_small_MBps", "write_small_MBps", "write_small_MBps",
+     "write_small_MBps", True),
     ("create 4 KiB files (files/s)", "create_per_s", "create_per_s", "create_per_s", "create_per_s", True),
     ("write-back of those files (s)", None, "writeback_s", None, None, False),
     # then read back whole, page cache dropped: rclone's from its cache, gravfs-s3's from
