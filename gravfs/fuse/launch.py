@@ -38,7 +38,7 @@ from typing import Optional
 
 from gravfs.version.config import default_state_dir
 from gravfs.errors import GravfsError, NotFoundError
-from gravfs.fuse import daemonrecord
+from gravfs.fuse import daemonrecord, kernel
 from gravfs.fuse import options as mount_options
 from gravfs.fs.ownpaths import own_dirs, within
 from gravfs.store import local_path
@@ -607,6 +607,11 @@ async def _main(ops, announce, stop: StopSignals) -> None:
             log.info("polling for %d us after each request (-o spin_us=0: never)",
                      ops.settings.spin_us)
             nursery.start_soon(ACTIVITY.run, ops.settings.spin_us / 1e6)
+        if not ops.settings.read_only:
+            from gravfs.fuse.operations import DIRECT_WRITES
+            log.info("write-only opens %s the page cache (kernel %s; direct writes from %d.%d)",
+                     "bypass" if DIRECT_WRITES else "keep", os.uname().release,
+                     *kernel.DIRECT_WRITES_SINCE)
         await pyfuse3.main(min_tasks=4, max_tasks=64)
         log.info("kernel ended the session; staging open files")
         nursery.cancel_scope.cancel()

@@ -947,6 +947,7 @@ def test_write_only_opens_ask_no_xattr_before_each_write(gravfs_mount, tmp_path)
     assert calls.get("getxattr", 0) <= 5, calls
     m.remount()
     assert _read(path) == b"".join(b"%04d\n" % i for i in range(100))
+    assert "write-only opens bypass the page cache (kernel" in m.log_text()
     m.assert_clean_log()
 
 
