@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import hashlib
+import mmap
 import os
 import stat
 import subprocess
@@ -955,7 +956,6 @@ def test_a_reader_holding_the_file_sees_what_write_only_opens_write(gravfs_mount
     """Pages a reader cached (read(2) and a shared mapping) show the bytes a write-only
     open writes over them, and the part of a page a reader saw short of the end
     (tail -f) shows what was appended there."""
-    import mmap
     path = gravfs_mount.branch_path("data.bin")
     _write(path, b"a" * 20000)
     with open(path, "rb", buffering=0) as r:
@@ -981,7 +981,6 @@ def test_a_reader_holding_the_file_sees_what_write_only_opens_write(gravfs_mount
 def test_a_shared_writable_mapping_writes_the_file(gravfs_mount):
     """Read-write opens keep the page cache: a MAP_SHARED mapping of one is written
     back, and what it wrote is staged by the close and committed."""
-    import mmap
     m = gravfs_mount
     path = m.branch_path("mapped.bin")
     _write(path, b"0" * 8192)
