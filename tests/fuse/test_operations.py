@@ -898,6 +898,22 @@ def test_acl_and_selinux_xattrs_are_not_supported_and_user_xattrs_work(gravfs_mo
     m.assert_clean_log()
 
 
+def _remount_counting(m, tmp_path) -> str:
+    """Mount again with the daemon counting its requests (GRAVFS_OPSTATS); the table's path."""
+    m.umount()
+    stats = str(tmp_path / "opstats")
+    m.env["GRAVFS_OPSTATS"] = stats
+    m.mount()
+    return stats
+
+
+def _counted_calls(m, stats: str) -> dict[str, int]:
+    """Unmount (the daemon writes its table) and read calls per handler from it."""
+    m.umount()
+    with open(stats) as f:
+        return {line.split()[0]: int(line.split()[1]) for line in f.read().splitlines()[1:]}
+
+
 def test_ls_l_asks_for_acls_and_labels_once_not_per_entry(gravfs_mount, tmp_path):
     """ls -l of a directory sends no GETXATTR per entry: told once that ACLs and
     labels are not supported, ls stops asking on this mount (GRAVFS_OPSTATS counts
@@ -906,15 +922,11 @@ def test_ls_l_asks_for_acls_and_labels_once_not_per_entry(gravfs_mount, tmp_path
     os.mkdir(m.branch_path("many"))
     for i in range(100):
         _write(m.branch_path("many", f"f{i:03d}"), b"x")
-    m.umount()
-    stats = str(tmp_path / "opstats")
-    m.env["GRAVFS_OPSTATS"] = stats
-    m.mount()
+    stats = _remount_counting(m, tmp_path)
     out = subprocess.run(["ls", "-l", m.branch_path("many")], capture_output=True, text=True,
                          check=True)
     assert out.stdout.count(" f") == 100 and not out.stderr
-    m.umount()  # writes the counts
-    calls = {line.split()[0]: int(line.split()[1]) for line in open(stats).read().splitlines()[1:]}
+    calls = _counted_calls(m, stats)
     assert calls["readdir"] >= 1
     # the mount's own checks and ls's first entry; 200 when each entry is asked twice
     assert calls.get("getxattr", 0) <= 10, calls
@@ -928,10 +940,7 @@ def test_write_only_opens_ask_no_xattr_before_each_write(gravfs_mount, tmp_path)
     security.capability before each write(2) (100 writes: 100 GETXATTR through the
     page cache); a file created so and one opened so for appends."""
     m = gravfs_mount
-    m.umount()
-    stats = str(tmp_path / "opstats")
-    m.env["GRAVFS_OPSTATS"] = stats
-    m.mount()
+    stats = _remount_counting(m, tmp_path)
     path = m.branch_path("log")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     for i in range(50):
@@ -942,8 +951,7 @@ def test_write_only_opens_ask_no_xattr_before_each_write(gravfs_mount, tmp_path)
         os.write(fd, b"%04d\n" % i)
     os.close(fd)
     assert _read(path) == b"".join(b"%04d\n" % i for i in range(100))
-    m.umount()  # writes the counts
-    calls = {line.split()[0]: int(line.split()[1]) for line in open(stats).read().splitlines()[1:]}
+    calls = _counted_calls(m, stats)
     assert calls["write"] == 100
     assert calls.get("getxattr", 0) <= 5, calls
     m.remount()
