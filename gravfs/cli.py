@@ -180,7 +180,11 @@ def cmd_put(args) -> int:
     repo = _repo(args)
     branch, path = _split_ref_path(args.dest, "BRANCH:PATH")
     if not path:
-        raise GravfsError("put needs BRANCH:PATH")
+        # `put main:f.csv f.csv` (the order of cp reversed) is the likely slip
+        swapped = ":" in args.local and not os.path.lexists(args.local)
+        raise GravfsError(f"put needs BRANCH:PATH as its destination, got {args.dest!r}"
+                          + (" (usage: gravfs put LOCAL BRANCH:PATH; the arguments look "
+                             "swapped)" if swapped else ""))
     if path.endswith("/"):  # into that directory under LOCAL's name (as cp, aws s3 cp)
         if args.local == "-":
             raise GravfsError("put - needs a file name: BRANCH:DIR/NAME")

@@ -270,6 +270,23 @@ def test_put_says_the_path_it_staged(cli, tmp_path):
     assert out.split()[-1] == "b.txt"
 
 
+def test_put_with_its_arguments_swapped_says_so(cli, tmp_path):
+    """A destination without BRANCH: is refused before anything is read or staged,
+    naming the argument; with LOCAL looking like the destination, the message says the
+    two look swapped (it used to say only "put needs BRANCH:PATH")."""
+    (tmp_path / "f.csv").write_text("x")
+    rc, _, err = cli("put", "main:f.csv", str(tmp_path / "f.csv"), check=False)
+    assert rc == 1
+    assert err.strip() == (f"gravfs: put needs BRANCH:PATH as its destination, got "
+                           f"{str(tmp_path / 'f.csv')!r} (usage: gravfs put LOCAL "
+                           f"BRANCH:PATH; the arguments look swapped)")
+    rc, _, err = cli("put", str(tmp_path / "f.csv"), "f.csv", check=False)
+    assert (rc, err.strip()) == (1, "gravfs: put needs BRANCH:PATH as its destination, "
+                                    "got 'f.csv'")
+    _, out, _ = cli("status", "main")
+    assert "f.csv" not in out
+
+
 def test_put_into_a_directory_keeps_the_files_name(cli, tmp_path):
     """DEST ending in '/' is a directory, as for cp or aws s3 cp: the file goes in under
     its own name (before, "main:a/" staged a file named a); a file there is an error."""
