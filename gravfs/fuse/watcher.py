@@ -6,7 +6,10 @@ head or swaps its staging tokens without a single FUSE request. Every
 about, the head (fresh from the store) and the branch's LMDB staging state;
 when either moved it invalidates every inode and directory entry of that tree
 in the kernel, so the next access re-reads through the repository. Branches
-that disappeared lose their ``branches/<name>`` entry the same way.
+that disappeared lose their ``branches/<name>`` entry the same way. A head also
+counts as moved when any read of the daemon's found it apart from the read before
+(``take_moved_heads``): a commit made after the kernel learned a branch but before
+the watcher's first look at it moves nothing between two looks.
 
 Staging writes by other processes on the workspace (``gravfs put``, ``rm``,
 an import) keep the head and the staging token: the watcher sees them as LMDB
@@ -98,9 +101,10 @@ class Watcher:
 
         def look():
             txnid = ops.repo.staging.change_counter()  # before the signatures
-            return txnid, [branch_signature(ops.repo, n) for n in names]
+            sigs = [branch_signature(ops.repo, n) for n in names]
+            return txnid, sigs, ops.repo.take_moved_heads()  # (their reads count too)
 
-        txnid, sigs = await ops.run(look)
+        txnid, sigs, moved = await ops.run(look)
         foreign = self.txnid is not None and ops.own.foreign_since(self.txnid, txnid)
         self.txnid = txnid
         if foreign:
@@ -114,7 +118,9 @@ class Watcher:
                          tree.name)
                 await self.invalidate_tree(tree)
                 continue
-            if not _moved(old, sig):
+            # (moved: a read of the daemon's found the head moved, also before this
+            # branch's first look, which takes the head it reads as the one served)
+            if not _moved(old, sig) and tree.name not in moved:
                 continue
             if sig is not None and sig[0] == DAMAGED:
                 log.error("%s; invalidating %d cached inodes of branch %s (they answer EIO)",

@@ -102,6 +102,10 @@ class VersionRepository:
         self.head_ttl = head_ttl
         self.compaction: Optional[CompactionPolicy] = CompactionPolicy()
         self._heads_cache: dict[str, tuple[float, str]] = {}
+        # the last head read of each branch (kept through cache clears and deletions) and
+        # the branches a read found moved since: see take_moved_heads
+        self._heads_read: dict[str, str] = {}
+        self._heads_moved: set[str] = set()
         self._outage = StoreOutage(HEAD_RETRY)  # while the store fails: heads as last read
         self._lock = threading.Lock()
 
@@ -186,7 +190,24 @@ class VersionRepository:
             self._heads_cache.pop(branch, None)
             raise
         self._heads_cache[branch] = (now, cid)
+        last = self._heads_read.get(branch)
+        if last != cid:
+            if last is not None:
+                self._heads_moved.add(branch)
+            self._heads_read[branch] = cid
         return cid
+
+    def take_moved_heads(self) -> set[str]:
+        """Branches whose head moved between two reads of it in this process since the
+        last call. A cache built on the first read (the mount's kernel caches) must hear
+        of a move that happened before its watcher's first look: that look's read alone
+        sees only the new head."""
+        moved: set[str] = set()
+        while True:  # pop, not swap: a read on another thread may be adding right now
+            try:
+                moved.add(self._heads_moved.pop())
+            except KeyError:
+                return moved
 
     def _ask_store(self, read: Callable[[str], T], name: str) -> T:
         """read(name) of a ref, telling the outage tracker how the store did."""

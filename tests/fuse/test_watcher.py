@@ -45,3 +45,52 @@ def test_a_damaged_branch_head_stops_the_watch_of_that_branch_only(gravfs_mount)
     wait_for(lambda: fails_with(errno.EIO, os.stat, m.branch_path("f", branch="dev")), timeout=5)
     assert "branch 'dev' is damaged" in m.log_text()
     assert "cannot poll branch heads" not in m.log_text()
+
+
+def test_a_head_moved_before_the_watchers_first_look_is_noticed(tmp_path, monkeypatch):
+    """The kernel learned a branch from one head; another workspace committed before
+    the watcher's first look at that branch. The look read only the new head and took
+    it as the one served: the kernel kept the old tree's attributes and pages (the
+    kill -9 test of test_launch failed on a fast host this way). In process, no kernel:
+    the invalidations are recorded."""
+    import trio
+
+    from gravfs.fs.repository import Repository
+    from gravfs.fuse import watcher as watcher_mod
+    from gravfs.fuse.inodes import ROOT
+    from gravfs.fuse.operations import GravfsOperations
+    from gravfs.fuse.options import MountOptions
+
+    store = str(tmp_path / "store")
+    Repository.init(store, str(tmp_path / "state")).close()
+    other = Repository.open(store, str(tmp_path / "other-state"))
+    local = str(tmp_path / "local")
+    _write(local, b"old")
+    other.write_file("main", "f", local)
+    other.commit("main", "old")
+    repo = Repository.open(store, str(tmp_path / "state"), staging_sync=False, head_ttl=60.0)
+    ops = GravfsOperations(repo, MountOptions())
+    invalidated: list = []
+    monkeypatch.setattr(watcher_mod, "_invalidate", invalidated.extend)
+
+    async def main():
+        watcher = watcher_mod.Watcher(ops)
+        b = await ops.lookup(ROOT, b"branches", None)
+        m = await ops.lookup(b.st_ino, b"main", None)
+        f = await ops.lookup(m.st_ino, b"f", None)
+        assert f.st_size == 3  # served from the first head
+        _write(local, b"new content")
+        other.write_file("main", "f", local)
+        other.commit("main", "new")
+        await watcher.poll()  # the first look at main
+        assert f.st_ino in [ino for ino, *_ in invalidated]
+        invalidated.clear()
+        await watcher.poll()  # nothing moved since
+        assert invalidated == []
+        assert (await ops.lookup(m.st_ino, b"f", None)).st_size == len(b"new content")
+
+    try:
+        trio.run(main)
+    finally:
+        repo.close()
+        other.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import time
 
@@ -146,3 +147,36 @@ def test_a_new_branch_or_tag_may_not_take_the_name_another_ref_answers_to(tmp_pa
     repo.create_tag("20241201", "main")  # hex, but no commit's id starts so
     repo.create_branch("deadbeef")
     assert repo.resolve("deadbeef").branch == "deadbeef"
+
+
+def test_moved_heads_are_those_two_reads_found_apart(tmp_path):
+    """take_moved_heads: a branch whose head another workspace moved between two reads
+    here, also across a cleared head cache and a deletion and re-creation; once each,
+    and never a branch only read once or read unchanged."""
+    store = str(tmp_path / "store")
+    Repository.init(store, str(tmp_path / "ws-a"), settings=small_settings()).close()
+    here = Repository.open(store, str(tmp_path / "ws-a"), head_ttl=3600)
+    there = Repository.open(store, str(tmp_path / "ws-b"))
+    try:
+        here.head("main")
+        there.create_branch("dev", "main")
+        here.head("dev")
+        here.head("main", fresh=True)
+        assert here.take_moved_heads() == set()
+        there.write_file("main", "f", io.BytesIO(b"1"))
+        there.commit("main", "one")
+        here.head("main")  # cached: no read of the store, nothing seen
+        assert here.take_moved_heads() == set()
+        here.head("main", fresh=True)
+        assert here.take_moved_heads() == {"main"}
+        assert here.take_moved_heads() == set()  # taken once
+        there.delete_branch("dev")
+        there.create_branch("dev", "main")  # where main is now, not where dev was
+        with pytest.raises(NotFoundError):
+            here.head("nope", fresh=True)
+        here.create_branch("x", "main")  # which clears the head cache
+        here.head("dev")
+        assert here.take_moved_heads() == {"dev"}
+    finally:
+        here.close()
+        there.close()
