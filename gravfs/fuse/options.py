@@ -112,9 +112,10 @@ def parse(opts: list[str]) -> MountOptions:
 
 
 # Options whose zero would break the mount: no worker thread (every request that needs
-# one would wait forever), no S3 attempt, a timeout already passed.
+# one would wait forever), no S3 attempt, a timeout already passed, a watcher reading
+# every head from the store in a loop with no pause.
 POSITIVE = frozenset({"threads", "s3_max_attempts", "s3_connect_timeout", "s3_read_timeout",
-                      "s3_timeout"})
+                      "s3_timeout", "poll"})
 
 
 def _number(name: str, value: str, kind):

@@ -28,6 +28,7 @@ def test_numbers_and_flags():
     ("threads=0", "must be more than 0"),  # no worker thread: the mount hung on first use
     ("s3_max_attempts=0", "must be more than 0"),
     ("s3_timeout=0", "must be more than 0"),
+    ("poll=0", "must be more than 0"),  # the watcher read every head from the store nonstop
     ("meta_cache_mb", "unknown mount option"),
     ("bogus=1", "unknown mount option"),
     ("s3_endpoint=127.0.0.1:8333", "is not an endpoint URL"),  # boto3: an internal error
