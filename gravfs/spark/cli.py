@@ -75,6 +75,13 @@ def spark_log_path(state_dir: Optional[str]) -> str:
     return os.path.join(logs, "spark.log")
 
 
+def per_second(count: int, secs: float) -> str:
+    """A rate for a summary line: a few entries in a JVM's start-up time showed as "0
+    entries/s", which read as if nothing had been imported."""
+    rate = count / secs if secs > 0 else 0.0
+    return f"{rate:,.0f}" if rate >= 10 else f"{rate:.1f}"
+
+
 def cmd_spark_import(args, open_repo: Callable, split_ref_path: Callable) -> int:
     from gravfs.errors import GravfsError
     from gravfs.spark.importer import check_inputs, import_source, open_source
@@ -114,10 +121,11 @@ def cmd_spark_import(args, open_repo: Callable, split_ref_path: Callable) -> int
                           "file_and_directory_keys": [display(k) for k in res.file_dirs_shown],
                           "seconds": round(secs, 3)}, sort_keys=True))
     else:
-        rate = res.files / secs if secs > 0 else 0.0
+        parts, ranges = res.partitions, res.ranges
         print(f"Imported {res.files:,} entr{'y' if res.files == 1 else 'ies'} ({how}) into "
-              f"{where} as commit {res.commit.id[:12]} ({res.partitions} partitions, "
-              f"{res.ranges} ranges, {secs:.1f}s, {rate:,.0f} entries/s)")
+              f"{where} as commit {res.commit.id[:12]} ({parts} partition"
+              f"{'' if parts == 1 else 's'}, {ranges} range{'' if ranges == 1 else 's'}, "
+              f"{secs:.1f}s, {per_second(res.files, secs)} entries/s)")
         if res.file_dirs:
             names = ", ".join(map(show, res.file_dirs_shown))
             if res.file_dirs > len(res.file_dirs_shown):
