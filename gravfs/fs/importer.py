@@ -49,13 +49,15 @@ BATCH = 5000
 AHEAD = BATCH  # files uploaded ahead of staging: the workers keep on while a batch is staged
 SMALL_FILE = 256 << 10  # read into memory whole (one open instead of two)
 READ_TRIES = 3  # reads of a file that changes while it is read (put_steady)
+SPECIAL = "not a regular file, directory or symlink"  # what an import leaves out
 BATCH_SECONDS = 2.0  # stage what is uploaded at least this often: a killed import resumes there
 
 
-def scan(src: str, leave_out: Optional[dict[str, str]] = None
-         ) -> Iterator[tuple[str, str, os.stat_result]]:
+def scan(src: str, leave_out: Optional[dict[str, str]] = None,
+         skipped: Optional[list[str]] = None) -> Iterator[tuple[str, str, os.stat_result]]:
     """(relative path, kind, stat) of everything under src, depth first; the directories
-    ``leave_out`` names (relative path -> what it is: see own_dirs_under) are passed over."""
+    ``leave_out`` names (relative path -> what it is: see own_dirs_under) are passed over.
+    Special files (FIFOs, sockets, devices) are logged and added to ``skipped``."""
     stack = [""]
     while stack:
         rel = stack.pop()
@@ -79,7 +81,15 @@ def scan(src: str, leave_out: Optional[dict[str, str]] = None
             elif statmod.S_ISREG(st.st_mode):
                 yield r, "file", st
             else:
-                log.warning("skipping %s: not a regular file, directory or symlink", r)
+                skip_special(r, skipped)
+
+
+def skip_special(rel: str, skipped: Optional[list[str]] = None) -> None:
+    """Pass over a FIFO, socket or device (a data lake holds none): logged, and named
+    in ``skipped`` for a summary."""
+    log.warning("skipping %s: %s", rel, SPECIAL)
+    if skipped is not None:
+        skipped.append(rel)
 
 
 def own_dirs_under(repo, src: str) -> dict[str, str]:

@@ -119,6 +119,7 @@ def cmd_spark_import(args, open_repo: Callable, split_ref_path: Callable) -> int
                           "ranges": res.ranges, "ranges_rewritten": res.ranges_rewritten,
                           "file_and_directory": res.file_dirs,
                           "file_and_directory_keys": [display(k) for k in res.file_dirs_shown],
+                          "left_out": res.left_out, "left_out_paths": list(res.left_out_shown),
                           "seconds": round(secs, 3)}, sort_keys=True))
     else:
         parts, ranges = res.partitions, res.ranges
@@ -133,4 +134,11 @@ def cmd_spark_import(args, open_repo: Callable, split_ref_path: Callable) -> int
             are = "s are" if res.file_dirs > 1 else " is"
             print(f"Note: {res.file_dirs:,} imported name{are} both a file and a directory "
                   f"({names}): the mount shows the directory; gravfs cat reads the file")
+        if res.left_out:
+            names = ", ".join(quote(p.encode("utf-8", "surrogateescape"))
+                              for p in res.left_out_shown)
+            if res.left_out > len(res.left_out_shown):
+                names += ", ..."
+            print(f"Note: {res.left_out:,} path{'' if res.left_out == 1 else 's'} of the source "
+                  f"left out, {res.left_out_as} ({names}); Spark's log names each")
     return 0

@@ -31,9 +31,11 @@ from typing import Iterator, Optional
 
 from gravfs.errors import GravfsError
 from gravfs.fs.entry import encode_entry, entry_identity
-from gravfs.fs.importer import check_source, entry_of, own_dirs_under, scan
+from gravfs.fs.importer import SPECIAL, check_source, entry_of, own_dirs_under, scan, \
+    skip_special
 from gravfs.fs.paths import show, to_key
 from gravfs.fs.repository import Repository
+from gravfs.spark import leftout
 from gravfs.spark.progress import counter
 from gravfs.spark.runtime import job_failed
 from gravfs.spark.taskstore import task_store
@@ -59,6 +61,9 @@ class SparkImportResult:
     ranges_rewritten: int  # by the driver at the seams
     file_dirs: int = 0     # keys that are both a file and a directory (object stores)
     file_dirs_shown: tuple = ()  # the first few of them
+    left_out: int = 0      # source paths not imported (special files, folder markers with bytes)
+    left_out_shown: tuple = ()  # the first few of them
+    left_out_as: str = ""  # why (the source's left_out_as)
 
 
 # --- listing (driver) -------------------------------------------------------------
@@ -105,17 +110,21 @@ def _scandir(src: str, rel: str) -> list:
 
 # --- listing, hashing, uploading (executors) ----------------------------------------
 
-def list_unit(src: str, rel: str, recursive: bool, leave_out: Optional[dict[str, str]] = None
-              ) -> Iterator[tuple[str, str, os.stat_result]]:
-    """(relative path, kind, stat) of a unit, as gravfs.fs.importer.scan yields them."""
+def list_unit(src: str, rel: str, recursive: bool, leave_out: Optional[dict[str, str]] = None,
+              skipped: Optional[list[str]] = None) -> Iterator[tuple[str, str, os.stat_result]]:
+    """(relative path, kind, stat) of a unit, as gravfs.fs.importer.scan yields them (and
+    the special files it passes over added to ``skipped``)."""
     full = os.path.join(src, rel) if rel else src
     if recursive:
         found = False
         inner = {k[len(rel) + 1:] if rel else k: v for k, v in (leave_out or {}).items()
                  if not rel or k.startswith(rel + "/")}
-        for r, kind, st in scan(full, inner):
+        inside: list[str] = []
+        for r, kind, st in scan(full, inner, inside):
             found = True
             yield (f"{rel}/{r}" if rel else r), kind, st
+        if skipped is not None:
+            skipped += (f"{rel}/{r}" if rel else r for r in inside)
         if not found and rel and not os.listdir(full):
             yield rel, "dir", os.stat(full)
         return
@@ -130,16 +139,20 @@ def list_unit(src: str, rel: str, recursive: bool, leave_out: Optional[dict[str,
         elif statmod.S_ISREG(st.st_mode):
             yield r, "file", st
         elif not statmod.S_ISDIR(st.st_mode):
-            log.warning("skipping %s: not a regular file, directory or symlink", r)
+            skip_special(r, skipped)
 
 
 def import_unit(store_url: str, src: str, base: bytes, unit: tuple[str, bool],
-                by_reference: bool = False, leave_out: Optional[dict[str, str]] = None
-                ) -> Iterator[tuple[bytes, bytes]]:
+                by_reference: bool = False, leave_out: Optional[dict[str, str]] = None,
+                left_out=None) -> Iterator[tuple[bytes, bytes]]:
     """(key, encoded value) records of one unit, contents uploaded unless
-    ``by_reference`` (runs on an executor)."""
+    ``by_reference`` (runs on an executor); the special files it passes over go to
+    the accumulator ``left_out`` (gravfs.spark.leftout)."""
     data = None if by_reference else task_store(store_url).bulk_data()[0]
-    items = list(list_unit(src, *unit, leave_out))
+    skipped: list[str] = []
+    items = list(list_unit(src, *unit, leave_out, skipped))
+    if left_out is not None:
+        leftout.note(left_out, unit, skipped)
 
     def record(item) -> tuple[bytes, bytes]:
         rel, kind, st = item
@@ -158,6 +171,7 @@ class TreeSource:
     """A local or shared directory (every executor reads it at the same path)."""
 
     kind = "tree"
+    left_out_as = SPECIAL  # what its executors pass over (gravfs.spark.leftout)
 
     def __init__(self, src: str):
         self.src = src
@@ -182,7 +196,7 @@ class TreeSource:
         keys = sorted({base + to_key(rel) for rel, _ in self._units(sc) if rel})
         return even_bounds(keys, partitions)
 
-    def records(self, sc, store_url: str, base: bytes, by_reference: bool, rows):
+    def records(self, sc, store_url: str, base: bytes, by_reference: bool, rows, left_out):
         source = self.name
         slices = UNITS_PER_CORE * sc.defaultParallelism
         units = self._units(sc)
@@ -191,7 +205,8 @@ class TreeSource:
         def part_records(units):
             for u in units:
                 n = 0
-                for rec in import_unit(store_url, source, base, u, by_reference, leave_out):
+                for rec in import_unit(store_url, source, base, u, by_reference, leave_out,
+                                       left_out):
                     n += 1
                     yield rec
                 rows.add(n)
@@ -273,7 +288,8 @@ def import_source(spark, repo, source, branch: str, prefix: str = "",
             bounds = sample(sc, base, nparts)
         except Exception as exc:  # a task failed after its retries
             raise job_failed(exc, what) from exc
-    records = source.records(sc, repo.store.url, base, by_reference, rows)
+    passed_over = leftout.accumulator(sc)
+    records = source.records(sc, repo.store.url, base, by_reference, rows, passed_over)
     if bounds is None:
         records = records.persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -292,15 +308,23 @@ def import_source(spark, repo, source, branch: str, prefix: str = "",
                     clash.count, "" if clash.count == 1 else "s", source.name,
                     "is" if clash.count == 1 else "are", ", ".join(map(show, clash.shown)),
                     ", ..." if clash.count > len(clash.shown) else "")
+    skipped, skipped_shown = leftout.total(passed_over)
+    if skipped:  # (the CLI's summary says it at the terminal: info, not said twice)
+        log.info("%d path%s of %s left out (%s): %s%s; each is named in the executors' log",
+                 skipped, "" if skipped == 1 else "s", source.name, source.left_out_as,
+                 ", ".join(skipped_shown), ", ..." if skipped > len(skipped_shown) else "")
     if tree is None:
-        raise NothingToCommitError(f"nothing to commit on branch {branch!r}: {source.name} "
-                                   "is empty")
+        paths = f"{skipped:,} path{'' if skipped == 1 else 's'}"
+        why = f"holds only what an import leaves out ({paths}: {source.left_out_as})" \
+            if skipped else "is empty"
+        raise NothingToCommitError(f"nothing to commit on branch {branch!r}: {source.name} {why}")
     meta = {"import_source": source.name}
     if by_reference:
         meta["import_by_reference"] = "true"
     commit = land_tree(repo, branch, head, tree, message or f"Import {source.name}", meta, pfx)
     return SparkImportResult(commit, files, written.partitions, len(tree.ranges),
-                             written.rewritten, clash.count, tuple(clash.shown))
+                             written.rewritten, clash.count, tuple(clash.shown), skipped,
+                             skipped_shown, source.left_out_as)
 
 
 def _with_repo(fn, spark, repo, state_dir, *args, **kw):

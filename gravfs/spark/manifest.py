@@ -23,7 +23,8 @@ would also need Hadoop's S3 connector for ``s3://`` files. A row that does not
 parse (a missing field, a size or date that is not one) fails the import with
 the file named. ``key_prefix`` (a folder: '/' is added) keeps the rows whose
 key starts with it, their paths relative to it. Keys ending in '/' (folder
-objects) are skipped.
+objects) are skipped; one that holds bytes is named in a warning and in the
+import's summary.
 
 The inventory of a versioned bucket lists every version of a key and its delete
 markers, with columns ``is_latest`` and ``is_delete_marker``: where they are,
@@ -46,7 +47,9 @@ from urllib.parse import unquote_plus
 
 from gravfs.errors import GravfsError
 from gravfs.fs.entry import ADDRESS_FULL, KIND_FILE, EntryInfo, encode_entry, entry_identity
-from gravfs.spark.s3source import COPY_THREADS, S3Object, entry_of_object, parse_s3_url, source_store
+from gravfs.spark import leftout
+from gravfs.spark.s3source import COPY_THREADS, MARKER_WITH_BYTES, S3Object, entry_of_object, \
+    folder_marker, parse_s3_url, source_store
 from gravfs.threadmap import ordered_map
 from gravfs.version.committed.record import encode_value
 
@@ -221,9 +224,10 @@ def read_rows(url: str, fmt: str, names: Optional[list[str]], row_group: Optiona
 
 
 def manifest_records(unit, names, base: bytes, key_prefix: str, by_reference: bool,
-                     data=None, tmp_dir: Optional[str] = None
-                     ) -> Iterator[tuple[bytes, bytes]]:
-    """(key, encoded value) of one unit's rows (see the module doc)."""
+                     data=None, tmp_dir: Optional[str] = None,
+                     skipped: Optional[list[str]] = None) -> Iterator[tuple[bytes, bytes]]:
+    """(key, encoded value) of one unit's rows (see the module doc); folder markers that
+    hold bytes are named in ``skipped``."""
     url, fmt, group = unit
     strip = len(key_prefix)
     decode = fmt == "csv"
@@ -233,9 +237,11 @@ def manifest_records(unit, names, base: bytes, key_prefix: str, by_reference: bo
         for bucket, key, size, mtime, etag in rows:
             if decode and ("%" in key or "+" in key):
                 key = unquote_plus(key)
-            if key.endswith("/") or not key.startswith(key_prefix):
+            if not key.startswith(key_prefix):
                 continue
-            yield bucket, S3Object(key, size, (etag or "").strip('"'), mtime)
+            o = S3Object(key, size, (etag or "").strip('"'), mtime)
+            if not folder_marker(bucket, o, strip, skipped):
+                yield bucket, o
 
     if by_reference:
         for bucket, o in wanted():
@@ -314,6 +320,7 @@ class ManifestSource:
     """An inventory manifest as an import source (see the module doc)."""
 
     kind = "manifest"
+    left_out_as = MARKER_WITH_BYTES  # (gravfs.spark.leftout)
 
     def __init__(self, src: str, columns: Optional[str] = None,
                  key_prefix: Optional[str] = None):
@@ -415,7 +422,7 @@ class ManifestSource:
         step = len(sample) / partitions
         return sorted({sample[min(len(sample) - 1, int(step * i))] for i in range(1, partitions)})
 
-    def records(self, sc, store_url: str, base: bytes, by_reference: bool, rows):
+    def records(self, sc, store_url: str, base: bytes, by_reference: bool, rows, left_out):
         from gravfs.spark.taskstore import task_store
 
         units = self._order if self._order is not None else self.units()
@@ -426,11 +433,13 @@ class ManifestSource:
             data, bulk = (None, None) if by_reference else ts.bulk_data()
             for unit in it:
                 n = 0
+                skipped: list[str] = []
                 for rec in manifest_records(unit, names, base, key_prefix, by_reference, data,
-                                            ts.data.tmp_dir):
+                                            ts.data.tmp_dir, skipped):
                     n += 1
                     yield rec
                 rows.add(n)
+                leftout.note(left_out, unit, skipped)
             if bulk is not None:
                 bulk.publish()  # the copies are durable before the task can succeed
 

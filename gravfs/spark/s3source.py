@@ -15,7 +15,7 @@ The source bucket is reached with the store's S3 settings: the endpoint of
 
 Keys are kept as S3 lists them (UTF-8, not URL-quoted), relative to the
 source prefix; keys ending in '/' (the "folder" objects of consoles) are
-skipped, with a warning when one holds bytes.
+skipped, named in a warning and in the import's summary when one holds bytes.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from gravfs.cleanup import unlink_quiet
 from gravfs.errors import GravfsError, NotFoundError, StoreUnavailableError
 from gravfs.fs.ownpaths import in_s3_store, s3_store_keys
 from gravfs.fs.entry import ADDRESS_FULL, KIND_FILE, EntryInfo, encode_entry, entry_identity
+from gravfs.spark import leftout
 from gravfs.spark.taskstore import task_store
 from gravfs.spark.treejob import even_bounds
 from gravfs.store.s3 import check_key_prefix
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 MAX_SPLIT_DEPTH = 4   # common prefixes below this depth are listed by one task each
 COPY_THREADS = 16     # per task: small objects are bound by round trips, not CPU
 IN_MEMORY_MAX = 8 << 20  # objects up to this size are copied through memory
+MARKER_WITH_BYTES = "a key ending in '/' (a folder marker) that holds bytes"  # not imported
 
 _stores: dict[str, object] = {}
 
@@ -181,15 +183,17 @@ def entry_of_object(bucket: str, obj: S3Object, data=None, tmp_dir: Optional[str
 
 
 def object_records(bucket: str, strip: int, base: bytes, objs: Iterable[S3Object],
-                   data=None, tmp_dir: Optional[str] = None) -> Iterator[tuple[bytes, bytes]]:
+                   data=None, tmp_dir: Optional[str] = None,
+                   skipped: Optional[list[str]] = None) -> Iterator[tuple[bytes, bytes]]:
     """(key, encoded value) of objects (their keys less ``strip`` leading characters, under
-    ``base``); folder markers are skipped. Copies run on a thread pool."""
+    ``base``); folder markers are skipped (those holding bytes added to ``skipped``, as
+    relative keys). Copies run on a thread pool."""
     def record(obj: S3Object) -> tuple[bytes, bytes]:
         e = entry_of_object(bucket, obj, data, tmp_dir)
         return base + obj.key[strip:].encode("utf-8"), encode_value(entry_identity(e),
                                                                     encode_entry(e))
 
-    objs = (o for o in objs if not _folder_marker(bucket, o))
+    objs = (o for o in objs if not folder_marker(bucket, o, strip, skipped))
     if data is None:
         yield from map(record, objs)
         return
@@ -197,14 +201,18 @@ def object_records(bucket: str, strip: int, base: bytes, objs: Iterable[S3Object
         yield from pool.map(record, list(objs))
 
 
-def _folder_marker(bucket: str, obj: S3Object) -> bool:
+def folder_marker(bucket: str, obj: S3Object, strip: int = 0,
+                  skipped: Optional[list[str]] = None) -> bool:
     """Is ``obj`` a key ending in '/' (left out)? One that holds bytes is named in a
-    warning: a console's folder marker holds none, so its content would be lost unseen."""
+    warning and in ``skipped`` (less ``strip`` characters): a console's folder marker
+    holds none, so its content would be lost unseen."""
     if not obj.key.endswith("/"):
         return False
     if obj.size:
         log.warning("s3://%s/%s: not imported: its key ends in '/' (a folder marker), yet it "
                     "holds %d bytes", bucket, obj.key, obj.size)
+        if skipped is not None:
+            skipped.append(obj.key[strip:])
     return True
 
 
@@ -223,6 +231,7 @@ class S3PrefixSource:
 
     kind = "s3"
     UNITS_PER_CORE = 4
+    left_out_as = MARKER_WITH_BYTES  # (gravfs.spark.leftout)
 
     def __init__(self, url: str):
         self.bucket, self.prefix = parse_s3_url(url)
@@ -249,7 +258,7 @@ class S3PrefixSource:
         keys = sorted({base + p[strip:].encode("utf-8") for p in prefixes if p[strip:]})
         return even_bounds(keys, partitions)
 
-    def records(self, sc, store_url: str, base: bytes, by_reference: bool, rows):
+    def records(self, sc, store_url: str, base: bytes, by_reference: bool, rows, left_out):
         bucket, strip, leave_out = self.bucket, len(self.prefix), self.leave_out
         target = self.UNITS_PER_CORE * sc.defaultParallelism
         prefixes, loose = self._units(sc)
@@ -264,11 +273,16 @@ class S3PrefixSource:
                 (data, bulk), tmp = ts.bulk_data(), ts.data.tmp_dir
             for unit in it:
                 n = 0
+                skipped: list[str] = []
                 for rec in object_records(bucket, strip, base,
-                                          unit_objects(bucket, unit, leave_out), data, tmp):
+                                          unit_objects(bucket, unit, leave_out), data, tmp,
+                                          skipped):
                     n += 1
                     yield rec
                 rows.add(n)
+                # a unit is a prefix, or objects the driver listed (named by the first)
+                leftout.note(left_out, unit if isinstance(unit, str) else ("objects", unit[0][0]),
+                             skipped)
             if bulk is not None:
                 bulk.publish()  # the copies are durable before the task can succeed
 

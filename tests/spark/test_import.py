@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 
 import pytest
 
@@ -16,6 +17,7 @@ from gravfs.errors import GravfsError, NotFoundError
 from gravfs.fs.entry import ADDRESS_FULL
 from gravfs.fs.importer import import_tree as local_import
 from gravfs.spark import import_tree
+from gravfs.version.committer import NothingToCommitError
 from tests.repo_util import head_metarange
 
 pytestmark = pytest.mark.spark
@@ -206,6 +208,43 @@ def test_names_that_are_not_utf8(spark, repo, tmp_path):
     assert res.files == 4
     assert head_metarange(repo, "main") == head_metarange(repo, "single")
     assert repo.committed.get(head_metarange(repo, "main"), b"caf\xe9/r\xe9sum\xe9.txt") is not None
+
+
+def test_special_files_are_left_out_counted_and_named(spark, repo, tmp_path):
+    """FIFOs and sockets (nothing a commit can hold) are passed over, as ``gravfs
+    import`` does; the result counts and names them, those the driver's split meets
+    and those deep inside an executor's recursive listing, once each."""
+    import socket
+
+    from gravfs.fs.importer import SPECIAL
+
+    src = tmp_path / "src"
+    deep = src / "a" / "b" / "c" / "d" / "e"
+    deep.mkdir(parents=True)
+    for d in (src, src / "a", deep):
+        (d / "f").write_bytes(b"f")
+    os.mkfifo(src / "top.fifo")
+    os.mkfifo(deep / "deep.fifo")
+    holder = socket.socket(socket.AF_UNIX)
+    try:
+        holder.bind(str(src / "a" / "s.sock"))
+        repo.create_branch("single", "main")
+        local_import(repo, str(src), "single", progress=False)
+        res = import_tree(spark, repo, str(src), "main", partitions=2)
+    finally:
+        holder.close()
+    assert res.files == 3
+    assert head_metarange(repo, "main") == head_metarange(repo, "single")
+    assert (res.left_out, res.left_out_shown, res.left_out_as) == (
+        3, ("a/b/c/d/e/deep.fifo", "a/s.sock", "top.fifo"), SPECIAL)
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    os.mkfifo(lone / "p")
+    head = repo.head("main", fresh=True)
+    with pytest.raises(NothingToCommitError, match=re.escape(
+            f"{lone} holds only what an import leaves out (1 path: {SPECIAL})")):
+        import_tree(spark, repo, str(lone), "main", "lone")
+    assert repo.head("main", fresh=True) == head
 
 
 def test_the_repositorys_own_directories_are_left_out(spark, tmp_path):

@@ -234,6 +234,22 @@ def test_keys_both_file_and_directory_are_imported_and_reported(s3spark, s3_serv
         assert repo.committed.get(mr, k) is not None
 
 
+def test_folder_markers_holding_bytes_are_counted_and_named(s3spark, s3_server, repo,
+                                                            tmp_path):
+    """A key ending in '/' is not imported: an empty one (a console's folder) silently,
+    one holding bytes counted and named in the result, relative to the key prefix."""
+    when = datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)
+    sizes = {"t/a": 3, "t/d/": 0, "t/d/b": 4, "t/notes/": 12, "t/x/more/": 1, "u/skip/": 9}
+    rows = [{"bucket": s3_server.bucket, "key": k, "size": n, "last_modified_date": when,
+             "e_tag": "2" * 32} for k, n in sorted(sizes.items())]
+    write_parquet(str(tmp_path / "m.parquet"), rows)
+    res = import_manifest(s3spark, repo, str(tmp_path / "m.parquet"), "main",
+                          key_prefix="t/", by_reference=True, partitions=2)
+    assert res.files == 2
+    assert (res.left_out, res.left_out_shown) == (2, ("notes/", "x/more/"))
+    assert res.left_out_as == "a key ending in '/' (a folder marker) that holds bytes"
+
+
 def test_cli_names_keys_both_file_and_directory(s3_server, tmp_path):
     """The summary line says how many imported names are a file and a directory too,
     and names them; ``--json`` carries the same."""

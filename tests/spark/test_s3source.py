@@ -101,6 +101,7 @@ def test_copy_import_equals_gravfs_import_of_the_downloaded_prefix(s3spark, s3_s
     res = import_s3(s3spark, repo, url, "main", "in", partitions=3)
     assert res.partitions == 3  # split at the common prefixes the driver listed
     assert res.files == len(want)
+    assert (res.left_out, res.left_out_shown) == (0, ())  # an empty folder marker: no loss
     assert res.ranges > 10
     assert head_metarange(repo, "main") == head_metarange(repo, "single")
     for rel in ("top.txt", "caf\u00e9 r\u00e9sum\u00e9+plus.txt", "date=2026-01-03/h1/part-00004.json"):
@@ -199,9 +200,11 @@ def test_a_folder_marker_holding_bytes_is_named_in_a_warning(caplog):
     folder marker, and its content would otherwise go unseen."""
     empty = S3Object("d/folder/", 0, "etag", 1)
     full = S3Object("d/notes/", 12, "etag", 1)
+    skipped: list[str] = []
     with caplog.at_level(logging.WARNING, logger="gravfs.spark.s3source"):
-        got = list(object_records("bkt", 0, b"", [empty, full]))
+        got = list(object_records("bkt", 2, b"", [empty, full], skipped=skipped))
     assert got == []
     assert [r.getMessage() for r in caplog.records] == [
         "s3://bkt/d/notes/: not imported: its key ends in '/' (a folder marker), yet it "
         "holds 12 bytes"]
+    assert skipped == ["notes/"]  # for the summary, relative to the source's prefix
