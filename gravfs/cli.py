@@ -203,9 +203,19 @@ def cmd_put(args) -> int:
             st = os.stat(args.local)
         except FileNotFoundError:
             raise NotFoundError(f"{_typed(args.local)}: no such file or directory") from None
-        if not stat.S_ISREG(st.st_mode):
-            raise GravfsError(f"{_typed(args.local)}: not a regular file")
-        e = repo.write_file(branch, path, args.local, mode=st.st_mode)
+        if stat.S_ISREG(st.st_mode):
+            e = repo.write_file(branch, path, args.local, mode=st.st_mode)
+        elif stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):
+            # a pipe (<(zcat x.gz), /dev/stdin) or a character device (/dev/null): read
+            # to its end as `-` is, as cp does; the content gets a file's default mode
+            with open(args.local, "rb") as f:
+                e = repo.write_file(branch, path, f)
+        elif stat.S_ISDIR(st.st_mode):
+            raise GravfsError(f"{_typed(args.local)}: is a directory (gravfs import stages a "
+                              "directory tree)")
+        else:
+            raise GravfsError(f"{_typed(args.local)}: not a regular file, pipe or character "
+                              "device")
     # the key as stored: "a//b" and "/a" name a/b and a
     print(f"Staged {branch}:{show(to_key(path), directory=False)} ({e.size} bytes)")
     return 0
@@ -663,7 +673,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="zero-copy: entries point at the source files (file:// addresses), "
                          "which must stay in place and unchanged")
 
-    sp = cmd("put", cmd_put, "stage a local file (or - for stdin) at BRANCH:PATH")
+    sp = cmd("put", cmd_put, "stage a local file (or - for stdin, or a pipe such as "
+             "<(zcat f.gz)) at BRANCH:PATH")
     sp.add_argument("local", metavar="LOCAL")
     sp.add_argument("dest", metavar="BRANCH:PATH")
 

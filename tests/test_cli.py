@@ -110,7 +110,7 @@ def test_compact_says_what_it_did(cli, tmp_path):
     (("commit", "main", "-m", "x"), 1, "nothing to commit"),
     (("merge", "main", "main"), 1, "into itself"),
     (("put", "/no/such/file", "main:x"), 2, "/no/such/file: no such file or directory"),
-    (("put", "/", "main:x"), 1, "/: not a regular file"),
+    (("put", "/", "main:x"), 1, "/: is a directory (gravfs import stages a directory tree)"),
     (("compact", "nosuch"), 2, "branch 'nosuch' not found"),
     (("import", "/no/such/dir", "main:x"), 2, "/no/such/dir: no such file or directory"),
     (("import", "/etc/hostname", "main:x"), 1, "/etc/hostname: not a directory"),
@@ -301,6 +301,39 @@ def test_put_into_a_directory_keeps_the_files_name(cli, tmp_path):
     assert (rc, err.strip()) == (10, "gravfs: f.csv/: not a directory")
     rc, _, err = cli("put", "-", "main:a/", input=b"x", check=False)
     assert rc == 1 and "needs a file name" in err
+
+
+def test_put_reads_a_pipe_or_character_device_to_its_end(cli, tmp_path):
+    """A pipe a shell hands over (``<(zcat f.gz)``, a FIFO) and a character device
+    (``/dev/null``) are read as ``-`` is; a socket is refused, a directory is pointed
+    at ``gravfs import``."""
+    import socket
+
+    sent = os.urandom(300_000)  # more than a pipe's buffer
+    (tmp_path / "sent").write_bytes(sent)
+    env = dict(os.environ, GRAVFS_STORE=str(tmp_path / "store"),
+               GRAVFS_STATE_DIR=str(tmp_path / "state"))
+    p = subprocess.run(["bash", "-c", f'"{sys.executable}" -m gravfs.cli put '
+                        f'<(cat "{tmp_path / "sent"}") main:piped'], env=env,
+                       capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.decode().strip() == "Staged main:piped (300000 bytes)"
+    _, out, _ = cli("put", "/dev/null", "main:empty")
+    assert out.strip() == "Staged main:empty (0 bytes)"
+    cli("commit", "main", "-m", "from a pipe")
+    assert subprocess.run([sys.executable, "-m", "gravfs.cli", "cat", "main:piped"], env=env,
+                          capture_output=True, timeout=120).stdout == sent
+    _, out, _ = cli("ls", "main")
+    assert [ln.split()[:2] for ln in out.splitlines()] == [["644", "0"], ["644", "300000"]]
+    holder = socket.socket(socket.AF_UNIX)
+    try:
+        holder.bind(str(tmp_path / "sock"))
+        rc, _, err = cli("put", str(tmp_path / "sock"), "main:s", check=False)
+    finally:
+        holder.close()
+    assert (rc, err.strip()) == (1, f"gravfs: {tmp_path / 'sock'}: not a regular file, pipe "
+                                    "or character device")
+    assert cli("status", "main")[1] == "On branch main: nothing to commit\n"
 
 
 def test_rm_of_a_directory_names_the_option_that_removes_it(cli, tmp_path):
