@@ -240,32 +240,42 @@ def cmd_cat(args) -> int:
     if node.kind == "symlink":
         raise GravfsError(f"{node.shown}: is a symbolic link to "
                           f"{_typed(node.entry.symlink_target)}")
-    out = _Stdout(_binary(sys.stdout, "output"))
+    out = _binary(sys.stdout, "output")
     repo.copy_out(node, out)
     out.flush()
     return 0
 
 
-class _Stdout:
-    """Standard output whose write errors (a full disk, a closed socket) say where
-    they happened: a bare "No space left on device" read as the repository's."""
+class _StdoutFd(io.RawIOBase):
+    """Standard output's descriptor under sys.stdout, so that a write error of any
+    command (a full disk, a closed socket) says where it happened: a bare "No space
+    left on device" read as the repository's."""
 
-    def __init__(self, raw: BinaryIO):
-        self.raw = raw
+    def __init__(self, fd: int):
+        super().__init__()
+        self.fd = fd
+        self.failed = False  # after a failed write the rest is dropped: said once, at exit too
 
-    def write(self, data: bytes) -> int:
-        return self._do(self.raw.write, data)
+    def writable(self) -> bool:
+        return True
 
-    def flush(self) -> None:
-        self._do(self.raw.flush)
+    def fileno(self) -> int:
+        return self.fd
 
-    @staticmethod
-    def _do(fn, *args):
+    def isatty(self) -> bool:
+        return os.isatty(self.fd)
+
+    def write(self, data) -> int:
+        if self.failed:
+            return len(data)
         try:
-            return fn(*args)
-        except BrokenPipeError:
-            raise  # the reader went away (head): quietly done
+            return os.write(self.fd, data)
+        except BlockingIOError:
+            return None  # a non-blocking descriptor: BufferedWriter's own case
         except OSError as exc:
+            self.failed = True
+            if isinstance(exc, BrokenPipeError):
+                raise  # the reader went away (head): quietly done
             raise GravfsError(f"writing to standard output: {exc.strerror or exc}") from None
 
 
@@ -804,9 +814,23 @@ def setup_logging(verbose: int) -> None:
 
 def _printable_stdout() -> None:
     """A name its locale's encoding cannot write (a non-UTF-8 locale, PYTHONIOENCODING)
-    is printed escaped (w\\xf6rld), as stderr does, not an internal error."""
-    if isinstance(sys.stdout, io.TextIOWrapper):
-        sys.stdout.reconfigure(errors="backslashreplace")
+    is printed escaped (w\\xf6rld), as stderr does, not an internal error; and write
+    errors name standard output (_StdoutFd)."""
+    out = sys.stdout
+    try:
+        if not isinstance(out, io.TextIOWrapper) or out.fileno() != 1:
+            return  # (a test's captured output)
+    except (OSError, ValueError):
+        return
+    below = getattr(out.buffer, "raw", out.buffer)  # (PYTHONUNBUFFERED: no buffer)
+    if isinstance(below, _StdoutFd):
+        return  # done already (main called again in one process)
+    out.flush()
+    fd = _StdoutFd(1)
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(fd) if below is not out.buffer else fd,
+                                  encoding=out.encoding, errors="backslashreplace",
+                                  line_buffering=out.line_buffering,
+                                  write_through=out.write_through)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -815,7 +839,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
     try:
-        return args.func(args) or 0
+        rc = args.func(args) or 0
+        if sys.stdout is not None:
+            sys.stdout.flush()  # here, where a write error is reported as the others are
+        return rc
     except GravfsError as exc:
         if os.environ.get("GRAVFS_DEBUG"):
             raise

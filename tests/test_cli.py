@@ -382,26 +382,36 @@ def test_diff_of_paths(cli, tmp_path):
         assert len(cli("status", "main")[1].splitlines()) == 3
 
 
-def test_cat_says_when_standard_output_fails(tmp_path):
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_every_command_says_when_standard_output_fails(tmp_path, unbuffered):
     """A full disk behind stdout read "gravfs: No space left on device", as if the
-    repository were full; a reader that stops early (head) is not an error."""
+    repository were full (cat), or, with Python's usual buffered stdout, "Exception
+    ignored ... OSError" and exit 120 (ls, log, status: the write failed at exit); a
+    reader that stops early (head) is not an error."""
     store, state = str(tmp_path / "store"), str(tmp_path / "state")
     run_cli("init", store=store, state=state)
     (tmp_path / "f").write_bytes(os.urandom(300_000))
+    for i in range(3000):  # a listing longer than a pipe's buffer
+        (tmp_path / "src" / f"d{i % 3}").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / f"d{i % 3}" / f"file-{i:05d}").write_bytes(b"%d" % i)
+    run_cli("import", "-q", str(tmp_path / "src"), "main", store=store, state=state)
     run_cli("put", str(tmp_path / "f"), "main:f", store=store, state=state)
-    env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state)
-    with open("/dev/full", "wb") as full:
-        p = subprocess.run([sys.executable, "-m", "gravfs.cli", "cat", "main:f"], env=env,
-                           stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
-    assert p.returncode == 1
-    assert p.stderr == "gravfs: writing to standard output: No space left on device\n"
-    reader = subprocess.Popen(["head", "-c", "10"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE)
-    p = subprocess.run([sys.executable, "-m", "gravfs.cli", "cat", "main:f"], env=env,
-                       stdout=reader.stdin, stderr=subprocess.PIPE, text=True, timeout=300)
-    reader.stdin.close()
-    assert len(reader.stdout.read()) == 10 and reader.wait() == 0
-    assert p.returncode == 0 and p.stderr == ""
+    env = dict(os.environ, GRAVFS_STORE=store, GRAVFS_STATE_DIR=state,
+               PYTHONUNBUFFERED=unbuffered)
+    for args in (["cat", "main:f"], ["ls", "main:d0"], ["log", "main"], ["status", "main"],
+                 ["ls", "-z", "main:d1"], ["diff", "main~1", "main"]):
+        with open("/dev/full", "wb") as full:
+            p = subprocess.run([sys.executable, "-m", "gravfs.cli", *args], env=env,
+                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+        assert (p.returncode, p.stderr) == (
+            1, "gravfs: writing to standard output: No space left on device\n"), args
+        reader = subprocess.Popen(["head", "-c", "10"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE)
+        p = subprocess.run([sys.executable, "-m", "gravfs.cli", *args], env=env,
+                           stdout=reader.stdin, stderr=subprocess.PIPE, text=True, timeout=300)
+        reader.stdin.close()
+        assert len(reader.stdout.read()) == 10 and reader.wait() == 0
+        assert (p.returncode, p.stderr) == (0, ""), args
 
 
 def test_merge_conflict_names_are_quoted(cli, tmp_path):
