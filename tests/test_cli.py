@@ -467,10 +467,20 @@ def test_commands_that_write_a_branch_refuse_a_tag_or_a_commit(cli, tmp_path):
         rc, _, err = cli(*args, check=False)
         assert (rc, err) == (9, "gravfs: 'v1' is not a branch; commits and tags are "
                                 "read-only\n"), args
+    # status and compact read or tidy a branch's staging: "branch 'v1' not found" before;
+    # a ref expression or a commit id prefix is a commit too
+    head = cli("log", "main", "--json")[1].split('"id": "')[1][:12]
+    for ref in ("v1", "main~1", head):
+        for args in (["status", ref], ["compact", ref], ["commit", ref, "-m", "x"]):
+            rc, _, err = cli(*args, check=False)
+            assert (rc, err) == (9, f"gravfs: {ref!r} is not a branch; commits and tags are "
+                                    "read-only\n"), args
     rc, _, err = cli("merge", "main", "main", check=False)
     assert (rc, err) == (1, "gravfs: cannot merge branch 'main' into itself\n")
-    rc, _, err = cli("commit", "nope", "-m", "x", check=False)
-    assert (rc, err) == (2, "gravfs: branch 'nope' not found\n")
+    for args in (["commit", "nope", "-m", "x"], ["status", "nope"], ["compact", "nope"],
+                 ["commit", "abcdef12", "-m", "x"]):  # (hex, yet no such commit either)
+        rc, _, err = cli(*args, check=False)
+        assert (rc, err) == (2, f"gravfs: branch {args[1]!r} not found\n"), args
 
 
 def test_an_empty_commit_message_is_refused_unless_allowed(cli, tmp_path):

@@ -548,7 +548,7 @@ class Committer:
     def _status_rows(self, branch: str, under: Optional[list[bytes]] = None
                      ) -> Iterator[tuple[str, bytes]]:
         """status's rows a chunk of changes at a time (the first without the rest)."""
-        head = self.repo.commits.get(self.repo.head(branch))
+        head = self.repo.commits.get(self.repo.writable_head(branch))  # (a tag has no changes)
         st = self.area.get_state(branch)
         changes = self._token_changes(st.tokens())
         if st.compacted:

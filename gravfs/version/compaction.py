@@ -39,7 +39,7 @@ def compact(repo, branch: str) -> bool:
     """Compact a branch's staging now; True when a compacted metarange was written."""
     c = Committer(repo)
     with c.branch_lock(branch):
-        repo.heads.branch(branch)  # NotFoundError for a missing one, before its staging is touched
+        repo.writable_head(branch)  # a missing branch, a tag or a commit: before its staging is touched
         c.recover(branch)
         st = c.seal(branch)
         if not st.sealed:

@@ -459,7 +459,12 @@ class VersionRepository:
         try:
             return self.head(branch)
         except NotFoundError:
-            if self.heads.tag(branch) is not None or hashing.is_hex_id(branch):
+            try:  # a tag, a commit id or prefix, main~1: names a commit, not a branch
+                self.resolve(branch)
+                names_a_commit = True
+            except GravfsError:
+                names_a_commit = False
+            if names_a_commit:
                 raise ReadOnlyError(f"{branch!r} is not a branch; commits and tags are read-only") from None
             raise
 
