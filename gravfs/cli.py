@@ -265,7 +265,7 @@ class _StdoutFd(io.RawIOBase):
     def isatty(self) -> bool:
         return os.isatty(self.fd)
 
-    def write(self, data) -> int:
+    def write(self, data) -> Optional[int]:
         if self.failed:
             return len(data)
         try:
