@@ -11,6 +11,7 @@ from gravfs.fs.entry import KIND_FILE, EntryInfo
 from gravfs.fs.repository import Repository
 from gravfs.fuse.spin import ACTIVITY
 from gravfs.fuse.warmer import QUIET_S, RangeWarmer
+from gravfs.version.committed.reader import _default_max_open
 
 from tests.fuse_util import Mount, fuse_available, wait_for
 from tests.repo_util import head_metarange, small_settings
@@ -34,7 +35,9 @@ def test_the_mount_opens_its_branch_ranges_once_ready_unless_told_not_to(tmp_pat
     try:
         m.mount()
         found = wait_for(lambda: WARMED.search(m.log_text()))
-        assert int(found.group(1)) == n, m.log_tail()
+        # the daemon opens at most its cap, a quarter of the descriptor limit (256 under
+        # `ulimit -n 1024`, which the daemon inherits from here)
+        assert int(found.group(1)) == min(n, _default_max_open()), m.log_tail()
         assert os.stat(m.branch_path("d", "f01234")).st_size == 1
         m.umount()
         m.mount(options=["warm_ranges=0"])

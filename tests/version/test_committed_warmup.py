@@ -30,7 +30,9 @@ def test_warm_opens_every_range_and_lookups_then_parse_none(tmp_path):
     recs = records(3000)
     mid = m.write_metarange(recs)
     m.close()
-    m = make_manager(str(tmp_path))  # the tier's copies, nothing parsed yet
+    # the tier's copies, nothing parsed yet; room for every range whatever the descriptor
+    # limit (its default cap, a quarter of it, was 256 under `ulimit -n 1024`)
+    m = make_manager(str(tmp_path), max_open_ranges=1000)
     ranges = m.iter_ranges(mid)
     assert len(ranges) > 20
     assert warm_ranges(m.ranges, mid, 10_000) == (len(ranges), 0)
