@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from gravfs.errors import ConflictError, NotFoundError
+from gravfs.errors import ConflictError
 from gravfs.version.committer import Committer
 
 log = logging.getLogger(__name__)
@@ -39,11 +39,9 @@ def compact(repo, branch: str) -> bool:
     """Compact a branch's staging now; True when a compacted metarange was written."""
     c = Committer(repo)
     with c.branch_lock(branch):
-        try:  # a fresh read (not the head cache): before its staging is touched
-            repo.heads.branch(branch)
-        except NotFoundError:
-            repo.writable_head(branch)  # a tag or a commit says so
-            raise
+        # a missing branch, a tag or a commit, read past the head cache: before its staging
+        # is touched
+        repo.writable_head(branch, fresh=True)
         c.recover(branch)
         st = c.seal(branch)
         if not st.sealed:

@@ -453,20 +453,24 @@ class VersionRepository:
         it did (none here: the layers above keep content)."""
         return False
 
-    def writable_head(self, branch: str) -> str:
-        """Head id of a branch we may write; refuses commits and tags (ReadOnlyError), as
-        every command that writes a branch does."""
+    def writable_head(self, branch: str, fresh: bool = False) -> str:
+        """Head id of a branch we may write (``fresh``: read from the store, not the head
+        cache); refuses commits and tags (ReadOnlyError), as every command that writes or
+        reads the staging of a branch does."""
         try:
-            return self.head(branch)
+            return self.head(branch, fresh=fresh)
         except NotFoundError:
-            try:  # a tag, a commit id or prefix, main~1: names a commit, not a branch
-                self.resolve(branch)
-                names_a_commit = True
-            except GravfsError:
-                names_a_commit = False
-            if names_a_commit:
-                raise ReadOnlyError(f"{branch!r} is not a branch; commits and tags are read-only") from None
-            raise
+            if not self._names_a_commit(branch):
+                raise
+        raise ReadOnlyError(f"{branch!r} is not a branch; commits and tags are read-only")
+
+    def _names_a_commit(self, ref: str) -> bool:
+        """Does ``ref`` resolve to a commit (a tag, an id or prefix, main~1)?"""
+        try:
+            self.resolve(ref)
+        except GravfsError:
+            return False
+        return True
 
     def stage_values(self, branch: str, items: list[tuple[bytes, Optional[bytes]]],
                      provisional: frozenset = frozenset()) -> int:
