@@ -84,7 +84,7 @@ def _typed(path: str) -> str:
 def _binary(stream, what: str) -> BinaryIO:
     """The bytes of standard input or output; a closed one (``<&-``, ``>&-``: Python
     has no stream then) is an error saying so, not an internal one."""
-    if stream is None:
+    if stream is None or getattr(stream.buffer, "was_closed", False):  # (_StdoutFd)
         raise GravfsError(f"standard {what} is closed")
     return stream.buffer
 
@@ -249,11 +249,13 @@ def cmd_cat(args) -> int:
 class _StdoutFd(io.RawIOBase):
     """Standard output's descriptor under sys.stdout, so that a write error of any
     command (a full disk, a closed socket) says where it happened: a bare "No space
-    left on device" read as the repository's."""
+    left on device" read as the repository's. ``closed``: the command started with
+    it closed (``>&-``), and what it prints is an error, as ``ls >&-``'s is."""
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, closed: bool = False):
         super().__init__()
         self.fd = fd
+        self.was_closed = closed
         self.failed = False  # after a failed write the rest is dropped: said once, at exit too
 
     def writable(self) -> bool:
@@ -266,8 +268,11 @@ class _StdoutFd(io.RawIOBase):
         return os.isatty(self.fd)
 
     def write(self, data) -> Optional[int]:
-        if self.failed:
+        if self.failed or not data:
             return len(data)
+        if self.was_closed:
+            self.failed = True
+            raise GravfsError("standard output is closed")
         try:
             return os.write(self.fd, data)
         except BlockingIOError:
@@ -812,11 +817,40 @@ def setup_logging(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def _hold_standard_fds() -> None:
+    """Put /dev/null on each of descriptors 0-2 that the command started without
+    (``>&-``, ``2>&-``). A file opened later would take the number, and what writes
+    to it by number would write into that file: a foreground mount started so held
+    its staging database on 1 and 2, where libfuse prints its messages, as would a
+    child process. Python's stdin and stdout stay None (or say they are closed), so
+    commands still report the closed stream; messages to a closed stderr go nowhere,
+    as the caller chose (Python's print sends them to stdout, into the command's
+    output, and code that flushes stderr failed: a mount did)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+        if null != fd:  # (a lower one was free: not after the loop's earlier turns)
+            os.dup2(null, fd)
+            os.close(null)
+        else:
+            os.set_inheritable(fd, True)  # a child's stdio, as any other
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", errors="backslashreplace", closefd=False)
+
+
 def _printable_stdout() -> None:
     """A name its locale's encoding cannot write (a non-UTF-8 locale, PYTHONIOENCODING)
     is printed escaped (w\\xf6rld), as stderr does, not an internal error; and write
     errors name standard output (_StdoutFd)."""
     out = sys.stdout
+    if out is None:  # closed at start: what a command prints says so
+        sys.stdout = io.TextIOWrapper(_StdoutFd(1, closed=True), errors="backslashreplace",
+                                      write_through=True)
+        return
     try:
         if not isinstance(out, io.TextIOWrapper) or out.fileno() != 1:
             return  # (a test's captured output)
@@ -834,6 +868,7 @@ def _printable_stdout() -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    _hold_standard_fds()
     _printable_stdout()
     parser = build_parser()
     args = parser.parse_args(argv)

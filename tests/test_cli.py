@@ -624,6 +624,15 @@ def test_closed_standard_input_or_output_is_said(cli, tmp_path):
                            timeout=120)
         assert (p.returncode, p.stderr.decode()) == (1, f"gravfs: standard {what} is closed\n")
     assert cli("status", "main")[1] == "   added  f\n"
+    # what any command prints is an error with stdout closed (status printed nothing, exit 0)
+    for args in (["status", "main"], ["branch", "list"]):
+        p = subprocess.run([sys.executable, "-m", "gravfs.cli", *args], env=env,
+                           stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1), timeout=120)
+        assert (p.returncode, p.stderr.decode()) == (1, "gravfs: standard output is closed\n")
+    # with stderr closed an error goes nowhere (Python's print sent it into stdout)
+    p = subprocess.run([sys.executable, "-m", "gravfs.cli", "cat", "main:nope"], env=env,
+                       stdout=subprocess.PIPE, preexec_fn=lambda: os.close(2), timeout=120)
+    assert (p.returncode, p.stdout) == (2, b"")
 
 
 def test_names_an_ascii_terminal_cannot_show_are_escaped(cli, tmp_path):

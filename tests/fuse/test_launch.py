@@ -439,6 +439,50 @@ def test_sigterm_as_soon_as_the_mount_exists_unmounts_cleanly(tmp_path):
         m.cleanup()
 
 
+def _closing_stdio() -> None:
+    for fd in (0, 1, 2):
+        os.close(fd)
+
+
+def _stdio(pid: int) -> list[str]:
+    return [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in (0, 1, 2)]
+
+
+def test_a_mount_started_with_stdio_closed_keeps_its_files_off_descriptors_0_to_2(tmp_path):
+    """``gravfs mount ... <&- >&- 2>&-`` (a script's, a service's): a foreground
+    daemon's staging database took descriptors 0 to 2, where libfuse and child
+    processes write their messages; a daemonized mount failed (an internal error,
+    exit 70). Each closed one is /dev/null from the start (the daemon's 2 its log)."""
+    from gravfs.fuse.launch import _mounted_at
+
+    m = Mount(str(tmp_path)).init()
+    cmd = [sys.executable, "-m", "gravfs.cli", "-s", m.store, "--state-dir", m.state_dir,
+           "mount"]
+    try:
+        proc = subprocess.Popen(cmd + ["--foreground", m.mnt], env=m.env, cwd=ROOT,
+                                preexec_fn=_closing_stdio)
+        try:
+            wait_for(lambda: _mounted_at(m.mnt) or proc.poll() is not None, timeout=60)
+            assert proc.poll() is None
+            assert _stdio(proc.pid) == ["/dev/null"] * 3
+            _write(m.branch_path("f"), b"written")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert m.cli("cat", "main:f").stdout == "written"
+        p = subprocess.run(cmd + [m.mnt], env=m.env, cwd=ROOT, preexec_fn=_closing_stdio,
+                           timeout=120)
+        assert p.returncode == 0 and _mounted_at(m.mnt)
+        std = _stdio(m.pid())
+        assert std[:2] == ["/dev/null"] * 2 and std[2].endswith(".log"), std
+        assert _read(m.branch_path("f")) == b"written"
+    finally:
+        m.cleanup()
+
+
 def _unit_exec_start() -> list[str]:
     text = open(UNIT).read()
     line = re.search(r"^ExecStart=(.*)$", text, re.M).group(1)
