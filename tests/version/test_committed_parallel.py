@@ -50,16 +50,13 @@ def env(tmp_path_factory):
     store = LocalStore(os.path.join(root, "store"), fsync=False)
     tier = LocalTier(store, os.path.join(root, "cache"), 1 << 32, fsync=False)
     pairs = {}
-    # every manager's default cap on open ranges is a quarter of the descriptor limit, and
-    # this process holds dozens of them: under `ulimit -n 1024` they ran out (EMFILE)
-    cap = 8
+    # dozens of managers in one process share the default cap on open ranges (under
+    # `ulimit -n 1024` a quarter of the limit each ran out: EMFILE)
     for name, policy in POLICIES.items():
         for carry in (None, 1, 2, 8):
-            one = CommittedManager(store, tier, policy, max_carry=carry, workers=1,
-                                   max_open_ranges=cap)
+            one = CommittedManager(store, tier, policy, max_carry=carry, workers=1)
             two = CommittedManager(store, tier, policy, max_carry=carry, workers=2,
-                                   parallel_min_ranges=1, parallel_min_records=1,
-                                   max_open_ranges=cap)
+                                   parallel_min_ranges=1, parallel_min_records=1)
             pairs[name, carry] = (one, two)
     yield pairs
     for one, two in pairs.values():

@@ -72,6 +72,44 @@ def test_fd_soft_limit_raised_to_hard_limit(tmp_path):
         assert max_open == max(64, min(4096, hard // 4))
 
 
+def test_stores_on_the_default_cap_share_it(tmp_path):
+    """Each store on the default cap kept a quarter of the descriptor limit open: a
+    process holding a dozen (a Spark task's readers, a caller's repositories) ran out
+    (EMFILE) under a limit of 256. They share the quarter now; one given a cap keeps it."""
+    code = f"""
+import os, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))!r})
+from tests.version.test_committed_reader import make_manager, records
+from gravfs.version.committed.reader import MIN_SHARE
+root = {str(tmp_path)!r}
+m = make_manager(root)
+recs = records(6000)
+mid = m.write_metarange(recs)
+ranges = len(m.ranges.metarange(mid))
+assert ranges > 64, ranges
+managers = [make_manager(root) for _ in range(11)]
+assert m.ranges.max_open_ranges == max(MIN_SHARE, 64 // 12)
+for x in managers:
+    assert [r.key for r in x.iter(mid)] == [r.key for r in recs]
+    for r in recs[::50]:
+        assert x.get(mid, r.key) == r
+own = make_manager(root, max_open_ranges=20)
+assert own.ranges.max_open_ranges == 20
+assert [r.key for r in own.iter(mid)] == [r.key for r in recs]
+opened = sum(len(x.ranges._ranges) for x in managers + [m, own])
+assert opened <= 12 * max(MIN_SHARE, 64 // 12) + 20, opened
+for x in managers[:6]:
+    x.close()
+assert m.ranges.max_open_ranges == 64 // 6
+print(ranges, opened, len(os.listdir("/proc/self/fd")))
+"""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
 def test_lru_closes_readers_and_reopened_ranges_read_correctly(tmp_path):
     m = make_manager(str(tmp_path), max_open_ranges=3)
     recs = records(4000)

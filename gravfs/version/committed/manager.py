@@ -214,7 +214,7 @@ class CommittedManager:
         return out
 
     def close(self) -> None:
-        self.ranges.drop_parsed()  # open readers hold a descriptor each: not until GC
+        self.ranges.close()  # open readers hold a descriptor each: not until GC
         if self._pool is not None:
             self._pool.close()
             self._pool = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from bisect import bisect_left
 from typing import Iterator, NamedTuple
 
@@ -154,6 +155,14 @@ def _default_max_open() -> int:
     return max(64, min(4096, soft // 4))
 
 
+# The RangeStores of this process that were given no cap of their own share the one
+# default (a quarter of the descriptor limit): a process holding several (a Spark
+# task's GC, table and index readers; a caller with many repositories open) ran out
+# of descriptors (EMFILE) with a quarter each.
+_sharing: "weakref.WeakSet[RangeStore]" = weakref.WeakSet()
+MIN_SHARE = 8  # open readers a store keeps however many share: a lookup's path and then some
+
+
 def _mapped(o: OpenSST) -> int:
     """What an open reader counts against ``max_open_bytes``: its mapped file."""
     return o.size
@@ -170,7 +179,8 @@ class RangeStore:
       state instead of parsing the file again;
     - open readers, least recently used closed first, bounded by number
       (``max_open_ranges``, default a quarter of the descriptor limit, which
-      is raised to the hard limit when the first RangeStore is made) and by
+      is raised to the hard limit when the first RangeStore is made, shared by
+      the stores of the process on the default) and by
       mapped bytes (``max_open_bytes``, default half the tier budget: a
       mapped file evicted by the tier still holds its disk space until
       unmapped).  A reader is needed only to decode a block not in the cache.
@@ -182,10 +192,12 @@ class RangeStore:
         raise_fd_limit()
         self.tier = tier
         self.block_cache = block_cache  # None: the SST module's shared default cache
-        self.max_open_ranges = max_open_ranges or _default_max_open()
+        self._cap = max_open_ranges
+        if not max_open_ranges:
+            _sharing.add(self)
         # A state costs its index (~150 bytes per 4 KiB block, ~20 KiB per
         # range) plus its cached blocks, which the block cache bounds.
-        self.max_states = max_states or max(4 * self.max_open_ranges, 16384)
+        self.max_states = max_states or max(4 * (max_open_ranges or _default_max_open()), 16384)
         budget = getattr(tier, "budget_bytes", None)
         self.max_open_bytes = max_open_bytes if max_open_bytes is not None else (
             budget // 2 if budget else 4 << 30)
@@ -196,6 +208,18 @@ class RangeStore:
         self._lock = threading.Lock()
         self._metaranges: dict[str, MetaRange] = {EMPTY_ID: EMPTY_METARANGE}
         self.record_ids = None  # a recordids.RecordIDs the stitcher may take record IDs from
+
+    @property
+    def max_open_ranges(self) -> int:
+        """Open readers kept: the cap given, or this store's share of the default."""
+        if self._cap:
+            return self._cap
+        return max(MIN_SHARE, _default_max_open() // max(1, len(_sharing)))
+
+    def close(self) -> None:
+        """Let go of every open reader and leave the shared budget to the others."""
+        _sharing.discard(self)
+        self.drop_parsed()
 
     # --- opening -----------------------------------------------------------
 
