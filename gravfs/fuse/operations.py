@@ -599,7 +599,7 @@ class GravfsOperations(pyfuse3.Operations):
             a.st_mode = statmod.S_IFREG | (of.mode & 0o7777)
             a.st_nlink = len(of.links) if of.link_group and of.links else 1
             a.st_size = size
-            a.st_uid, a.st_gid = of.uid, of.gid
+            a.st_uid, a.st_gid = of.uid or self.uid, of.gid or self.gid  # (root's: _attrs)
             mtime = of.mtime_ns
             atime, ctime = of.atime_ns, of.ctime_ns or mtime  # (the epoch is an atime)
         elif entry is not None:
@@ -612,7 +612,10 @@ class GravfsOperations(pyfuse3.Operations):
             if kind == "symlink":
                 a.st_size = len(entry.symlink_target.encode("utf-8", "surrogateescape"))
             a.st_rdev = entry.rdev
-            a.st_uid, a.st_gid = entry.uid, entry.gid
+            # root's entries (0 is also what an import, put or a lakeFS entry carries) are
+            # the mounting user's in a mount a user runs: theirs to write, as the
+            # directories implied around them are; a root mount shows them as root's
+            a.st_uid, a.st_gid = entry.uid or self.uid, entry.gid or self.gid
             mtime = entry.mtime_ns
             atime, ctime = shown_atime(entry), entry.ctime_ns or mtime
         else:  # implied or virtual directory

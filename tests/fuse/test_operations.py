@@ -1442,6 +1442,41 @@ def test_readdir_lists_the_next_batch_while_the_kernel_takes_a_reply(tmp_path, m
         repo.close()
 
 
+@pytest.mark.parametrize("mounter", [(1001, 1002), (0, 0)])
+def test_roots_entries_are_the_mounting_users_in_a_mount_a_user_runs(tmp_path, mounter):
+    """``gravfs import``, ``put``, a Spark import and lakeFS record no owner (uid and gid
+    0): a mount run by a user showed those files as root's, 0644, so the user could
+    not write, append to or chmod them (EACCES), in directories shown as theirs. Root's
+    entries are the mounting user's there; another owner stays; a root mount is as it was.
+    (In process: this machine's interpreter is under /root, where no other uid reaches.)"""
+    import trio
+
+    from gravfs.fs.entry import KIND_FILE, EntryInfo
+    from gravfs.fs.repository import Repository
+    from gravfs.fuse import operations as ops_mod
+    from gravfs.fuse.inodes import ROOT
+
+    repo = Repository.init(str(tmp_path / "store"), str(tmp_path / "state"))
+    e = EntryInfo(address="data/00/" + "0" * 64, size=1, mtime_ns=1, mode=0o100644, kind=KIND_FILE)
+    repo.stage("main", [(b"d/imported", e), (b"d/theirs", EntryInfo(
+        address=e.address, size=1, mtime_ns=1, mode=0o100644, uid=1234, gid=1235))])
+    ops = ops_mod.GravfsOperations(repo, MountOptions())
+    ops.uid, ops.gid = mounter  # as os.getuid() and os.getgid() of a daemon the user runs
+
+    async def main():
+        d = await ops.lookup(ROOT, b"branches")
+        d = await ops.lookup(d.st_ino, b"main")
+        d = await ops.lookup(d.st_ino, b"d")
+        imported = await ops.lookup(d.st_ino, b"imported")
+        theirs = await ops.lookup(d.st_ino, b"theirs")
+        return [(a.st_uid, a.st_gid) for a in (d, imported, theirs)]
+
+    try:
+        assert trio.run(main) == [mounter, mounter, (1234, 1235)]
+    finally:
+        repo.close()
+
+
 def test_a_first_and_an_ahead_listing_run_on_the_loop_when_they_read_nothing_from_the_store(
         tmp_path, monkeypatch):
     """A directory's first batch and the batch listed ahead while the kernel takes a
