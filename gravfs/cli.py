@@ -25,6 +25,7 @@ from gravfs.data.external import is_external
 from gravfs.errors import ConflictError, CorruptDataError, GravfsError, NotFoundError, PathTypeError
 from gravfs.fs.paths import display, escape_key, show, to_key
 from gravfs.keyvalue import parse_pairs
+from gravfs.loglevel import env_log_level
 from gravfs.quoting import printable, quote
 
 log = logging.getLogger("gravfs.cli")
@@ -812,8 +813,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def setup_logging(verbose: int) -> None:
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    if os.environ.get("GRAVFS_LOG"):
-        level = getattr(logging, os.environ["GRAVFS_LOG"].upper(), level)
+    level = env_log_level(level)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 

@@ -41,6 +41,7 @@ from gravfs.errors import GravfsError, NotFoundError
 from gravfs.fuse import daemonrecord, kernel
 from gravfs.fuse import options as mount_options
 from gravfs.fs.ownpaths import own_dirs, within
+from gravfs.loglevel import env_log_level
 from gravfs.store import local_path
 from gravfs.store.modes import private_dir
 
@@ -377,8 +378,7 @@ def log_handler(path: str, stderr: bool = False) -> logging.Handler:
 def _setup_daemon_logging(cfg: dict, daemon: bool) -> None:
     opts = cfg["opts"]
     level = logging.DEBUG if opts.debug or cfg["verbose"] >= 2 else logging.INFO
-    if os.environ.get("GRAVFS_LOG"):
-        level = getattr(logging, os.environ["GRAVFS_LOG"].upper(), level)
+    level = env_log_level(level, say=False)  # (its command, gravfs mount, said it)
     root = logging.getLogger()
     if daemon:
         path = opts.log_file or log_path(cfg["state_dir"], cfg["mountpoint"])
