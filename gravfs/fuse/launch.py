@@ -347,6 +347,33 @@ def log_path(state_dir: str, mountpoint: str) -> str:
     return os.path.join(state_dir, "logs", f"mount-{daemonrecord.mount_name(mountpoint)}.log")
 
 
+def _daemon_log(cfg: dict) -> str:
+    """Where a mount's daemon logs (and its descriptor 2 goes): ``-o log_file`` or the
+    state dir's."""
+    return cfg["opts"].log_file or log_path(cfg["state_dir"], cfg["mountpoint"])
+
+
+def _log_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def fuse_said(path: str, start: int) -> str:
+    """The last line libfuse or fusermount3 wrote to a daemon's log (its stderr) from
+    ``start`` on: why a mount failed, in their words (fusermount3's "option allow_other
+    only allowed if 'user_allow_other' is set in /etc/fuse.conf" was behind "see the log")."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            lines = f.read(1 << 16).decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    said = [line.strip() for line in lines if line.startswith(("fusermount3:", "fuse:"))]
+    return said[-1] if said else ""
+
+
 LOG_BYTES = 32 << 20  # a daemon's log file is rotated past this size,
 LOG_KEPT = 4  # keeping this many earlier ones (.1 the newest)
 
@@ -381,7 +408,7 @@ def _setup_daemon_logging(cfg: dict, daemon: bool) -> None:
     level = env_log_level(level, say=False)  # (its command, gravfs mount, said it)
     root = logging.getLogger()
     if daemon:
-        path = opts.log_file or log_path(cfg["state_dir"], cfg["mountpoint"])
+        path = _daemon_log(cfg)
         if opts.log_file:
             os.makedirs(os.path.dirname(path), exist_ok=True)
         else:
@@ -457,12 +484,16 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     if opts.debug:
         fuse_opts.add("debug")
     stop = StopSignals()  # from the mount on, a stop signal unmounts cleanly
+    logged = _log_size(_daemon_log(cfg)) if daemon else 0
     try:
         pyfuse3.init(ops, cfg["mountpoint"], fuse_opts)
     except Exception as exc:
         repo.close()
-        return report(1, f"cannot mount on {cfg['mountpoint']}: {exc} "
-                         f"(see {log_path(cfg['state_dir'], cfg['mountpoint'])})")
+        if not daemon:  # libfuse's or fusermount3's own line is on the terminal, above
+            return report(1, f"cannot mount on {cfg['mountpoint']}: {exc}")
+        return report(1, f"cannot mount on {cfg['mountpoint']}: "
+                         f"{fuse_said(_daemon_log(cfg), logged) or exc} "
+                         f"(see {_daemon_log(cfg)})")
     state = {"ready": False}
     if not opts.read_only:  # mounted: empty local-copy files from now on
         ops.local.start()
@@ -490,7 +521,7 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
                       f"{cfg['mountpoint']} was ready", logging.WARNING)
         elif not state["ready"]:
             code = report(1, f"the kernel refused the mount on {cfg['mountpoint']} "
-                             f"(see {log_path(cfg['state_dir'], cfg['mountpoint'])})")
+                             f"(see {_daemon_log(cfg) if daemon else 'the messages above'})")
     except BaseException:
         log.exception("mount loop failed")
         code = 1

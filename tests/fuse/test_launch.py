@@ -671,3 +671,25 @@ os.write(2, b"on stderr at the end\\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     with open(path) as f:
         assert "on stderr at the end" in f.read()
+
+
+def test_a_failed_mount_says_what_fusermount3_said(tmp_path):
+    """A user's mount that fusermount3 refuses (``-o allow_other`` without
+    ``user_allow_other``, a mount point the user may not write) said only
+    "fuse_session_mount failed (see <log>)"; the daemon's stderr is that log, and the
+    message now carries its last fuse line written since the mount began. (Root mounts
+    without fusermount3; what it says was checked by hand as another user.)"""
+    from gravfs.fuse.launch import fuse_said
+
+    log = tmp_path / "mount-x.log"
+    log.write_text("fusermount3: an earlier mount's complaint\n"
+                   "2026-12-06 23:03:45,028 INFO gravfs.fuse.launch: starting\n")
+    start = log.stat().st_size
+    with open(log, "a") as f:
+        f.write("fuse: first line\n2026-12-06 23:03:45,029 INFO x: y\nfusermount3: option "
+                "allow_other only allowed if 'user_allow_other' is set in /etc/fuse.conf\n"
+                "2026-12-06 23:03:45,030 ERROR gravfs.fuse.launch: mount failed\n")
+    assert fuse_said(str(log), start) == ("fusermount3: option allow_other only allowed if "
+                                          "'user_allow_other' is set in /etc/fuse.conf")
+    assert fuse_said(str(log), log.stat().st_size) == ""
+    assert fuse_said(str(tmp_path / "missing.log"), 0) == ""
