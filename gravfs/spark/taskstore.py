@@ -12,10 +12,12 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import socket
 import tempfile
 from typing import Optional
 
 from gravfs.data.objects import DataObjects
+from gravfs.errors import GravfsError, NotFoundError
 from gravfs.store import open_store
 from gravfs.store.local import BatchedLocalStore, DeferredLocalStore, LocalStore
 from gravfs.store.tier import LocalTier
@@ -33,7 +35,16 @@ class TaskStore:
 
     def __init__(self, store_url: str):
         self.store = open_store(store_url)
-        self.settings = RepoSettings.from_json(self.store.get(REPO_JSON))
+        try:
+            raw = self.store.get(REPO_JSON)
+        except NotFoundError:
+            # a local path the driver sees and this worker does not (another host's disk)
+            raise GravfsError(
+                f"no gravfs repository at {store_url} as the Spark worker on "
+                f"{socket.gethostname()} sees it: executors open the store themselves, so "
+                "a local store must be a path every worker sees (a shared filesystem); "
+                "or use s3://") from None
+        self.settings = RepoSettings.from_json(raw)
         self.policy = self.settings.ranges.policy()
         self.scratch = tempfile.mkdtemp(prefix="gravfs-task-", dir=_spark_files_dir())
         atexit.register(shutil.rmtree, self.scratch, True)  # Spark's workers exit without it
