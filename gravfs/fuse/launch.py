@@ -39,6 +39,7 @@ from typing import Optional
 from gravfs.version.config import default_state_dir
 from gravfs.errors import GravfsError, NotFoundError
 from gravfs.fuse import daemonrecord, kernel
+from gravfs.fuse.holders import mount_users
 from gravfs.fuse import options as mount_options
 from gravfs.fs.ownpaths import own_dirs, within
 from gravfs.loglevel import env_log_level
@@ -893,7 +894,14 @@ def umount(args) -> int:
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         msg = (res.stderr or res.stdout).strip().splitlines()
-        raise GravfsError(f"cannot unmount {mountpoint}: {msg[-1] if msg else 'failed'}")
+        said = msg[-1] if msg else "failed"
+        if "busy" in said:  # name whom to stop (fusermount3's line names nobody)
+            users = mount_users(mountpoint)
+            if users:
+                said = (f"it is in use by {', '.join(users)}: stop them (or 'fusermount3 "
+                        f"-u -z {mountpoint}' detaches it now; the daemon then stages and "
+                        "exits when they let go)")
+        raise GravfsError(f"cannot unmount {mountpoint}: {said}")
     if pid is not None:
         start = time.monotonic()
         told = start + UMOUNT_TELL  # a daemon finishing big uploads may take minutes

@@ -693,3 +693,21 @@ def test_a_failed_mount_says_what_fusermount3_said(tmp_path):
                                           "'user_allow_other' is set in /etc/fuse.conf")
     assert fuse_said(str(log), log.stat().st_size) == ""
     assert fuse_said(str(tmp_path / "missing.log"), 0) == ""
+
+
+def test_an_unmount_refused_as_busy_names_who_uses_the_mount(gravfs_mount):
+    """fusermount3 says only "Device or resource busy"; the refusal names the processes
+    to stop, and what detaches the mount at once."""
+    m = gravfs_mount
+    _write(m.branch_path("f"), b"x")
+    user = subprocess.Popen(["sleep", "120"], cwd=m.branch_path(""))
+    try:
+        res = m.cli("umount", m.mnt, check=False)
+        assert res.returncode == 1 and os.path.ismount(m.mnt)
+        assert f"it is in use by sleep (pid {user.pid}, working directory)" in res.stderr
+        assert f"'fusermount3 -u -z {m.mnt}'" in res.stderr
+    finally:
+        user.kill()
+        user.wait()
+    m.umount()
+    assert m.cli("cat", "main:f").stdout == "x"
