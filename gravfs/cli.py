@@ -27,6 +27,7 @@ from gravfs.fs.paths import display, escape_key, show, to_key
 from gravfs.keyvalue import parse_pairs
 from gravfs.loglevel import env_log_level
 from gravfs.quoting import printable, quote
+from gravfs.stdfds import hold_standard_fds
 
 log = logging.getLogger("gravfs.cli")
 T = TypeVar("T")
@@ -817,31 +818,6 @@ def setup_logging(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-def _hold_standard_fds() -> None:
-    """Put /dev/null on each of descriptors 0-2 that the command started without
-    (``>&-``, ``2>&-``). A file opened later would take the number, and what writes
-    to it by number would write into that file: a foreground mount started so held
-    its staging database on 1 and 2, where libfuse prints its messages, as would a
-    child process. Python's stdin and stdout stay None (or say they are closed), so
-    commands still report the closed stream; messages to a closed stderr go nowhere,
-    as the caller chose (Python's print sends them to stdout, into the command's
-    output, and code that flushes stderr failed: a mount did)."""
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-            continue
-        except OSError:
-            pass
-        null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
-        if null != fd:  # (a lower one was free: not after the loop's earlier turns)
-            os.dup2(null, fd)
-            os.close(null)
-        else:
-            os.set_inheritable(fd, True)  # a child's stdio, as any other
-    if sys.stderr is None:
-        sys.stderr = open(2, "w", errors="backslashreplace", closefd=False)
-
-
 def _printable_stdout() -> None:
     """A name its locale's encoding cannot write (a non-UTF-8 locale, PYTHONIOENCODING)
     is printed escaped (w\\xf6rld), as stderr does, not an internal error; and write
@@ -868,7 +844,7 @@ def _printable_stdout() -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    _hold_standard_fds()
+    hold_standard_fds()
     _printable_stdout()
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -18,6 +18,7 @@ import sys
 from typing import Optional
 
 from gravfs.errors import GravfsError
+from gravfs.stdfds import hold_standard_fds
 
 USAGE_ERROR = 1
 MOUNT_FAILURE = 32
@@ -39,6 +40,7 @@ def _parse(argv: list[str]):
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    hold_standard_fds()
     try:
         a = _parse(sys.argv[1:] if argv is None else argv)
     except SystemExit as exc:

@@ -297,8 +297,9 @@ def _ask_pid(mountpoint: str) -> int:
 
 def _spawn(cfg: dict) -> int:
     r, w = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):  # (None: closed at start, mount.gravfs's)
+        if stream is not None:
+            stream.flush()
     pid = os.fork()
     if pid == 0:  # child: detach, fork again, and serve from the grandchild
         code = 1

@@ -479,6 +479,13 @@ def test_a_mount_started_with_stdio_closed_keeps_its_files_off_descriptors_0_to_
         std = _stdio(m.pid())
         assert std[:2] == ["/dev/null"] * 2 and std[2].endswith(".log"), std
         assert _read(m.branch_path("f")) == b"written"
+        m.umount()
+        # mount(8)'s helper: stdout closed failed it with a traceback (flush of None)
+        p = subprocess.run([HELPER, m.store, m.mnt, "-o", f"state_dir={m.state_dir}"],
+                           env=dict(m.env, GRAVFS_PYTHON=sys.executable),
+                           preexec_fn=_closing_stdio, timeout=120)
+        assert p.returncode == 0 and _mounted_at(m.mnt)
+        assert _read(m.branch_path("f")) == b"written"
     finally:
         m.cleanup()
 
