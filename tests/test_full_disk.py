@@ -255,3 +255,20 @@ def test_failed_close_commits_nothing_and_umount_reports_lost_and_found(disk_mou
     lines = [l for l in res.stderr.splitlines() if l.strip()]
     assert any("main:big.bin" in l and saved[0] in l for l in lines), res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_a_full_store_on_a_disk_of_its_own_is_named(small_disk, tmp_path):
+    """The store's disk full, the state dir's not: put and commit said only "gravfs: No
+    space left on device", which sent users to the wrong disk. The store's object path is
+    named; nothing is staged or committed, and the first commit's file reads back."""
+    store, state = os.path.join(small_disk, "store"), str(tmp_path / "state")
+    run_cli("init", store=store, state=state)
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(TMPFS_BYTES + (1 << 20)))
+    rc, _, err = run_cli("put", str(big), "main:big.bin", store=store, state=state, check=False)
+    assert rc == 1 and err.startswith(f"gravfs: {store}/data/") and err.endswith(
+        ": No space left on device\n"), err
+    assert not _leftovers(small_disk)
+    _, out, _ = run_cli("status", "main", store=store, state=state)
+    assert "big.bin" not in out
+    assert run_cli("fsck", store=store, state=state, check=False)[0] == 0

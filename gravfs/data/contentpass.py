@@ -81,10 +81,12 @@ def content_pass(fd: int) -> tuple[str, int, bool]:
     return p.result()
 
 
-def copying_pass(fd: int, out: int) -> tuple[str, int, bool]:
+def copying_pass(fd: int, out: int, out_path: str | None = None) -> tuple[str, int, bool]:
     """content_pass of ``fd`` that also writes the bytes it names to ``out`` (all-zero
     grid chunks left as holes): the copy holds exactly what the digest names, however
-    another process writes to ``fd`` meanwhile."""
+    another process writes to ``fd`` meanwhile. A write error names ``out_path`` (a
+    full disk's error names no file, and one read as the source's sent users to the
+    wrong disk)."""
     p = ContentPass()
     ahead = ReadAhead(fd)
     while True:
@@ -94,7 +96,10 @@ def copying_pass(fd: int, out: int) -> tuple[str, int, bool]:
         if len(buf) == sparse.GRID:  # more may follow
             ahead.past(p.size + len(buf))
         if not sparse.is_zero(buf):
-            pwrite_all(out, buf, p.size)
+            try:
+                pwrite_all(out, buf, p.size)
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, out_path) from e
         p.feed(buf)
     os.ftruncate(out, p.size)
     return p.result()

@@ -463,7 +463,7 @@ class DataObjects:
         out, tmp = scratch
         try:
             try:
-                passed = copying_pass(fd, out)
+                passed = copying_pass(fd, out, tmp)
             finally:
                 os.close(out)
             return self.put_path(tmp, passed, take=True)

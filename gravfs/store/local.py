@@ -204,6 +204,11 @@ class LocalStore(ObjectStore):
                 if self._fsync:
                     os.fsync(f.fileno())
                 st = os.fstat(f.fileno())
+        except OSError as e:
+            unlink_quiet(tmp)
+            if e.filename is None:  # a write's error (a full disk) names no file: the store's
+                raise OSError(e.errno, e.strerror, path) from e
+            raise
         except BaseException:
             unlink_quiet(tmp)
             raise
@@ -282,9 +287,9 @@ class LocalStore(ObjectStore):
     def put_if_absent(self, key: str, data: bytes) -> bool:
         return self.create_claiming(key, lambda: self._put_if_absent(key, data))
 
-    def _put_if_absent(self, key: str, data: bytes) -> bool:
+    def _put_if_absent(self, key: str, data: bytes | None, src_path: str | None = None) -> bool:
         path = self._path(key)
-        tmp, _ = self._write_temp(path, data)
+        tmp, _ = self._write_temp(path, data, src_path)
         crash_point("local:publish", key)
         try:
             os.link(tmp, path)  # atomic create-only-if-missing, never partial
@@ -320,8 +325,7 @@ class LocalStore(ObjectStore):
                 # name the store's side: the source is the caller's own file, and a
                 # message naming it sent users looking at the wrong disk
                 raise OSError(e.errno, e.strerror, path) from e
-            with open(src_path, "rb") as f:
-                return self._put_if_absent(key, f.read())
+            return self._put_if_absent(key, None, src_path)  # copied in chunks: any size
         self._sync_dir(path)
         return True
 

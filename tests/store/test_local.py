@@ -125,3 +125,30 @@ def test_a_taken_file_from_another_file_system_is_copied(tmp_path):
     finally:
         if os.path.exists(other):
             os.unlink(other)
+
+
+def test_a_file_from_another_file_system_is_copied_in_chunks(tmp_path):
+    """put_file_if_absent across file systems (a state dir on another disk than the
+    store: a mount's closed file going up) read the whole file into memory first: a
+    file of 10 GiB took 10 GiB. It is copied a chunk at a time."""
+    import tracemalloc
+
+    if not os.path.isdir("/dev/shm") or os.stat("/dev/shm").st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on a file system other than the test's temp dir")
+    store = LocalStore(str(tmp_path / "store"))
+    fd, other = tempfile.mkstemp(dir="/dev/shm")
+    body = os.urandom(1 << 20) * 48
+    try:
+        os.write(fd, body)
+        os.close(fd)
+        tracemalloc.start()
+        try:
+            assert store.put_file_if_absent("data/ef/big", other)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 8 << 20, peak
+        assert store.get("data/ef/big") == body and os.path.exists(other)
+        assert not store.put_file_if_absent("data/ef/big", other)  # there already
+    finally:
+        os.unlink(other)
