@@ -43,6 +43,7 @@ from gravfs.fuse.holders import mount_users
 from gravfs.fuse import options as mount_options
 from gravfs.fs.ownpaths import own_dirs, within
 from gravfs.loglevel import env_log_level
+from gravfs.mounts import mount_at
 from gravfs.store import local_path
 from gravfs.store.modes import private_dir
 
@@ -155,19 +156,8 @@ def _check_empty(mountpoint: str) -> None:
 def _mount_entry(mountpoint: str) -> Optional[tuple[str, str]]:
     """("major:minor", filesystem type) of what is mounted at mountpoint, from
     mountinfo (no FUSE request)."""
-    found = None
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                fields = line.split()
-                where = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
-                if where == mountpoint:
-                    # the type follows the "-" that ends the optional fields; the last
-                    # mount at a place is the one on top
-                    found = (fields[2], fields[fields.index("-", 6) + 1])
-    except OSError:
-        pass
-    return found
+    m = mount_at(mountpoint)
+    return (m.device, m.fstype) if m is not None else None
 
 
 def _mount_device(mountpoint: str) -> Optional[str]:

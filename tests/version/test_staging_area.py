@@ -19,7 +19,8 @@ from gravfs.fs.entry import EntryInfo
 from gravfs.version.config import Workspace
 from gravfs.fs.repository import Repository
 from gravfs.version.staging.area import PUT, PUT_ID, StagingArea
-from gravfs.version.staging.lmdbcheck import read_meta, read_metas
+from gravfs.errors import GravfsError
+from gravfs.version.staging.lmdbcheck import check_disk, read_meta, read_metas
 from gravfs.version.staging.lmdbread import P_LEAF, SnapshotReader
 from gravfs.store import open_store
 from tests.fuse_util import fuse_available
@@ -505,3 +506,23 @@ def test_a_branch_state_reads_across_versions(tmp_path):
         assert again.staging == st.staging and again.since_ns == st.since_ns
     finally:
         area.close()
+
+
+def test_a_staging_database_on_a_network_filesystem_is_refused(tmp_path, monkeypatch):
+    """A non-root user's default state dir is in their home, on NFS on many clusters:
+    LMDB's lock table is shared memory in a file, which hosts do not share, and two
+    hosts staging in one state dir would corrupt it. Refused, naming what to do."""
+    info = (f"27 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+            f"40 27 0:50 / {tmp_path} rw - nfs4 srv:/home rw\n")
+    with pytest.raises(GravfsError) as exc:
+        check_disk(str(tmp_path / "state" / "staging"), info)
+    said = str(exc.value)
+    assert f"network filesystem (nfs4 at {tmp_path})" in said and "GRAVFS_STATE_DIR" in said
+    check_disk(str(tmp_path / "state"), info.replace("nfs4", "xfs"))  # a local disk
+    # the staging area asks before LMDB opens anything there
+    import gravfs.mounts as mounts_mod
+    real = mounts_mod.mounts
+    monkeypatch.setattr(mounts_mod, "mounts", lambda text=None: real(text or info))
+    with pytest.raises(GravfsError, match="network filesystem"):
+        StagingArea(str(tmp_path / "state" / "staging"))
+    assert not (tmp_path / "state" / "staging" / "data.mdb").exists()

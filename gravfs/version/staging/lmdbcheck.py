@@ -1,4 +1,5 @@
-"""Checking the staging database's LMDB file with plain reads, before LMDB maps it.
+"""Checking the staging database before LMDB maps it: its file, with plain reads, and
+the disk it is on (``check_disk``: not a network filesystem).
 
 LMDB maps its data file and trusts the meta pages: a file cut short makes the
 first access past its end kill the process with SIGBUS, and an emptied or
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from gravfs.errors import GravfsError
+from gravfs.mounts import NETWORK_TYPES, mount_holding
 
 DATA_FILE = "data.mdb"
 MARKER = "gravfs-staging"  # beside data.mdb once it has opened: the file must exist
@@ -158,3 +160,19 @@ def damaged(directory: str, problem: str) -> StagingDamagedError:
         f"staging database {os.path.join(directory, DATA_FILE)} is damaged ({problem}); "
         "run 'gravfs fsck --repair-staging' to set it aside and keep the staged changes "
         "that can still be read")
+
+
+def check_disk(path: str, mountinfo: Optional[str] = None) -> None:
+    """Refuse a staging directory on a network filesystem (an NFS home's default state
+    dir, ~/.local/state/gravfs): LMDB keeps its lock table in shared memory of a file,
+    which hosts do not share, so two hosts using one state dir would corrupt the staged
+    changes; LMDB's own documentation rules such filesystems out."""
+    m = mount_holding(path, mountinfo)
+    if m is None or m.fstype not in NETWORK_TYPES:
+        return
+    user = os.environ.get("USER") or str(os.getuid())
+    raise GravfsError(
+        f"the staging database {path} would be on a network filesystem ({m.fstype} at "
+        f"{m.point}): it needs a local disk of this host (LMDB; hosts sharing it would "
+        f"corrupt it); give --state-dir or GRAVFS_STATE_DIR a local directory, such as "
+        f"/var/tmp/gravfs-{user}")
