@@ -89,14 +89,26 @@ def package_zip(dest_dir: str) -> str:
     return path
 
 
+# Spark's log is rotated as a mount's is: every job of years of cron runs appends to
+# it (a failed task's traceback is tens of KiB), on the state dir's disk
+LOG_BYTES = 32 << 20
+LOG_KEPT = 4  # spark.log.1 the newest
+
 _LOG4J = """\
 rootLogger.level = {level}
 rootLogger.appenderRef.file.ref = file
-appender.file.type = File
+appender.file.type = RollingFile
 appender.file.name = file
 appender.file.fileName = {path}
+appender.file.filePattern = {path}.%i
 appender.file.layout.type = PatternLayout
 appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = {size}
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = {kept}
+appender.file.strategy.fileIndex = min
 """
 
 
@@ -106,7 +118,7 @@ def log_to_file(path: str, level: str, dest_dir: str) -> tuple[str, str]:
     props = os.path.join(dest_dir, f"spark-log4j2-{level.lower()}.properties")
     tmp = f"{props}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
-        f.write(_LOG4J.format(level=level.lower(), path=path))
+        f.write(_LOG4J.format(level=level.lower(), path=path, size=LOG_BYTES, kept=LOG_KEPT))
     os.replace(tmp, props)  # concurrent runs write the same bytes
     return "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{props}"
 

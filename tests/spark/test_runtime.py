@@ -291,3 +291,30 @@ print(json.dumps({{"files": files, "entries": res.files}}))
     assert res["entries"] == 4 * 22 + 2
     rc, out, err = run_cli("diff", "single", "main", store=store, state=state)
     assert out.strip() == "no differences"
+
+
+def test_sparks_log_file_is_rotated(tmp_path):
+    """Spark's log (<state dir>/logs/spark.log) was one file every job appended to for
+    good; it rolls over at LOG_BYTES and keeps LOG_KEPT, as a mount's log does."""
+    log_file = str(tmp_path / "logs" / "spark.log")
+    os.makedirs(os.path.dirname(log_file))
+    code = f"""
+import sys
+sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))!r})
+from gravfs.spark import runtime
+runtime.LOG_BYTES, runtime.LOG_KEPT = 4000, 2
+spark = runtime.start_session("local[1]", [("spark.ui.enabled", "false")], log_file={log_file!r})
+logger = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger("gravfs-test")
+for i in range(60):
+    logger.warn("line %03d " % i + "x" * 200)
+spark.stop()
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    names = sorted(n for n in os.listdir(os.path.dirname(log_file)) if n.startswith("spark.log"))
+    assert names == ["spark.log", "spark.log.1", "spark.log.2"], names
+    sizes = [os.path.getsize(os.path.join(os.path.dirname(log_file), n)) for n in names]
+    assert all(s <= 4000 + 300 for s in sizes), sizes
+    with open(log_file) as f:
+        assert "line 059" in f.read()  # the newest lines in the file in use
