@@ -48,6 +48,11 @@ _TOP_DIRS = ("data", "_gravfs")
 _MARK = "_gravfs"  # every repository's store has it (refs, settings)
 
 
+# errors only a write gives (a full disk, a quota, a file too big): the store's, where a
+# copy's read error (EIO) may be its source's
+_WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
 class LocalStore(ObjectStore):
     """Objects as files under ``root`` (directories are created as needed)."""
 
@@ -206,7 +211,7 @@ class LocalStore(ObjectStore):
                 st = os.fstat(f.fileno())
         except OSError as e:
             unlink_quiet(tmp)
-            if e.filename is None:  # a write's error (a full disk) names no file: the store's
+            if e.filename is None and e.errno in _WRITE_ERRORS:  # (a write names no file)
                 raise OSError(e.errno, e.strerror, path) from e
             raise
         except BaseException:
