@@ -76,6 +76,8 @@ def mount(args) -> int:
     if "://" not in store:
         store = os.path.abspath(store)  # the daemon runs from /
     state_dir = os.path.abspath(args.state_dir or opts.state_dir or default_state_dir())
+    if opts.log_file:
+        opts = dataclasses.replace(opts, log_file=_writable_log(opts.log_file))
     branch = getattr(args, "branch", None) or opts.branch
     if opts.s3_endpoint:
         os.environ["GRAVFS_S3_ENDPOINT"] = opts.s3_endpoint
@@ -337,6 +339,20 @@ class _Reported(GravfsError):
 
 def log_path(state_dir: str, mountpoint: str) -> str:
     return os.path.join(state_dir, "logs", f"mount-{daemonrecord.mount_name(mountpoint)}.log")
+
+
+def _writable_log(path: str) -> str:
+    """``-o log_file`` made absolute (the daemon runs from /) and opened here, where a
+    failure can still be said plainly: the daemon's own try said "[Errno 2] No such
+    file or directory: ''" for a name without a directory."""
+    path = os.path.abspath(path)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600))
+    except OSError as exc:
+        raise GravfsError(f"cannot write the log file {path} (-o log_file): "
+                          f"{exc.strerror or exc}") from None
+    return path
 
 
 def _daemon_log(cfg: dict) -> str:

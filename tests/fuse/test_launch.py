@@ -718,3 +718,31 @@ def test_an_unmount_refused_as_busy_names_who_uses_the_mount(gravfs_mount):
         user.wait()
     m.umount()
     assert m.cli("cat", "main:f").stdout == "x"
+
+
+def test_a_log_file_option_is_the_callers_path_and_its_failure_one_line(tmp_path):
+    """``-o log_file=NAME`` without a directory failed the daemon with "[Errno 2] No
+    such file or directory: ''" (and a relative one would have been taken from /, where
+    the daemon runs); it is the caller's relative path, and one that cannot be written
+    is refused before the daemon starts, naming it."""
+    m = Mount(str(tmp_path / "m")).init()
+    cmd = [sys.executable, "-m", "gravfs.cli", "-s", m.store, "--state-dir", m.state_dir,
+           "mount", m.mnt]
+    env = dict(m.env, PYTHONPATH=ROOT)
+    try:
+        p = subprocess.run(cmd + ["-o", "log_file=mount.log"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        m.mounted = True
+        log = tmp_path / "mount.log"
+        assert f"mounted {m.store} on {m.mnt}" in log.read_text()
+        assert log.stat().st_mode & 0o777 == 0o600
+        m.umount()
+        p = subprocess.run(cmd + ["-o", "log_file=/proc/nope/x.log"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert (p.returncode, p.stderr) == (1, "gravfs: cannot write the log file "
+                                               "/proc/nope/x.log (-o log_file): No such file "
+                                               "or directory\n")
+        assert not os.path.ismount(m.mnt)
+    finally:
+        m.cleanup()
