@@ -42,6 +42,7 @@ from gravfs.fuse import daemonrecord, kernel
 from gravfs.fuse.holders import mount_users
 from gravfs.fuse import options as mount_options
 from gravfs.fs.ownpaths import own_dirs, within
+from gravfs import logtail
 from gravfs.loglevel import env_log_level
 from gravfs.mounts import mount_at
 from gravfs.store import local_path
@@ -155,27 +156,20 @@ def _check_empty(mountpoint: str) -> None:
                           "hide what it holds; mount on an empty directory, or add -o nonempty")
 
 
-def _mount_entry(mountpoint: str) -> Optional[tuple[str, str]]:
-    """("major:minor", filesystem type) of what is mounted at mountpoint, from
-    mountinfo (no FUSE request)."""
-    m = mount_at(mountpoint)
-    return (m.device, m.fstype) if m is not None else None
-
-
 def _mount_device(mountpoint: str) -> Optional[str]:
-    """The "major:minor" of what is mounted at mountpoint."""
-    entry = _mount_entry(mountpoint)
-    return entry[0] if entry else None
+    """The "major:minor" of what is mounted at mountpoint (mountinfo: no FUSE request)."""
+    m = mount_at(mountpoint)
+    return m.device if m is not None else None
 
 
 def _mount_type(mountpoint: str) -> Optional[str]:
     """The filesystem type mounted at mountpoint (FSTYPE for gravfs's), or None."""
-    entry = _mount_entry(mountpoint)
-    return entry[1] if entry else None
+    m = mount_at(mountpoint)
+    return m.fstype if m is not None else None
 
 
 def _mounted_at(mountpoint: str) -> bool:
-    return _mount_entry(mountpoint) is not None
+    return mount_at(mountpoint) is not None
 
 
 def _gravfs_mount(mountpoint: str) -> None:
@@ -361,24 +355,12 @@ def _daemon_log(cfg: dict) -> str:
     return cfg["opts"].log_file or log_path(cfg["state_dir"], cfg["mountpoint"])
 
 
-def _log_size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
-
-
 def fuse_said(path: str, start: int) -> str:
     """The last line libfuse or fusermount3 wrote to a daemon's log (its stderr) from
     ``start`` on: why a mount failed, in their words (fusermount3's "option allow_other
     only allowed if 'user_allow_other' is set in /etc/fuse.conf" was behind "see the log")."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(start)
-            lines = f.read(1 << 16).decode(errors="replace").splitlines()
-    except OSError:
-        return ""
-    said = [line.strip() for line in lines if line.startswith(("fusermount3:", "fuse:"))]
+    said = [line.strip() for line in logtail.lines_since(path, start)
+            if line.startswith(("fusermount3:", "fuse:"))]
     return said[-1] if said else ""
 
 
@@ -492,7 +474,7 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     if opts.debug:
         fuse_opts.add("debug")
     stop = StopSignals()  # from the mount on, a stop signal unmounts cleanly
-    logged = _log_size(_daemon_log(cfg)) if daemon else 0
+    logged = logtail.size(_daemon_log(cfg)) if daemon else 0
     try:
         pyfuse3.init(ops, cfg["mountpoint"], fuse_opts)
     except Exception as exc:

@@ -23,6 +23,7 @@ import zipfile
 from typing import Iterable, Optional
 
 import gravfs
+from gravfs import logtail
 from gravfs.errors import GravfsError
 from gravfs.keyvalue import parse_pairs
 
@@ -167,7 +168,7 @@ def start_session(master: Optional[str] = None, conf: Iterable[tuple[str, str]] 
     command = command and threading.current_thread() is threading.main_thread()
     if command:
         _quiet_py4j(verbose)
-    start = _size(log_file)
+    start = logtail.size(log_file)
     try:
         if log_file is not None:
             _start_jvm_logging_to(log_file, given)
@@ -203,13 +204,6 @@ def _start_jvm_logging_to(log_file: str, conf: dict) -> None:
         SparkContext._jvm = SparkContext._gateway.jvm
 
 
-def _size(path: Optional[str]) -> int:
-    try:
-        return os.path.getsize(path) if path is not None else 0
-    except OSError:
-        return 0
-
-
 # a line of the log4j layout above ("yy/MM/dd HH:mm:ss LEVEL ..."), not the JVM's own
 _LOG4J_LINE = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d ")
 # the lines of a Java exception a log4j record carries (%ex): its class, causes, frames
@@ -219,16 +213,8 @@ _EXCEPTION_LINE = re.compile(r"(at |Caused by|Suppressed|\.\.\. \d+ more|[\w.$]+
 def _jvm_said(log_file: Optional[str], start: int) -> str:
     """The first line the JVM itself wrote to ``log_file`` past ``start`` (why it
     did not start: a bad option, too little memory), or ''."""
-    if log_file is None:
-        return ""
-    try:
-        with open(log_file, "rb") as f:
-            f.seek(start)
-            text = f.read(1 << 16).decode("utf-8", "replace")
-    except OSError:
-        return ""
     in_record = False  # inside a log4j record: its exception's lines follow it
-    for line in text.splitlines():
+    for line in logtail.lines_since(log_file, start):
         if _LOG4J_LINE.match(line):
             in_record = True
             continue

@@ -112,43 +112,47 @@ def test_a_taken_file_is_renamed_into_place_with_the_stores_mode(tmp_path):
     assert os.stat(obj).st_mode & 0o777 == os.stat(os.path.join(store.root, "x")).st_mode & 0o777
 
 
-def test_a_taken_file_from_another_file_system_is_copied(tmp_path):
+@pytest.fixture
+def elsewhere(tmp_path):
+    """write(bytes) -> the path of a file holding them on another file system (/dev/shm)."""
     if not os.path.isdir("/dev/shm") or os.stat("/dev/shm").st_dev == os.stat(tmp_path).st_dev:
         pytest.skip("needs /dev/shm on a file system other than the test's temp dir")
+    made = []
+
+    def write(data: bytes) -> str:
+        fd, path = tempfile.mkstemp(dir="/dev/shm")
+        made.append(path)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return path
+
+    yield write
+    for path in made:
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def test_a_taken_file_from_another_file_system_is_copied(tmp_path, elsewhere):
     store = LocalStore(str(tmp_path / "store"))
-    fd, other = tempfile.mkstemp(dir="/dev/shm")
-    try:
-        os.write(fd, b"copied")
-        os.close(fd)
-        store.take_file("data/cd/two", other)
-        assert store.get("data/cd/two") == b"copied"
-    finally:
-        if os.path.exists(other):
-            os.unlink(other)
+    store.take_file("data/cd/two", elsewhere(b"copied"))
+    assert store.get("data/cd/two") == b"copied"
 
 
-def test_a_file_from_another_file_system_is_copied_in_chunks(tmp_path):
+def test_a_file_from_another_file_system_is_copied_in_chunks(tmp_path, elsewhere):
     """put_file_if_absent across file systems (a state dir on another disk than the
     store: a mount's closed file going up) read the whole file into memory first: a
     file of 10 GiB took 10 GiB. It is copied a chunk at a time."""
     import tracemalloc
 
-    if not os.path.isdir("/dev/shm") or os.stat("/dev/shm").st_dev == os.stat(tmp_path).st_dev:
-        pytest.skip("needs /dev/shm on a file system other than the test's temp dir")
     store = LocalStore(str(tmp_path / "store"))
-    fd, other = tempfile.mkstemp(dir="/dev/shm")
     body = os.urandom(1 << 20) * 48
+    other = elsewhere(body)
+    tracemalloc.start()
     try:
-        os.write(fd, body)
-        os.close(fd)
-        tracemalloc.start()
-        try:
-            assert store.put_file_if_absent("data/ef/big", other)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-        assert peak < 8 << 20, peak
-        assert store.get("data/ef/big") == body and os.path.exists(other)
-        assert not store.put_file_if_absent("data/ef/big", other)  # there already
+        assert store.put_file_if_absent("data/ef/big", other)
+        peak = tracemalloc.get_traced_memory()[1]
     finally:
-        os.unlink(other)
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak
+    assert store.get("data/ef/big") == body and os.path.exists(other)
+    assert not store.put_file_if_absent("data/ef/big", other)  # there already

@@ -198,7 +198,8 @@ class StagingArea:
         # called with each write transaction's number (the change_counter() it commits
         # as; a retried try keeps it) inside the transaction, on the writing thread
         self.on_write: Optional[Callable[[int], None]] = None
-        lmdbcheck.check_disk(path)
+        if not readonly:  # (a reader's database was made by a writer, which checked)
+            lmdbcheck.check_disk(path)
         problem = lmdbcheck.check_data_file(path)  # before LMDB maps a file cut short
         if problem:
             raise lmdbcheck.damaged(path, problem)
