@@ -6,6 +6,8 @@
   or sends the rest slowly but steadily ("slow").
 - ``Proxy``: forwards to a real server until ``hang()``, then accepts and never
   answers (and drops the connections it had), until ``resume()``.
+- ``WebServer``: a web server where S3 was expected: every request gets one status
+  and an HTML page (or an empty body).
 
 Closing a server closes every connection it holds, which ends any client
 still waiting on it.
@@ -125,6 +127,30 @@ class StallingServer(_Server):
             conn.sendall(b"x" * n)
             sent += n
         return sent == size
+
+
+class WebServer(_Server):
+    """Answers every request with ``status`` and a page (``page=False``: no body)."""
+
+    def __init__(self, status: int, page: bool = True):
+        self.status, self.page = status, page
+        super().__init__()
+
+    def serve(self, conn: socket.socket) -> None:
+        while True:
+            method, headers = _read_request(conn)
+            if headers.get("expect", "").lower() == "100-continue":
+                conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")  # else the client waits 1 s to send
+            todo = int(headers.get("content-length") or 0)
+            while todo > 0:  # the request's body, before the answer
+                data = conn.recv(min(todo, 1 << 16))
+                if not data:
+                    return
+                todo -= len(data)
+            body = b"<!DOCTYPE html><html><body>It works!</body></html>" if self.page else b""
+            kind = "Content-Type: text/html\r\n" if self.page else ""
+            conn.sendall(f"HTTP/1.1 {self.status} Whatever\r\nContent-Length: {len(body)}\r\n"
+                         f"{kind}\r\n".encode() + (b"" if method == "HEAD" else body))
 
 
 class Proxy(_Server):

@@ -52,6 +52,8 @@ DELETE_BATCH = 1000  # keys per DeleteObjects request (the S3 limit)
 SINGLE_PUT_MAX = 8 * MiB  # files below this (and the multipart threshold) upload in one PUT
 
 _BUCKET_NAME = re.compile(r"[a-zA-Z0-9._-]{1,255}")  # what botocore accepts (ARNs aside)
+# Operations sent as HEAD: S3 answers them with no body, so a bare status is all they say.
+_HEAD_OPS = frozenset({"size", "head", "stat"})
 
 # Failures of the transport (server down, connection reset, timeouts).
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -205,12 +207,21 @@ class S3Store(ObjectStore):
                 f"no AWS credentials for {self._where()}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile"
             ) from e
 
+    def _not_s3(self, op: str, key: str, answer: str) -> StoreUnavailableError:
+        """A web server, a proxy or a wrong port answering in S3's place: said as such,
+        never taken for an absent object (a deleted branch, "run 'gravfs init'")."""
+        return StoreUnavailableError(
+            f"{self._where()} answered {op} {key} with {answer}, which no S3 server sends: "
+            f"is {self.endpoint_url or 'the endpoint'} an S3 endpoint (its host, port and "
+            "scheme), or is something else answering for it?")
+
     def _client_error(self, op: str, key: str, e: bce.ClientError) -> GravfsError:
         err = e.response.get("Error", {})
         code = str(err.get("Code", ""))
         status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         msg = err.get("Message", "") or code
-        if code in ("NoSuchKey", "404", "NotFound"):
+        bare = code in ("", str(status))  # botocore's stand-ins when no S3 error came back
+        if code in ("NoSuchKey", "NotFound") or (bare and status == 404 and op in _HEAD_OPS):
             return NotFoundError(f"object {key} not found in {self.url}")
         if code == "NoSuchBucket":  # not "not found": the mount would take every branch for deleted
             return StoreUnavailableError(f"bucket {self.bucket} does not exist at "
@@ -219,6 +230,9 @@ class S3Store(ObjectStore):
             return PreconditionFailedError(f"object {key} in {self.url} changed (conditional {op} failed)")
         if status >= 500 or code in _UNAVAILABLE_CODES:
             return self._unavailable(op, key, e)
+        if bare and op not in _HEAD_OPS:
+            return self._not_s3(op, key, f"HTTP {status} and no S3 error"
+                                + _content_type(e.response))
         if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"):
             return GravfsError(f"access denied by {self._where()} for {op} {key}: {msg} (check credentials)")
         return GravfsError(f"{op} {key} on {self._where()} failed: {code}: {msg}")
@@ -226,6 +240,32 @@ class S3Store(ObjectStore):
     def _call(self, op: str, key: str, fn: Callable[..., Any], **kw: Any) -> Any:
         with self._operation(), self._errors(op, key):
             return fn(Bucket=self.bucket, **kw)
+
+    # gravfs writes its objects with no content type: a page in answer to a GET of one
+    # is a web server's or a proxy's. A source bucket's objects may be pages (its own).
+    _pages_are_foreign = True
+
+    def _got(self, op: str, key: str, **kw: Any) -> Any:
+        """A GetObject's answer, which must be S3's."""
+        resp = self._call(op, key, self._client.get_object, Key=self._full(key), **kw)
+        if self._pages_are_foreign and str(resp.get("ContentType", "")).startswith("text/html"):
+            resp["Body"].close()
+            raise self._not_s3(op, key, "an HTML page")
+        return resp
+
+    def _etag(self, op: str, key: str, resp: Any) -> str:
+        """The ETag every S3 PutObject answer carries."""
+        etag = resp.get("ETag")
+        if not etag:
+            raise self._not_s3(op, key, "a success that has no ETag" + _content_type(resp))
+        return etag
+
+    def _listed(self, prefix: str, **kw: Any) -> Any:
+        """A ListObjectsV2 page, which must be S3's (IsTruncated is in every one)."""
+        resp = self._call("list", prefix or "/", self._client.list_objects_v2, Prefix=self.prefix + prefix, **kw)
+        if "IsTruncated" not in resp:
+            raise self._not_s3("list", prefix or "/", "a success that is no listing" + _content_type(resp))
+        return resp
 
     # --- reads ---------------------------------------------------------------
 
@@ -246,7 +286,7 @@ class S3Store(ObjectStore):
         """GET and consume the body, retrying when the stream breaks midway."""
         with self._operation() as deadline:
             for attempt in itertools.count(1):
-                resp = self._call(op, key, self._client.get_object, Key=self._full(key), **kw)
+                resp = self._got(op, key, **kw)
                 try:
                     return self._body(op, key, resp, deadline, consume)
                 except StoreUnavailableError:
@@ -290,7 +330,7 @@ class S3Store(ObjectStore):
                 kw: dict[str, Any] = {}
                 if written:  # resume the same object version where the stream broke
                     kw = {"Range": f"bytes={written}-", "IfMatch": etag}
-                resp = self._call("download", key, self._client.get_object, Key=self._full(key), **kw)
+                resp = self._got("download", key, **kw)
                 etag = resp.get("ETag")
                 try:
                     return self._body("download", key, resp, deadline, consume)
@@ -313,7 +353,7 @@ class S3Store(ObjectStore):
     # --- writes --------------------------------------------------------------
 
     def put(self, key: str, data: bytes) -> None:
-        self._call("put", key, self._client.put_object, Key=self._full(key), Body=data)
+        self._etag("put", key, self._call("put", key, self._client.put_object, Key=self._full(key), Body=data))
 
     def _one_put(self, size: int) -> bool:
         """A file this small goes up in one PUT from memory (see upload)."""
@@ -350,7 +390,8 @@ class S3Store(ObjectStore):
         for attempt in itertools.count(1):
             try:
                 with self._errors(op, key):
-                    return self._client.put_object(Bucket=self.bucket, Key=self._full(key), Body=data, **cond)["ETag"]
+                    resp = self._client.put_object(Bucket=self.bucket, Key=self._full(key), Body=data, **cond)
+                return self._etag(op, key, resp)
             except PreconditionFailedError as e:
                 # A retried request may have lost the answer to an attempt that
                 # did land: if the object now holds exactly our bytes, we won.
@@ -462,9 +503,9 @@ class S3Store(ObjectStore):
 
     def list_info(self, prefix: str = "") -> Iterator[ObjectInfo]:
         n = len(self.prefix)
-        kw: dict[str, Any] = {"Prefix": self.prefix + prefix}
+        kw: dict[str, Any] = {}
         while True:
-            resp = self._call("list", prefix or "/", self._client.list_objects_v2, **kw)
+            resp = self._listed(prefix, **kw)
             for o in resp.get("Contents", ()):
                 if not o["Key"].endswith("/"):
                     yield ObjectInfo(o["Key"][n:], int(o["Size"]), o["LastModified"].timestamp())
@@ -493,11 +534,11 @@ class S3Store(ObjectStore):
 
     def _level(self, prefix: str, hint: str | None):
         n = len(self.prefix)
-        kw: dict[str, Any] = {"Prefix": self.prefix + prefix, "Delimiter": "/"}
+        kw: dict[str, Any] = {"Delimiter": "/"}
         if hint:
             kw["StartAfter"] = self.prefix + hint
         while True:
-            resp = self._call("list", prefix or "/", self._client.list_objects_v2, **kw)
+            resp = self._listed(prefix, **kw)
             files = [o["Key"][n:] for o in resp.get("Contents", ()) if not o["Key"].endswith("/")]
             dirs = [p["Prefix"][n:] for p in resp.get("CommonPrefixes", ())]
             yield files, dirs
@@ -505,6 +546,12 @@ class S3Store(ObjectStore):
             if not resp.get("IsTruncated") or not token:
                 return
             kw["ContinuationToken"] = token
+
+
+def _content_type(resp: Any) -> str:
+    """ (text/html) from an answer's headers, to say what came back instead."""
+    ctype = resp.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("content-type", "")
+    return f" ({ctype.split(';')[0]})" if ctype else ""
 
 
 def _read_all(resp: Any, deadline: Deadline) -> bytes:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 
 import pytest
 
 from gravfs.errors import StoreUnavailableError
 from gravfs.store.s3 import S3Store
+from tests.stall_server import WebServer
 
 pytestmark = pytest.mark.s3
 
@@ -21,3 +25,46 @@ def test_a_bucket_that_does_not_exist_is_unavailable_not_an_empty_store(s3_serve
     with pytest.raises(StoreUnavailableError, match="does not exist"):
         store.get("_gravfs/refs/heads/main")
     # (a write is not tried: SeaweedFS makes a bucket on its first PUT, AWS refuses)
+
+
+@pytest.mark.parametrize("status,page", [(200, True), (403, True), (404, True), (404, False)])
+def test_a_web_server_in_s3s_place_is_said_never_taken_for_an_empty_store(tmp_path, status, page):
+    """A wrong port, a web server or a proxy answering for the endpoint: a bare 404 was
+    "not found" (a mount would take every branch for deleted, `status` said "run
+    'gravfs init'"), a 200 page was a settings file that does not parse or a PUT
+    without an ETag (an internal error), a 403 page "failed: : "."""
+    with WebServer(status, page) as web:
+        store = S3Store("bucket", "repo", endpoint_url=web.url, access_key="k",
+                        secret_key="s", max_attempts=1)
+        src = tmp_path / "f"
+        src.write_bytes(b"x" * 10)
+        for name, op in [("get", lambda: store.get("_gravfs/repo.json")),
+                         ("get_range", lambda: store.get_range("data/ab/x", 0, 5)),
+                         ("read", lambda: store.read_versioned("_gravfs/refs/heads/main")),
+                         ("download", lambda: store.download("data/ab/x", str(tmp_path / "d"))),
+                         ("list", lambda: list(store.list("data/"))),
+                         ("list", lambda: list(store.list_info("data/"))),
+                         ("put", lambda: store.put("data/ab/x", b"x")),
+                         ("put", lambda: store.upload("data/ab/x", str(src))),
+                         ("compare_and_swap", lambda: store.compare_and_swap("_gravfs/refs/heads/main", None, b"{}"))]:
+            with pytest.raises(StoreUnavailableError) as got:
+                op()
+            assert "which no S3 server sends" in str(got.value) and web.url in str(got.value), (name, got.value)
+            assert f" {name} " in str(got.value), (name, got.value)
+        if status == 404:  # a HEAD has no body to tell by: a bare 404 is S3's own "no such key"
+            assert store.size("data/ab/x") is None
+
+
+def test_the_cli_says_a_web_server_answered(tmp_path):
+    """`gravfs status main` on an endpoint that is a web server: one line saying so."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with WebServer(404, page=False) as web:
+        env = dict(os.environ, GRAVFS_S3_ENDPOINT=web.url, AWS_ACCESS_KEY_ID="k",
+                   AWS_SECRET_ACCESS_KEY="s", PYTHONPATH=root)
+        env.pop("GRAVFS_DEBUG", None)
+        res = subprocess.run([sys.executable, "-m", "gravfs.cli", "-s", "s3://bucket/repo",
+                              "--state-dir", str(tmp_path / "state"), "status", "main"],
+                             capture_output=True, text=True, env=env, timeout=90, cwd=root)
+    assert res.returncode == 8, res.stderr  # unavailable, not "no repository" (exit 2)
+    assert res.stderr.count("\n") == 1 and "no S3 server sends" in res.stderr, res.stderr
+    assert "gravfs init" not in res.stderr
