@@ -712,7 +712,7 @@ def build_parser() -> argparse.ArgumentParser:
              "those paths)")
     sp.add_argument("branch")
     sp.__class__ = _IntermixedParser
-    sp.add_argument("paths", nargs="*", metavar="PATH",
+    sp.add_argument("paths", nargs="*", metavar="PATH", default=[],  # not "required" in usage errors
                     help="after --: only the changes at and under these paths")
     sp.add_argument("--json", action="store_true")
     sp.add_argument("-z", dest="z", action="store_true",
@@ -729,7 +729,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = cmd("log", cmd_log, "show commit history (with -- PATH: the commits that changed PATH)")
     sp.add_argument("ref")
     sp.__class__ = _IntermixedParser  # subparsers share one class; log, diff, status need it
-    sp.add_argument("paths", nargs="*", metavar="PATH",
+    sp.add_argument("paths", nargs="*", metavar="PATH", default=[],  # not "required" in usage errors
                     help="after --: list the commits that changed this file (the "
                          "provenance index, gravfs spark index, answers without reading "
                          "each commit's tree)")
@@ -749,7 +749,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("left", metavar="REF1")
     sp.add_argument("right", metavar="REF2")
     sp.__class__ = _IntermixedParser
-    sp.add_argument("paths", nargs="*", metavar="PATH",
+    sp.add_argument("paths", nargs="*", metavar="PATH", default=[],  # not "required" in usage errors
                     help="after --: only the differences at and under these paths (files "
                          "or directories)")
     sp.add_argument("--json", action="store_true")

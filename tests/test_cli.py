@@ -647,3 +647,13 @@ def test_names_an_ascii_terminal_cannot_show_are_escaped(cli, tmp_path):
         p = subprocess.run([sys.executable, "-m", "gravfs.cli", *args], env=env,
                            capture_output=True, timeout=120)
         assert p.returncode == 0 and p.stdout.decode("ascii").endswith(want), p
+
+
+@pytest.mark.parametrize("args,missing", [(("status",), "branch"), (("log",), "ref"),
+                                          (("diff", "main"), "REF2")])
+def test_a_missing_argument_is_named_alone(cli, args, missing):
+    """The paths after -- are optional: a usage error named them as required too
+    ("required: branch, PATH")."""
+    code, _, err = cli(*args, check=False)
+    assert code == 2
+    assert err.strip().splitlines()[-1].endswith(f"the following arguments are required: {missing}"), err
