@@ -28,6 +28,7 @@ from gravfs.keyvalue import parse_pairs
 from gravfs.loglevel import env_log_level
 from gravfs.quoting import printable, quote
 from gravfs.stdfds import hold_standard_fds
+from gravfs.version.strategies import COMMIT_STRATEGIES, MERGE_STRATEGIES
 
 log = logging.getLogger("gravfs.cli")
 T = TypeVar("T")
@@ -388,7 +389,8 @@ def cmd_commit(args) -> int:
                           "or pass --allow-empty-message")
     repo = _repo(args)
     meta = dict(parse_pairs(args.meta or [], "--meta", unique=True))
-    c = repo.commit(args.branch, args.message, author=args.author, metadata=meta)
+    c = _listing_conflicts(lambda: repo.commit(args.branch, args.message, author=args.author,
+                                               metadata=meta, strategy=args.strategy))
     title = c.message.partition("\n")[0]
     print(f"Committed {_short(c.id)} on {args.branch}: {printable(title)}")
     return 0
@@ -725,6 +727,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="commit with an empty or blank message (refused without it, as git does)")
     sp.add_argument("--author")
     sp.add_argument("--meta", action="append", metavar="KEY=VALUE", help="commit metadata (repeatable)")
+    sp.add_argument("--strategy", choices=COMMIT_STRATEGIES, default="fail",
+                    help="a path both your staged changes and the branch head (another "
+                         "host's commit) changed: fail (default; nothing lost), staged-wins "
+                         "(yours replace the head's), head-wins (yours are left out and dropped)")
 
     sp = cmd("log", cmd_log, "show commit history (with -- PATH: the commits that changed PATH)")
     sp.add_argument("ref")
@@ -759,7 +765,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = cmd("merge", cmd_merge, "merge SRC into the branch DEST (three-way)")
     sp.add_argument("source", metavar="SRC")
     sp.add_argument("dest", metavar="DEST")
-    sp.add_argument("--strategy", choices=["fail", "source-wins", "dest-wins"], default="fail")
+    sp.add_argument("--strategy", choices=MERGE_STRATEGIES, default="fail")
     sp.add_argument("-m", "--message")
 
     for name, fn, help_ in (("revert", cmd_revert, "commit the inverse of REF on BRANCH"),

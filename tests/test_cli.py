@@ -657,3 +657,22 @@ def test_a_missing_argument_is_named_alone(cli, args, missing):
     code, _, err = cli(*args, check=False)
     assert code == 2
     assert err.strip().splitlines()[-1].endswith(f"the following arguments are required: {missing}"), err
+
+
+def test_a_commit_conflict_lists_its_paths_and_a_strategy_settles_it(tmp_path):
+    """Two hosts' workspaces on one store change one path: the second commit lists it
+    and says how to choose; --strategy staged-wins commits what that host shows."""
+    store = str(tmp_path / "store")
+    here, there = str(tmp_path / "state-a"), str(tmp_path / "state-b")
+    run_cli("init", store=store, state=here)
+    for state, data in ((here, b"from a\n"), (there, b"from b\n")):
+        run_cli("put", "-", "main:shared.csv", input=data, store=store, state=state)
+    run_cli("commit", "main", "-m", "a", store=store, state=here)
+    code, out, err = run_cli("commit", "main", "-m", "b", store=store, state=there, check=False)
+    assert code == 6 and out == "conflict  shared.csv\n", (out, err)
+    assert "'gravfs commit main --strategy staged-wins' keeps yours" in err
+    code, _, err = run_cli("commit", "main", "-m", "b", "--strategy", "mine", store=store,
+                           state=there, check=False)
+    assert code == 2 and "invalid choice: 'mine'" in err
+    run_cli("commit", "main", "-m", "b", "--strategy", "staged-wins", store=store, state=there)
+    assert run_cli("cat", "main:shared.csv", store=store, state=here)[1] == "from b\n"

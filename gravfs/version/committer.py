@@ -50,11 +50,18 @@ from gravfs.version.refs.commits import Commit, commit_time_ns
 from gravfs.version.committed.sources import SlicedChanges
 from gravfs.version.staging import feed, view
 from gravfs.version.staging.feed import CHUNK
+from gravfs.version.strategies import COMMIT_STRATEGIES, MERGE_STRATEGIES
 from gravfs.version.staging.area import TOMBSTONE, BranchState, new_token, put_raw
 
 log = logging.getLogger(__name__)
 
 CAS_RETRIES = 20
+
+
+def _resolve(branch: str) -> str:
+    """How a commit's conflict is resolved (the end of its error line)."""
+    return (f"'gravfs commit {branch} --strategy staged-wins' keeps yours, 'head-wins' the "
+            f"head's; 'gravfs reset {branch} -- PATH' drops one of yours")
 
 
 class StagedContentGoneError(CorruptDataError):
@@ -213,7 +220,13 @@ class Committer:
             base = st.compacted["base"]
         return changes, base
 
-    def commit(self, branch: str, message: str, author: str, metadata: dict) -> Commit:
+    def commit(self, branch: str, message: str, author: str, metadata: dict,
+               strategy: str = "fail") -> Commit:
+        """``strategy``: what a path both the staging and the head changed since the
+        staging's base becomes (COMMIT_STRATEGIES)."""
+        if strategy not in COMMIT_STRATEGIES:
+            raise GravfsError(f"unknown commit strategy {strategy!r} (one of "
+                              f"{', '.join(COMMIT_STRATEGIES)})")
         with self.branch_lock(branch):
             self.recover(branch)
             sealed_ns = time.time_ns()
@@ -233,7 +246,7 @@ class Committer:
             self.claim_if_old(branch, st, changes)
 
             def build(head: Commit) -> Optional[Commit]:
-                mr = self._apply_rebased(base, head, changes, st)
+                mr = self._apply_rebased(base, head, changes, st, strategy, _resolve(branch))
                 if mr == head.metarange:
                     return None
                 return Commit(mr, (head.id,), message, author, commit_time_ns(),
@@ -279,35 +292,55 @@ class Committer:
             return c, len(staged)
 
     def _apply_rebased(self, base_id: str, head: Commit, changes: list[Change],
-                       st: BranchState) -> str:
+                       st: BranchState, strategy: str = "fail",
+                       resolve: Optional[str] = None) -> str:
         if st.compacted and st.compacted["base"] == head.id and base_id == head.id:
             # changes already include the compacted diff; applying the sealed part
             # on the compacted tree is the cheap equivalent.
             return self.committed.apply(st.compacted["metarange"],
                                         self._token_changes(st.sealed)).metarange_id
         if base_id != head.id:
-            self.check_rebase(base_id, head, changes)
+            changes = self.check_rebase(base_id, head, changes, strategy=strategy,
+                                        resolve=resolve)
         return self.committed.apply(head.metarange, changes).metarange_id
 
     def check_rebase(self, base_id: str, head: Commit, changes: list[Change],
-                     still: str = "your changes are still staged") -> None:
-        """Raise ConflictError when upstream changed a path we change differently
-        (``still`` says what became of the changes)."""
+                     still: str = "your changes are still staged",
+                     strategy: str = "fail", resolve: Optional[str] = None) -> list[Change]:
+        """``changes`` to apply on ``head``: a path upstream changed differently is a
+        ConflictError (``still`` says what became of the changes, ``resolve`` how to
+        choose), or per ``strategy`` (COMMIT_STRATEGIES) ours or left out; a file
+        meeting a path under it from the other side is a conflict under every strategy,
+        as in merge."""
         base = self.repo.commits.get(base_id)
         ours = {c[0]: c[1] for c in changes}
-        conflicts, upstream = [], []
+        conflicts, upstream, theirs = [], [], {}
         for d in self.committed.diff(base.metarange, head.metarange):
             if d.right is not None:
                 upstream.append(d.key)
-            if d.key in ours:
-                theirs = None if d.right is None else d.right[1]
-                if theirs != ours[d.key]:
-                    conflicts.append(d.key)
-        if conflicts:
+            if d.key in ours and (None if d.right is None else d.right.identity) != ours[d.key]:
+                conflicts.append(d.key)
+                theirs[d.key] = d.right
+        # the same file but for its times on both sides is no conflict: the head keeps
+        # its entry, as a merge's destination does
+        agreed = self._same_files(changes, theirs) if conflicts else set()
+        conflicts = [k for k in conflicts if k not in agreed]
+        left_out = agreed | set(conflicts) if strategy == "head-wins" else agreed
+        if left_out:
+            for k in left_out:
+                del ours[k]
+            changes = [c for c in changes if c[0] in ours]
+        if conflicts and strategy == "head-wins":
+            log.info("head-wins: %d staged change(s) to paths the head changed left out",
+                     len(conflicts))
+        elif conflicts and strategy == "staged-wins":
+            log.info("staged-wins: %d staged change(s) replace the head's", len(conflicts))
+        elif conflicts:
             names = ", ".join(self.committed.show_key(k) for k in conflicts[:10])
             more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
             raise ConflictError(f"branch head moved to {head.id[:12]} and changed the same "
-                                f"paths: {names}{more}; {still}", conflicts)
+                                f"paths: {names}{more}; {still}"
+                                + (f": {resolve}" if resolve else ""), conflicts)
         candidates = collisions.meeting(upstream, ours)
         if candidates:
             on_head = collisions.InTree(self.committed, head.metarange)
@@ -321,6 +354,23 @@ class Committer:
                     f"{collisions.describe(found, candidates, self.committed.show_key)}; "
                     f"{still}", found)
         log.info("rebasing %d staged change(s) onto %s", len(changes), head.id[:12])
+        return changes
+
+    def _same_files(self, changes: list[Change], theirs: dict) -> set[bytes]:
+        """Keys of ``theirs`` (key -> the head's record, None: removed) whose staged
+        change is the same file but for its times (the file layer's rule, when set)."""
+        same = self.committed.same_change
+        if same is None:
+            return set()
+        agreed = set()
+        for c in changes:
+            rec = theirs.get(c[0], None)
+            if rec is None or c[1] is None:
+                continue
+            data = c[2] if len(c) < 4 or c[3] is None else decode_value(c[3])[1]
+            if same(data, rec.data):
+                agreed.add(c[0])
+        return agreed
 
     def _land(self, branch: str, st: BranchState, build, tokens: Optional[list[str]] = None,
               staging: bool = True, sealed_ns: Optional[int] = None) -> Commit:
@@ -456,7 +506,7 @@ class Committer:
 
     def merge(self, source: str, dest: str, strategy: str, message: Optional[str],
               author: str) -> Commit:
-        if strategy not in ("fail", "source-wins", "dest-wins"):
+        if strategy not in MERGE_STRATEGIES:
             raise GravfsError(f"unknown merge strategy {strategy!r}")
         src = self.repo.resolve(source).commit
         with self.branch_lock(dest):

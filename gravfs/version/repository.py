@@ -514,9 +514,10 @@ class VersionRepository:
     # -- committing, diff, merge --------------------------------------------------
 
     def commit(self, branch: str, message: str, author: Optional[str] = None,
-               metadata: Optional[dict] = None) -> Commit:
+               metadata: Optional[dict] = None, strategy: str = "fail") -> Commit:
         self.writable_head(branch)
-        c = Committer(self).commit(branch, message, author or default_author(), metadata or {})
+        c = Committer(self).commit(branch, message, author or default_author(), metadata or {},
+                                   strategy)
         self.forget_head(branch)
         return c
 

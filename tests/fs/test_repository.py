@@ -518,6 +518,47 @@ def test_two_workspaces_rebase_or_conflict(store_target, tmp_path):
     assert b.status("main") == [("added", b"q/r")]
 
 
+@pytest.mark.parametrize("strategy", ["staged-wins", "head-wins"])
+def test_a_commit_strategy_settles_what_two_workspaces_both_changed(store_target, tmp_path,
+                                                                    strategy):
+    """After a conflict there was no way to commit one's own version of a path the
+    other workspace changed: a re-staged path conflicted again (the staging's base
+    stays where it began). The strategy chooses per path, as merge's do; a path both
+    sides set alike, and paths only one side changed, are kept either way."""
+    store = store_target
+    a = Repository.init(store, str(tmp_path / "ws-a"), settings=small_settings())
+    for name in ("p", "q", "r", "same"):
+        a.write_file("main", name, b"0")
+    a.commit("main", "base")
+    b = Repository.open(store, str(tmp_path / "ws-b"))
+    a.write_file("main", "p", b"A")
+    a.remove("main", "q")
+    a.write_file("main", "same", b"S")
+    a.write_file("main", "from-a", b"a")
+    b.write_file("main", "p", b"B")
+    b.write_file("main", "q", b"B")
+    b.write_file("main", "same", b"S")
+    b.write_file("main", "from-b", b"b")
+    a.commit("main", "a")
+    with pytest.raises(ConflictError, match="'gravfs commit main --strategy staged-wins'") as ei:
+        b.commit("main", "b")
+    assert ei.value.keys == [b"p", b"q"]
+    b.write_file("main", "p", b"B2")  # re-staged after seeing the conflict: still one
+    with pytest.raises(ConflictError):
+        b.commit("main", "b")
+    with pytest.raises(GravfsError, match="unknown commit strategy 'ours'"):
+        b.commit("main", "b", strategy="ours")
+    assert b.status("main") == [("added", b"from-b"), ("changed", b"p"), ("added", b"q"),
+                                ("changed", b"same")]  # its times
+    c = b.commit("main", "b", strategy=strategy)
+    want = ({"p": b"B2", "q": b"B"} if strategy == "staged-wins" else {"p": b"A"})
+    assert names(b.list_dir(c.id)) == sorted(["from-a", "from-b", "r", "same", *want])
+    for name, data in {**want, "same": b"S", "r": b"0", "from-a": b"a", "from-b": b"b"}.items():
+        assert b.read(c.id, name) == data, name
+    assert b.status("main") == []  # head-wins: the left-out changes are dropped
+    assert b.read("main", "p") == want["p"]
+
+
 def test_compaction_keeps_view_and_commits(repo):
     for i in range(300):
         repo.write_file("main", f"d/{i:04d}", b"x%d" % i)

@@ -24,8 +24,8 @@ from gravfs.version.committed.diff import diff_trees
 from gravfs.version.committed.reader import MetaRange, RangeStore
 from gravfs.version.committed.record import encode_value
 from gravfs.version.committed.results import Diff, Stats
+from gravfs.version.strategies import MERGE_STRATEGIES as STRATEGIES  # noqa: F401 (exported)
 
-STRATEGIES = ("fail", "source-wins", "dest-wins")
 
 DEST_BIT = 1      # view 0: dest
 SOURCE_BIT = 2    # view 1: source
