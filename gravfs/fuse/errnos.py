@@ -56,9 +56,31 @@ def errno_of(exc: BaseException) -> int:
         if "not empty" in text:
             return errno.ENOTEMPTY
         return errno.EIO
+    if isinstance(exc, OSError) and exc.errno == errno.EMFILE:
+        return errno.ENFILE  # the daemon's table is full, not the caller's: "in system"
     if isinstance(exc, OSError) and exc.errno:
         return exc.errno
     return errno.EIO
+
+
+_said_full_at = float("-inf")
+FULL_EVERY = 60.0  # seconds between two warnings of a full descriptor table
+
+
+def _table_full(handler: str) -> None:
+    """Say (once a minute) why opens fail: only the daemon's log can."""
+    global _said_full_at
+    now = time.monotonic()
+    if now - _said_full_at < FULL_EVERY:
+        return
+    _said_full_at = now
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    log.warning("%s: this daemon's open-file limit (%s) is reached: files opened through "
+                "the mount fail with ENFILE until others close; raise its hard limit "
+                "(LimitNOFILE= in its systemd unit, or ulimit -Hn before gravfs mount; "
+                "hard limit now %s)", handler, soft, hard)
 
 
 def fail(code: int) -> pyfuse3.FUSEError:
@@ -81,6 +103,8 @@ def guarded(fn):
             code = errno_of(exc)
             if code == errno.EBADF and isinstance(exc, OSError):  # our own fd misuse: a bug
                 log.exception("%s: internal error (answered EBADF)", fn.__name__)
+            elif code == errno.ENFILE:
+                _table_full(fn.__name__)
             else:
                 level = logging.ERROR if code == errno.EIO else logging.DEBUG
                 log.log(level, "%s: %s -> %s", fn.__name__, exc, errno.errorcode.get(code, code))

@@ -427,6 +427,10 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
     """Open, mount, serve until unmounted; returns the exit code."""
     os.umask(0o077)  # what the daemon writes (logs, local files) is its owner's only
     _setup_daemon_logging(cfg, daemon)
+    from gravfs.version.committed.reader import raise_fd_limit
+
+    log.info("open-file limit %d: files open through the mount, open ranges (a quarter) "
+             "and the daemon's own share it", raise_fd_limit())
     _reserve_descriptors()  # before any thread starts
 
     def report(code: int, message: str, level: int = logging.ERROR) -> int:
