@@ -21,7 +21,7 @@ import stat as statmod
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, Optional
+from typing import Iterator, Optional
 
 from gravfs.fs.entry import (ADDRESS_FULL, KIND_DIRECTORY, KIND_FILE, KIND_SYMLINK,
                              TIME_NS_MAX, TIME_NS_MIN, EntryInfo, decode_entry)
@@ -30,7 +30,8 @@ from gravfs.version.committed.manager import EMPTY_METARANGE_ID
 from gravfs.version.committer import Committer, NothingToCommitError
 from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
 from gravfs.faults import crash_point
-from gravfs.data.objects import DataObjects, open_regular
+from gravfs.data.objects import DataObjects
+from gravfs.data.steady import put_steady
 from gravfs.fs import ownpaths
 from gravfs.fs.paths import to_key
 from gravfs.fs.references import live_addresses
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 
 BATCH = 5000
 AHEAD = BATCH  # files uploaded ahead of staging: the workers keep on while a batch is staged
-SMALL_FILE = 256 << 10  # read into memory whole (one open instead of two)
-READ_TRIES = 3  # reads of a file that changes while it is read (put_steady)
 SPECIAL = "not a regular file, directory or symlink"  # what an import leaves out
 BATCH_SECONDS = 2.0  # stage what is uploaded at least this often: a killed import resumes there
 
@@ -418,7 +417,8 @@ def entry_of(data, src: str, rel: str, kind: str, st: os.stat_result) -> EntryIn
                          kind=KIND_FILE, e_tag=f"{st.st_mtime_ns:x}-{st.st_size:x}",
                          address_type=ADDRESS_FULL)
     if kind == "file":
-        address, size, st = put_steady(data, os.path.join(src, rel))
+        address, size, st = put_steady(data, os.path.join(src, rel), "no longer a regular "
+                                        "file (replaced since it was listed)")
         return EntryInfo(address=address, size=size, mtime_ns=st.st_mtime_ns, mode=st.st_mode,
                          kind=KIND_FILE)
     if kind == "symlink":
@@ -427,39 +427,6 @@ def entry_of(data, src: str, rel: str, kind: str, st: os.stat_result) -> EntryIn
                          mode=st.st_mode, kind=KIND_SYMLINK, symlink_target=target)
     return EntryInfo(address="", size=0, mtime_ns=st.st_mtime_ns, mode=st.st_mode,
                      kind=KIND_DIRECTORY)
-
-
-def _version(st: os.stat_result) -> tuple:
-    """What changes with any write to, or replacement of, a file."""
-    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
-
-
-def put_steady(data, path: str) -> tuple[str, int, os.stat_result]:
-    """put_file, read again while a writer changes the file under the read (a commit of
-    half old, half new bytes would be a torn file): (address, size, the stat the read
-    matches). After READ_TRIES changing reads the last is kept, with a warning."""
-    for _ in range(READ_TRIES):
-        f, before = open_regular(path, "no longer a regular file (replaced since it was "
-                                       "listed)")
-        with f:
-            address, size = put_file(data, path, before, f)
-        after = os.stat(path)
-        if _version(after) == _version(before) and size == after.st_size:
-            return address, size, before
-        log.info("%s changed while it was read; reading it again", path)
-    log.warning("%s kept changing while it was read (%d reads): the import holds the last "
-                "read, which may mix old and new bytes", path, READ_TRIES)
-    return address, size, after
-
-
-def put_file(data, path: str, st: os.stat_result, f: BinaryIO) -> tuple[str, int]:
-    """Store a file's content from ``f`` (opened on path): a small one read once into
-    memory, a bigger one by put_snapshot (a writer at work leaves no damaged object)."""
-    if st.st_size <= SMALL_FILE:
-        content = f.read(SMALL_FILE + 1)
-        if len(content) <= SMALL_FILE:
-            return data.put_bytes(content)
-    return data.put_snapshot(f.fileno(), path)
 
 
 def _bulk_data(repo):

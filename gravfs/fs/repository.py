@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, replace
 from typing import BinaryIO, Iterable, Iterator, Optional, Sequence
 
 from gravfs.data.external import is_external, reader_for, source_of
-from gravfs.data.objects import DataObjects, open_regular
+from gravfs.data.objects import DataObjects
+from gravfs.data.steady import put_steady
 from gravfs.errors import AlreadyExistsError, BadNameError, GravfsError, NotFoundError, PathTypeError
 from gravfs.fs.entry import (KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_DIRECTORY, KIND_FIFO,
                              KIND_FILE, KIND_SOCKET, KIND_SYMLINK, EntryInfo, decode_entry,
@@ -495,13 +496,11 @@ class Repository(VersionRepository):
             address, size = self.data.put_bytes(bytes(src))
         elif isinstance(src, str):
             try:  # (a FIFO put there since the caller looked: see open_regular)
-                f, st = open_regular(src)
+                address, size, st = put_steady(self.data, src)
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
                 raise GravfsError(f"{src}: {exc.strerror}") from None
-            with f:  # read once: another process may write it meanwhile (put_snapshot)
-                address, size = self.data.put_snapshot(f.fileno(), src)
             if mtime_ns is None:
                 mtime_ns = st.st_mtime_ns
         else:

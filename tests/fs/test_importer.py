@@ -437,6 +437,7 @@ def test_a_file_written_while_it_is_read_is_read_again(env, tmp_path, monkeypatc
     warning naming it."""
     import logging
 
+    import gravfs.data.steady as steady
     import gravfs.fs.importer as importer
 
     store, state = env
@@ -445,7 +446,7 @@ def test_a_file_written_while_it_is_read_is_read_again(env, tmp_path, monkeypatc
     (src / "log.txt").write_bytes(b"first version\n")
     (src / "busy.txt").write_bytes(b"0\n")
     (src / "quiet.txt").write_bytes(b"quiet\n")
-    real_put = importer.put_file
+    real_put = steady.put_file
     reads: dict = {}
 
     def put_file(data, path, st, f):  # a writer appends while the read is under way
@@ -457,12 +458,12 @@ def test_a_file_written_while_it_is_read_is_read_again(env, tmp_path, monkeypatc
                 f.write(b"appended %d\n" % reads[name])
         return got
 
-    monkeypatch.setattr(importer, "put_file", put_file)
+    monkeypatch.setattr(steady, "put_file", put_file)
     r = Repository.open(store, state)
     try:
-        with caplog.at_level(logging.INFO, logger="gravfs.fs.importer"):
+        with caplog.at_level(logging.INFO, logger="gravfs.data.steady"):
             importer.import_tree(r, str(src), "main", "raw", progress=False)
-        assert reads == {"log.txt": 2, "busy.txt": importer.READ_TRIES, "quiet.txt": 1}
+        assert reads == {"log.txt": 2, "busy.txt": steady.READ_TRIES, "quiet.txt": 1}
         got = _files(r, "main", "raw")
         assert got["raw/log.txt"] == b"first version\nappended 1\n"
         st = os.stat(src / "log.txt")
