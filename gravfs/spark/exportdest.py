@@ -426,8 +426,7 @@ class S3Dest(S3Store):
         self.delete(rel)
 
     def is_empty(self) -> bool:
-        resp = self._call("list", self.prefix or "/", self._client.list_objects_v2,
-                          Prefix=self.prefix, MaxKeys=1)
+        resp = self._listed("", MaxKeys=1)
         return not resp.get("Contents")
 
     def check(self) -> None:

@@ -86,12 +86,12 @@ def list_pages(bucket: str, prefix: str, delimiter: Optional[str] = None
                ) -> Iterator[tuple[list[S3Object], list[str]]]:
     """(objects, common prefixes) of each ListObjectsV2 page under ``prefix``."""
     store = source_store(bucket)
-    kw = {"Prefix": prefix}
+    kw = {}
     if delimiter:
         kw["Delimiter"] = delimiter
     while True:
-        # the store's own call: its deadline, retries and error messages
-        resp = store._call("list", prefix or "/", store._client.list_objects_v2, **kw)
+        # the store's own call: its deadline, retries, error messages and checks
+        resp = store._listed(prefix, **kw)
         objs = [S3Object(o["Key"], o["Size"], o.get("ETag", "").strip('"'),
                          _ns(o["LastModified"]))
                 for o in resp.get("Contents", ())]
