@@ -118,6 +118,7 @@ class FaultyStore(ObjectStore):
     def __init__(self, inner: ObjectStore, faults: list[StoreFault]):
         self.inner = inner
         self.url = inner.url
+        self.conditions_are_own = inner.conditions_are_own
         self.faults = list(faults)
         self._lock = threading.Lock()
 

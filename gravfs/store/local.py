@@ -56,6 +56,8 @@ _WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 class LocalStore(ObjectStore):
     """Objects as files under ``root`` (directories are created as needed)."""
 
+    conditions_are_own = True  # compare_and_swap under this process's own locks
+
     def __init__(self, root: str, fsync: bool = True):
         # the real path: every name of the store (a symlink, "..") shares one workspace
         self.root = os.path.realpath(root)

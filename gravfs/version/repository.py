@@ -32,6 +32,8 @@ from gravfs.version.compaction import CompactionPolicy, compact
 from gravfs.version.config import REPO_JSON, RepoSettings, Workspace, default_state_dir
 from gravfs.version.history import change_parent, dir_changes, path_changes, walk
 from gravfs.version.outage import StoreOutage
+from gravfs.version.refs import casprobe
+from gravfs.version.refs.casprobe import check_conditional_writes
 from gravfs.version.refs.commits import Commit, CommitStore
 from gravfs.version.refs.heads import Heads
 from gravfs.version.refs.names import check_ref_name
@@ -44,6 +46,7 @@ T = TypeVar("T")
 
 _ANCESTRY = re.compile(r"^(.*?)((?:[~^]\d*)+)$")  # REF~N, REF^, REF^N, chained
 DEFAULT_TIER_BYTES = 10 << 30
+CONDITIONS_FILE = "conditions-held"  # endpoints seen honouring conditional writes (casprobe)
 # While the store cannot be reached, a repository with a head cache (the mount)
 # reads each branch at the head it read last, and asks the store again at most
 # this often (an unreachable endpoint may take its whole timeout to fail).
@@ -94,7 +97,8 @@ class VersionRepository:
                                           compression=self.settings.compression,
                                           tmp_dir=self.workspace.sub("sst-tmp"), show_key=show_key)
         self.commits = CommitStore(store)
-        self.heads = Heads(store)
+        self.heads = Heads(store, before_write=self._check_conditions)
+        self._conditions_checked = store.conditions_are_own
         self.staging = StagingArea(self.workspace.staging, sync=staging_sync)
         # run by the committer right after it seals the staged changes, before it
         # reads them (the catalog drains its pending uploads there)
@@ -130,6 +134,7 @@ class VersionRepository:
             # would delete another program's files there
             raise GravfsError(f"{store.url} is not empty (it holds {first}): a repository "
                               "needs a directory or S3 prefix of its own")
+        check_conditional_writes(store)  # before the first conditional write
         if not store.put_if_absent(REPO_JSON, settings.to_json()):
             repo = cls(store, state_dir, **kw)
             if next(repo.heads.branches([]), None) is None and next(repo.heads.tags([]), None) is None:
@@ -145,9 +150,41 @@ class VersionRepository:
             log.warning("this host's workspace for %s held an earlier repository's state "
                         "there (staged changes, cache); it is kept as %s", store.url, aside)
         repo = cls(store, state_dir, **kw)
+        repo._conditions_held()
         repo._first_branch()
         log.info("initialized repository at %s", store.url)
         return repo
+
+    def _check_conditions(self) -> None:
+        """Before this host first writes a ref through this endpoint: that the store
+        honours conditional writes (casprobe); remembered in the workspace."""
+        if self._conditions_checked:
+            return
+        path = os.path.join(self.workspace.root, CONDITIONS_FILE)
+        try:
+            with open(path) as f:
+                known = f.read().splitlines()
+        except OSError:
+            known = []
+        if casprobe.where(self.store) not in known:
+            check_conditional_writes(self.store)
+            self._conditions_held()
+        self._conditions_checked = True
+
+    def _conditions_held(self) -> None:
+        """Record that this endpoint honoured the conditions (checked just now)."""
+        self._conditions_checked = True
+        if self.store.conditions_are_own:
+            return
+        try:  # one short append: whole, whoever else appends
+            fd = os.open(os.path.join(self.workspace.root, CONDITIONS_FILE),
+                         os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, (casprobe.where(self.store) + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:  # checked again next time
+            log.debug("conditional writes of %s not recorded: %s", self.store.url, exc)
 
     def _first_branch(self) -> None:
         """The root commit and the default branch (once: a concurrent init may win)."""

@@ -8,7 +8,7 @@ an update silently. Tags are create-once.
 from __future__ import annotations
 
 import logging
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from gravfs import hashing
 from gravfs.errors import (AlreadyExistsError, CorruptDataError, NotFoundError,
@@ -22,8 +22,11 @@ TAGS = "_gravfs/refs/tags/"
 
 
 class Heads:
-    def __init__(self, store):
+    def __init__(self, store, before_write: Optional[Callable[[], None]] = None):
+        """``before_write``: called before each ref write (the repository checks there,
+        once, that the store honours the conditions the writes rely on: casprobe)."""
         self.store = store
+        self._before_write = before_write or (lambda: None)
 
     # -- branches ----------------------------------------------------------------
 
@@ -47,6 +50,7 @@ class Heads:
 
     def create_branch(self, name: str, commit_id: str) -> None:
         check_ref_name(name, "branch")
+        self._before_write()
         try:
             self.store.compare_and_swap(BRANCHES + name, None, (commit_id + "\n").encode())
         except PreconditionFailedError:
@@ -55,6 +59,7 @@ class Heads:
 
     def move_branch(self, name: str, expected_version: str, commit_id: str) -> str:
         """CAS the head; PreconditionFailedError if it moved since expected_version."""
+        self._before_write()
         v = self.store.compare_and_swap(BRANCHES + name, expected_version,
                                         (commit_id + "\n").encode())
         log.info("branch %s -> %s", name, commit_id[:12])
@@ -62,6 +67,7 @@ class Heads:
 
     def delete_branch(self, name: str) -> None:
         _, version = self._branch_raw(name)  # a damaged head can be deleted too
+        self._before_write()
         self.store.compare_and_swap(BRANCHES + name, version, None)
         log.info("deleted branch %s", name)
 
@@ -92,6 +98,7 @@ class Heads:
 
     def create_tag(self, name: str, commit_id: str) -> None:
         check_ref_name(name, "tag")
+        self._before_write()
         if not self.store.put_if_absent(TAGS + name, (commit_id + "\n").encode()):
             raise AlreadyExistsError(f"tag {name!r} already exists")
         log.info("created tag %s at %s", name, commit_id[:12])
