@@ -21,16 +21,16 @@ def _version(st: os.stat_result) -> tuple:
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def put_steady(data, path: str, what: str = "not a regular file"
+def put_steady(data, path: str, what: str = "not a regular file", small: int = SMALL_FILE
                ) -> tuple[str, int, os.stat_result]:
     """put_file, read again while the file changes under the read: (address, size, the
     stat the read matches). After READ_TRIES changing reads the last is kept, with a
     warning (as tar's "file changed as we read it"). ``what``: the error for a path that
-    is no regular file (see open_regular)."""
+    is no regular file (see open_regular); ``small``: see put_file."""
     for _ in range(READ_TRIES):
         f, before = open_regular(path, what)
         with f:
-            address, size = put_file(data, path, before, f)
+            address, size = put_file(data, path, before, f, small)
         after = os.stat(path)
         if _version(after) == _version(before) and size == after.st_size:
             return address, size, before
@@ -40,11 +40,13 @@ def put_steady(data, path: str, what: str = "not a regular file"
     return address, size, after
 
 
-def put_file(data, path: str, st: os.stat_result, f: BinaryIO) -> tuple[str, int]:
-    """Store a file's content from ``f`` (opened on path): a small one read once into
-    memory, a bigger one by put_snapshot (a writer at work leaves no damaged object)."""
-    if st.st_size <= SMALL_FILE:
-        content = f.read(SMALL_FILE + 1)
-        if len(content) <= SMALL_FILE:
+def put_file(data, path: str, st: os.stat_result, f: BinaryIO, small: int = SMALL_FILE
+              ) -> tuple[str, int]:
+    """Store a file's content from ``f`` (opened on path): one of at most ``small`` bytes
+    read once into memory (an import's many small files: one open instead of two), any
+    other by put_snapshot (a writer at work leaves no damaged object)."""
+    if st.st_size <= small:
+        content = f.read(small + 1)
+        if len(content) <= small:
             return data.put_bytes(content)
     return data.put_snapshot(f.fileno(), path)

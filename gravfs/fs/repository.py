@@ -496,7 +496,8 @@ class Repository(VersionRepository):
             address, size = self.data.put_bytes(bytes(src))
         elif isinstance(src, str):
             try:  # (a FIFO put there since the caller looked: see open_regular)
-                address, size, st = put_steady(self.data, src)
+                # small=0: any size is uploaded by put_snapshot (a scratch copy), as it was
+                address, size, st = put_steady(self.data, src, small=0)
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise

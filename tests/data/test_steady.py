@@ -13,8 +13,8 @@ def _changing(monkeypatch, change):
     """put_file calls ``change(path, n)`` after its n-th read of a file (a writer at work)."""
     real, reads = steady.put_file, []
 
-    def put_file(data, path, st, f):
-        got = real(data, path, st, f)
+    def put_file(data, path, st, f, small=steady.SMALL_FILE):
+        got = real(data, path, st, f, small)
         reads.append(path)
         change(path, len(reads))
         return got

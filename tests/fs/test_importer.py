@@ -449,8 +449,8 @@ def test_a_file_written_while_it_is_read_is_read_again(env, tmp_path, monkeypatc
     real_put = steady.put_file
     reads: dict = {}
 
-    def put_file(data, path, st, f):  # a writer appends while the read is under way
-        got = real_put(data, path, st, f)
+    def put_file(data, path, st, f, small=steady.SMALL_FILE):  # a writer appends meanwhile
+        got = real_put(data, path, st, f, small)
         name = os.path.basename(path)
         reads[name] = reads.get(name, 0) + 1
         if name == "busy.txt" or (name == "log.txt" and reads[name] == 1):
