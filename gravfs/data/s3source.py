@@ -20,8 +20,6 @@ from gravfs.store.s3 import S3Store, _read_all
 class SourceBucket(S3Store):
     """A whole bucket of source objects (see the module doc)."""
 
-    _pages_are_foreign = False
-
     def _full(self, key: str) -> str:
         return key  # exactly as listed: no prefix, no store-key rules
 

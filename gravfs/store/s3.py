@@ -241,18 +241,6 @@ class S3Store(ObjectStore):
         with self._operation(), self._errors(op, key):
             return fn(Bucket=self.bucket, **kw)
 
-    # gravfs writes its objects with no content type: a page in answer to a GET of one
-    # is a web server's or a proxy's. A source bucket's objects may be pages (its own).
-    _pages_are_foreign = True
-
-    def _got(self, op: str, key: str, **kw: Any) -> Any:
-        """A GetObject's answer, which must be S3's."""
-        resp = self._call(op, key, self._client.get_object, Key=self._full(key), **kw)
-        if self._pages_are_foreign and str(resp.get("ContentType", "")).startswith("text/html"):
-            resp["Body"].close()
-            raise self._not_s3(op, key, "an HTML page")
-        return resp
-
     def _etag(self, op: str, key: str, resp: Any) -> str:
         """The ETag every S3 PutObject answer carries."""
         etag = resp.get("ETag")
@@ -286,7 +274,7 @@ class S3Store(ObjectStore):
         """GET and consume the body, retrying when the stream breaks midway."""
         with self._operation() as deadline:
             for attempt in itertools.count(1):
-                resp = self._got(op, key, **kw)
+                resp = self._call(op, key, self._client.get_object, Key=self._full(key), **kw)
                 try:
                     return self._body(op, key, resp, deadline, consume)
                 except StoreUnavailableError:
@@ -330,7 +318,7 @@ class S3Store(ObjectStore):
                 kw: dict[str, Any] = {}
                 if written:  # resume the same object version where the stream broke
                     kw = {"Range": f"bytes={written}-", "IfMatch": etag}
-                resp = self._got("download", key, **kw)
+                resp = self._call("download", key, self._client.get_object, Key=self._full(key), **kw)
                 etag = resp.get("ETag")
                 try:
                     return self._body("download", key, resp, deadline, consume)

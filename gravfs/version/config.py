@@ -71,7 +71,10 @@ class RepoSettings:
             ranges.policy()  # validates kind and sizes
             s = cls(ranges=ranges, **d)
         except (ValueError, TypeError, KeyError) as exc:
-            raise CorruptDataError(f"repository settings do not parse: {exc}", path=REPO_JSON) from exc
+            # what they begin with tells a damaged file from another server's answer (a
+            # web page where an S3 endpoint was expected)
+            raise CorruptDataError(f"repository settings do not parse (they begin "
+                                   f"{bytes(raw[:48])!r}): {exc}", path=REPO_JSON) from exc
         if s.format != FORMAT_VERSION:
             raise GravfsError(f"repository format {s.format} is not supported "
                               f"(this gravfs reads format {FORMAT_VERSION})")
