@@ -5,7 +5,10 @@ a DELETE with If-Match). An S3-compatible server that ignores those headers answ
 every such request with success: two hosts committing at once would both "win", and one
 commit would be lost without a word. A probe key is written under each condition once
 (when a repository is made, and before a host first moves a head through another
-endpoint) and a server that lets a stale or clashing write through is refused.
+endpoint) and a server that lets a stale or clashing PUT through is refused. One that
+ignores If-Match only on DELETE (AWS honours it since 2025-09; some servers parse it
+and do not) is warned of: only a branch deleted while another host commits to it is
+at stake, and refusing such a server would leave its users without gravfs.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ def check_conditional_writes(store) -> None:
         if not refused(first, b"stale"):  # the version of "first" is stale now
             ignored.append("If-Match on a PUT (replace only that version)")
         if not refused(first, None):
-            ignored.append("If-Match on a DELETE")
+            log.warning("%s ignores If-Match on a DELETE: a branch deleted while another "
+                        "host commits to it loses that commit", where(store))
     finally:
         try:
             store.delete(key)
