@@ -676,3 +676,13 @@ def test_a_commit_conflict_lists_its_paths_and_a_strategy_settles_it(tmp_path):
     assert code == 2 and "invalid choice: 'mine'" in err
     run_cli("commit", "main", "-m", "b", "--strategy", "staged-wins", store=store, state=there)
     assert run_cli("cat", "main:shared.csv", store=store, state=here)[1] == "from b\n"
+    # head-wins where every change of yours met one of the head's: nothing to commit, said
+    run_cli("put", "-", "main:shared.csv", input=b"again a\n", store=store, state=here)
+    run_cli("put", "-", "main:shared.csv", input=b"again b\n", store=store, state=there)
+    run_cli("commit", "main", "-m", "a2", store=store, state=here)
+    code, _, err = run_cli("commit", "main", "-m", "b2", "--strategy", "head-wins", store=store,
+                           state=there, check=False)
+    assert code == 1 and "with the head's changes kept (head-wins), yours leave it" in err, err
+    assert run_cli("status", "main", store=store, state=there)[1].startswith("On branch main: "
+                                                                             "nothing to commit")
+    assert run_cli("cat", "main:shared.csv", store=store, state=there)[1] == "again a\n"

@@ -252,7 +252,14 @@ class Committer:
                 return Commit(mr, (head.id,), message, author, commit_time_ns(),
                               head.generation + 1, dict(metadata))
 
-            return self._land(branch, st, build, sealed_ns=sealed_ns)
+            try:
+                return self._land(branch, st, build, sealed_ns=sealed_ns)
+            except NothingToCommitError:
+                if strategy != "head-wins":
+                    raise
+                raise NothingToCommitError(
+                    f"nothing to commit on branch {branch!r}: with the head's changes kept "
+                    "(head-wins), yours leave it as it is; they are dropped") from None
 
     def commit_import(self, branch: str, token: str, base: str, message: str, author: str,
                       metadata: dict, include_staged: bool) -> tuple[Commit, int]:
