@@ -128,7 +128,8 @@ class VersionRepository:
         store = open_store(target) if isinstance(target, str) else target
         settings = settings or RepoSettings.new()
         Workspace.prepare(state_dir or default_state_dir(), store.url)  # before any write
-        first = next(iter(store.list("")), None)
+        # (a probe key an init that failed midway left is no one else's file)
+        first = next((k for k in store.list("") if not k.startswith(casprobe.PROBES)), None)
         if first is not None and not store.exists(REPO_JSON):
             # gravfs owns what it finds under data/ and _gravfs/: garbage collection
             # would delete another program's files there

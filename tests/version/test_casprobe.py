@@ -71,6 +71,14 @@ def test_init_on_such_a_store_writes_nothing(tmp_path):
     assert list(store.list("")) == []
 
 
+def test_a_probe_key_left_behind_does_not_make_the_store_taken(tmp_path):
+    """An init whose probe failed midway (the store went away) may leave its key: the
+    next init is not refused as "not empty"."""
+    store = LocalStore(str(tmp_path / "store"))
+    store.put(f"{PROBES}0123abcd", b"first")
+    VersionRepository.init(store, str(tmp_path / "state")).close()
+
+
 def test_a_host_reaching_a_repository_through_such_an_endpoint_moves_no_head(tmp_path):
     """A repository made where conditions held, then written through an endpoint that
     ignores them (another gateway, a migrated bucket): the first head write of that
