@@ -33,7 +33,6 @@ from gravfs.version.config import REPO_JSON, RepoSettings, Workspace, default_st
 from gravfs.version.history import change_parent, dir_changes, path_changes, walk
 from gravfs.version.outage import StoreOutage
 from gravfs.version.refs import casprobe
-from gravfs.version.refs.casprobe import check_conditional_writes
 from gravfs.version.refs.commits import Commit, CommitStore
 from gravfs.version.refs.heads import Heads
 from gravfs.version.refs.names import check_ref_name
@@ -135,7 +134,7 @@ class VersionRepository:
             # would delete another program's files there
             raise GravfsError(f"{store.url} is not empty (it holds {first}): a repository "
                               "needs a directory or S3 prefix of its own")
-        check_conditional_writes(store)  # before the first conditional write
+        casprobe.check_conditional_writes(store)  # before the first conditional write
         if not store.put_if_absent(REPO_JSON, settings.to_json()):
             repo = cls(store, state_dir, **kw)
             if next(repo.heads.branches([]), None) is None and next(repo.heads.tags([]), None) is None:
@@ -168,7 +167,7 @@ class VersionRepository:
         except OSError:
             known = []
         if casprobe.where(self.store) not in known:
-            check_conditional_writes(self.store)
+            casprobe.check_conditional_writes(self.store)
             self._conditions_held()
         self._conditions_checked = True
 
