@@ -7,7 +7,7 @@ import os
 import resource
 
 from gravfs.fuse.errnos import errno_of
-from tests.fuse_util import gravfs_mount, read_bytes, wait_for  # noqa: F401  (fixture)
+from tests.fuse_util import gravfs_mount, read_bytes  # noqa: F401  (fixture)
 
 
 def test_the_daemons_own_limit_is_enfile_for_the_caller():
