@@ -6,7 +6,7 @@ import logging
 import os
 
 import gravfs.data.steady as steady
-from tests.repo_util import repo, small_settings, store_target  # noqa: F401  (fixtures)
+from tests.repo_util import repo, store_target  # noqa: F401  (fixtures)
 
 
 def _changing(monkeypatch, change):
