@@ -111,6 +111,10 @@ class ObjectStore(abc.ABC):
     # not by a server that might ignore them (see gravfs.version.refs.casprobe)
     conditions_are_own = False
 
+    def where(self) -> str:
+        """The store as messages name it (an S3 store adds the endpoint it is reached at)."""
+        return self.url
+
     @abc.abstractmethod
     def get(self, key: str) -> bytes:
         """Whole object; NotFoundError when missing."""

@@ -157,6 +157,9 @@ class FaultyStore(ObjectStore):
     def get_range(self, key: str, offset: int, length: int) -> bytes:
         return self._call("get_range", key, self.inner.get_range, key, offset, length)
 
+    def where(self) -> str:
+        return self.inner.where()
+
     def local_path(self, key: str) -> str | None:
         # reads in place would bypass get_range: refuse them where a read may fail
         if any(f.ops & _READS and fnmatchcase(key, f.key) for f in self.faults):

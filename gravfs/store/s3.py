@@ -166,19 +166,19 @@ class S3Store(ObjectStore):
     def _full(self, key: str) -> str:
         return self.prefix + check_key(key)
 
-    def _where(self) -> str:
+    def where(self) -> str:
         return f"{self.url}" + (f" at {self.endpoint_url}" if self.endpoint_url else "")
 
     def _unavailable(self, op: str, key: str, err: BaseException) -> StoreUnavailableError:
         return StoreUnavailableError(
-            f"object store {self._where()} unavailable: {op} {key} failed after "
+            f"object store {self.where()} unavailable: {op} {key} failed after "
             f"{self.max_attempts} attempt(s): {err}"
         )
 
     def _timed_out(self, op: str, key: str, e: DeadlineExceeded) -> StoreUnavailableError:
         last = " ".join(str(e.last).split()) if e.last is not None else ""
         return StoreUnavailableError(
-            f"object store {self._where()} unavailable: {op} {key} timed out after {e.seconds:g} s "
+            f"object store {self.where()} unavailable: {op} {key} timed out after {e.seconds:g} s "
             f"(GRAVFS_S3_TIMEOUT" + (f"; last error: {last})" if last else ")")
         )
 
@@ -199,19 +199,19 @@ class S3Store(ObjectStore):
             cause = e.__cause__ or e.__context__
             if isinstance(cause, bce.ClientError):
                 raise self._client_error(op, key, cause) from e
-            raise GravfsError(f"{op} {key} to {self._where()} failed: {e}") from e
+            raise GravfsError(f"{op} {key} to {self.where()} failed: {e}") from e
         except _CONNECTION_ERRORS as e:
             raise self._unavailable(op, key, e) from e
         except bce.NoCredentialsError as e:
             raise GravfsError(
-                f"no AWS credentials for {self._where()}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile"
+                f"no AWS credentials for {self.where()}: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile"
             ) from e
 
     def _not_s3(self, op: str, key: str, answer: str) -> StoreUnavailableError:
         """A web server, a proxy or a wrong port answering in S3's place: said as such,
         never taken for an absent object (a deleted branch, "run 'gravfs init'")."""
         return StoreUnavailableError(
-            f"{self._where()} answered {op} {key} with {answer}, which no S3 server sends: "
+            f"{self.where()} answered {op} {key} with {answer}, which no S3 server sends: "
             f"is {self.endpoint_url or 'the endpoint'} an S3 endpoint (its host, port and "
             "scheme), or is something else answering for it?")
 
@@ -234,8 +234,8 @@ class S3Store(ObjectStore):
             return self._not_s3(op, key, f"HTTP {status} and no S3 error"
                                 + _content_type(e.response))
         if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"):
-            return GravfsError(f"access denied by {self._where()} for {op} {key}: {msg} (check credentials)")
-        return GravfsError(f"{op} {key} on {self._where()} failed: {code}: {msg}")
+            return GravfsError(f"access denied by {self.where()} for {op} {key}: {msg} (check credentials)")
+        return GravfsError(f"{op} {key} on {self.where()} failed: {code}: {msg}")
 
     def _call(self, op: str, key: str, fn: Callable[..., Any], **kw: Any) -> Any:
         with self._operation(), self._errors(op, key):
@@ -474,7 +474,7 @@ class S3Store(ObjectStore):
             transient = [e for e in errors if e.get("Code") in _UNAVAILABLE_CODES]
             if len(transient) < len(errors) or attempt >= self.max_attempts:
                 e = errors[0]
-                raise GravfsError(f"delete of {len(errors)} object(s) on {self._where()} failed: "
+                raise GravfsError(f"delete of {len(errors)} object(s) on {self.where()} failed: "
                                   f"{e.get('Key')}: {e.get('Code')}: {e.get('Message', '')}")
             n = len(self.prefix)
             todo = [e["Key"][n:] for e in transient]

@@ -166,7 +166,7 @@ class VersionRepository:
                 known = f.read().splitlines()
         except OSError:
             known = []
-        if casprobe.where(self.store) not in known:
+        if self.store.where() not in known:
             casprobe.check_conditional_writes(self.store)
             self._conditions_held()
         self._conditions_checked = True
@@ -180,7 +180,7 @@ class VersionRepository:
             fd = os.open(os.path.join(self.workspace.root, CONDITIONS_FILE),
                          os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
-                os.write(fd, (casprobe.where(self.store) + "\n").encode())
+                os.write(fd, (self.store.where() + "\n").encode())
             finally:
                 os.close(fd)
         except OSError as exc:  # checked again next time

@@ -27,12 +27,6 @@ class ConditionsIgnoredError(GravfsError):
     """The store let through a write its condition should have refused."""
 
 
-def where(store) -> str:
-    """The store and, for S3, the endpoint it is reached through."""
-    endpoint = getattr(store, "endpoint_url", None)
-    return store.url + (f" at {endpoint}" if endpoint else "")
-
-
 def check_conditional_writes(store) -> None:
     """Raise ConditionsIgnoredError if ``store`` lets through a write its condition
     should refuse; a store whose conditions are gravfs's own (a local directory) is not
@@ -58,7 +52,7 @@ def check_conditional_writes(store) -> None:
             ignored.append("If-Match on a PUT (replace only that version)")
         if not refused(first, None):
             log.warning("%s ignores If-Match on a DELETE: a branch deleted while another "
-                        "host commits to it loses that commit", where(store))
+                        "host commits to it loses that commit", store.where())
     finally:
         try:
             store.delete(key)
@@ -66,8 +60,8 @@ def check_conditional_writes(store) -> None:
             log.debug("probe key %s left: %s", key, exc)
     if ignored:
         raise ConditionsIgnoredError(
-            f"{where(store)} ignores conditional writes ({'; '.join(ignored)}): gravfs "
+            f"{store.where()} ignores conditional writes ({'; '.join(ignored)}): gravfs "
             "moves branch heads by compare-and-swap, and there two hosts committing at once "
             "could both move one and lose a commit; use a server that honours If-Match and "
             "If-None-Match (AWS S3 and SeaweedFS do)")
-    log.info("%s honours conditional writes", where(store))
+    log.info("%s honours conditional writes", store.where())
