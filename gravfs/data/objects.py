@@ -12,8 +12,8 @@ pending file, so at every moment an address is either pending here or in
 the store. Reads look in pending first. On a remote store the uploaded file
 stays in the local tier as a verified copy (``_keep_written``): what was just
 written is what the next job reads, and it costs no download then. Any process
-of the workspace may drain pending uploads (``flush_pending``: the committer
-does before every commit), concurrently with others: uploads are idempotent
+of the workspace may drain pending uploads (``flush_pending``: a commit drains
+those it references), concurrently with others: uploads are idempotent
 (content-addressed), and one object is uploaded by one process at a time (the
 others wait for it).
 """
@@ -286,9 +286,12 @@ class DataObjects:
                 log.warning("uploaded %s but could not keep it in the local tier: %s",
                             address, exc)
 
-    def flush_pending(self, workers: int = DRAIN_WORKERS) -> int:
-        """Upload every pending object of the workspace (before a commit); returns how many."""
-        addresses = self.pending_addresses()
+    def flush_pending(self, addresses: Optional[list[str]] = None,
+                      workers: int = DRAIN_WORKERS) -> int:
+        """Upload pending objects (all of the workspace's unless ``addresses``);
+        returns how many this call uploaded."""
+        if addresses is None:
+            addresses = self.pending_addresses()
         if not addresses:
             return 0
         if len(addresses) == 1 or workers <= 1:

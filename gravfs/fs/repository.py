@@ -15,7 +15,7 @@ import os
 import stat as statmod
 import time
 from dataclasses import dataclass, field, replace
-from typing import BinaryIO, Iterable, Iterator, Optional, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, Optional, Sequence
 
 from gravfs.data.external import is_external, reader_for, source_of
 from gravfs.data.objects import DataObjects
@@ -34,6 +34,8 @@ from gravfs.version.staging.branchview import BranchLayers
 from gravfs.version.staging.view import Item, after_subtree
 
 log = logging.getLogger(__name__)
+
+PICK_PER_PENDING = 64  # see Repository.store_staged
 
 
 class _once:
@@ -234,8 +236,6 @@ class Repository(VersionRepository):
         self.data = DataObjects(store, self.tier, self.workspace.tmp,
                                 pending_dir=self.workspace.sub("pending"))
         self.external = reader_for(store)  # by-reference entries' sources (gravfs.data.external)
-        # never commit an entry whose object is not stored: drained after the seal
-        self.after_seal = self.data.flush_pending
 
     def close(self) -> None:
         self.data.stop_uploader()
@@ -243,6 +243,28 @@ class Repository(VersionRepository):
 
     def staged_objects(self, data: bytes) -> list[str]:
         return live_addresses(decode_entry(data), self.store.url, self.data)
+
+    def store_staged(self, values: Callable[[], Iterator[bytes]]) -> None:
+        """Upload the pending objects a commit references, only those when it can tell
+        them quickly: with writers outrunning the uploader, another branch's job or
+        files replaced or removed since, a commit costs its own change, not the backlog.
+        It can when the changes number less than PICK_PER_PENDING times the pending
+        objects (reading a change costs a thousandth of an upload)."""
+        pending = self.data.pending_addresses()
+        if not pending:
+            return
+        have, wanted = set(pending), {}
+        for n, data in enumerate(values()):
+            if n == PICK_PER_PENDING * len(pending):
+                wanted = None  # a big commit: most of what is pending is its own
+                break
+            wanted.update((a, None) for a in self.staged_objects(data) if a in have)
+        if wanted is not None:
+            if len(wanted) < len(pending):
+                log.info("uploading the %d of %d pending object(s) this commit references "
+                         "(the mount's uploader sends the rest)", len(wanted), len(pending))
+            pending = list(wanted)
+        self.data.flush_pending(pending)
 
     def restore_object(self, key: str) -> bool:
         return key.startswith("data/") and self.data.restore(key)

@@ -11,8 +11,10 @@ Commit protocol (crash-safe at every step):
    operation: if the pending commit reached the head, its tokens are dropped,
    otherwise they simply stay sealed and are committed next time.
 
-Between (1) and (2) the repository's ``after_seal`` hook runs (the catalog drains
-its pending uploads there: every entry sealed references a stored object).
+Between (2) and (4) the repository stores what the collected changes reference
+(``store_staged``: the catalog uploads the mount's pending objects among them), so
+no commit references an object the store lacks; uploads of other branches' or of
+since-replaced content are left to the mount's uploader.
 
 Staging older than an hour (``BranchState.since_ns``) is claimed before (4): every
 object it references is looked up and refreshed as a deduplicating writer does
@@ -91,6 +93,13 @@ def overlay(older: list[Change], newer: list[Change]) -> list[Change]:
                              view.FuncLayer(lambda s, x=older: x)]))
 
 
+def _staged_values(changes) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value data) of each change that puts an entry (deletions have none)."""
+    for c in changes:  # (key, identity, data[, encoded value]); no identity: a deletion
+        if c[1] is not None:
+            yield c[0], (c[2] if c[2] is not None else decode_value(c[3])[1])
+
+
 class Committer:
     def __init__(self, repo):
         self.repo = repo
@@ -128,9 +137,10 @@ class Committer:
                      landed, pending["commit"] if landed else None,
                      staging=pending.get("staging", True))
 
-    def _after_seal(self) -> None:
-        if self.repo.after_seal is not None:
-            self.repo.after_seal()
+    def _store_staged(self, changes) -> None:
+        """Store what ``changes`` (about to be committed) reference; entries are staged
+        after their pending object exists, so after the seal this covers them all."""
+        self.repo.store_staged(lambda: (data for _, data in _staged_values(changes)))
 
     def _exists_and_ancestor(self, cid: str, head: str) -> bool:
         try:
@@ -232,9 +242,6 @@ class Committer:
             sealed_ns = time.time_ns()
             st = self.seal(branch)
             crash_point("commit:sealed")
-            # never reference an object that is not in the store: entries are staged
-            # after their pending file exists, so draining after the seal covers them
-            self._after_seal()
             if st.puts + st.tombstones >= self.committed.parallel_min_records:
                 self.committed.start_workers()  # likely a parallel apply (counters: writes)
             head_id, _ = self.repo.heads.branch(branch)
@@ -243,6 +250,7 @@ class Committer:
             if not changes:  # e.g. a compaction of a file written and removed again
                 self.settle_unchanged(branch, st, head.id, sealed_ns)
                 raise NothingToCommitError(f"nothing to commit on branch {branch!r}")
+            self._store_staged(changes)
             self.claim_if_old(branch, st, changes)
 
             def build(head: Commit) -> Optional[Commit]:
@@ -273,14 +281,13 @@ class Committer:
             self.recover(branch)
             sealed_ns = time.time_ns()
             st = self.seal(branch) if include_staged else BranchState(staging=new_token())
-            if include_staged:
-                self._after_seal()  # see commit(); imports upload synchronously
             head = self.repo.commits.get(self.repo.heads.branch(branch)[0])
             staged, staged_base = self._staged_changes_of_old(branch, st, head)
             imported = self._token_changes([token])
             if not staged and not imported:
                 raise NothingToCommitError(f"nothing to commit on branch {branch!r}")
-            if staged:
+            if staged:  # (an import's own objects are stored as it runs)
+                self._store_staged(staged)
                 self.claim_if_old(branch, st, staged)
 
             def build(head: Commit) -> Optional[Commit]:
@@ -440,12 +447,9 @@ class Committer:
         if hours is None:
             return
         objects: dict[str, Optional[bytes]] = {}  # object -> a key referencing it
-        for c in changes:  # (key, identity, data[, encoded value]); no identity: a deletion
-            if c[1] is None:
-                continue
-            data = c[2] if c[2] is not None else decode_value(c[3])[1]
+        for key, data in _staged_values(changes):
             for obj in self.repo.staged_objects(data):
-                objects.setdefault(obj, c[0])
+                objects.setdefault(obj, key)
         if st.compacted:  # the compacted tree's own ranges (the base's are the base's)
             base = self.repo.commits.get(st.compacted["base"]).metarange
             known = set(self.committed.ranges.metarange(base).ids)

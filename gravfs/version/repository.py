@@ -99,9 +99,6 @@ class VersionRepository:
         self.heads = Heads(store, before_write=self._check_conditions)
         self._conditions_checked = store.conditions_are_own
         self.staging = StagingArea(self.workspace.staging, sync=staging_sync)
-        # run by the committer right after it seals the staged changes, before it
-        # reads them (the catalog drains its pending uploads there)
-        self.after_seal: Optional[Callable[[], None]] = None
         self.head_ttl = head_ttl
         self.compaction: Optional[CompactionPolicy] = CompactionPolicy()
         self._heads_cache: dict[str, tuple[float, str]] = {}
@@ -484,6 +481,11 @@ class VersionRepository:
     def staged_objects(self, data: bytes) -> list[str]:
         """Store objects a staged value's data references (values are opaque here)."""
         return []
+
+    def store_staged(self, values: Callable[[], Iterator[bytes]]) -> None:
+        """Make sure every object the staged values about to be committed reference is in
+        the store (the catalog's mount writes back: its pending uploads). ``values``
+        iterates their data."""
 
     def restore_object(self, key: str) -> bool:
         """Write ``key``, gone from the store, again from a copy on this host; whether
