@@ -152,6 +152,7 @@ class DataObjects:
         self._failed_at = 0.0
         self._last_put = 0.0  # monotonic time of the last put_pending
         self._backlog_bytes = 0
+        self._writer_lock: Optional[int] = None  # see start_uploader
 
     # -- write-back --------------------------------------------------------------------
 
@@ -310,6 +311,11 @@ class DataObjects:
         if self.pending_dir is None or self._queue is not None:
             return
         private_dir(self.pending_dir)
+        # held (shared) while this process writes back: garbage collection with a
+        # minimum age under an hour asks (writer_running) and refuses to run meanwhile
+        fd = os.open(self._writer_lock_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        self._writer_lock = fd
         self._queue = queue.Queue()
         threading.Thread(target=self._make_pending_dirs, name="gravfs-pending-dirs",
                          daemon=True).start()
@@ -318,6 +324,26 @@ class DataObjects:
             t.start()
             self._workers.append(t)
         self.requeue_pending()
+
+    def _writer_lock_path(self) -> str:
+        return self.pending_dir.rstrip("/") + ".lock"
+
+    def writer_running(self) -> bool:
+        """Whether a process of this workspace (a mount's daemon) runs an uploader: it
+        writes to the store at any moment, reusing objects it finds stored."""
+        if self.pending_dir is None:
+            return False
+        try:
+            fd = os.open(self._writer_lock_path(), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # (an exclusive lock taken goes with it)
+        return False
 
     def _make_pending_dirs(self) -> None:
         """Make the pending directory's 256 subdirectories ahead of the first closes:
@@ -364,12 +390,16 @@ class DataObjects:
         with self._qlock:
             self._queued.clear()
             self._backlog_bytes = 0
-        if drain:
-            try:
+        try:
+            if drain:
                 self.flush_pending()
-            except Exception as exc:
-                log.warning("pending uploads stay pending (the next mount or commit uploads "
-                            "them): %s", exc)
+        except Exception as exc:
+            log.warning("pending uploads stay pending (the next mount, or a commit that "
+                        "takes them, uploads them): %s", exc)
+        finally:
+            if self._writer_lock is not None:
+                os.close(self._writer_lock)
+                self._writer_lock = None
 
     def _enqueue(self, address: str, size: int = 0) -> None:
         q = self._queue

@@ -3,9 +3,9 @@
 A run (``gc``), with T0 the mark's start by the store's clock (the last-modified
 of the run's status object) and the cutoff T0 minus the minimum age:
 
-1. Select (driver, gravfs.version.retention): the kept commits, walking each
-   branch's first-parent chain, bounded memory; their distinct metaranges,
-   plus the compacted metaranges of this host's staging.
+1. Select (driver, gravfs.version.retention): this host's staging is read, then
+   the kept commits, walking each branch's first-parent chain, bounded memory;
+   their distinct metaranges, plus the compacted metaranges of that staging.
 2. Mark (executors): metaranges -> distinct range ids; ranges the mark cache
    (gctasks) does not cover yet are read once and cached; the live set is the
    cached rows of the kept ranges, the kept ranges and metaranges themselves,
@@ -46,6 +46,7 @@ from gravfs.fs.references import live_addresses
 from gravfs.spark import gctasks
 from gravfs.spark.runtime import job_failed
 from gravfs.spark.gcfence import FenceHeldError, SweepFence
+from gravfs.store.base import REFRESH_AGE
 from gravfs.version.committed.reader import METARANGES_PREFIX, RANGES_PREFIX
 from gravfs.version.committed.record import decode_value
 from gravfs.version.retention import (SWEPT_STATES, kept_key, load_rules, read_commit,
@@ -153,6 +154,8 @@ def gc(spark, repo, *, dry_run: bool = False, min_age: float = DEFAULT_MIN_AGE,
     if rules is None:
         raise GcRefusedError("no retention rules: set them first with 'gravfs gc rules set "
                              "--default-days N'")
+    if min_age < REFRESH_AGE and not dry_run:
+        _check_nothing_writes(repo, min_age)
     run = _Run(repo.store, new_run_id())
     res = GcResult(run.id, "marking", dry_run, min_age)
     run.save(run=run.id, state="marking", dry_run=dry_run, min_age_s=min_age,
@@ -188,6 +191,20 @@ def gc(spark, repo, *, dry_run: bool = False, min_age: float = DEFAULT_MIN_AGE,
     return res
 
 
+def _check_nothing_writes(repo, min_age: float) -> None:
+    """Writers refresh a stored object they reuse only when it is over REFRESH_AGE old
+    (store.base), so a run that deletes younger ones is safe only while nothing writes
+    to the store: refused while a mount of it runs on this host, warned otherwise."""
+    if repo.data.writer_running():
+        raise GcRefusedError(
+            f"a mount of {repo.store.url} runs on this host: with --min-age "
+            f"{min_age:g}s (under {REFRESH_AGE / 3600:g} h) garbage collection could delete "
+            "an object the mount stores again meanwhile (a file written back with content "
+            "stored before); unmount it first, or use --min-age 1h or more")
+    log.warning("--min-age %gs (under %g h): nothing may write to this store until the run "
+                "ends, on this host or another", min_age, REFRESH_AGE / 3600)
+
+
 def _is_spark_error(exc: BaseException) -> bool:
     return type(exc).__module__.startswith(("py4j", "pyspark"))
 
@@ -217,10 +234,12 @@ def _mark_and_report_in(spark, repo, run: _Run, res: GcResult, rules, cutoff: fl
     url = repo.store.url
     par = sc.defaultParallelism
 
-    sel = select_commits(repo.store, rules, res.mark_started_ns)
-    res.kept_commits, res.commits_read = len(sel.kept), sel.commits_read
+    # staging before refs: a commit landing between the two reads moves entries from
+    # one into the other, and read the other way round the mark would see neither
     staged, compacted = _staging_known(repo)
     res.staged_addresses = len(staged)
+    sel = select_commits(repo.store, rules, res.mark_started_ns)
+    res.kept_commits, res.commits_read = len(sel.kept), sel.commits_read
     metaranges = sorted(sel.metaranges | compacted)
     res.metaranges = len(metaranges)
     res.seconds["select"] = round(time.monotonic() - clock, 3)
@@ -404,6 +423,8 @@ def check_sweepable(store, run_id: str) -> dict:
 
 def _sweep_only(spark, repo, run_id: str, report_dir: Optional[str]) -> GcResult:
     status = check_sweepable(repo.store, run_id)
+    if float(status.get("min_age_s", 0)) < REFRESH_AGE:
+        _check_nothing_writes(repo, float(status.get("min_age_s", 0)))
     state = status["state"]
     summary = status.get("summary") or {}
     res = GcResult(**{k: v for k, v in summary.items() if k in GcResult.__dataclass_fields__})

@@ -252,6 +252,57 @@ def test_concurrent_commit_dedups_against_a_dying_object(spark, local_history, t
         assert gone and not any(repo.store.exists(a) for a in gone)
 
 
+def test_staging_committed_while_the_mark_reads_refs_stays_live(spark, local_history,
+                                                                 monkeypatch):
+    """A commit that lands between the mark's reads of the refs and of this host's
+    staging moves entries from the one into the other: the mark read refs first, so
+    it saw them in neither, and with --min-age 0 (a store only this host writes to)
+    the head lost their objects. It reads staging first now."""
+    import gravfs.spark.gc as gcmod
+    store, state, ids = local_history
+    with Repository.open(store, state) as repo:
+        repo.write_file("main", "late.txt", b"staged before the run, committed in its mark")
+        _age_store(store, 2 * DAY)  # (older than the cutoff, as any file staged before)
+        select = gcmod.select_commits
+        landed = {}
+
+        def select_then_a_commit_lands(*args, **kw):
+            sel = select(*args, **kw)
+            landed["commit"] = repo.commit("main", "lands during the mark").id
+            return sel
+
+        monkeypatch.setattr(gcmod, "select_commits", select_then_a_commit_lands)
+        res = gc(spark, repo, min_age=0)
+        assert res.state == "done" and res.deleted_objects > 0
+        assert repo.head("main") == landed["commit"]
+        assert repo.read("main", "late.txt") == b"staged before the run, committed in its mark"
+        assert fsck(repo, check_data=True, progress=False).exit_code == 0
+
+
+def test_a_min_age_under_an_hour_is_refused_while_a_mount_writes_back(spark, local_history):
+    """A mount's uploader reuses a stored object without refreshing it unless it is an
+    hour old (store.base): a run deleting younger ones while a mount of the store
+    runs could take a file's content from under its new commit."""
+    from gravfs.spark.gc import GcRefusedError
+    store, state, ids = local_history
+    with Repository.open(store, state) as repo:
+        _age_store(store, 2 * DAY)
+        before = _all_objects(repo)
+        repo.data.start_uploader(workers=1)  # what a mount's daemon runs
+        try:
+            with pytest.raises(GcRefusedError, match=r"a mount of .* runs on this host.*"
+                               r"unmount it first, or use --min-age 1h"):
+                gc(spark, repo, min_age=0)
+            assert _all_objects(repo) == before
+            assert not list(repo.store.list("_gravfs/gc/2"))  # no run begun
+            assert gc(spark, repo, min_age=3600).state == "done"  # an hour: it runs
+            assert gc(spark, repo, dry_run=True, min_age=0).state == "marked"
+        finally:
+            repo.data.stop_uploader()
+        assert not repo.data.writer_running()
+        assert gc(spark, repo, min_age=0).state == "done"
+
+
 def test_sweep_only_and_refusals(spark, local_history):
     store, state, ids = local_history
     with Repository.open(store, state) as repo:
