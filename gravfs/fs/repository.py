@@ -245,13 +245,16 @@ class Repository(VersionRepository):
         return live_addresses(decode_entry(data), self.store.url, self.data)
 
     def store_staged(self, values: Callable[[], Iterator[bytes]]) -> None:
-        """Upload the pending objects a commit references, only those when it can tell
-        them quickly: with writers outrunning the uploader, another branch's job or
-        files replaced or removed since, a commit costs its own change, not the backlog.
-        It can when the changes number less than PICK_PER_PENDING times the pending
-        objects (reading a change costs a thousandth of an upload)."""
+        """Upload the pending objects a commit references, only those when a mount's
+        uploader runs (it sends the rest) and they can be told quickly: with writers
+        outrunning the uploader, another branch's job or files replaced or removed
+        since, a commit costs its own change, not the backlog. They can when the
+        changes number less than PICK_PER_PENDING times the pending objects (reading a
+        change costs a thousandth of an upload). With no uploader running (a mount
+        killed), the commit drains them all: nothing else would."""
         pending = self.data.pending_addresses()
-        if not pending:
+        if not pending or not self.data.writer_running():
+            self.data.flush_pending(pending)
             return
         have, wanted = set(pending), {}
         for n, data in enumerate(values()):

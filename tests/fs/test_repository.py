@@ -1064,45 +1064,55 @@ def test_a_directorys_stat_finds_its_marker_or_first_child_with_one_seek(repo, m
         repo.stat("main", "lone")  # a file at "lone/" and nothing under it
 
 
-def _stage_pending(repo, branch: str, key: bytes, data: bytes, scratch) -> str:
-    """Stage ``data`` at ``key`` as the mount does: moved into pending uploads first."""
+def _stage_pending(repo, branch: str, key: bytes, data: bytes) -> str:
+    """Stage ``data`` at ``key`` as a mount's close does: pending upload first (put
+    there by hand when no uploader runs: what a killed mount left)."""
+    from gravfs import hashing
+    from gravfs.data.objects import address_of
     from gravfs.fs.entry import KIND_FILE
-    path = os.path.join(scratch, "w-%d" % time.monotonic_ns())
+    path = os.path.join(repo.workspace.tmp, "w-%d" % time.monotonic_ns())
     with open(path, "wb") as f:
         f.write(data)
-    address, size = repo.data.put_pending(path)
+    if repo.data.writer_running():
+        address, size = repo.data.put_pending(path)
+    else:
+        address, size = address_of(hashing.hexdigest(data)), len(data)
+        os.makedirs(os.path.dirname(repo.data.pending_path(address)), exist_ok=True)
+        os.rename(path, repo.data.pending_path(address))
     repo.stage(branch, [(key, EntryInfo(address=address, size=size, mtime_ns=time.time_ns(),
                                         mode=0o100644, kind=KIND_FILE))])
     return address
 
 
-@pytest.mark.parametrize("big", [False, True], ids=["picks-its-own", "big-drains-all"])
+@pytest.mark.parametrize("case", ["picks-its-own", "big-drains-all", "no-uploader-drains-all"])
 def test_a_commit_uploads_what_it_references_not_the_uploaders_backlog(
-        repo, tmp_path, monkeypatch, big):
+        repo, tmp_path, monkeypatch, case):
     """A mount's writers can outrun its uploader; a commit then waited for every pending
     upload (other branches' files, versions of a file since replaced): 882 of them, 17 s,
     for a commit of 32 files on SeaweedFS. It uploads its own; a commit with many changes
-    per pending object (most of them its own, then) drains all without picking."""
+    per pending object (most of them its own, then) drains all without picking, and so
+    does one with no uploader running (a killed mount's leftovers: nothing else would)."""
     from gravfs.data.objects import PAUSE_ENV
     import gravfs.fs.repository as fsrepo
     pause = tmp_path / "pause"
     pause.write_text("")
     monkeypatch.setenv(PAUSE_ENV, str(pause))
-    if big:
+    if case == "big-drains-all":
         monkeypatch.setattr(fsrepo, "PICK_PER_PENDING", 0)  # any commit counts as big
-    scratch = repo.workspace.tmp
     repo.create_branch("other", "main")
-    repo.data.start_uploader(workers=2)
+    if case != "no-uploader-drains-all":
+        repo.data.start_uploader(workers=2)
     try:
-        old = [_stage_pending(repo, "main", b"log", b"version %d\n" % i, scratch) for i in range(3)]
-        mine = [old.pop(), _stage_pending(repo, "main", b"notes", b"notes\n", scratch)]
-        theirs = _stage_pending(repo, "other", b"x", b"other branch\n", scratch)
+        old = [_stage_pending(repo, "main", b"log", b"version %d\n" % i) for i in range(3)]
+        mine = [old.pop(), _stage_pending(repo, "main", b"notes", b"notes\n")]
+        theirs = _stage_pending(repo, "other", b"x", b"other branch\n")
         backlog = old + [theirs]
         assert sorted(repo.data.pending_addresses()) == sorted(mine + backlog)
         cid = repo.commit("main", "two files").id
+        drained = case != "picks-its-own"
         assert all(repo.store.exists(a) for a in mine)
-        assert [a for a in backlog if repo.store.exists(a)] == (backlog if big else [])
-        assert sorted(repo.data.pending_addresses()) == ([] if big else sorted(backlog))
+        assert [a for a in backlog if repo.store.exists(a)] == (backlog if drained else [])
+        assert sorted(repo.data.pending_addresses()) == ([] if drained else sorted(backlog))
         assert repo.read(cid, "log") == b"version 2\n"
         pause.unlink()  # the uploader sends the rest; the other branch commits as ever
         repo.data.stop_uploader()
