@@ -458,26 +458,27 @@ def _log_path(args, repo) -> int:
     if not key:
         raise GravfsError("log -- PATH needs a path")
     kind = _kind_at(repo, args.ref, key)
+    ends: list = []  # where the history ends because older trees are gone
     with progress_bar(f"log -- {show(key)}: commits looked up", None) as bar:
         reader = None if kind == "dir" else _open_index(repo, missing_ok=True)
         if kind == "dir":
             log.info("diffing %s with its parents in every commit of %s", show(key), args.ref)
-            changes = list(repo.dir_history(args.ref, key, args.n, bar.advance))
+            changes = list(repo.dir_history(args.ref, key, args.n, bar.advance, ends))
         elif reader is None:
             log.info("looking %s up in every commit of %s", show(key), args.ref)
-            changes = list(repo.path_history(args.ref, key, args.n, bar.advance))
+            changes = list(repo.path_history(args.ref, key, args.n, bar.advance, ends))
         else:
             from gravfs.provenance.queries import path_history
             start = repo.resolve(args.ref).commit.id
             hist = path_history(reader, repo.commits, repo.heads, start, key,
-                                repo.entry_identity(key, bar.advance), args.n)
+                                repo.entry_identity(key, bar.advance), args.n, ends)
             changes = [(ch.commit, ch.kind) for ch in hist.changes]
             if hist.looked_up:
-                log.info("%d commit(s) of %s are newer than the provenance index: looked up "
+                log.info("%d commit(s) of %s are not in the provenance index: looked up "
                          "in their trees", hist.looked_up, args.ref)
-        if not changes and kind is None:  # no file there ever: a directory removed since?
-            kind = "dir"
-            changes = list(repo.dir_history(args.ref, key, args.n, bar.advance))
+        if not changes and kind is None and not ends:  # no file there ever: a directory
+            kind = "dir"                                  # removed since?
+            changes = list(repo.dir_history(args.ref, key, args.n, bar.advance, ends))
     for c, change in changes:
         if args.json:
             _print_json({**c.to_json(), "change": change, **_path_json(key)})
@@ -487,7 +488,22 @@ def _log_path(args, repo) -> int:
             print("Merge:  " + " ".join(_short(p) for p in c.parents))
         print(f"Author: {printable(c.author)}\nDate:   {_when(c.time_ns)}\n\n{_body(c.message)}\n\n"
               f"    {change}: {show(key)}{'/' if kind == 'dir' else ''}\n")
+    if ends:
+        print(f"gravfs: note: {_history_end(repo, ends[0])}", file=sys.stderr)
     return 0
+
+
+def _history_end(repo, c) -> str:
+    """Why a path's history stops at commit ``c``: a tree it needs is gone."""
+    from gravfs.version.retention import last_sweep
+    swept = last_sweep(repo.store)
+    parents = [repo.commits.get(p) for p in c.parents]
+    gone = [x for x in [c, *parents] if swept is not None and swept.expired(x)]
+    why = (f"garbage collection run {swept.run_id} expired "
+           f"{'it' if gone[0] is c else 'what came before it'} (retention rules), and "
+           "expired commits' trees are gone" if gone else
+           "a tree it needs is missing from the store ('gravfs fsck' checks them)")
+    return f"the history ends at commit {c.id[:12]} ({_when(c.time_ns)}): {why}"
 
 
 def cmd_provenance(args) -> int:

@@ -269,10 +269,12 @@ def path_identities(reader: IndexReader, key: bytes) -> dict[str, bytes]:
 
 def path_history(reader: IndexReader, store_commits, heads, start: str, key: bytes,
                  lookup: Callable[[Commit], Optional[bytes]],
-                 limit: Optional[int] = None) -> PathHistory:
+                 limit: Optional[int] = None,
+                 ends: Optional[list[Commit]] = None) -> PathHistory:
     """Commits of ``start``'s history (newest first, as ``gravfs log``) that changed ``key``.
-    Commits the index does not cover (made since its last run) are answered by
-    ``lookup(commit)``, the entry's identity read from the commit's tree."""
+    Commits the index does not cover (made since its last run, or expired by garbage
+    collection) are answered by ``lookup(commit)``, the entry's identity read from the
+    commit's tree; ``ends``: see history.path_changes."""
     at = path_identities(reader, key)
     commits = IndexedCommits.of(reader, store_commits)
     cov = coverage(commits, list_refs(heads))
@@ -285,5 +287,6 @@ def path_history(reader: IndexReader, store_commits, heads, start: str, key: byt
         looked_up += 1
         return lookup(c)
 
-    out = [PathChange(c, kind) for c, kind in path_changes(commits, start, identity, limit)]
+    out = [PathChange(c, kind) for c, kind in path_changes(commits, start, identity, limit,
+                                                            ends)]
     return PathHistory(out, cov, looked_up)

@@ -42,6 +42,7 @@ from gravfs.provenance.reader import REBUILD_HINT, IndexReader
 from gravfs.spark.runtime import job_failed
 from gravfs.spark.taskstore import task_store
 from gravfs.version.committed.reader import RangeStore
+from gravfs.version.retention import last_sweep
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class IndexResult:
     files: int
     bytes: int
     commits_total: int  # commits the index covers now
+    expired: int = 0    # commits left out: the last garbage collection expired them
 
 
 # --- executors ---------------------------------------------------------------------------
@@ -217,6 +219,7 @@ class IndexPlan:
     commits: list          # the new commits (gravfs.version.refs.commits.Commit)
     indexed_ranges: set
     total: int             # commits the index will cover
+    expired: int = 0       # commits left out (see plan_index)
 
 
 def plan_index(repo, full: bool = False) -> IndexPlan:
@@ -238,8 +241,17 @@ def plan_index(repo, full: bool = False) -> IndexPlan:
     new_ids = sorted(set(repo.commits.all_ids()) - indexed_commits)
     with ThreadPoolExecutor(16) as pool:
         commits = list(pool.map(repo.commits.get, new_ids))
-    log.info("%d commit(s) to index (%.1fs to list them)", len(commits), time.monotonic() - t0)
-    return IndexPlan(current, full, commits, indexed_ranges, len(indexed_commits) + len(commits))
+    # commits the last garbage collection expired may have lost their trees (reading
+    # one failed the whole run, every run): left out, as fsck leaves their trees
+    swept = last_sweep(repo.store)
+    kept = [c for c in commits if swept is None or not swept.expired(c)]
+    expired = len(commits) - len(kept)
+    if expired:
+        log.info("leaving out %d commit(s) garbage collection run %s expired", expired,
+                 swept.run_id)
+    log.info("%d commit(s) to index (%.1fs to list them)", len(kept), time.monotonic() - t0)
+    return IndexPlan(current, full, kept, indexed_ranges, len(indexed_commits) + len(kept),
+                     expired)
 
 
 def build_index(spark, repo, full: bool = False, plan: Optional[IndexPlan] = None
@@ -250,7 +262,7 @@ def build_index(spark, repo, full: bool = False, plan: Optional[IndexPlan] = Non
     current, full, commits, indexed_ranges = (plan.current, plan.full, plan.commits,
                                               plan.indexed_ranges)
     if not commits:
-        return IndexResult(None, full, 0, 0, {}, 0, 0, plan.total)
+        return IndexResult(None, full, 0, 0, {}, 0, 0, plan.total, plan.expired)
     store_url = repo.store.url
     t0 = time.monotonic()
     run_id = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
@@ -317,5 +329,5 @@ def build_index(spark, repo, full: bool = False, plan: Optional[IndexPlan] = Non
     log.info("index run %s: %d commit(s), %d range(s), %d file(s) in %.1fs", run_id,
              len(commits), len(new_ranges), len(files), time.monotonic() - t0)
     return IndexResult(run_id, full, len(commits), len(new_ranges), rows, len(files),
-                       sum(f.bytes for f in files), plan.total)
+                       sum(f.bytes for f in files), plan.total, plan.expired)
 

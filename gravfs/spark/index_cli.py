@@ -29,7 +29,8 @@ def cmd_spark_index(args, open_repo: Callable, spark_log_path: Callable) -> int:
     with open_repo(args) as repo:
         plan = plan_index(repo, args.full)
         if not plan.commits:  # nothing to do: no JVM to start
-            return _report(args, IndexResult(None, plan.full, 0, 0, {}, 0, 0, plan.total), 0.0)
+            return _report(args, IndexResult(None, plan.full, 0, 0, {}, 0, 0, plan.total,
+                                             plan.expired), 0.0)
         log_file = None if args.verbose else spark_log_path(args.state_dir)
         t0 = time.monotonic()
         spark = start_session(args.master, conf, args.verbose, app_name="gravfs index",
@@ -51,12 +52,17 @@ def _report(args, res, secs: float) -> int:
         print(json.dumps({"run": res.run, "full": res.full, "commits": res.commits,
                           "ranges": res.ranges, "rows": res.rows, "files": res.files,
                           "bytes": res.bytes, "commits_total": res.commits_total,
-                          "seconds": round(secs, 3)}, sort_keys=True))
-    elif res.run is None:
-        print(f"The provenance index is up to date ({res.commits_total} commits)")
+                          "expired_commits": res.expired, "seconds": round(secs, 3)},
+                         sort_keys=True))
+        return 0
+    left = (f"; {res.expired} commit(s) garbage collection expired are left out"
+            if res.expired else "")
+    if res.run is None:
+        print(f"The provenance index is up to date ({res.commits_total} commits{left})")
     else:
         rows = sum(res.rows.values())
         print(f"Indexed {res.commits} commit(s) and {res.ranges} range(s)"
               f"{' (full rebuild)' if res.full else ''}: {rows} rows in {res.files} file(s), "
-              f"{res.bytes} bytes, {secs:.1f}s; the index covers {res.commits_total} commits")
+              f"{res.bytes} bytes, {secs:.1f}s; the index covers {res.commits_total} commits"
+              f"{left}")
     return 0

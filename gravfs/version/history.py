@@ -55,9 +55,14 @@ def change_kind(cur: Optional[bytes], before: list[Optional[bytes]]) -> Optional
 
 def path_changes(commits: CommitStore, start: str,
                  identity: Callable[[Commit], Optional[bytes]],
-                 limit: Optional[int] = None) -> Iterator[tuple[Commit, str]]:
+                 limit: Optional[int] = None,
+                 ends: Optional[list[Commit]] = None) -> Iterator[tuple[Commit, str]]:
     """(commit, kind) of start's history, newest first as walk(), that changed a path;
-    ``identity(c)`` is the path's entry identity in c (None: absent), asked once a commit."""
+    ``identity(c)`` is the path's entry identity in c (None: absent), asked once a commit.
+
+    A tree that is gone (NotFoundError: garbage collection expires old commits' trees)
+    raises, or with ``ends`` ends the history there: the commit whose change can no
+    longer be told is appended to it, as git's log stops at a shallow clone's edge."""
     memo: dict[str, Optional[bytes]] = {}
 
     def at(c: Commit) -> Optional[bytes]:
@@ -69,7 +74,14 @@ def path_changes(commits: CommitStore, start: str,
     for c in walk(commits, [start]):
         if limit is not None and n >= limit:
             return
-        kind = change_kind(at(c), [at(commits.get(p)) for p in c.parents])
+        parents = [commits.get(p) for p in c.parents]
+        try:
+            kind = change_kind(at(c), [at(p) for p in parents])
+        except NotFoundError:
+            if ends is None:
+                raise
+            ends.append(c)
+            return
         memo.pop(c.id, None)  # walk() yields each commit once, after its children
         if kind is not None:
             yield c, kind
@@ -77,21 +89,28 @@ def path_changes(commits: CommitStore, start: str,
 
 
 def dir_changes(commits: CommitStore, start: str, differs: Callable[[str, str], bool],
-                holds: Callable[[str], bool], limit: Optional[int] = None
-                ) -> Iterator[tuple[Commit, str]]:
+                holds: Callable[[str], bool], limit: Optional[int] = None,
+                ends: Optional[list[Commit]] = None) -> Iterator[tuple[Commit, str]]:
     """(commit, kind) of start's history, newest first as walk(), that changed anything
     under a directory: ``differs(parent metarange, metarange)`` says whether the two
     trees differ there, ``holds(metarange)`` whether a tree has anything there. A merge
-    counts when it differs from every parent, as git's log -- DIR."""
+    counts when it differs from every parent, as git's log -- DIR. ``ends``: as
+    path_changes's."""
     n = 0
     for c in walk(commits, [start]):
         if limit is not None and n >= limit:
             return
         before = [commits.get(p).metarange for p in c.parents]
-        if before and not all(differs(mr, c.metarange) for mr in before):
-            continue
-        now = holds(c.metarange)
-        had = [holds(mr) for mr in before]
+        try:
+            if before and not all(differs(mr, c.metarange) for mr in before):
+                continue
+            now = holds(c.metarange)
+            had = [holds(mr) for mr in before]
+        except NotFoundError:
+            if ends is None:
+                raise
+            ends.append(c)
+            return
         if not now and not any(had):
             continue
         yield c, ("modified" if now and any(had) else "added" if now else "removed")

@@ -408,18 +408,22 @@ class VersionRepository:
         return walk(self.commits, [self.resolve(ref).commit.id], limit)
 
     def path_history(self, ref: str, key: bytes, limit: Optional[int] = None,
-                     seen: Optional[Callable[[], None]] = None) -> Iterator[tuple[Commit, str]]:
+                     seen: Optional[Callable[[], None]] = None,
+                     ends: Optional[list[Commit]] = None) -> Iterator[tuple[Commit, str]]:
         """(commit, added|modified|removed) of ref's history that changed the entry at
         ``key``, newest first: one lookup in each commit's tree (the provenance index
-        answers without them); ``seen()`` is called after each (progress)."""
+        answers without them); ``seen()`` is called after each (progress). ``ends``:
+        see history.path_changes."""
         return path_changes(self.commits, self.resolve(ref).commit.id,
-                            self.entry_identity(key, seen), limit)
+                            self.entry_identity(key, seen), limit, ends)
 
     def dir_history(self, ref: str, key: bytes, limit: Optional[int] = None,
-                    seen: Optional[Callable[[], None]] = None) -> Iterator[tuple[Commit, str]]:
+                    seen: Optional[Callable[[], None]] = None,
+                    ends: Optional[list[Commit]] = None) -> Iterator[tuple[Commit, str]]:
         """(commit, added|modified|removed) of ref's history that changed anything under
         the directory ``key``: a diff with each parent limited to it (equal ranges
-        skipped, so a commit costs the change there); ``seen()`` after each commit."""
+        skipped, so a commit costs the change there); ``seen()`` after each commit;
+        ``ends``: see history.dir_changes."""
         prefix = key + b"/"
 
         def differs(left: str, right: str) -> bool:
@@ -430,7 +434,8 @@ class VersionRepository:
                 seen()
             return any(rec.key.startswith(prefix) for rec in
                        itertools.islice(self.committed.iter(mr, prefix), 1))
-        return dir_changes(self.commits, self.resolve(ref).commit.id, differs, holds, limit)
+        return dir_changes(self.commits, self.resolve(ref).commit.id, differs, holds, limit,
+                           ends)
 
     def entry_identity(self, key: bytes, seen: Optional[Callable[[], None]] = None
                        ) -> Callable[[Commit], Optional[bytes]]:

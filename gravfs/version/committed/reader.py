@@ -23,7 +23,7 @@ from gravfs import sstable as _sstable
 from gravfs.version.committed import metarecords
 from gravfs.version.committed.messages import RangeData
 from gravfs.version.committed.record import EMPTY_ID, Record, decode_record, decode_value
-from gravfs.errors import CorruptDataError
+from gravfs.errors import CorruptDataError, NotFoundError
 from gravfs.lru import LRU
 from gravfs.waits import may_wait
 
@@ -262,7 +262,12 @@ class RangeStore:
         # served unverified and unsynced: the reader checks each block it reads
         # and recovers from a bad copy (see the module's docstring). A copy the tier
         # holds is opened on any thread; a fetch gives way (gravfs.waits)
-        handle = self.tier.acquire(key, self_checked=True, durable=False)
+        try:
+            handle = self.tier.acquire(key, self_checked=True, durable=False)
+        except NotFoundError as exc:
+            raise NotFoundError(f"{exc}: a commit's tree, which garbage collection deletes "
+                                "once the retention rules expire the commit ('gravfs fsck' "
+                                "counts those); otherwise the store is damaged") from None
         try:
             try:
                 reader = self._new_reader(handle.path, key, state, self._recover(key))
