@@ -20,6 +20,12 @@ class NotFoundError(GravfsError):
     exit_code = 2
 
 
+class TreeGoneError(NotFoundError):
+    """A commit's tree object (metarange, range) is not in the store: garbage collection
+    deleted it (the commit expired), or damage. Not a missing path: what the tree would
+    answer is unknown (the mount answers EIO, not ENOENT or an empty directory)."""
+
+
 class AlreadyExistsError(GravfsError):
     """Create-once object (tag, branch, repository) already exists."""
 

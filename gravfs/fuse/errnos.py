@@ -18,13 +18,15 @@ import pyfuse3
 
 from gravfs.errors import (AlreadyExistsError, AmbiguousRefError, BadNameError, ConflictError,
                            CorruptDataError, GravfsError, NotFoundError,
-                           PreconditionFailedError, ReadOnlyError, StoreUnavailableError)
+                           PreconditionFailedError, ReadOnlyError, StoreUnavailableError,
+                           TreeGoneError)
 from gravfs.fuse import opstats
 from gravfs.fuse.spin import noter
 
 log = logging.getLogger(__name__)
 
 _BY_CLASS: list[tuple[type, int]] = [
+    (TreeGoneError, errno.EIO),  # (a NotFoundError, but no answer about the path)
     (NotFoundError, errno.ENOENT),
     (AlreadyExistsError, errno.EEXIST),
     (AmbiguousRefError, errno.ENOENT),

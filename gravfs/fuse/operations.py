@@ -37,7 +37,7 @@ from gravfs.fs.entry import (KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_DIRECTORY
 from gravfs.data.objects import address_of
 from gravfs.data.external import content_key, is_external, source_of
 from gravfs.data.reader import DataReader
-from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError
+from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError, TreeGoneError
 from gravfs.fuse import holders, kernel, opstats
 from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
 from gravfs.fuse.forgets import Forgets
@@ -489,6 +489,8 @@ class GravfsOperations(pyfuse3.Operations):
         if tree.kind != "branch":  # a commit or tag: never changes, no stat cache
             try:
                 return await self._at_hand(self.repo.stat, tree.ref, key)
+            except TreeGoneError:
+                raise
             except NotFoundError:
                 return None
         lock = self._ns(tree)
@@ -570,6 +572,8 @@ class GravfsOperations(pyfuse3.Operations):
         try:
             version = self.statcache.version(tree.name, blocking=True)  # before the stat
             n = self.repo.stat(tree.ref, key)
+        except TreeGoneError:
+            raise
         except NotFoundError:
             n = None
         if ahead and version is not None:
@@ -908,6 +912,8 @@ class GravfsOperations(pyfuse3.Operations):
                 try:
                     version, batch = await self._next_batch(h, tree, node.key, start_after,
                                                             limit)
+                except TreeGoneError:
+                    raise
                 except NotFoundError:
                     return
                 more = len(batch) >= limit
@@ -1132,6 +1138,8 @@ class GravfsOperations(pyfuse3.Operations):
     def _stat_or_none(self, tree: Tree, key: bytes) -> Optional[Node]:
         try:
             return self.repo.stat(tree.ref, key)
+        except TreeGoneError:
+            raise
         except NotFoundError:
             return None
 

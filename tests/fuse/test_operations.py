@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import hashlib
+import json
 import mmap
 import os
 import stat
@@ -73,6 +74,37 @@ def test_a_damaged_commit_leaves_the_rest_of_commits_listed(tmp_path):
         assert f"commits/ lists what it can: _gravfs/commits/{first}: commit object does " \
             "not hash to its id" in m.log_text()
         assert _read(m.path("commits", second, "b")) == b"1"
+    finally:
+        m.cleanup()
+
+
+def test_a_commit_whose_tree_is_gone_answers_eio_not_an_empty_directory(tmp_path):
+    """Garbage collection deletes the trees of the commits it expires (their commit
+    objects stay): commits/<id>/ of one listed as an empty directory, and its files
+    as absent (ENOENT), as if the commit had held nothing."""
+    import shutil
+    m = Mount(str(tmp_path)).init()
+    local = os.path.join(m.base, "local")
+    _write(local, b"1")
+    m.cli("put", local, "main:a")
+    first = m.commit(message="one")
+    m.cli("put", local, "main:b")
+    second = m.commit(message="two")
+    with open(os.path.join(m.store, "_gravfs", "commits", first), "rb") as f:
+        metarange = json.load(f)["metarange"]
+    os.unlink(os.path.join(m.store, "_gravfs", "metaranges", metarange))  # as a sweep does
+    shutil.rmtree(os.path.join(m.state_dir, "repos"))  # and no copy cached on this host
+    m.mount()
+    try:
+        assert {first, second} <= set(os.listdir(m.path("commits")))  # (and the root)
+        for probe in (os.listdir, os.stat):
+            with pytest.raises(OSError) as e:
+                probe(m.path("commits", first, "a") if probe is os.stat
+                      else m.path("commits", first))
+            assert e.value.errno == errno.EIO
+        assert f"_gravfs/metaranges/{metarange} not found" in m.log_text()
+        assert "a commit's tree, which garbage collection deletes" in m.log_text()
+        assert _read(m.path("commits", second, "b")) == b"1"  # the others as ever
     finally:
         m.cleanup()
 

@@ -23,7 +23,7 @@ from gravfs import sstable as _sstable
 from gravfs.version.committed import metarecords
 from gravfs.version.committed.messages import RangeData
 from gravfs.version.committed.record import EMPTY_ID, Record, decode_record, decode_value
-from gravfs.errors import CorruptDataError, NotFoundError
+from gravfs.errors import CorruptDataError, NotFoundError, TreeGoneError
 from gravfs.lru import LRU
 from gravfs.waits import may_wait
 
@@ -265,7 +265,7 @@ class RangeStore:
         try:
             handle = self.tier.acquire(key, self_checked=True, durable=False)
         except NotFoundError as exc:
-            raise NotFoundError(f"{exc}: a commit's tree, which garbage collection deletes "
+            raise TreeGoneError(f"{exc}: a commit's tree, which garbage collection deletes "
                                 "once the retention rules expire the commit ('gravfs fsck' "
                                 "counts those); otherwise the store is damaged") from None
         try:
