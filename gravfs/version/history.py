@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 from typing import Callable, Iterator, Optional
 
-from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
+from gravfs.errors import CorruptDataError, GravfsError, NotFoundError, TreeGoneError
 from gravfs.version.refs.commits import Commit, CommitStore
 
 
@@ -60,7 +60,7 @@ def path_changes(commits: CommitStore, start: str,
     """(commit, kind) of start's history, newest first as walk(), that changed a path;
     ``identity(c)`` is the path's entry identity in c (None: absent), asked once a commit.
 
-    A tree that is gone (NotFoundError: garbage collection expires old commits' trees)
+    A tree that is gone (TreeGoneError: garbage collection expires old commits' trees)
     raises, or with ``ends`` ends the history there: the commit whose change can no
     longer be told is appended to it, as git's log stops at a shallow clone's edge."""
     memo: dict[str, Optional[bytes]] = {}
@@ -77,7 +77,7 @@ def path_changes(commits: CommitStore, start: str,
         parents = [commits.get(p) for p in c.parents]
         try:
             kind = change_kind(at(c), [at(p) for p in parents])
-        except NotFoundError:
+        except TreeGoneError:
             if ends is None:
                 raise
             ends.append(c)
@@ -106,7 +106,7 @@ def dir_changes(commits: CommitStore, start: str, differs: Callable[[str, str], 
                 continue
             now = holds(c.metarange)
             had = [holds(mr) for mr in before]
-        except NotFoundError:
+        except TreeGoneError:
             if ends is None:
                 raise
             ends.append(c)
