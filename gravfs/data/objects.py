@@ -32,7 +32,8 @@ import threading
 import time
 from array import array
 from concurrent.futures import ThreadPoolExecutor
-from typing import BinaryIO, NamedTuple, Optional
+from contextlib import contextmanager
+from typing import BinaryIO, Iterator, NamedTuple, Optional
 
 from gravfs import hashing
 from gravfs.cleanup import unlink_quiet
@@ -312,9 +313,16 @@ class DataObjects:
             return
         private_dir(self.pending_dir)
         # held (shared) while this process writes back: garbage collection with a
-        # minimum age under an hour asks (writer_running) and refuses to run meanwhile
+        # minimum age under an hour holds it exclusively (writers_held_off) for its run
         fd = os.open(self._writer_lock_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise GravfsError(
+                "garbage collection with a minimum age under an hour is running on this "
+                "host for this store (it could delete what a mount stores meanwhile); "
+                "mount when it has ended") from None
         self._writer_lock = fd
         self._queue = queue.Queue()
         threading.Thread(target=self._make_pending_dirs, name="gravfs-pending-dirs",
@@ -330,20 +338,32 @@ class DataObjects:
 
     def writer_running(self) -> bool:
         """Whether a process of this workspace (a mount's daemon) runs an uploader: it
-        writes to the store at any moment, reusing objects it finds stored."""
+        writes to the store at any moment, reusing objects it finds stored. (True also
+        while a garbage collection holds writers off.)"""
+        with self.writers_held_off() as held:
+            return not held
+
+    @contextmanager
+    def writers_held_off(self) -> Iterator[bool]:
+        """Hold off uploaders of this workspace (a mount starting fails) meanwhile;
+        yields False, holding nothing, when one runs already."""
         if self.pending_dir is None:
-            return False
+            yield True
+            return
         try:
-            fd = os.open(self._writer_lock_path(), os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return False
+            fd = os.open(self._writer_lock_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:  # no workspace directory: no mount of it either
+            yield True
+            return
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
         finally:
-            os.close(fd)  # (an exclusive lock taken goes with it)
-        return False
+            os.close(fd)  # (the lock goes with it)
 
     def _make_pending_dirs(self) -> None:
         """Make the pending directory's 256 subdirectories ahead of the first closes:

@@ -464,7 +464,11 @@ def serve(cfg: dict, ready_fd: Optional[int], daemon: bool) -> int:
         DEFAULT_CACHE.set_capacity(opts.meta_cache_mb << 20)
         log.info("metadata block cache: %d MiB", opts.meta_cache_mb)
     if not opts.read_only:  # write-back of closed files; drains what a dead daemon left
-        repo.data.start_uploader(UPLOAD_WORKERS)
+        try:
+            repo.data.start_uploader(UPLOAD_WORKERS)
+        except GravfsError as exc:  # a garbage collection holds writers off
+            repo.close()
+            return report(exc.exit_code, str(exc))
     settings = dataclasses.replace(opts, branch=cfg["branch"], mountpoint=cfg["mountpoint"])
     try:
         ops = GravfsOperations(repo, settings)

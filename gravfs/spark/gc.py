@@ -36,9 +36,10 @@ import math
 import os
 import secrets
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from gravfs.errors import GravfsError, NotFoundError
 from gravfs.fs.entry import decode_entry
@@ -154,8 +155,12 @@ def gc(spark, repo, *, dry_run: bool = False, min_age: float = DEFAULT_MIN_AGE,
     if rules is None:
         raise GcRefusedError("no retention rules: set them first with 'gravfs gc rules set "
                              "--default-days N'")
-    if min_age < REFRESH_AGE and not dry_run:
-        _check_nothing_writes(repo, min_age)
+    with _writers_held_off(repo, None if dry_run else min_age):
+        return _run(spark, repo, rules, dry_run, min_age, report_dir, on_report)
+
+
+def _run(spark, repo, rules, dry_run: bool, min_age: float, report_dir: Optional[str],
+         on_report: Optional[Callable[[GcResult], None]]) -> GcResult:
     run = _Run(repo.store, new_run_id())
     res = GcResult(run.id, "marking", dry_run, min_age)
     run.save(run=run.id, state="marking", dry_run=dry_run, min_age_s=min_age,
@@ -191,18 +196,27 @@ def gc(spark, repo, *, dry_run: bool = False, min_age: float = DEFAULT_MIN_AGE,
     return res
 
 
-def _check_nothing_writes(repo, min_age: float) -> None:
+@contextmanager
+def _writers_held_off(repo, min_age: Optional[float]) -> Iterator[None]:
     """Writers refresh a stored object they reuse only when it is over REFRESH_AGE old
-    (store.base), so a run that deletes younger ones is safe only while nothing writes
-    to the store: refused while a mount of it runs on this host, warned otherwise."""
-    if repo.data.writer_running():
-        raise GcRefusedError(
-            f"a mount of {repo.store.url} runs on this host: with --min-age "
-            f"{min_age:g}s (under {REFRESH_AGE / 3600:g} h) garbage collection could delete "
-            "an object the mount stores again meanwhile (a file written back with content "
-            "stored before); unmount it first, or use --min-age 1h or more")
-    log.warning("--min-age %gs (under %g h): nothing may write to this store until the run "
-                "ends, on this host or another", min_age, REFRESH_AGE / 3600)
+    (store.base), so a run that deletes younger ones (``min_age`` under it; None: one
+    that deletes nothing) is safe only while nothing writes to the store: refused while
+    a mount of it runs on this host, a mount starting meanwhile is refused, and the
+    user is warned of the rest."""
+    if min_age is None or min_age >= REFRESH_AGE:
+        yield
+        return
+    with repo.data.writers_held_off() as held:
+        if not held:
+            raise GcRefusedError(
+                f"a mount of {repo.store.url} runs on this host: with --min-age "
+                f"{min_age:g}s (under {REFRESH_AGE / 3600:g} h) garbage collection could "
+                "delete an object the mount stores again meanwhile (a file written back "
+                "with content stored before); unmount it first, or use --min-age 1h or more")
+        log.warning("--min-age %gs (under %g h): nothing may write to this store until the "
+                    "run ends, on this host or another (a mount of it here is refused "
+                    "meanwhile)", min_age, REFRESH_AGE / 3600)
+        yield
 
 
 def _is_spark_error(exc: BaseException) -> bool:
@@ -423,8 +437,6 @@ def check_sweepable(store, run_id: str) -> dict:
 
 def _sweep_only(spark, repo, run_id: str, report_dir: Optional[str]) -> GcResult:
     status = check_sweepable(repo.store, run_id)
-    if float(status.get("min_age_s", 0)) < REFRESH_AGE:
-        _check_nothing_writes(repo, float(status.get("min_age_s", 0)))
     state = status["state"]
     summary = status.get("summary") or {}
     res = GcResult(**{k: v for k, v in summary.items() if k in GcResult.__dataclass_fields__})
@@ -435,7 +447,8 @@ def _sweep_only(spark, repo, run_id: str, report_dir: Optional[str]) -> GcResult
     if report_dir:
         _copy_report(repo.store, run_id, res, report_dir)
     try:
-        _sweep(spark, repo, run, res, float(status["cutoff_s"]), kept)
+        with _writers_held_off(repo, float(status.get("min_age_s", 0))):
+            _sweep(spark, repo, run, res, float(status["cutoff_s"]), kept)
     except BaseException as exc:
         if isinstance(exc, GravfsError) or not _is_spark_error(exc):
             raise

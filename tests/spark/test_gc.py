@@ -279,10 +279,15 @@ def test_staging_committed_while_the_mark_reads_refs_stays_live(spark, local_his
         assert fsck(repo, check_data=True, progress=False).exit_code == 0
 
 
-def test_a_min_age_under_an_hour_is_refused_while_a_mount_writes_back(spark, local_history):
+def test_a_min_age_under_an_hour_is_refused_while_a_mount_writes_back(spark, local_history,
+                                                                      tmp_path):
     """A mount's uploader reuses a stored object without refreshing it unless it is an
     hour old (store.base): a run deleting younger ones while a mount of the store
-    runs could take a file's content from under its new commit."""
+    runs could take a file's content from under its new commit. A mount starting
+    during such a run is refused."""
+    import subprocess
+    import sys
+    from gravfs.errors import GravfsError
     from gravfs.spark.gc import GcRefusedError
     store, state, ids = local_history
     with Repository.open(store, state) as repo:
@@ -300,7 +305,26 @@ def test_a_min_age_under_an_hour_is_refused_while_a_mount_writes_back(spark, loc
         finally:
             repo.data.stop_uploader()
         assert not repo.data.writer_running()
-        assert gc(spark, repo, min_age=0).state == "done"
+        mnt = tmp_path / "mnt"
+        mnt.mkdir()
+        refused = {}
+
+        def a_mount_starts_meanwhile(res):
+            p = subprocess.run([sys.executable, "-m", "gravfs.cli", "-s", store, "--state-dir",
+                                state, "mount", str(mnt)], capture_output=True, text=True,
+                               timeout=120)
+            if p.returncode == 0:  # (never, when it works: not left mounted either way)
+                subprocess.run(["fusermount3", "-u", str(mnt)], check=False)
+            refused["mount"] = (p.returncode, p.stderr)
+            with pytest.raises(GravfsError, match="garbage collection with a minimum age"):
+                repo.data.start_uploader(workers=1)
+
+        assert gc(spark, repo, min_age=0, on_report=a_mount_starts_meanwhile).state == "done"
+        rc, err = refused["mount"]
+        assert rc != 0 and "garbage collection with a minimum age under an hour is " \
+            "running on this host for this store" in err, err
+        repo.data.start_uploader(workers=1)  # after the run: as ever
+        repo.data.stop_uploader()
 
 
 def test_sweep_only_and_refusals(spark, local_history):
