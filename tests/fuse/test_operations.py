@@ -57,15 +57,20 @@ def test_a_damaged_ref_is_left_out_of_the_listing_and_logged(gravfs_mount):
     wait_for(lambda: fails_with(errno.EIO, os.stat, m.path("branches", "dev")), timeout=5)
 
 
-def test_a_damaged_commit_leaves_the_rest_of_commits_listed(tmp_path):
-    """One damaged old commit object made every listing of commits/ fail (EIO)."""
+def _two_commits(tmp_path) -> tuple[Mount, str, str]:
+    """A repository (not mounted yet) whose main has two commits: a, then b (b"1")."""
     m = Mount(str(tmp_path)).init()
     local = os.path.join(m.base, "local")
     _write(local, b"1")
     m.cli("put", local, "main:a")
     first = m.commit(message="one")
     m.cli("put", local, "main:b")
-    second = m.commit(message="two")
+    return m, first, m.commit(message="two")
+
+
+def test_a_damaged_commit_leaves_the_rest_of_commits_listed(tmp_path):
+    """One damaged old commit object made every listing of commits/ fail (EIO)."""
+    m, first, second = _two_commits(tmp_path)
     with open(os.path.join(m.store, "_gravfs", "commits", first), "wb") as f:
         f.write(b"damaged")
     m.mount()
@@ -83,13 +88,7 @@ def test_a_commit_whose_tree_is_gone_answers_eio_not_an_empty_directory(tmp_path
     objects stay): commits/<id>/ of one listed as an empty directory, and its files
     as absent (ENOENT), as if the commit had held nothing."""
     import shutil
-    m = Mount(str(tmp_path)).init()
-    local = os.path.join(m.base, "local")
-    _write(local, b"1")
-    m.cli("put", local, "main:a")
-    first = m.commit(message="one")
-    m.cli("put", local, "main:b")
-    second = m.commit(message="two")
+    m, first, second = _two_commits(tmp_path)
     with open(os.path.join(m.store, "_gravfs", "commits", first), "rb") as f:
         metarange = json.load(f)["metarange"]
     os.unlink(os.path.join(m.store, "_gravfs", "metaranges", metarange))  # as a sweep does
