@@ -136,6 +136,21 @@ BACKLOG_BYTES = 1 << 30
 DRAIN_WORKERS = 8  # parallel uploads when a commit drains the pending directory
 
 
+def _flock_soon(fd: int, op: int, wait: float = 1.0) -> bool:
+    """flock ``op`` on ``fd`` within ``wait`` seconds; False if it stays held. The writer
+    lock's holders keep it for a mount's life or a collection's run; writer_running
+    holds it for an instant, which must not make a mount starting then fail."""
+    end = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, op | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.02)
+
+
 class DataObjects:
     """The data plane's one object: stores, reads and verifies data objects of a store
     through its local tier (and the workspace's pending uploads)."""
@@ -315,9 +330,7 @@ class DataObjects:
         # held (shared) while this process writes back: garbage collection with a
         # minimum age under an hour holds it exclusively (writers_held_off) for its run
         fd = os.open(self._writer_lock_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _flock_soon(fd, fcntl.LOCK_SH):
             os.close(fd)
             raise GravfsError(
                 "garbage collection with a minimum age under an hour is running on this "
@@ -340,11 +353,11 @@ class DataObjects:
         """Whether a process of this workspace (a mount's daemon) runs an uploader: it
         writes to the store at any moment, reusing objects it finds stored. (True also
         while a garbage collection holds writers off.)"""
-        with self.writers_held_off() as held:
+        with self.writers_held_off(wait=0.0) as held:  # (an instant: see _flock_soon)
             return not held
 
     @contextmanager
-    def writers_held_off(self) -> Iterator[bool]:
+    def writers_held_off(self, wait: float = 1.0) -> Iterator[bool]:
         """Hold off uploaders of this workspace (a mount starting fails) meanwhile;
         yields False, holding nothing, when one runs already."""
         if self.pending_dir is None:
@@ -356,12 +369,7 @@ class DataObjects:
             yield True
             return
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-                return
-            yield True
+            yield _flock_soon(fd, fcntl.LOCK_EX, wait)
         finally:
             os.close(fd)  # (the lock goes with it)
 

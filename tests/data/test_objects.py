@@ -331,3 +331,37 @@ def test_on_a_local_store_the_copy_is_made_in_the_store(tmp_path, monkeypatch):
     assert os.stat(os.path.join(store.root, address)).st_size == len(payload)
     assert not os.path.exists(scratch) and not os.listdir(data.tmp_dir)
     assert [n for _, _, fs in os.walk(store.root) for n in fs] == [digest_of(address)]
+
+
+def test_a_writer_check_of_an_instant_does_not_fail_a_mount_starting(tmp_path):
+    """writer_running takes the writer lock for an instant (a commit asks it); an
+    uploader starting then (a mount) waits it out instead of failing as if a garbage
+    collection held writers off. One that holds on (a collection's run) fails it."""
+    import time
+    from gravfs.errors import GravfsError
+    store = LocalStore(str(tmp_path / "store"), fsync=False)
+    pending = str(tmp_path / "pending")
+    probe, mount = (DataObjects(store, None, str(tmp_path), pending_dir=pending)
+                    for _ in range(2))
+    started: dict = {}
+
+    def start() -> None:
+        try:
+            mount.start_uploader(workers=1)
+            started["ok"] = True
+        except GravfsError as exc:
+            started["err"] = exc
+
+    with probe.writers_held_off(wait=0.0) as held:
+        assert held
+        t = threading.Thread(target=start)
+        t.start()
+        time.sleep(0.2)  # (a probe's instant, stretched)
+    t.join()
+    assert started == {"ok": True} and probe.writer_running()
+    mount.stop_uploader(drain=False)
+    assert not probe.writer_running()
+    with probe.writers_held_off() as held:  # held for longer than the start waits
+        assert held
+        with pytest.raises(GravfsError, match="garbage collection with a minimum age"):
+            mount.start_uploader(workers=1)
