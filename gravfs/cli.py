@@ -513,21 +513,32 @@ def cmd_provenance(args) -> int:
     from gravfs.provenance.queries import provenance
     from gravfs.provenance.target import content_address
     address = content_address(repo, reader, args.target)
-    res = provenance(reader, repo.commits, repo.heads, address)
+    from gravfs.version.retention import collected_commits, last_sweep
+    swept = last_sweep(repo.store)
+    res = provenance(reader, repo.commits, repo.heads, address,
+                     lambda commits: collected_commits(repo.store, swept, commits))
     for h in res.holders:
         if args.json:
             _print_json({"commit": h.commit.id, "time_ns": h.commit.time_ns,
                          "date": _when(h.commit.time_ns), "address": address,
-                         "branches": list(h.branches), "tags": list(h.tags), **_path_json(h.path)})
+                         "branches": list(h.branches), "tags": list(h.tags),
+                         "collected": h.collected, **_path_json(h.path)})
             continue
         refs = list(h.branches) + [f"tag: {t}" for t in h.tags]
         print(f"{_short(h.commit.id)}  {_when(h.commit.time_ns)}  {show(h.path)}"
-              + (f"  ({', '.join(refs)})" if refs else ""))
+              + (f"  ({', '.join(refs)})" if refs else "")
+              + ("  [tree collected]" if h.collected else ""))
     if not res.holders and not args.json:
         print(f"No indexed commit holds {address}")
     note = res.coverage.note()
     if note:
         print(f"gravfs: note: {note}", file=sys.stderr)
+    gone = len({h.commit.id for h in res.holders if h.collected})
+    if gone:
+        print(f"gravfs: note: garbage collection run {swept.run_id} expired {gone} of these "
+              f"commit(s) after the index was built (marked 'tree collected'): their trees "
+              f"are gone, and the content itself stays only while another commit or a staged "
+              f"change holds it", file=sys.stderr)
     return 0
 
 

@@ -177,6 +177,7 @@ class Holder:
     path: bytes
     branches: tuple[str, ...]
     tags: tuple[str, ...]
+    collected: bool = False  # garbage collection expired the commit since it was indexed
 
 
 @dataclass
@@ -211,9 +212,13 @@ def _commits_of_ranges(reader: IndexReader, range_ids) -> dict[bytes, list[str]]
     return out
 
 
-def provenance(reader: IndexReader, store_commits, heads, address: str) -> Provenance:
+def provenance(reader: IndexReader, store_commits, heads, address: str,
+               collected: Optional[Callable[[list[Commit]], set[str]]] = None) -> Provenance:
     """Every (commit, path) holding ``address``, earliest commit first (then commit id,
-    path), with the branches and tags that contain each commit."""
+    path), with the branches and tags that contain each commit. ``collected(commits)``:
+    the ids of those whose trees garbage collection took since the index was built (they
+    held the content, which may be gone with them): such holders are marked, not left
+    out, as ``gravfs log`` still lists the commits."""
     rows = reader.get(CONTENTS, address.encode("utf-8", "surrogateescape"), ["range_id", "path"])
     by_range: dict[bytes, list[bytes]] = {}
     for r, p in zip(rows.column("range_id").to_pylist(), rows.column("path").to_pylist()):
@@ -226,6 +231,7 @@ def provenance(reader: IndexReader, store_commits, heads, address: str) -> Prove
     cov = coverage(commits, refs)
     bits_of = ref_bits(commits, refs, {c for c, _ in pairs})
     names: dict[int, tuple] = {}  # (branches, tags) per set of refs: few distinct ones
+    gone = collected([commits.get(c) for c in {c for c, _ in pairs}]) if collected else set()
     holders = []
     for cid, path in pairs:
         bits = bits_of[cid]
@@ -234,7 +240,7 @@ def provenance(reader: IndexReader, store_commits, heads, address: str) -> Prove
             rs = [r for i, r in enumerate(refs) if bits >> i & 1]
             bt = names[bits] = (tuple(r.name for r in rs if r.kind == "branch"),
                                 tuple(r.name for r in rs if r.kind == "tag"))
-        holders.append(Holder(commits.get(cid), path, *bt))
+        holders.append(Holder(commits.get(cid), path, *bt, cid in gone))
     holders.sort(key=lambda h: (h.commit.time_ns, h.commit.id, h.path))
     return Provenance(address, holders, cov)
 

@@ -41,9 +41,8 @@ from gravfs.provenance.layout import (COMMITS, CONTENTS, FILE_ROWS, PATHS, RANGE
 from gravfs.provenance.reader import REBUILD_HINT, IndexReader
 from gravfs.spark.runtime import job_failed
 from gravfs.spark.taskstore import task_store
-from gravfs.version.committed.manager import EMPTY_METARANGE_ID
-from gravfs.version.committed.reader import METARANGES_PREFIX, RangeStore
-from gravfs.version.retention import last_sweep
+from gravfs.version.committed.reader import RangeStore
+from gravfs.version.retention import collected_commits, last_sweep
 
 log = logging.getLogger(__name__)
 
@@ -245,13 +244,8 @@ def plan_index(repo, full: bool = False) -> IndexPlan:
     # commits the last garbage collection expired have lost their trees unless another
     # commit kept them (reading one failed the whole run, every run): left out
     swept = last_sweep(repo.store)
-
-    def gone(c) -> bool:
-        return (swept is not None and swept.expired(c) and c.metarange != EMPTY_METARANGE_ID
-                and repo.store.size(METARANGES_PREFIX + c.metarange) is None)
-
-    with ThreadPoolExecutor(16) as pool:
-        kept = [c for c, g in zip(commits, pool.map(gone, commits)) if not g]
+    gone = collected_commits(repo.store, swept, commits)
+    kept = [c for c in commits if c.id not in gone]
     expired = len(commits) - len(kept)
     if expired:
         log.info("leaving out %d commit(s) garbage collection run %s expired", expired,

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -255,8 +256,10 @@ class LastSweep:
 def last_sweep(store) -> Optional[LastSweep]:
     """The run whose sweep started last (None: nothing was ever deleted)."""
     best = None
-    for run in run_ids(store):
-        st = read_status(store, run)
+    runs = run_ids(store)
+    with ThreadPoolExecutor(16) as pool:  # a run a day is hundreds of statuses in a year
+        statuses = list(pool.map(lambda run: read_status(store, run), runs))
+    for run, st in zip(runs, statuses):
         if st and st.get("state") in SWEPT_STATES:
             if best is None or st.get("sweep_started_ns", 0) >= best[1].get("sweep_started_ns", 0):
                 best = (run, st)
@@ -268,6 +271,19 @@ def last_sweep(store) -> Optional[LastSweep]:
     except NotFoundError:
         raise GravfsError(f"garbage collection run {run} has no {kept_key(run)}") from None
     return LastSweep(run, int(st["mark_started_ns"]), frozenset(kept))
+
+
+def collected_commits(store, swept: Optional[LastSweep], commits: Iterable[Commit]) -> set[str]:
+    """Ids of those of ``commits`` that ``swept`` expired and whose trees are gone (a
+    commit dated back after the sweep, or whose tree another commit kept, keeps its
+    own); the store is asked about the expired ones only, 16 at a time."""
+    expired = [c for c in commits if swept is not None and swept.expired(c)
+               and c.metarange != EMPTY_METARANGE_ID]
+    if not expired:
+        return set()
+    with ThreadPoolExecutor(16) as pool:
+        sizes = pool.map(lambda c: store.size(METARANGES_PREFIX + c.metarange), expired)
+        return {c.id for c, size in zip(expired, sizes) if size is None}
 
 
 class ExpiredCommitError(GravfsError):

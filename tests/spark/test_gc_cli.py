@@ -44,10 +44,25 @@ def test_gc_on_seaweedfs(tmp_path, s3_environ, monkeypatch):
     store = f"s3://{s3_server.bucket}/gc-{tmp_path.name}"
     state = str(tmp_path / "state")
     ids, before, dead = _history(store, state, tmp_path, monkeypatch)
+    # an index built before the collection: its expired commits get marked
+    run_cli("spark", "index", "--master", "local[2]", *SPARK_CONF, store=store, state=state)
+    with Repository.open(store, state) as repo:
+        addresses = {n: repo.stat(ids[c], p).entry.address
+                     for n, c, p in (("churn 12", "m12", "churn.txt"),
+                                     ("doomed", "d9", "doomed.txt"))}
     rc, out, err = run_cli("spark", "gc", "--min-age", "0", "--master", "local[2]", "--json",
                            *SPARK_CONF, store=store, state=state)
     res = json.loads(out)
     assert res["state"] == "done" and res["deleted_objects"] == len(dead), err
+    for name, holders in (("churn 12", {"m12": True, "merge": False, "d9": True}),
+                          ("doomed", {"d9": True})):
+        rc, out, err = run_cli("provenance", addresses[name], "--json", store=store, state=state)
+        got = {r["commit"]: r["collected"] for r in map(json.loads, out.splitlines())}
+        assert got == {ids[c]: gone for c, gone in holders.items()}, out
+        gone = sum(holders.values())
+        assert f"garbage collection run {res['run_id']} expired {gone} of these commit(s)" in err
+    rc, out, err = run_cli("provenance", addresses["churn 12"], store=store, state=state)
+    assert [line.endswith("[tree collected]") for line in out.splitlines()] == [True, False, True]
     with Repository.open(store, state) as repo:
         assert _report(repo, res["run_id"]) == dead
         assert set(_all_objects(repo)) == set(before) - dead
@@ -59,11 +74,12 @@ def test_gc_on_seaweedfs(tmp_path, s3_environ, monkeypatch):
                            *SPARK_CONF, store=store, state=state)
     again = json.loads(out)
     assert again["ranges_read"] == 0 and again["deleted_objects"] == 0
-    # what reads old trees, on a host that cached none: the provenance index leaves the
-    # expired commits out (reading one failed every run), a path's history ends there
+    # what reads old trees, on a host that cached none: the provenance index, rebuilt,
+    # leaves the expired commits out (reading one failed every run), a path's history
+    # ends there
     fresh = str(tmp_path / "fresh-host")
-    rc, out, err = run_cli("spark", "index", "--master", "local[2]", "--json", *SPARK_CONF,
-                           store=store, state=fresh)
+    rc, out, err = run_cli("spark", "index", "--full", "--master", "local[2]", "--json",
+                           *SPARK_CONF, store=store, state=fresh)
     ix = json.loads(out)  # m30, m20, m12 and d9 (of a deleted branch): not the root,
     assert ix["expired_commits"] == 4 and ix["commits"] == commits - 4, err  # (empty tree)
     rc, out, err = run_cli("log", "main", "--", "churn.txt", store=store, state=fresh)
