@@ -145,7 +145,7 @@ def test_ambiguous_prefix_is_reported(repo):
 
 
 @pytest.mark.parametrize("bad", ["", "a/b", "-x", ".hidden", "a..b", "x.lock", "sp ace", "t~1",
-                                 "a:b", "q?", "@", "x" * 256,
+                                 "a:b", "q?", "@", "HEAD", "x" * 256,
                                  # invalid UTF-8 (it made the branch, then failed), a bidi
                                  # override, a line separator, NEL
                                  "bad\udcff", "ma\u202ein", "x\u2028y", "z\x85w"])

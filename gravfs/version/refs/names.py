@@ -57,6 +57,8 @@ def _problem(name: str) -> str | None:
         return "contains '@{'"
     if name == "@":
         return "is '@'"
+    if name == "HEAD":  # git's word for the checked-out commit: a ref so named misleads
+        return "is 'HEAD' (git's name for the current commit)"
     if "~" in name:
         return "contains '~'"
     if hashing.is_hex_id(name, min_len=2 * hashing.DIGEST_SIZE):
