@@ -496,7 +496,11 @@ def _log_path(args, repo) -> int:
 def _history_end(repo, c) -> str:
     """Why a path's history stops at commit ``c``: a tree it needs is gone."""
     from gravfs.version.retention import last_sweep
-    swept = last_sweep(repo.store)
+    try:
+        swept = last_sweep(repo.store)
+    except GravfsError as exc:  # (the history itself stands)
+        log.warning("cannot read the last garbage collection run: %s", exc)
+        swept = None
     parents = [repo.commits.get(p) for p in c.parents]
     gone = [x for x in [c, *parents] if swept is not None and swept.expired(x)]
     why = (f"garbage collection run {swept.run_id} expired "
@@ -514,7 +518,12 @@ def cmd_provenance(args) -> int:
     from gravfs.provenance.target import content_address
     address = content_address(repo, reader, args.target)
     from gravfs.version.retention import collected_commits, last_sweep
-    swept = last_sweep(repo.store)
+    try:
+        swept = last_sweep(repo.store)
+    except GravfsError as exc:  # the answer stands; only the marks need the runs' records
+        print(f"gravfs: warning: cannot tell which commits garbage collection took, none "
+              f"is marked: {exc}", file=sys.stderr)
+        swept = None
     res = provenance(reader, repo.commits, repo.heads, address,
                      lambda commits: collected_commits(repo.store, swept, commits))
     for h in res.holders:

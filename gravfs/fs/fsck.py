@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from gravfs.data import sparse
 from gravfs.data.external import Source, is_external, source_of
 from gravfs.fs.entry import KIND_DIRECTORY, KIND_FILE, decode_entry
-from gravfs.errors import GravfsError
+from gravfs.errors import CorruptDataError, GravfsError
 from gravfs.fs.paths import key_problem, show
 from gravfs.fs.shadows import RangeShadows, ShadowScan, tree_shadows
 from gravfs.progress import progress_bar
@@ -96,7 +96,11 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
     rep.problems.extend(damaged)
     rep.refs = len(starts) + len(damaged)
     # commits the last garbage collection expired may have lost their trees
-    swept = last_sweep(repo.store)
+    try:
+        swept = last_sweep(repo.store)
+    except CorruptDataError as exc:  # a damaged run's record: reported, the check goes on
+        rep.problems.append(str(exc))
+        swept = None
     rep.gc_run = swept.run_id if swept else ""
 
     seen_commits: set[str] = set()

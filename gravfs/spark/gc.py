@@ -51,7 +51,8 @@ from gravfs.store.base import REFRESH_AGE
 from gravfs.version.committed.reader import METARANGES_PREFIX, RANGES_PREFIX
 from gravfs.version.committed.record import decode_value
 from gravfs.version.retention import (SWEPT_STATES, kept_key, load_rules, read_commit,
-                                      read_status, run_prefix, select_commits, status_key)
+                                      read_kept, read_status, run_prefix, select_commits,
+                                      status_key)
 from gravfs.version.staging.area import PROVISIONAL, PUTS, staged_value
 
 log = logging.getLogger(__name__)
@@ -443,7 +444,7 @@ def _sweep_only(spark, repo, run_id: str, report_dir: Optional[str]) -> GcResult
     res.state, res.dry_run = state, False
     run = _Run(repo.store, run_id)
     run.status = status
-    kept = set(json.loads(repo.store.get(kept_key(run_id))))
+    kept = set(read_kept(repo.store, run_id))
     if report_dir:
         _copy_report(repo.store, run_id, res, report_dir)
     try:

@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional
 
-from gravfs.errors import GravfsError, NotFoundError
+from gravfs.errors import CorruptDataError, GravfsError, NotFoundError
 from gravfs.store.base import SWEEP_FENCE, fence_holder
 from gravfs.version.committed.manager import EMPTY_METARANGE_ID
 from gravfs.version.committed.reader import METARANGES_PREFIX
@@ -235,9 +235,31 @@ def run_ids(store) -> list[str]:
 
 def read_status(store, run_id: str) -> Optional[dict]:
     try:
-        return json.loads(store.get(status_key(run_id)))
+        raw = store.get(status_key(run_id))
     except NotFoundError:
         return None
+    return _parsed(raw, run_id, status_key(run_id), dict)
+
+
+def read_kept(store, run_id: str) -> list[str]:
+    """The commits a run kept with their trees whole (NotFoundError: none written)."""
+    return _parsed(store.get(kept_key(run_id)), run_id, kept_key(run_id), list)
+
+
+def _parsed(raw: bytes, run_id: str, key: str, kind: type):
+    """A run's JSON object; a damaged one is one clear error, not a traceback."""
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        value = exc
+    if not isinstance(value, kind):
+        why = value if isinstance(value, ValueError) else \
+            f"not a JSON {'object' if kind is dict else 'array'}"
+        raise CorruptDataError(
+            f"garbage collection run {run_id}: {key} is damaged ({why}); if that run has "
+            f"ended, removing {run_prefix(run_id)} lets gravfs go on (what it deleted "
+            "stays deleted)")
+    return value
 
 
 @dataclass(frozen=True)
@@ -267,7 +289,7 @@ def last_sweep(store) -> Optional[LastSweep]:
         return None
     run, st = best
     try:
-        kept = json.loads(store.get(kept_key(run)))
+        kept = read_kept(store, run)
     except NotFoundError:
         raise GravfsError(f"garbage collection run {run} has no {kept_key(run)}") from None
     return LastSweep(run, int(st["mark_started_ns"]), frozenset(kept))
@@ -304,7 +326,7 @@ def check_not_expired(store, commit: Commit) -> None:
         started = (read_status(store, run) or {}).get("mark_started_ns")
         if started and commit.time_ns < started:
             try:
-                kept = json.loads(store.get(kept_key(run)))
+                kept = read_kept(store, run)
             except NotFoundError:
                 kept = []
             if commit.id not in kept:

@@ -256,3 +256,33 @@ def test_a_damaged_head_stops_the_selection(history):
         pass
     with pytest.raises(CorruptDataError, match="branch 'feature' is damaged"):
         select_commits(repo.store, RetentionRules(7), now)
+
+
+def test_a_damaged_run_record_is_one_clear_error_and_fsck_reports_it(history, tmp_path):
+    """A run's status or kept commits that do not parse were an internal error
+    (JSONDecodeError) in fsck, branch creation, log and provenance."""
+    from gravfs.fs.fsck import fsck
+    from gravfs.version.retention import (check_not_expired, collected_commits, kept_key,
+                                          last_sweep, status_key)
+
+    repo, ids, now = history
+    _sweeping(repo, "20260101T000000Z-abcdef", [ids["m1"]], now)
+    repo.store.put(status_key("20260101T000000Z-abcdef"), b"{torn")
+    with pytest.raises(CorruptDataError, match=r"status.json is damaged .*removing "
+                                               r"_gravfs/gc/20260101T000000Z-abcdef/"):
+        last_sweep(repo.store)
+    checked = fsck(repo, progress=False)  # went on past it, reporting it
+    assert checked.exit_code != 0 and checked.commits > 1
+    assert any("status.json is damaged" in p for p in checked.problems)
+    repo.store.put(status_key("20260101T000000Z-abcdef"),
+                   b'{"state": "sweeping", "mark_started_ns": %d}' % now)
+    repo.store.put(kept_key("20260101T000000Z-abcdef"), b'{"not": "a list"}')
+    with pytest.raises(CorruptDataError, match="kept-commits.json is damaged .not a JSON array"):
+        check_not_expired(repo.store, repo.commits.get(ids["m20"]))
+    repo.store.put(kept_key("20260101T000000Z-abcdef"), b'["%s"]' % ids["m1"].encode())
+    swept = last_sweep(repo.store)  # whole again: m20 expired, its tree still there
+    assert swept.expired(repo.commits.get(ids["m20"]))
+    assert collected_commits(repo.store, swept, [repo.commits.get(ids["m20"])]) == set()
+    m20 = repo.commits.get(ids["m20"])
+    repo.store.delete("_gravfs/metaranges/" + m20.metarange)  # as the sweep deletes it
+    assert collected_commits(repo.store, swept, [m20, repo.commits.get(ids["m1"])]) == {m20.id}
