@@ -25,6 +25,7 @@ file hidden by a directory of its name (gravfs.fs.shadows).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +38,7 @@ from gravfs.fs.paths import key_problem, show
 from gravfs.fs.shadows import RangeShadows, ShadowScan, tree_shadows
 from gravfs.progress import progress_bar
 from gravfs.threadmap import ordered_map
+from gravfs.version.refs.casprobe import PROBES
 from gravfs.version.retention import last_sweep
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,7 @@ class FsckReport:
     expired: int = 0  # commits the last garbage collection expired: trees not checked
     gc_run: str = ""
     temp_files_removed: int = 0  # left in the store by writers killed mid-upload
+    probes_removed: int = 0  # conditional-write probe keys a failed probe left
 
     @property
     def exit_code(self) -> int:
@@ -76,6 +79,8 @@ class FsckReport:
         state = ", ".join(found) or "clean"
         removed = (f"; removed {self.temp_files_removed} temporary file(s) of killed writers"
                    if self.temp_files_removed else "")
+        if self.probes_removed:
+            removed += f"; removed {self.probes_removed} probe key(s) of failed probes"
         return (f"fsck: {state}: {self.refs} refs, {self.commits} commits, {self.metaranges} "
                 f"metaranges, {self.ranges} ranges, {self.entries} entries, "
                 f"{self.data_objects} data objects"
@@ -190,8 +195,20 @@ def fsck(repo, check_data: bool = False, progress: bool = True) -> FsckReport:
     _check_sources(repo, sources, rep, progress)
     # by age, not by pid: a local store may be shared by several hosts
     rep.temp_files_removed = repo.store.remove_stale_temp_files()
+    rep.probes_removed = _remove_stale_probes(repo)
     log.info(rep.summary())
     return rep
+
+
+def _remove_stale_probes(repo, max_age_s: float = 3600.0) -> int:
+    """Delete the conditional-write probe keys a probe failing midway left (a probe takes
+    well under a second: one an hour old is no live host's)."""
+    cutoff = time.time() - max_age_s
+    stale = [o.key for o in repo.store.list_info(PROBES) if o.mtime < cutoff]
+    if stale:
+        repo.store.delete_many(stale)
+        log.info("removed %d probe key(s) left under %s", len(stale), PROBES)
+    return len(stale)
 
 
 def _report_shadows(repo, ranges: list[tuple[str, bytes]], scans: dict[str, RangeShadows],

@@ -70,6 +70,19 @@ def test_fsck_removes_temp_files_of_killed_store_writers(tmp_path):
     assert not os.path.exists(stale) and os.path.exists(fresh)  # a live writer's is kept
 
 
+def test_fsck_removes_probe_keys_a_failed_probe_left(tmp_path):
+    """A conditional-write probe that failed midway (an S3 outage) left its key under
+    _gravfs/probe/ for good; fsck removes those older than an hour."""
+    repo, store, state = _repo(tmp_path)
+    repo.store.put("_gravfs/probe/old", b"first")
+    repo.store.put("_gravfs/probe/running", b"first")  # a host probing now
+    repo.close()
+    os.utime(os.path.join(store, "_gravfs", "probe", "old"), (1, 1))
+    rc, out, err = run_cli("fsck", "-q", store=store, state=state, check=False)
+    assert rc == 0 and "removed 1 probe key(s) of failed probes" in out, (out, err)
+    assert sorted(os.listdir(os.path.join(store, "_gravfs", "probe"))) == ["running"]
+
+
 def test_damaged_refs_are_problems_listed_apart_and_deletable(tmp_path):
     """A branch head emptied or overwritten read as a missing branch: fsck called the
     store clean (the branch was skipped), `log dev` said "ref not found", and garbage
