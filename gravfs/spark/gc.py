@@ -51,8 +51,8 @@ from gravfs.store.base import REFRESH_AGE
 from gravfs.version.committed.reader import METARANGES_PREFIX, RANGES_PREFIX
 from gravfs.version.committed.record import decode_value
 from gravfs.version.retention import (SWEPT_STATES, kept_key, load_rules, read_commit,
-                                      read_kept, read_status, run_prefix, select_commits,
-                                      status_key)
+                                      name_last_sweep, read_kept, read_status, run_prefix,
+                                      select_commits, status_key)
 from gravfs.version.staging.area import PROVISIONAL, PUTS, staged_value
 
 log = logging.getLogger(__name__)
@@ -467,6 +467,7 @@ def _sweep(spark, repo, run: _Run, res: GcResult, cutoff: float, kept: set[str])
     except FenceHeldError as exc:
         raise GcRefusedError(f"{exc}; this run's mark is kept: 'gravfs spark gc "
                              f"--sweep-only {run.id}' sweeps it later") from None
+    name_last_sweep(repo.store, run.id)  # (before the status: see name_last_sweep)
     run.save(state="sweeping", sweep_started_ns=time.time_ns())
     try:
         parts = res.report_parts

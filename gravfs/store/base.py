@@ -192,6 +192,13 @@ class ObjectStore(abc.ABC):
     def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[str]:
         """Keys starting with ``prefix`` and greater than ``start_after``, in lexicographic order."""
 
+    def list_dirs(self, prefix: str) -> Iterator[str]:
+        """The sub-directories (``prefix + name + '/'``) directly under ``prefix`` (which
+        ends with '/'), in no set order, without listing what they hold: on S3 one
+        request a thousand, where ``list`` asks one a directory it descends into."""
+        for _files, dirs in self._level(prefix, None):
+            yield from dirs
+
     @abc.abstractmethod
     def size(self, key: str) -> int | None:
         """Size in bytes, None when missing."""

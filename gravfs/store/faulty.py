@@ -205,6 +205,12 @@ class FaultyStore(ObjectStore):
             raise self._fail(f, "list", prefix)
         return self.inner.list(prefix, start_after)
 
+    def list_dirs(self, prefix: str) -> Iterator[str]:
+        f = self._fault("list", prefix)
+        if f is not None:
+            raise self._fail(f, "list", prefix)
+        return self.inner.list_dirs(prefix)
+
     def size(self, key: str) -> int | None:
         return self._call("size", key, self.inner.size, key)
 

@@ -48,10 +48,12 @@ log = logging.getLogger(__name__)
 
 GC_PREFIX = "_gravfs/gc/"
 RULES_KEY = GC_PREFIX + "rules.json"
+#: Names the run whose sweep started last ({"run": id}), so that finding it reads one
+#: run's records, not every run's (a run a day is hundreds of statuses in a year).
+LAST_SWEEP_KEY = GC_PREFIX + "last-sweep.json"
 DAY_NS = 86_400 * 10**9
-#: Run ids start with their UTC start time (YYYYMMDDTHHMMSSZ-xxxxxx): listing this
-#: prefix finds the runs and nothing else under _gravfs/gc/.
-RUNS_PREFIX = GC_PREFIX + "20"
+#: Run ids start with their UTC start time (YYYYMMDDTHHMMSSZ-xxxxxx): each run is a
+#: directory of that name under _gravfs/gc/.
 RUN_ID = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
 SWEPT_STATES = ("sweeping", "done")
 
@@ -223,14 +225,10 @@ def kept_key(run_id: str) -> str:
 
 
 def run_ids(store) -> list[str]:
-    """Ids of every run with a status, oldest first."""
-    out = []
-    for key in store.list(RUNS_PREFIX):
-        rest = key[len(GC_PREFIX):]
-        run, _, name = rest.partition("/")
-        if name == "status.json" and RUN_ID.match(run):
-            out.append(run)
-    return sorted(out)
+    """Ids of every run's directory, oldest first (one may have no status yet): listed
+    one level deep, since each run holds a report of many files."""
+    runs = (d[len(GC_PREFIX):-1] for d in store.list_dirs(GC_PREFIX))
+    return sorted(run for run in runs if RUN_ID.match(run))
 
 
 def read_status(store, run_id: str) -> Optional[dict]:
@@ -276,7 +274,14 @@ class LastSweep:
 
 
 def last_sweep(store) -> Optional[LastSweep]:
-    """The run whose sweep started last (None: nothing was ever deleted)."""
+    """The run whose sweep started last (None: nothing was ever deleted): the one
+    LAST_SWEEP_KEY names, when that run did start its sweep (a sweep names itself
+    there before it starts), else found among every run's status."""
+    named = _named_last_sweep(store)
+    if named is not None:
+        st = read_status(store, named)
+        if st and st.get("state") in SWEPT_STATES:
+            return _swept(store, named, st)
     best = None
     runs = run_ids(store)
     with ThreadPoolExecutor(16) as pool:  # a run a day is hundreds of statuses in a year
@@ -287,7 +292,35 @@ def last_sweep(store) -> Optional[LastSweep]:
                 best = (run, st)
     if best is None:
         return None
-    run, st = best
+    return _swept(store, *best)
+
+
+def _named_last_sweep(store) -> Optional[str]:
+    """The run LAST_SWEEP_KEY names (None: none, or it does not parse: then every
+    run's status is read, as before there was one)."""
+    try:
+        raw = store.get(LAST_SWEEP_KEY)
+    except NotFoundError:
+        return None
+    try:
+        run = json.loads(raw).get("run")
+    except (ValueError, AttributeError):
+        run = None
+    if isinstance(run, str) and RUN_ID.match(run):
+        return run
+    log.warning("%s does not parse; the last sweep is looked for among every run's "
+                "status", LAST_SWEEP_KEY)
+    return None
+
+
+def name_last_sweep(store, run_id: str) -> None:
+    """Record ``run_id`` as the run whose sweep started last: called before its sweep
+    starts (a sweep killed before its status says so leaves the pointer to a run that
+    has not swept, which last_sweep then passes over)."""
+    store.put(LAST_SWEEP_KEY, json.dumps({"run": run_id}).encode())
+
+
+def _swept(store, run: str, st: dict) -> LastSweep:
     try:
         kept = read_kept(store, run)
     except NotFoundError:

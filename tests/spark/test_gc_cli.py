@@ -13,7 +13,7 @@ import pytest
 
 from gravfs.fs.fsck import fsck
 from gravfs.fs.repository import Repository
-from gravfs.version.retention import read_status
+from gravfs.version.retention import LAST_SWEEP_KEY, read_status
 from tests.spark.test_gc import KEPT, _all_objects, _read_everything, _referenced, build_history
 from tests.spark.killable import KillableCli
 from tests.spark.test_runtime import SPARK_CONF, _one_line, run_cli
@@ -65,6 +65,7 @@ def test_gc_on_seaweedfs(tmp_path, s3_environ, monkeypatch):
     assert [line.endswith("[tree collected]") for line in out.splitlines()] == [True, False, True]
     with Repository.open(store, state) as repo:
         assert _report(repo, res["run_id"]) == dead
+        assert json.loads(repo.store.get(LAST_SWEEP_KEY)) == {"run": res["run_id"]}
         assert set(_all_objects(repo)) == set(before) - dead
         assert _read_everything(repo, [ids[n] for n in KEPT]) > 100
         checked = fsck(repo, check_data=True, progress=False)

@@ -215,6 +215,15 @@ def test_list_start_after(store):
         assert list(store.list("lst/a", start_after=sa)) == [k for k in want if k.startswith("lst/a")], sa
 
 
+def test_list_dirs_names_one_level(store):
+    for k in ("gc/run1/status.json", "gc/run1/report/p0", "gc/run1/report/p1",
+              "gc/run2/status.json", "gc/rules.json", "gc/sp ace/x", "gcx/run3/y"):
+        store.put(k, b"1")
+    assert sorted(store.list_dirs("gc/")) == ["gc/run1/", "gc/run2/", "gc/sp ace/"]
+    assert sorted(store.list_dirs("gc/run1/")) == ["gc/run1/report/"]
+    assert list(store.list_dirs("gc/run2/")) == [] and list(store.list_dirs("none/")) == []
+
+
 def test_list_skips_internal_and_is_resumable(store):
     store.put("_gravfs/refs/branches/main", b"c1")
     store.compare_and_swap("_gravfs/refs/branches/dev", None, b"c2")  # creates a lock file locally

@@ -286,3 +286,39 @@ def test_a_damaged_run_record_is_one_clear_error_and_fsck_reports_it(history, tm
     m20 = repo.commits.get(ids["m20"])
     repo.store.delete("_gravfs/metaranges/" + m20.metarange)  # as the sweep deletes it
     assert collected_commits(repo.store, swept, [m20, repo.commits.get(ids["m1"])]) == {m20.id}
+
+
+def test_the_last_sweep_is_found_through_its_pointer_and_without_it(history, caplog):
+    """A run a day is hundreds of statuses in a year, each read at every provenance
+    query: the sweep names itself in LAST_SWEEP_KEY, and a pointer that names no swept
+    run, or does not parse, falls back to reading every run's status."""
+    import json
+
+    from gravfs.version.retention import (LAST_SWEEP_KEY, kept_key, last_sweep,
+                                          name_last_sweep, status_key)
+
+    repo, ids, now = history
+    runs = [f"202601{d:02d}T000000Z-abcdef" for d in range(1, 21)]
+    for i, run in enumerate(runs):
+        repo.store.put(status_key(run), json.dumps({
+            "state": "done", "mark_started_ns": now - i, "sweep_started_ns": i}).encode())
+        repo.store.put(kept_key(run), json.dumps([ids["m1"]]).encode())
+        repo.store.put(f"_gravfs/gc/{run}/report/part-00000.parquet", b"a report")
+    reads: list[str] = []
+    get = repo.store.get
+    repo.store.get = lambda key: reads.append(key) or get(key)  # counts, reads for real
+    assert last_sweep(repo.store).run_id == runs[-1]  # no pointer: every status read
+    assert len([k for k in reads if k.endswith("status.json")]) == len(runs)
+    name_last_sweep(repo.store, runs[-1])
+    reads.clear()
+    assert last_sweep(repo.store).run_id == runs[-1]
+    assert reads == [LAST_SWEEP_KEY, status_key(runs[-1]), kept_key(runs[-1])]
+    # a run named before its sweep started (killed then) is passed over
+    repo.store.put(status_key(runs[0]), json.dumps({"state": "marked",
+                                                    "mark_started_ns": now}).encode())
+    name_last_sweep(repo.store, runs[0])
+    assert last_sweep(repo.store).run_id == runs[-1]
+    repo.store.put(LAST_SWEEP_KEY, b"{torn")
+    with caplog.at_level("WARNING"):
+        assert last_sweep(repo.store).run_id == runs[-1]
+    assert "last-sweep.json does not parse" in caplog.text
