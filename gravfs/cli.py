@@ -518,14 +518,18 @@ def cmd_provenance(args) -> int:
     from gravfs.provenance.target import content_address
     address = content_address(repo, reader, args.target)
     from gravfs.version.retention import collected_commits, last_sweep
-    try:
-        swept = last_sweep(repo.store)
-    except GravfsError as exc:  # the answer stands; only the marks need the runs' records
-        print(f"gravfs: warning: cannot tell which commits garbage collection took, none "
-              f"is marked: {exc}", file=sys.stderr)
-        swept = None
-    res = provenance(reader, repo.commits, repo.heads, address,
-                     lambda commits: collected_commits(repo.store, swept, commits))
+    swept = []  # the last sweep, read only when some commit holds the content
+
+    def collected(commits) -> set[str]:
+        try:
+            swept.append(last_sweep(repo.store))
+        except GravfsError as exc:  # the answer stands; only the marks need the records
+            print(f"gravfs: warning: cannot tell which commits garbage collection took, "
+                  f"none is marked: {exc}", file=sys.stderr)
+            return set()
+        return collected_commits(repo.store, swept[0], commits)
+
+    res = provenance(reader, repo.commits, repo.heads, address, collected)
     for h in res.holders:
         if args.json:
             _print_json({"commit": h.commit.id, "time_ns": h.commit.time_ns,
@@ -544,7 +548,7 @@ def cmd_provenance(args) -> int:
         print(f"gravfs: note: {note}", file=sys.stderr)
     gone = len({h.commit.id for h in res.holders if h.collected})
     if gone:
-        print(f"gravfs: note: garbage collection run {swept.run_id} expired {gone} of these "
+        print(f"gravfs: note: garbage collection run {swept[0].run_id} expired {gone} of these "
               f"commit(s) after the index was built (marked 'tree collected'): their trees "
               f"are gone, and the content itself stays only while another commit or a staged "
               f"change holds it", file=sys.stderr)

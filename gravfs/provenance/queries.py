@@ -231,7 +231,8 @@ def provenance(reader: IndexReader, store_commits, heads, address: str,
     cov = coverage(commits, refs)
     bits_of = ref_bits(commits, refs, {c for c, _ in pairs})
     names: dict[int, tuple] = {}  # (branches, tags) per set of refs: few distinct ones
-    gone = collected([commits.get(c) for c in {c for c, _ in pairs}]) if collected else set()
+    gone = collected([commits.get(c) for c in {c for c, _ in pairs}]) \
+        if collected and pairs else set()
     holders = []
     for cid, path in pairs:
         bits = bits_of[cid]

@@ -324,7 +324,9 @@ def _swept(store, run: str, st: dict) -> LastSweep:
     try:
         kept = read_kept(store, run)
     except NotFoundError:
-        raise GravfsError(f"garbage collection run {run} has no {kept_key(run)}") from None
+        raise CorruptDataError(f"garbage collection run {run} swept without its "
+                               f"{kept_key(run)}; if that run has ended, removing "
+                               f"{run_prefix(run)} lets gravfs go on") from None
     return LastSweep(run, int(st["mark_started_ns"]), frozenset(kept))
 
 
