@@ -467,9 +467,9 @@ def _sweep(spark, repo, run: _Run, res: GcResult, cutoff: float, kept: set[str])
     except FenceHeldError as exc:
         raise GcRefusedError(f"{exc}; this run's mark is kept: 'gravfs spark gc "
                              f"--sweep-only {run.id}' sweeps it later") from None
-    name_last_sweep(repo.store, run.id)  # (before the status: see name_last_sweep)
-    run.save(state="sweeping", sweep_started_ns=time.time_ns())
-    try:
+    try:  # (a store failing here releases the fence too)
+        name_last_sweep(repo.store, run.id)  # (before the status: see name_last_sweep)
+        run.save(state="sweeping", sweep_started_ns=time.time_ns())
         parts = res.report_parts
         if parts:
             protect = _referenced_anew(repo, kept, res.mark_started_ns)

@@ -151,3 +151,20 @@ def test_bad_input_is_one_line_before_spark(tmp_path):
         assert rc != 0 and msg in _one_line(err), err
         assert "Spark" not in err, err
         assert time.monotonic() - t < 60
+
+
+def test_a_store_failing_as_the_sweep_starts_leaves_no_fence(tmp_path, monkeypatch):
+    """The sweep names itself (last-sweep.json) once it holds the fence: a store failing
+    there must release the fence, or every later sweep is refused until its lease ends."""
+    store, state = str(tmp_path / "store"), str(tmp_path / "state")
+    ids, before, dead = _history(store, state, tmp_path, monkeypatch)
+    rc, out, err = run_cli("spark", "gc", "--min-age", "0", "--master", "local[1]",
+                           *SPARK_CONF, store=store, state=state, check=False,
+                           GRAVFS_STORE_FAULT="op=put,key=_gravfs/gc/last-sweep.json,mode=fail")
+    assert rc != 0 and "last-sweep.json" in _one_line(err), err
+    with Repository.open(store, state) as repo:
+        assert not repo.store.exists("_gravfs/gc/sweeping")
+        assert set(_all_objects(repo)) == set(before)  # nothing deleted
+    rc, out, err = run_cli("spark", "gc", "--min-age", "0", "--master", "local[1]", "--json",
+                           *SPARK_CONF, store=store, state=state)
+    assert json.loads(out)["deleted_objects"] == len(dead), err
