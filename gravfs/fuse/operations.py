@@ -37,6 +37,7 @@ from gravfs.fs.entry import (KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_DIRECTORY
 from gravfs.data.objects import address_of
 from gravfs.data.external import content_key, is_external, source_of
 from gravfs.data.reader import DataReader
+from gravfs.data.sparse import ZEROS
 from gravfs.errors import AmbiguousRefError, GravfsError, NotFoundError, TreeGoneError
 from gravfs.fuse import holders, kernel, opstats
 from gravfs.fuse.errnos import errno_of, fail, guarded, quiet
@@ -603,6 +604,7 @@ class GravfsOperations(pyfuse3.Operations):
             a.st_mode = statmod.S_IFREG | (of.mode & 0o7777)
             a.st_nlink = len(of.links) if of.link_group and of.links else 1
             a.st_size = size
+            a.st_blocks = (size + 511) // 512
             a.st_uid, a.st_gid = of.uid or self.uid, of.gid or self.gid  # (root's: _attrs)
             mtime = of.mtime_ns
             atime, ctime = of.atime_ns, of.ctime_ns or mtime  # (the epoch is an atime)
@@ -615,6 +617,8 @@ class GravfsOperations(pyfuse3.Operations):
             a.st_size = entry.size if kind != "dir" else 0
             if kind == "symlink":
                 a.st_size = len(entry.symlink_target.encode("utf-8", "surrogateescape"))
+            # a file of zeros only (sparse.ZEROS) has nothing stored: du counts nothing
+            a.st_blocks = 0 if entry.address.startswith(ZEROS) else (a.st_size + 511) // 512
             a.st_rdev = entry.rdev
             # root's entries (0 is also what an import, put or a lakeFS entry carries) are
             # the mounting user's in a mount a user runs: theirs to write, as the
@@ -630,7 +634,6 @@ class GravfsOperations(pyfuse3.Operations):
             a.st_uid, a.st_gid = (self.uid, self.gid)
             mtime = node.tree.commit.time_ns if node.tree and node.tree.commit else self.started_ns
             atime = ctime = mtime
-        a.st_blocks = (a.st_size + 511) // 512
         a.st_mtime_ns, a.st_ctime_ns, a.st_atime_ns = mtime, ctime, atime
         if not node.linked:
             a.st_nlink = 0  # still open, its last name gone

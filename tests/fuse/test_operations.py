@@ -219,6 +219,22 @@ def test_huge_sparse_truncate_does_not_allocate(gravfs_mount):
     m.assert_clean_log()
 
 
+def test_a_file_of_zeros_only_takes_no_blocks(gravfs_mount):
+    """``truncate -s 1G`` stores nothing (its address is sparse/zeros/<size>), yet
+    ``du`` counted 1G for it: st_blocks was the size's. (A branch's file just closed
+    keeps the open file's attributes in the kernel until they time out.)"""
+    m = gravfs_mount
+    with open(m.branch_path("zeros.img"), "wb") as f:
+        f.truncate(1 << 30)
+    _write(m.branch_path("data.bin"), b"x" * 5000)
+    cid = m.commit(message="zeros")
+    zeros = os.stat(m.path("commits", cid[:12], "zeros.img"))
+    assert zeros.st_size == 1 << 30 and zeros.st_blocks == 0
+    # 512-byte units of the size, as before, for a file with data
+    assert os.stat(m.path("commits", cid[:12], "data.bin")).st_blocks == 10
+    m.assert_clean_log()
+
+
 def test_overwrite_with_o_trunc_and_two_handles(gravfs_mount):
     m = gravfs_mount
     p = m.branch_path("f")
