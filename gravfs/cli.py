@@ -518,16 +518,17 @@ def cmd_provenance(args) -> int:
     from gravfs.provenance.target import content_address
     address = content_address(repo, reader, args.target)
     from gravfs.version.retention import collected_commits, last_sweep
-    swept = []  # the last sweep, read only when some commit holds the content
+    swept = None  # the last sweep, read only when some commit holds the content
 
     def collected(commits) -> set[str]:
+        nonlocal swept
         try:
-            swept.append(last_sweep(repo.store))
+            swept = last_sweep(repo.store)
         except GravfsError as exc:  # the answer stands; only the marks need the records
             print(f"gravfs: warning: cannot tell which commits garbage collection took, "
                   f"none is marked: {exc}", file=sys.stderr)
             return set()
-        return collected_commits(repo.store, swept[0], commits)
+        return collected_commits(repo.store, swept, commits)
 
     res = provenance(reader, repo.commits, repo.heads, address, collected)
     for h in res.holders:
@@ -548,7 +549,7 @@ def cmd_provenance(args) -> int:
         print(f"gravfs: note: {note}", file=sys.stderr)
     gone = len({h.commit.id for h in res.holders if h.collected})
     if gone:
-        print(f"gravfs: note: garbage collection run {swept[0].run_id} expired {gone} of these "
+        print(f"gravfs: note: garbage collection run {swept.run_id} expired {gone} of these "
               f"commit(s) after the index was built (marked 'tree collected'): their trees "
               f"are gone, and the content itself stays only while another commit or a staged "
               f"change holds it", file=sys.stderr)

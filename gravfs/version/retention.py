@@ -330,17 +330,23 @@ def _swept(store, run: str, st: dict) -> LastSweep:
     return LastSweep(run, int(st["mark_started_ns"]), frozenset(kept))
 
 
+def tree_gone(store, commit: Commit) -> bool:
+    """Whether ``commit``'s tree is missing from the store (the empty tree is never
+    stored, so it is never missing)."""
+    return commit.metarange != EMPTY_METARANGE_ID and \
+        store.size(METARANGES_PREFIX + commit.metarange) is None
+
+
 def collected_commits(store, swept: Optional[LastSweep], commits: Iterable[Commit]) -> set[str]:
     """Ids of those of ``commits`` that ``swept`` expired and whose trees are gone (a
     commit dated back after the sweep, or whose tree another commit kept, keeps its
     own); the store is asked about the expired ones only, 16 at a time."""
-    expired = [c for c in commits if swept is not None and swept.expired(c)
-               and c.metarange != EMPTY_METARANGE_ID]
+    expired = [c for c in commits if swept is not None and swept.expired(c)]
     if not expired:
         return set()
     with ThreadPoolExecutor(16) as pool:
-        sizes = pool.map(lambda c: store.size(METARANGES_PREFIX + c.metarange), expired)
-        return {c.id for c, size in zip(expired, sizes) if size is None}
+        gone = pool.map(lambda c: tree_gone(store, c), expired)
+        return {c.id for c, g in zip(expired, gone) if g}
 
 
 class ExpiredCommitError(GravfsError):
@@ -369,8 +375,7 @@ def check_not_expired(store, commit: Commit) -> None:
                     f"commit {commit.id[:12]} is expired by garbage collection run {run}, "
                     "which is deleting its tree now; it cannot become a branch, a tag or "
                     "a merge source")
-    if commit.metarange != EMPTY_METARANGE_ID and \
-            store.size(METARANGES_PREFIX + commit.metarange) is None:
+    if tree_gone(store, commit):
         raise ExpiredCommitError(
             f"the tree of commit {commit.id[:12]} was deleted by garbage collection (the "
             "retention rules expired it); it cannot become a branch, a tag or a merge source")
