@@ -26,7 +26,7 @@ class StoreOutage:
     def __init__(self, retry: float):
         self.retry = retry
         self._lock = threading.Lock()
-        self._since: Optional[float] = None  # monotonic time of the first failure
+        self._since: Optional[float] = None  # monotonic time the first failed read was sent
         self._next = 0.0  # no reader asks before this
         self._asking = False
 
@@ -47,13 +47,15 @@ class StoreOutage:
             self._asking = True
             return True
 
-    def failed(self, exc: Exception) -> None:
-        """The store could not be reached (a reader's or the watcher's read)."""
+    def failed(self, exc: Exception, sent: Optional[float] = None) -> None:
+        """The store could not be reached by a read sent at monotonic time ``sent``
+        (default: now). The outage is dated from there: a read that waited out a
+        60 s timeout found a store already down for 60 s."""
         now = time.monotonic()
         with self._lock:
             first = self._since is None
             if first:
-                self._since = now
+                self._since = now if sent is None else min(sent, now)
             self._next = now + self.retry
             self._asking = False
         if first:

@@ -245,11 +245,12 @@ class VersionRepository:
 
     def _ask_store(self, read: Callable[[str], T], name: str) -> T:
         """read(name) of a ref, telling the outage tracker how the store did."""
+        sent = time.monotonic()
         try:
             got = read(name)
         except StoreUnavailableError as exc:
             if self.head_ttl > 0:
-                self._outage.failed(exc)
+                self._outage.failed(exc, sent)
             raise
         except NotFoundError:
             self._outage.answered()

@@ -28,3 +28,15 @@ def test_one_reader_asks_a_down_store_once_per_retry_and_an_answer_ends_the_outa
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and "heads read last" in warned[0].getMessage()
     assert "answers again" in caplog.text
+
+
+def test_an_outage_is_dated_from_the_failed_read_s_start_not_from_its_timeout(caplog):
+    """A read that waited out its timeout found the store down since it was sent: the
+    end of the outage reports that span (it reported only the time since the error)."""
+    outage = StoreOutage(retry=5)
+    with caplog.at_level(logging.INFO, logger="gravfs.version.outage"):
+        outage.failed(StoreUnavailableError("store at X unavailable"), time.monotonic() - 62)
+        outage.answered()
+    ended = [r.getMessage() for r in caplog.records if "answers again" in r.getMessage()]
+    assert ended == ["the object store answers again after 62 s: branch heads are read "
+                     "from it"]
