@@ -48,3 +48,37 @@ def test_a_consumer_that_stops_cancels_the_queue_and_errors_reach_it():
     with ThreadPoolExecutor(2) as pool:
         with pytest.raises(ValueError, match="five"):
             list(ordered_map(pool, f, range(100), ahead=4))
+
+
+def test_no_call_starts_after_one_raised_and_the_consumer_gets_that_error():
+    """A store that stopped answering fails each call after its whole timeout: the
+    workers freed by the failed calls must not start the queued ones (a commit's
+    uploads took two timeouts to fail)."""
+    started = []
+    both_running = threading.Barrier(2)
+
+    def f(i):
+        started.append(i)
+        if i < 2:
+            both_running.wait(5)  # the first wave: two calls in flight together
+            time.sleep(0.05 * i)
+            raise TimeoutError(f"call {i} timed out")
+        return i
+
+    with ThreadPoolExecutor(2) as pool:
+        with pytest.raises(TimeoutError, match="call 0 timed out"):
+            list(ordered_map(pool, f, range(100), ahead=32))
+    assert sorted(started) == [0, 1]
+
+    # an error of a later item is the one reported when earlier ones never started
+    def g(i):
+        if i == 0:
+            time.sleep(0.1)  # still running when item 1 fails; items 2.. never start
+            return 0
+        raise ValueError(f"item {i}")
+
+    with ThreadPoolExecutor(2) as pool:
+        it = ordered_map(pool, g, range(50), ahead=8)
+        assert next(it) == 0
+        with pytest.raises(ValueError, match="item 1"):
+            next(it)
