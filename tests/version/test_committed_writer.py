@@ -61,3 +61,31 @@ def test_written_ranges_are_readable_and_temp_files_removed(tmp_path):
     assert os.listdir(tmp) == []
     assert list(m.iter(res.metarange_id)) == recs
     m.close()
+
+
+def test_once_a_range_upload_failed_no_queued_one_starts(tmp_path):
+    """A store that stopped answering fails each upload after its whole timeout: the
+    uploads queued behind the failed ones must not start (each would wait it out too)."""
+    import threading
+
+    import pytest
+
+    from gravfs.errors import StoreUnavailableError
+
+    calls = []
+    first_wave = threading.Barrier(2)
+
+    class DownStore(LocalStore):
+        def put_file_if_absent(self, key, path):
+            calls.append(key)
+            first_wave.wait(5)  # both upload threads in flight, as when the store stops
+            raise StoreUnavailableError("put timed out after 60 s")
+
+    store = DownStore(str(tmp_path / "store"))
+    m = CommittedManager(store, None, BreakPolicy(200, 2048, 8, seed=1),
+                         tmp_dir=str(tmp_path / "sst-tmp"), upload_threads=2)
+    recs = [Record(b"k%05d" % i, b"i" * 32, b"d" * 40) for i in range(2000)]
+    with pytest.raises(StoreUnavailableError, match="timed out"):
+        m.write_tree(recs)
+    assert len(calls) == 2
+    m.close()

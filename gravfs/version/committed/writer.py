@@ -30,6 +30,7 @@ from gravfs.version.committed.reader import MetaRange, RangeInfo, metarange_key,
 from gravfs.version.committed.record import (EMPTY_ID, _LEN, _LEN_TABLE_SIZE, decode_identity,
                                      encode_value, sha256_for_short_inputs)
 from gravfs.version.committed.results import Stats
+from gravfs.errors import GravfsError
 from gravfs.faults import crash_point
 from gravfs.store.modes import PRIVATE_FILE
 
@@ -193,6 +194,7 @@ class TreeWriter:
         self.out: list[RangeInfo] = []
         self._futures: deque[tuple[int, Future]] = deque()
         self._done: list[tuple[int, int, bool]] = []
+        self._failed = False  # an upload raised: queued ones do not start (see _put)
         self._reset()
         self._last_key: bytes | None = None
 
@@ -399,7 +401,19 @@ class TreeWriter:
         while len(self._futures) >= ctx.max_inflight:
             i, fut = self._futures.popleft()
             self._done.append((i, *fut.result()))
-        self._futures.append((idx, ctx.executor.submit(ctx.put_range, range_id, what, record_ids)))
+        self._futures.append((idx, ctx.executor.submit(self._put, range_id, what, record_ids)))
+
+    def _put(self, range_id: str, what, record_ids: bytes | None) -> tuple[int, bool]:
+        """put_range on a pool thread; once one failed, the queued ones fail at once
+        (their commit fails anyway: a store that stopped answering would make each
+        wait out its timeout)."""
+        if self._failed:
+            raise GravfsError("range not written: an earlier range's upload failed")
+        try:
+            return self.ctx.put_range(range_id, what, record_ids)
+        except BaseException:
+            self._failed = True
+            raise
 
     def _drain(self) -> None:
         while self._futures:
@@ -422,7 +436,11 @@ class TreeWriter:
         return self.out
 
     def abort(self) -> None:
-        """Wait for background uploads (errors ignored) after a failure."""
+        """Wait for background uploads (errors ignored) after a failure; queued ones
+        do not start."""
+        self._failed = True
+        for _, fut in self._futures:
+            fut.cancel()
         while self._futures:
             _, fut = self._futures.popleft()
             try:
