@@ -302,12 +302,12 @@ def import_source(spark, repo, source, branch: str, prefix: str = "",
     tree, files = written.tree, written.records
     log.info("imported %d entries in %.1fs", files, time.monotonic() - t0)
     clash = written.file_dirs
-    if clash.count:
-        log.warning("%d key%s of %s %s both a file and a directory (%s%s): both are imported; "
-                    "the mount shows the directory, gravfs cat reads the file",
-                    clash.count, "" if clash.count == 1 else "s", source.name,
-                    "is" if clash.count == 1 else "are", ", ".join(map(show, clash.shown)),
-                    ", ..." if clash.count > len(clash.shown) else "")
+    if clash.count:  # (the CLI's summary notes it at the terminal: info, not said twice)
+        log.info("%d key%s of %s %s both a file and a directory (%s%s): both are imported; "
+                 "the mount shows the directory, gravfs cat reads the file",
+                 clash.count, "" if clash.count == 1 else "s", source.name,
+                 "is" if clash.count == 1 else "are", ", ".join(map(show, clash.shown)),
+                 ", ..." if clash.count > len(clash.shown) else "")
     skipped, skipped_shown = leftout.total(passed_over)
     if skipped:  # (the CLI's summary says it at the terminal: info, not said twice)
         log.info("%d path%s of %s left out (%s): %s%s; each is named in the executors' log",

@@ -252,18 +252,19 @@ def test_folder_markers_holding_bytes_are_counted_and_named(s3spark, s3_server, 
 
 def test_cli_names_keys_both_file_and_directory(s3_server, tmp_path):
     """The summary line says how many imported names are a file and a directory too,
-    and names them; ``--json`` carries the same."""
+    and names them, once (no warning above it says the same); ``--json`` carries it."""
     store, state = str(tmp_path / "store"), str(tmp_path / "state")
     run_cli("init", store=store, state=state)
     when = datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)
     rows = [{"bucket": s3_server.bucket, "key": k, "size": 3, "last_modified_date": when,
              "e_tag": "1" * 32} for k in ("a", "a.txt", "a/b", "c", "c/d/e", "c/d/f")]
     write_parquet(str(tmp_path / "m.parquet"), rows)
-    _rc, out, _err = run_cli("spark", "import", str(tmp_path / "m.parquet"), "main",
-                             "--by-reference", *SPARK_CONF, store=store, state=state,
-                             **s3_env(s3_server))
+    _rc, out, err = run_cli("spark", "import", str(tmp_path / "m.parquet"), "main",
+                            "--by-reference", *SPARK_CONF, store=store, state=state,
+                            **s3_env(s3_server))
     assert "Note: 2 imported names are both a file and a directory (a, c): the mount " \
            "shows the directory; gravfs cat reads the file" in out, out
+    assert "both a file and a directory" not in err, err
     _rc, out, _err = run_cli("spark", "import", str(tmp_path / "m.parquet"), "main:again",
                              "--by-reference", "--json", *SPARK_CONF, store=store,
                              state=state, **s3_env(s3_server))
