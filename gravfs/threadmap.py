@@ -15,7 +15,7 @@ as the workers freed by the first wave started the next).
 from __future__ import annotations
 
 from collections import deque
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor
 from typing import Callable, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -30,32 +30,28 @@ def ordered_map(pool: Executor, fn: Callable[[T], R], items: Iterable[T],
                 ahead: int) -> Iterator[R]:
     """``fn`` of each item, in the items' order, with at most ``ahead`` submitted and
     not yet taken; what is still queued when the consumer stops, or when a call
-    raises, is not run. The consumer gets the first error raised."""
-    raised: list[BaseException] = []
+    raises, is not run. The consumer meets a failed call's own error before any
+    skipped one: a pool starts calls in order, so every skipped call comes after."""
+    raised = False
 
     def call(item: T) -> R:
+        nonlocal raised
         if raised:
             raise _NotStarted
         try:
             return fn(item)
-        except BaseException as exc:
-            raised.append(exc)
+        except BaseException:
+            raised = True
             raise
-
-    def taken(future: Future) -> R:
-        try:
-            return future.result()
-        except _NotStarted:
-            raise raised[0] from None
 
     pending: deque = deque()
     try:
         for item in items:
             pending.append(pool.submit(call, item))
             if len(pending) >= ahead:
-                yield taken(pending.popleft())
+                yield pending.popleft().result()
         while pending:
-            yield taken(pending.popleft())
+            yield pending.popleft().result()
     finally:
         for f in pending:
             f.cancel()

@@ -70,15 +70,20 @@ def test_no_call_starts_after_one_raised_and_the_consumer_gets_that_error():
             list(ordered_map(pool, f, range(100), ahead=32))
     assert sorted(started) == [0, 1]
 
-    # an error of a later item is the one reported when earlier ones never started
+    # an item still running when a later one failed yields its result first; the
+    # error then reaches the consumer with the cause it was raised from
     def g(i):
         if i == 0:
             time.sleep(0.1)  # still running when item 1 fails; items 2.. never start
             return 0
-        raise ValueError(f"item {i}")
+        try:
+            raise OSError("connection reset")
+        except OSError as exc:
+            raise ValueError(f"item {i}") from exc
 
     with ThreadPoolExecutor(2) as pool:
         it = ordered_map(pool, g, range(50), ahead=8)
         assert next(it) == 0
-        with pytest.raises(ValueError, match="item 1"):
+        with pytest.raises(ValueError, match="item 1") as got:
             next(it)
+    assert str(got.value.__cause__) == "connection reset"
