@@ -74,7 +74,7 @@ class Watcher:
         while True:
             await trio.sleep(interval)
             try:
-                await self.poll()
+                read = await self.poll()
             except GravfsError as exc:  # e.g. the store is unreachable: say so once
                 if str(exc) != failing:
                     log.warning("cannot poll branch heads: %s", exc)
@@ -83,11 +83,12 @@ class Watcher:
             except Exception:
                 log.exception("watcher round failed")
                 continue
-            if failing is not None:
+            if failing is not None and read:  # (a round that read no head proves nothing)
                 log.warning("polling branch heads works again")
                 failing = None
 
-    async def poll(self) -> None:
+    async def poll(self) -> int:
+        """One look at every branch the kernel knows; returns how many heads it read."""
         ops = self.ops
         self.rounds += 1
         if ops.deferred:  # creates still open since the last poll: other processes see them
@@ -133,6 +134,7 @@ class Watcher:
         for name in list(self.seen):
             if name not in names:
                 del self.seen[name]
+        return len(names)
 
     async def invalidate_tree(self, tree) -> None:
         nodes = self.ops.inodes.tree_inodes(tree.ident)

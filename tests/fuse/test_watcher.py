@@ -94,3 +94,59 @@ def test_a_head_moved_before_the_watchers_first_look_is_noticed(tmp_path, monkey
     finally:
         repo.close()
         other.close()
+
+
+def test_the_watcher_says_polling_works_again_only_after_reading_a_head(tmp_path,
+                                                                         monkeypatch, caplog):
+    """After a failed poll, a round in which the kernel knew no branch read nothing
+    from the store, yet logged "polling branch heads works again" while the store was
+    still down (seen by hand with SeaweedFS stopped). In process, no kernel."""
+    import logging
+
+    import trio
+
+    from gravfs.errors import StoreUnavailableError
+    from gravfs.fs.repository import Repository
+    from gravfs.fuse import watcher as watcher_mod
+    from gravfs.fuse.inodes import ROOT
+    from gravfs.fuse.operations import GravfsOperations
+    from gravfs.fuse.options import MountOptions
+
+    store = str(tmp_path / "store")
+    Repository.init(store, str(tmp_path / "state")).close()
+    repo = Repository.open(store, str(tmp_path / "state"), staging_sync=False, head_ttl=60.0)
+    ops = GravfsOperations(repo, MountOptions(poll=0.01))
+    real_signature, real_knows = watcher_mod.branch_signature, ops.inodes.knows_tree
+
+    def down(repo, branch):
+        raise StoreUnavailableError("object store at X unavailable: read timed out")
+
+    async def main():
+        watcher = watcher_mod.Watcher(ops)
+        b = await ops.lookup(ROOT, b"branches", None)
+        await ops.lookup(b.st_ino, b"main", None)  # the kernel knows main
+        monkeypatch.setattr(watcher_mod, "branch_signature", down)
+        with trio.fail_after(30):
+            await watch(watcher)
+
+    async def watch(watcher):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watcher.run)
+            while "cannot poll branch heads" not in caplog.text:
+                await trio.sleep(0.01)
+            monkeypatch.setattr(ops.inodes, "knows_tree", lambda ident: False)  # forgotten
+            rounds = watcher.rounds
+            while watcher.rounds < rounds + 5:  # rounds that read no head
+                await trio.sleep(0.01)
+            assert "works again" not in caplog.text
+            monkeypatch.setattr(watcher_mod, "branch_signature", real_signature)
+            monkeypatch.setattr(ops.inodes, "knows_tree", real_knows)  # looked up again
+            while "works again" not in caplog.text:
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+
+    try:
+        with caplog.at_level(logging.INFO, logger="gravfs.fuse.watcher"):
+            trio.run(main)
+    finally:
+        repo.close()
