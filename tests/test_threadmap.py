@@ -1,4 +1,4 @@
-"""ordered_map: results in order, a bounded number in flight, the rest cancelled."""
+"""InOrder and ordered_map: results in order, a bounded number in flight, the rest cancelled."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gravfs.threadmap import ordered_map
+from gravfs.threadmap import InOrder, ordered_map
 
 
 def test_results_in_order_with_at_most_ahead_submitted():
@@ -87,3 +87,42 @@ def test_no_call_starts_after_one_raised_and_the_consumer_gets_that_error():
         with pytest.raises(ValueError, match="item 1") as got:
             next(it)
     assert str(got.value.__cause__) == "connection reset"
+
+
+def test_pushed_calls_give_their_results_in_order_within_the_bound():
+    """InOrder is what the range writer hands each closed range to: at most `ahead`
+    pushed and not taken, the results oldest first, whatever order they finish in."""
+    got = []
+    with ThreadPoolExecutor(3) as pool:
+        calls = InOrder(pool, ahead=4)
+        for i in range(50):
+            got += calls.push(lambda i: (time.sleep(0.001 * (i % 3)), i)[1], i)
+            assert len(got) >= i + 1 - 4  # never more than `ahead` untaken
+        got += calls.drain()
+    assert got == list(range(50))
+
+
+def test_cancel_with_wait_starts_no_queued_call_and_waits_for_the_running_ones():
+    """A failed commit's abort: the uploads queued are dropped, the running one
+    finishes (its temporary file removed) before abort returns."""
+    started, finished = [], []
+    running = threading.Event()
+    release = threading.Event()
+
+    def f(i):
+        started.append(i)
+        if i == 0:
+            running.set()
+            release.wait(5)
+        finished.append(i)
+        return i
+
+    with ThreadPoolExecutor(1) as pool:
+        calls = InOrder(pool, ahead=8)
+        for i in range(5):
+            assert calls.push(f, i) == []
+        assert running.wait(5)
+        threading.Timer(0.1, release.set).start()
+        calls.cancel(wait=True)
+        assert finished == [0]  # waited for the running call
+    assert started == [0]

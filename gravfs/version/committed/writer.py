@@ -17,10 +17,9 @@ import os
 import re
 import time
 from bisect import bisect_left
-from collections import deque
 from itertools import accumulate, islice
 from operator import add as _add, itemgetter, lt as _lt
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor
 from typing import Iterable
 
 from gravfs import sstable as _sstable
@@ -30,9 +29,9 @@ from gravfs.version.committed.reader import MetaRange, RangeInfo, metarange_key,
 from gravfs.version.committed.record import (EMPTY_ID, _LEN, _LEN_TABLE_SIZE, decode_identity,
                                      encode_value, sha256_for_short_inputs)
 from gravfs.version.committed.results import Stats
-from gravfs.errors import GravfsError
 from gravfs.faults import crash_point
 from gravfs.store.modes import PRIVATE_FILE
+from gravfs.threadmap import InOrder
 
 log = logging.getLogger(__name__)
 
@@ -192,9 +191,9 @@ class TreeWriter:
         self.known = known if known is not None else set()
         self._slice = 256
         self.out: list[RangeInfo] = []
-        self._futures: deque[tuple[int, Future]] = deque()
+        self._uploads: InOrder[tuple[int, int, bool]] | None = (
+            None if ctx.executor is None else InOrder(ctx.executor, ctx.max_inflight))
         self._done: list[tuple[int, int, bool]] = []
-        self._failed = False  # an upload raised: queued ones do not start (see _put)
         self._reset()
         self._last_key: bytes | None = None
 
@@ -392,33 +391,20 @@ class TreeWriter:
         self._submit(idx, info.id, build, record_ids)
 
     def _submit(self, idx: int, range_id: str, what, record_ids: bytes | None) -> None:
-        """Write range ``range_id`` in the background (WriteContext.put_range)."""
-        ctx = self.ctx
-        if ctx.executor is None:
-            size, created = ctx.put_range(range_id, what, record_ids)
-            self._done.append((idx, size, created))
-            return
-        while len(self._futures) >= ctx.max_inflight:
-            i, fut = self._futures.popleft()
-            self._done.append((i, *fut.result()))
-        self._futures.append((idx, ctx.executor.submit(self._put, range_id, what, record_ids)))
+        """Write range ``range_id`` in the background (WriteContext.put_range); once
+        one upload failed, the queued ones do not start (threadmap.InOrder)."""
+        if self._uploads is None:
+            self._done.append(self._put(idx, range_id, what, record_ids))
+        else:
+            self._done += self._uploads.push(self._put, idx, range_id, what, record_ids)
 
-    def _put(self, range_id: str, what, record_ids: bytes | None) -> tuple[int, bool]:
-        """put_range on a pool thread; once one failed, the queued ones fail at once
-        (their commit fails anyway: a store that stopped answering would make each
-        wait out its timeout)."""
-        if self._failed:
-            raise GravfsError("range not written: an earlier range's upload failed")
-        try:
-            return self.ctx.put_range(range_id, what, record_ids)
-        except BaseException:
-            self._failed = True
-            raise
+    def _put(self, idx: int, range_id: str, what,
+             record_ids: bytes | None) -> tuple[int, int, bool]:
+        return (idx, *self.ctx.put_range(range_id, what, record_ids))
 
     def _drain(self) -> None:
-        while self._futures:
-            i, fut = self._futures.popleft()
-            self._done.append((i, *fut.result()))
+        if self._uploads is not None:
+            self._done += self._uploads.drain()
         for i, size, created in self._done:
             self.out[i] = self.out[i]._replace(estimated_size=size)
             if created:
@@ -436,17 +422,9 @@ class TreeWriter:
         return self.out
 
     def abort(self) -> None:
-        """Wait for background uploads (errors ignored) after a failure; queued ones
-        do not start."""
-        self._failed = True
-        for _, fut in self._futures:
-            fut.cancel()
-        while self._futures:
-            _, fut = self._futures.popleft()
-            try:
-                fut.result()
-            except Exception:
-                pass
+        """After a failure: start no queued upload, wait for the running ones."""
+        if self._uploads is not None:
+            self._uploads.cancel(wait=True)
 
     def finish(self, base: MetaRange | None = None) -> MetaRange:
         """Close the last range, wait for uploads, write the metarange; returns it.
