@@ -128,7 +128,7 @@ def cmd_init(args) -> int:
 def cmd_branch(args) -> int:
     repo = _repo(args)
     return _ref_command(args, "branch", lambda: repo.create_branch(args.name, args.source),
-                        repo.delete_branch, repo.list_branches)
+                        lambda name: repo.delete_branch(name, args.force), repo.list_branches)
 
 
 def cmd_tag(args) -> int:
@@ -709,7 +709,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("name")
     b.add_argument("--from", dest="source", metavar="REF", help="start point (default: main)")
     bs.add_parser("list", parents=[common], help="list branches").add_argument("--json", action="store_true")
-    bs.add_parser("delete", parents=[common], help="delete a branch (its uncommitted changes too)").add_argument("name")
+    b = bs.add_parser("delete", parents=[common],
+                      help="delete a branch (refused while it has uncommitted changes here)")
+    b.add_argument("name")
+    b.add_argument("-f", "--force", action="store_true",
+                   help="delete it and drop its uncommitted changes on this host")
 
     sp = cmd("tag", cmd_tag, "create, list or delete tags")
     ts = sp.add_subparsers(dest="action", metavar="ACTION")

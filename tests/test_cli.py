@@ -686,3 +686,19 @@ def test_a_commit_conflict_lists_its_paths_and_a_strategy_settles_it(tmp_path):
     assert run_cli("status", "main", store=store, state=there)[1].startswith("On branch main: "
                                                                              "nothing to commit")
     assert run_cli("cat", "main:shared.csv", store=store, state=there)[1] == "again a\n"
+
+
+def test_branch_delete_keeps_uncommitted_changes_unless_forced(cli, tmp_path):
+    """The changes staged on this host would go with the branch (its commits stay
+    readable by id): one line saying how to keep or drop them, nothing lost."""
+    (tmp_path / "f").write_text("work in progress")
+    cli("branch", "create", "dev")
+    cli("put", str(tmp_path / "f"), "dev:wip")
+    rc, out, err = cli("branch", "delete", "dev", check=False)
+    assert (rc, out) == (1, "")
+    assert err == ("gravfs: branch 'dev' has uncommitted changes on this host ('gravfs "
+                   "status dev'): commit them or reset them first, or delete with --force, "
+                   "which drops them\n")
+    assert cli("cat", "dev:wip")[1] == "work in progress"
+    assert cli("branch", "delete", "--force", "dev")[1] == "Deleted branch dev\n"
+    assert "dev" not in cli("branch", "list")[1]

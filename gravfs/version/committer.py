@@ -510,6 +510,11 @@ class Committer:
         log.info("dropped staged changes of %s that leave its head as it is", branch)
         return self.is_clean(branch)  # unless a write came meanwhile
 
+    def has_changes(self, branch: str) -> bool:
+        """True when status would list something (staged writes that leave the head
+        as it is do not count); settles nothing, so no branch lock is needed."""
+        return not self.is_clean(branch) and next(self._status_rows(branch), None) is not None
+
     def _require_clean(self, branch: str, doing: str) -> None:
         if not self.is_clean(branch, settle=True):
             raise GravfsError(f"branch {branch!r} has uncommitted changes; "

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, TypeVar
 
 from gravfs import hashing
-from gravfs.errors import (AlreadyExistsError, AmbiguousRefError, BadNameError, GravfsError,
-                           NotFoundError, ReadOnlyError, StoreUnavailableError)
+from gravfs.errors import (AlreadyExistsError, AmbiguousRefError, BadNameError,
+                           CorruptDataError, GravfsError, NotFoundError, ReadOnlyError,
+                           StoreUnavailableError, TreeGoneError)
 from gravfs.quoting import quote
 from gravfs.waits import may_wait
 from gravfs.store import open_store
@@ -374,9 +375,23 @@ class VersionRepository:
         self._heads_cache.clear()
         return self.resolve(ref)
 
-    def delete_branch(self, name: str) -> None:
+    def delete_branch(self, name: str, force: bool = False) -> None:
+        """Refused while this host stages uncommitted changes to the branch, unless
+        ``force``: its commits stay readable by id until collected, its staging
+        would be gone at once."""
         if name == self.settings.default_branch:
             raise GravfsError(f"refusing to delete the default branch {name!r}")
+        if not force:
+            try:
+                changed = Committer(self).has_changes(name)
+            except (CorruptDataError, TreeGoneError) as exc:  # a damaged head: no status
+                raise GravfsError(f"branch {name!r} has changes staged on this host that "
+                                  f"cannot be compared with its head ({exc}): delete with "
+                                  "--force, which drops them") from exc
+            if changed:
+                raise GravfsError(f"branch {name!r} has uncommitted changes on this host "
+                                  f"('gravfs status {name}'): commit them or reset them "
+                                  "first, or delete with --force, which drops them")
         self.heads.delete_branch(name)
         self.staging.write(lambda txn: self.staging.drop_branch(txn, name))
         self.forget_head(name)

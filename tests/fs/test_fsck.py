@@ -89,6 +89,7 @@ def test_damaged_refs_are_problems_listed_apart_and_deletable(tmp_path):
     collection would have taken its commits for unreachable."""
     repo, store, state = _repo(tmp_path)
     repo.create_branch("dev", "main")
+    repo.write_file("dev", "staged", b"uncommitted")
     repo.create_tag("t1", "main")
     repo.close()
     refs = os.path.join(store, "_gravfs", "refs")
@@ -106,7 +107,11 @@ def test_damaged_refs_are_problems_listed_apart_and_deletable(tmp_path):
     rc, out, err = run_cli("branch", "list", store=store, state=state, check=False)
     assert rc == 7 and out.startswith("main\t") and "dev" not in out
     assert "gravfs: branch 'dev' is damaged" in err
-    run_cli("branch", "delete", "dev", store=store, state=state)
+    # its staged change cannot be compared with a head that holds no commit: --force
+    rc, _, err = run_cli("branch", "delete", "dev", store=store, state=state, check=False)
+    assert rc == 1 and "branch 'dev' has changes staged on this host that cannot be " \
+        "compared with its head (branch 'dev' is damaged" in err and "--force" in err, err
+    run_cli("branch", "delete", "--force", "dev", store=store, state=state)
     run_cli("tag", "delete", "t1", store=store, state=state)
     rc, out, _ = run_cli("fsck", "-q", store=store, state=state, check=False)
     assert rc == 0 and "fsck: clean: 1 refs" in out

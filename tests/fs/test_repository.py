@@ -185,7 +185,11 @@ def test_branch_isolation_and_delete(repo):
     assert names(repo.list_dir("dev")) == ["only-dev", "shared"]
     with pytest.raises(AlreadyExistsError):
         repo.create_branch("dev")
-    repo.delete_branch("dev")
+    # uncommitted changes would be lost with the branch: refused unless forced
+    with pytest.raises(GravfsError, match="'dev' has uncommitted changes on this host"):
+        repo.delete_branch("dev")
+    assert repo.branch_exists("dev") and repo.read("dev", "only-dev") == b"x"
+    repo.delete_branch("dev", force=True)
     assert not repo.branch_exists("dev")
     with pytest.raises(NotFoundError):
         repo.write_file("dev", "x", b"1")
@@ -194,6 +198,19 @@ def test_branch_isolation_and_delete(repo):
     assert names(repo.list_dir("dev")) == ["shared"]
     with pytest.raises(GravfsError):
         repo.delete_branch("main")
+
+
+def test_a_branch_whose_staging_leaves_its_head_as_it_is_is_deleted_without_force(repo):
+    """What status lists is what deleting a branch would lose: a file written and
+    removed again is no change."""
+    repo.write_file("main", "kept", b"same")
+    repo.commit("main", "base")
+    repo.create_branch("dev")
+    repo.write_file("dev", "tmp", b"gone again")
+    repo.remove("dev", "tmp")
+    assert repo.status("dev") == []
+    repo.delete_branch("dev")
+    assert not repo.branch_exists("dev")
 
 
 def test_remove_rename_and_placement(repo):

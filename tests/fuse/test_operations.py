@@ -117,7 +117,7 @@ def test_a_file_closed_after_its_branch_was_deleted_goes_to_lost_and_found(gravf
     f = open(m.branch_path("d/open.txt", branch="gone"), "wb")
     f.write(b"written while the branch went away")
     f.flush()
-    m.cli("branch", "delete", "gone")
+    m.cli("branch", "delete", "--force", "gone")  # (its directory d is a staged change)
     time.sleep(MountOptions.head_ttl + 0.2)  # the daemon's cached head is stale by then
     with pytest.raises(FileNotFoundError):
         f.close()  # the writer learns that its file did not land
