@@ -35,7 +35,7 @@ class InOrder(Generic[R]):
 
     def __init__(self, pool: Executor, ahead: int):
         self._pool = pool
-        self._ahead = ahead
+        self._ahead = max(1, ahead)  # (0 would wait for a call never pushed)
         self._pending: deque[Future] = deque()
         self._raised = False
 

@@ -126,3 +126,11 @@ def test_cancel_with_wait_starts_no_queued_call_and_waits_for_the_running_ones()
         calls.cancel(wait=True)
         assert finished == [0]  # waited for the running call
     assert started == [0]
+
+
+def test_a_bound_under_one_still_runs_every_call():
+    with ThreadPoolExecutor(1) as pool:
+        assert list(ordered_map(pool, lambda i: -i, range(5), ahead=0)) == [0, -1, -2, -3, -4]
+        calls = InOrder(pool, ahead=0)
+        got = [r for i in range(3) for r in calls.push(abs, -i)] + list(calls.drain())
+    assert got == [0, 1, 2]
