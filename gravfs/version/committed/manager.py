@@ -260,19 +260,9 @@ class CommittedManager:
         through an open reader.  The record decoding is inlined for the
         common lengths (see record.decode_record).
         """
-        rs = self.ranges
-        mr = rs._metaranges.get(metarange_id)
-        if mr is None:
-            mr = rs.metarange(metarange_id)
-        i = bisect_left(mr.max_keys, key)
-        try:
-            value = mr.kv_maps[i].get(key)
-        except IndexError:  # past the last range
-            return None
+        value = self.get_value(metarange_id, key)
         if value is None:
-            value = rs.lookup_in(mr, i, key)
-            if value is None:
-                return None
+            return None
         # A 32-byte identity (SHA-256: gravfs's and lakeFS's) and 64..8191 bytes of data.
         try:
             if value[0] == 64 and value[33:35] == _LEN2[len(value) - 35]:
@@ -290,7 +280,7 @@ class CommittedManager:
         i = bisect_left(mr.max_keys, key)
         try:
             value = mr.kv_maps[i].get(key)
-        except IndexError:
+        except IndexError:  # past the last range
             return None
         return value if value is not None else rs.lookup_in(mr, i, key)
 

@@ -104,8 +104,8 @@ def encode_value(identity: bytes, data: bytes) -> bytes:
     return _enc_len(len(identity)) + identity + _enc_len(len(data)) + data
 
 
-def decode_value(buf) -> tuple[bytes, bytes]:
-    """Split an encoded value into (identity, data); raises CorruptDataError."""
+def _identity_span(buf) -> tuple[int, int, int]:
+    """(start, end) of an encoded value's identity, and the value's size."""
     n = len(buf)
     b = buf[0] if n else 0x80
     if b < 0x80 and not b & 1:
@@ -115,6 +115,12 @@ def decode_value(buf) -> tuple[bytes, bytes]:
     end = pos + ilen
     if ilen < 0 or end > n:
         raise CorruptDataError(f"record identity length {ilen} exceeds value size {n}")
+    return pos, end, n
+
+
+def decode_value(buf) -> tuple[bytes, bytes]:
+    """Split an encoded value into (identity, data); raises CorruptDataError."""
+    pos, end, n = _identity_span(buf)
     identity = bytes(buf[pos:end])
     pos = end
     b = buf[pos] if pos < n else 0x80
@@ -157,15 +163,7 @@ def decode_record(key: bytes, value: bytes) -> Record:
 
 def decode_identity(buf) -> bytes:
     """Only the identity of an encoded value (cheaper than decode_value)."""
-    n = len(buf)
-    b = buf[0] if n else 0x80
-    if b < 0x80 and not b & 1:
-        ilen, pos = b >> 1, 1
-    else:
-        ilen, pos = read_varint(buf, 0)
-    end = pos + ilen
-    if ilen < 0 or end > n:
-        raise CorruptDataError(f"record identity length {ilen} exceeds value size {n}")
+    pos, end, _ = _identity_span(buf)
     return bytes(buf[pos:end])
 
 
