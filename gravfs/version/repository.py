@@ -338,13 +338,8 @@ class VersionRepository:
         check_ref_name(name, "branch")
         self._check_hides_no_ref(name, "branch")
         source = self._resolve_fresh(from_ref or self.settings.default_branch).commit
-        check_not_expired(self.store, source)
-        self.heads.create_branch(name, source.id)
-        try:
-            check_not_expired(self.store, source)  # a sweep that started meanwhile
-        except ExpiredCommitError:
-            self.heads.delete_branch(name)
-            raise
+        self._ref_unexpired(source, lambda: self.heads.create_branch(name, source.id),
+                            lambda: self.heads.delete_branch(name))
         self.staging.write(lambda txn: self.staging.drop_branch(txn, name))
         self.forget_head(name)
         return source
@@ -405,14 +400,21 @@ class VersionRepository:
         check_ref_name(name, "tag")
         self._check_hides_no_ref(name, "tag")
         c = self._resolve_fresh(ref).commit
-        check_not_expired(self.store, c)
-        self.heads.create_tag(name, c.id)
-        try:
-            check_not_expired(self.store, c)  # a sweep that started meanwhile
-        except ExpiredCommitError:
-            self.heads.delete_tag(name)
-            raise
+        self._ref_unexpired(c, lambda: self.heads.create_tag(name, c.id),
+                            lambda: self.heads.delete_tag(name))
         return c
+
+    def _ref_unexpired(self, c: Commit, create: Callable[[], None],
+                       undo: Callable[[], None]) -> None:
+        """``create`` a ref at ``c`` unless garbage collection expired ``c``, checked
+        again once it is made (a sweep that started meanwhile): then ``undo``."""
+        check_not_expired(self.store, c)
+        create()
+        try:
+            check_not_expired(self.store, c)
+        except ExpiredCommitError:
+            undo()
+            raise
 
     def delete_tag(self, name: str) -> None:
         self.heads.delete_tag(name)
