@@ -26,9 +26,11 @@ from gravfs.fs.entry import (KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_DIRECTORY
                              encode_entry, entry_identity, same_but_times)
 from gravfs.fs.paths import (dir_prefix, display, escape_name, first_name, hashed_head,
                              name_problem, show, split_last, to_key, unescape_name)
+from gravfs.fs.lostfound import lost_found_path, save_whole
 from gravfs.fs.references import live_addresses
 from gravfs.version.collisions import file_above
 from gravfs.version.committed.record import encode_value
+from gravfs.version.committer import Committer
 from gravfs.version.repository import DEFAULT_TIER_BYTES, VersionRepository
 from gravfs.version.staging.branchview import BranchLayers
 from gravfs.version.staging.view import Item, after_subtree
@@ -273,6 +275,41 @@ class Repository(VersionRepository):
         return key.startswith("data/") and self.data.restore(key)
 
     # -- reading ------------------------------------------------------------------
+
+    def _start_unstaged(self, name: str) -> None:
+        """What this host staged on an earlier branch of that name, deleted on another
+        host (this host's own deletion drops it, see delete_branch), is not dropped
+        without a word: its files are saved in lost+found first (gravfs.fs.lostfound).
+        Should that fail, nothing is dropped: the new branch shows them as its
+        uncommitted changes, and the error says so."""
+        changes = [] if Committer(self).is_clean(name) else self.status(name)
+        if changes:
+            try:
+                self._save_leftover(name, changes)
+            except (OSError, GravfsError) as exc:
+                raise GravfsError(
+                    f"branch {name!r} was made, but the {len(changes)} change(s) this host "
+                    f"had staged on an earlier branch of that name could not be saved in "
+                    f"lost+found ({exc}): they stay, as the new branch's uncommitted changes "
+                    f"('gravfs status {name}')") from exc
+        super()._start_unstaged(name)
+
+    def _save_leftover(self, name: str, changes: list[tuple[str, bytes]]) -> None:
+        files: list[Node] = []
+        with self.staging.read_txn() as txn:
+            lay = self.layers(name, txn)
+            for kind, key in changes:
+                n = None if kind == "removed" else self._stat_key(lay, txn, key)
+                if n is not None and n.kind == "file":
+                    files.append(n)
+        for n in files:
+            save_whole(lost_found_path(self.workspace, name, n.key),
+                       lambda out: self.copy_out(n, out))
+        log.warning("branch %s made again: this host had %d uncommitted change(s) staged on "
+                    "an earlier branch of that name (deleted on another host); %d file(s) "
+                    "of them are saved in %s, the rest (removals, directories, links) dropped",
+                    name, len(changes), len(files),
+                    os.path.join(self.workspace.sub("lost+found"), name))
 
     def stat(self, ref: str, path: str | bytes) -> Node:
         """The node at a path. A path may name keys other writers made through their

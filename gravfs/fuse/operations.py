@@ -19,7 +19,6 @@ import logging
 import os
 import stat as statmod
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import replace
@@ -30,7 +29,6 @@ import pyfuse3
 import trio
 
 from gravfs import hashing
-from gravfs.cleanup import unlink_quiet
 from gravfs.fs.entry import (KIND_BLOCK_DEVICE, KIND_CHAR_DEVICE, KIND_DIRECTORY, KIND_FILE,
                              KIND_SYMLINK, SPECIAL_KINDS, EntryInfo, kind_of_mode,
                              shown_atime)
@@ -53,7 +51,8 @@ from gravfs.fuse.spin import ACTIVITY
 from gravfs.fuse.statcache import MISSING, BranchStatCache, OwnWrites
 from gravfs.fuse.trees import Tree
 from gravfs.fuse.workers import WorkerPool
-from gravfs.fs.paths import MAX_NAME_BYTES, escape_key, split_last
+from gravfs.fs.lostfound import free_name, lost_found_path, save_whole
+from gravfs.fs.paths import MAX_NAME_BYTES, split_last
 from gravfs.quoting import quote
 from gravfs.sstable import DEFAULT_CACHE
 from gravfs import threadwork
@@ -236,23 +235,19 @@ class GravfsOperations(pyfuse3.Operations):
             log.error("cannot write the exit report %s: %s", self.exit_report, exc)
 
     def _rescue(self, of: OpenFile) -> str:
-        """Save the content of a file that could not be staged as
-        ``<workspace>/lost+found/<branch>/<path>`` (``.1``, ``.2``... when taken), where
-        the next mount leaves it alone; returns where it is."""
-        node = of.node  # (the path as listings show it: a foreign key's ".." is a name)
-        dest = os.path.join(self.repo.workspace.sub("lost+found"), node.tree.name,
-                            os.fsdecode(escape_key(node.key, directory=False)))
-        taken, n = dest, 0
-        while os.path.lexists(dest):
-            n += 1
-            dest = f"{taken}.{n}"
+        """Save the content of a file that could not be staged in this host's
+        lost+found (gravfs.fs.lostfound), where the next mount leaves it alone;
+        returns where it is."""
+        node = of.node
+        dest = lost_found_path(self.repo.workspace, node.tree.name, node.key)
         try:
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
             if of.materialized:
+                dest = free_name(dest)
                 os.replace(of.path, dest)
                 of.path = ""
             else:  # written back: its content is a pending upload (or in the store)
-                dest = self._rescue_copy(of.entry.address, dest)
+                address = of.entry.address
+                dest = save_whole(dest, lambda out: self.data.copy_to(address, out))
         except (OSError, GravfsError) as exc:
             if of.materialized:
                 log.error("could not save %s to %s (%s); it stays in %s", node.key, dest, exc,
@@ -262,28 +257,6 @@ class GravfsOperations(pyfuse3.Operations):
                       node.key, dest, exc, of.entry.address)
             return f"data object {of.entry.address}"
         return dest
-
-    def _rescue_copy(self, address: str, dest: str) -> str:
-        """Copy a content to ``dest`` (or ``dest.N`` when taken) whole or not at all: it
-        is written beside it under a hidden temp name, synced, then linked into place,
-        so a name in lost+found is always a complete file (one that appeared while the
-        copy was written showed empty, then partial)."""
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=".rescue-")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                self.data.copy_to(address, out)
-                out.flush()
-                os.fsync(out.fileno())
-            taken, n = dest, 0
-            while True:
-                try:
-                    os.link(tmp, dest)
-                    return dest
-                except FileExistsError:
-                    n += 1
-                    dest = f"{taken}.{n}"
-        finally:
-            unlink_quiet(tmp)
 
     # -- helpers ----------------------------------------------------------------------
 

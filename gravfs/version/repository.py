@@ -340,9 +340,14 @@ class VersionRepository:
         source = self._resolve_fresh(from_ref or self.settings.default_branch).commit
         self._ref_unexpired(source, lambda: self.heads.create_branch(name, source.id),
                             lambda: self.heads.delete_branch(name))
-        self.staging.write(lambda txn: self.staging.drop_branch(txn, name))
         self.forget_head(name)
+        self._start_unstaged(name)
         return source
+
+    def _start_unstaged(self, name: str) -> None:
+        """A new branch starts with nothing staged: what this host staged on an earlier
+        branch of that name (deleted on another host) goes."""
+        self.staging.write(lambda txn: self.staging.drop_branch(txn, name))
 
     def _check_hides_no_ref(self, name: str, kind: str) -> None:
         """A ref is named by a branch first, then a tag, then a commit id prefix

@@ -213,6 +213,60 @@ def test_a_branch_whose_staging_leaves_its_head_as_it_is_is_deleted_without_forc
     assert not repo.branch_exists("dev")
 
 
+def test_a_branch_made_again_saves_what_this_host_staged_on_the_one_another_host_deleted(
+        repo, store_target, tmp_path, caplog):
+    """Another host cannot see this host's staging when it deletes a branch; making the
+    branch again here dropped what was staged on the old one without a word."""
+    repo.write_file("main", "kept", b"committed")
+    repo.write_file("main", "gone", b"committed")
+    repo.commit("main", "base")
+    repo.create_branch("dev")
+    repo.write_file("dev", "d/new.csv", b"uncommitted work")
+    repo.write_file("dev", "kept", b"rewritten")
+    repo.remove("dev", "gone")
+    repo.mkdir("dev", "empty")
+    other = Repository.open(store_target, str(tmp_path / "other-host"))
+    other.delete_branch("dev")  # nothing staged there: not refused
+    other.close()
+    with caplog.at_level("WARNING"):
+        repo.create_branch("dev")
+    lost = os.path.join(repo.workspace.sub("lost+found"), "dev")
+    with open(os.path.join(lost, "d", "new.csv"), "rb") as f:
+        assert f.read() == b"uncommitted work"
+    with open(os.path.join(lost, "kept"), "rb") as f:
+        assert f.read() == b"rewritten"
+    assert sorted(os.listdir(lost)) == ["d", "kept"]  # the directory is not a file
+    assert repo.status("dev") == [] and repo.read("dev", "kept") == b"committed"
+    assert "this host had 4 uncommitted change(s) staged on an earlier branch" in caplog.text
+    assert "2 file(s) of them are saved in" in caplog.text
+
+    # made again once more: a name taken in lost+found gets .1
+    repo.write_file("dev", "kept", b"second")
+    other = Repository.open(store_target, str(tmp_path / "other-host"))
+    other.delete_branch("dev")
+    other.close()
+    repo.create_branch("dev")
+    with open(os.path.join(lost, "kept.1"), "rb") as f:
+        assert f.read() == b"second"
+
+
+def test_staged_changes_that_cannot_be_saved_stay_on_the_branch_made_again(
+        repo, store_target, tmp_path):
+    repo.create_branch("dev")
+    repo.write_file("dev", "work", b"uncommitted")
+    other = Repository.open(store_target, str(tmp_path / "other-host"))
+    other.delete_branch("dev")
+    other.close()
+    with open(os.path.join(repo.workspace.sub("lost+found"), "dev"), "wb"):
+        pass  # a file where its directory would go
+    with pytest.raises(GravfsError, match=r"branch 'dev' was made, but the 1 change\(s\) "
+                       r"this host had staged .* could not be saved in lost\+found"):
+        repo.create_branch("dev")
+    assert repo.branch_exists("dev")
+    assert repo.read("dev", "work") == b"uncommitted"  # nothing dropped
+    assert [k for _, k in repo.status("dev")] == [b"work"]
+
+
 def test_remove_rename_and_placement(repo):
     repo.write_file("main", "d/x", b"1")
     repo.write_file("main", "d/sub/y", b"2")
