@@ -16,6 +16,7 @@ import os
 import re
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, TypeVar
 
@@ -582,14 +583,34 @@ class VersionRepository:
 
     def commit(self, branch: str, message: str, author: Optional[str] = None,
                metadata: Optional[dict] = None, strategy: str = "fail") -> Commit:
-        self.writable_head(branch)
+        with self._saying_what_a_gone_branch_left(branch):
+            self.writable_head(branch)
         c = Committer(self).commit(branch, message, author or default_author(), metadata or {},
                                    strategy)
         self.forget_head(branch)
         return c
 
     def status(self, branch: str, under: Optional[list[bytes]] = None):
-        return Committer(self).status(branch, under)
+        with self._saying_what_a_gone_branch_left(branch):
+            return Committer(self).status(branch, under)
+
+    @contextmanager
+    def _saying_what_a_gone_branch_left(self, branch: str) -> Iterator[None]:
+        """"branch not found" alone, for a branch another host deleted under this
+        host's uncommitted changes, reads as if they were gone: they are not."""
+        try:
+            yield
+        except NotFoundError as exc:
+            try:
+                left = (self.heads.branch_or_none(branch) is None
+                        and not Committer(self).is_clean(branch))
+            except GravfsError:
+                left = False
+            if not left:
+                raise
+            raise NotFoundError(f"{exc} (deleted, perhaps on another host); this host still "
+                                f"holds uncommitted changes staged on it: 'gravfs branch "
+                                f"create {branch}' saves their files in lost+found") from None
 
     def reset(self, branch: str, prefix: Optional[bytes] = None) -> int:
         """Drop the branch's uncommitted changes, or those at and under key ``prefix``."""

@@ -228,6 +228,10 @@ def test_a_branch_made_again_saves_what_this_host_staged_on_the_one_another_host
     other = Repository.open(store_target, str(tmp_path / "other-host"))
     other.delete_branch("dev")  # nothing staged there: not refused
     other.close()
+    for look in (lambda: repo.status("dev"), lambda: repo.commit("dev", "x")):
+        with pytest.raises(NotFoundError, match=r"branch 'dev' not found \(deleted, perhaps on "
+                           r"another host\); this host still holds uncommitted changes"):
+            look()
     with caplog.at_level("WARNING"):
         repo.create_branch("dev")
     lost = os.path.join(repo.workspace.sub("lost+found"), "dev")
