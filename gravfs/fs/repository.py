@@ -274,7 +274,7 @@ class Repository(VersionRepository):
     def restore_object(self, key: str) -> bool:
         return key.startswith("data/") and self.data.restore(key)
 
-    # -- reading ------------------------------------------------------------------
+    # -- branches -----------------------------------------------------------------
 
     def _start_unstaged(self, name: str) -> None:
         """What this host staged on an earlier branch of that name, deleted on another
@@ -310,6 +310,8 @@ class Repository(VersionRepository):
                     "of them are saved in %s, the rest (removals, directories, links) dropped",
                     name, len(changes), len(files),
                     os.path.join(self.workspace.sub("lost+found"), name))
+
+    # -- reading ------------------------------------------------------------------
 
     def stat(self, ref: str, path: str | bytes) -> Node:
         """The node at a path. A path may name keys other writers made through their
