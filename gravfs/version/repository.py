@@ -596,7 +596,7 @@ class VersionRepository:
 
     @contextmanager
     def _saying_what_a_gone_branch_left(self, branch: str) -> Iterator[None]:
-        """"branch not found" alone, for a branch another host deleted under this
+        """A bare "branch not found", for a branch another host deleted under this
         host's uncommitted changes, reads as if they were gone: they are not."""
         try:
             yield

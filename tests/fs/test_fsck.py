@@ -90,18 +90,20 @@ def test_damaged_refs_are_problems_listed_apart_and_deletable(tmp_path):
     repo, store, state = _repo(tmp_path)
     repo.create_branch("dev", "main")
     repo.write_file("dev", "staged", b"uncommitted")
+    repo.create_branch("bare", "main")
     repo.create_tag("t1", "main")
     repo.close()
     refs = os.path.join(store, "_gravfs", "refs")
-    with open(os.path.join(refs, "branches", "dev"), "wb"):
-        pass  # emptied
+    for name in ("dev", "bare"):
+        with open(os.path.join(refs, "branches", name), "wb"):
+            pass  # emptied
     with open(os.path.join(refs, "tags", "t1"), "wb") as f:
         f.write(b"not a commit\n")
     rc, out, _ = run_cli("fsck", "-q", store=store, state=state, check=False)
     assert rc == 1, out
     assert "branch 'dev' is damaged: its object _gravfs/refs/branches/dev holds ''" in out
     assert "tag 't1' is damaged" in out and "'not a commit'" in out
-    assert "2 problem(s): 3 refs" in out
+    assert "3 problem(s): 4 refs" in out
     rc, out, err = run_cli("log", "dev", store=store, state=state, check=False)
     assert rc == 7 and "branch 'dev' is damaged" in err and "not found" not in err
     rc, out, err = run_cli("branch", "list", store=store, state=state, check=False)
@@ -112,6 +114,7 @@ def test_damaged_refs_are_problems_listed_apart_and_deletable(tmp_path):
     assert rc == 1 and "branch 'dev' has changes staged on this host that cannot be " \
         "compared with its head (branch 'dev' is damaged" in err and "--force" in err, err
     run_cli("branch", "delete", "--force", "dev", store=store, state=state)
+    run_cli("branch", "delete", "bare", store=store, state=state)  # nothing staged
     run_cli("tag", "delete", "t1", store=store, state=state)
     rc, out, _ = run_cli("fsck", "-q", store=store, state=state, check=False)
     assert rc == 0 and "fsck: clean: 1 refs" in out
