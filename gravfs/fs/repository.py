@@ -32,7 +32,7 @@ from gravfs.version.collisions import file_above
 from gravfs.version.committed.record import encode_value
 from gravfs.version.committer import Committer
 from gravfs.version.repository import DEFAULT_TIER_BYTES, VersionRepository
-from gravfs.version.staging.branchview import BranchLayers
+from gravfs.version.staging.branchview import BranchLayers, branch_layers
 from gravfs.version.staging.view import Item, after_subtree
 
 log = logging.getLogger(__name__)
@@ -279,25 +279,52 @@ class Repository(VersionRepository):
     def _start_unstaged(self, name: str) -> None:
         """What this host staged on an earlier branch of that name, deleted on another
         host (this host's own deletion drops it, see delete_branch), is not dropped
-        without a word: its files are saved in lost+found first (gravfs.fs.lostfound).
+        without a word: its files are saved in lost+found first (save_staged).
         Should that fail, nothing is dropped: the new branch shows them as its
         uncommitted changes, and the error says so."""
-        changes = [] if Committer(self).is_clean(name) else self.status(name)
-        if changes:
-            try:
-                self._save_leftover(name, changes)
-            except (OSError, GravfsError) as exc:
-                raise GravfsError(
-                    f"branch {name!r} was made, but the {len(changes)} change(s) this host "
-                    f"had staged on an earlier branch of that name could not be saved in "
-                    f"lost+found ({exc}): they stay, as the new branch's uncommitted changes "
-                    f"('gravfs status {name}')") from exc
+        try:
+            self.save_staged(name)
+        except (OSError, GravfsError) as exc:
+            raise GravfsError(
+                f"branch {name!r} was made, but the changes this host had staged on an "
+                f"earlier branch of that name could not be saved in lost+found ({exc}): "
+                f"they stay, as the new branch's uncommitted changes ('gravfs status "
+                f"{name}')") from exc
         super()._start_unstaged(name)
 
-    def _save_leftover(self, name: str, changes: list[tuple[str, bytes]]) -> None:
+    def drop_deleted_branch(self, name: str) -> bool:
+        """A branch found deleted (by another host: a mount's watcher saw it go): save
+        what this host staged on it (save_staged) and drop that staging, so that a
+        branch made again of that name, by any host, does not show it as its own.
+        False when the branch is back already (its staging is then left alone) or
+        saving failed (logged; the staging stays: a later making of the branch here
+        tries again)."""
+        try:
+            if self.heads.branch_or_none(name) is not None:
+                return False
+            self.save_staged(name)
+        except (OSError, GravfsError) as exc:
+            log.error("branch %s was deleted on another host; what this host staged on it "
+                      "could not be saved in lost+found (%s): it stays staged", name, exc)
+            return False
+        self.staging.write(lambda txn: self.staging.drop_branch(txn, name))
+        return True
+
+    def save_staged(self, name: str) -> int:
+        """Save the files this host staged on branch ``name`` (compared with the commit
+        the staging began from) in lost+found, logged with what else was staged
+        (removals, directories, links: not files); returns how many changes."""
+        c = Committer(self)
+        if c.is_clean(name):
+            return 0
+        st = self.staging.get_state(name)
+        base = st.base or self.writable_head(name)
+        changes = c.status(name, head_id=base)
         files: list[Node] = []
         with self.staging.read_txn() as txn:
-            lay = self.layers(name, txn)
+            st = self.staging.state(txn, name)
+            mr = st.compacted["metarange"] if st.compacted else self.commits.get(base).metarange
+            lay = branch_layers(self.staging, txn, self.committed, name, mr, st)
             for kind, key in changes:
                 n = None if kind == "removed" else self._stat_key(lay, txn, key)
                 if n is not None and n.kind == "file":
@@ -305,11 +332,13 @@ class Repository(VersionRepository):
         for n in files:
             save_whole(lost_found_path(self.workspace, name, n.key),
                        lambda out: self.copy_out(n, out))
-        log.warning("branch %s made again: this host had %d uncommitted change(s) staged on "
-                    "an earlier branch of that name (deleted on another host); %d file(s) "
-                    "of them are saved in %s, the rest (removals, directories, links) dropped",
-                    name, len(changes), len(files),
-                    os.path.join(self.workspace.sub("lost+found"), name))
+        if changes:
+            log.warning("branch %s was deleted on another host while this host had %d "
+                        "uncommitted change(s) staged on it; %d file(s) of them are saved "
+                        "in %s, the rest (removals, directories, links) dropped", name,
+                        len(changes), len(files),
+                        os.path.join(self.workspace.sub("lost+found"), name))
+        return len(changes)
 
     # -- reading ------------------------------------------------------------------
 

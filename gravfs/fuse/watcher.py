@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 #: A signature's head when the branch's head object holds no commit id (its reason next)
 DAMAGED = "damaged"
+_UNSEEN = object()  # a branch's look before its first
 
 
 def branch_signature(repo, branch: str):
@@ -111,8 +112,12 @@ class Watcher:
         if foreign:
             self.foreign_rounds += 1
         for tree, sig in zip(branches, sigs):
-            old = self.seen.get(tree.name)
+            old = self.seen.get(tree.name, _UNSEEN)
             self.seen[tree.name] = sig
+            # deleted, also before this branch's first look: the kernel knew it, so it was
+            gone = sig is None and old is not None
+            if old is _UNSEEN:
+                old = None
             if foreign and sig is not None:
                 log.info("staging of this workspace changed outside the mount; invalidating "
                          "%d cached inodes of branch %s", len(ops.inodes.tree_inodes(tree.ident)),
@@ -121,7 +126,7 @@ class Watcher:
                 continue
             # (moved: a read of the daemon's found the head moved, also before this
             # branch's first look, which takes the head it reads as the one served)
-            if not _moved(old, sig) and tree.name not in moved:
+            if not gone and not _moved(old, sig) and tree.name not in moved:
                 continue
             if sig is not None and sig[0] == DAMAGED:
                 log.error("%s; invalidating %d cached inodes of branch %s (they answer EIO)",
@@ -131,6 +136,8 @@ class Watcher:
                          "cached inodes", tree.name, (sig[0][:12] if sig else "deleted"),
                          len(ops.inodes.tree_inodes(tree.ident)))
             await self.invalidate_tree(tree)
+            if gone:  # what this host staged there is saved, then dropped
+                await ops.run(ops.repo.drop_deleted_branch, tree.name)
         for name in list(self.seen):
             if name not in names:
                 del self.seen[name]

@@ -603,18 +603,19 @@ class Committer:
 
     # -- status / reset -------------------------------------------------------------
 
-    def status(self, branch: str, under: Optional[list[bytes]] = None
-               ) -> list[tuple[str, bytes]]:
+    def status(self, branch: str, under: Optional[list[bytes]] = None,
+               head_id: Optional[str] = None) -> list[tuple[str, bytes]]:
         """Uncommitted changes as (kind, key), kind in added/changed/removed; with
         ``under``, only those at and under these keys (the changes read from there
         on, not all of them filtered). A chunk of changes at a time is compared with
-        the head (CommittedManager.values_at: dense ones by a scan of their range)."""
-        return list(self._status_rows(branch, under))
+        the head (CommittedManager.values_at: dense ones by a scan of their range), or
+        with the commit ``head_id`` (a deleted branch's: the one its staging began from)."""
+        return list(self._status_rows(branch, under, head_id))
 
-    def _status_rows(self, branch: str, under: Optional[list[bytes]] = None
-                     ) -> Iterator[tuple[str, bytes]]:
+    def _status_rows(self, branch: str, under: Optional[list[bytes]] = None,
+                     head_id: Optional[str] = None) -> Iterator[tuple[str, bytes]]:
         """status's rows a chunk of changes at a time (the first without the rest)."""
-        head = self.repo.commits.get(self.repo.writable_head(branch))  # (a tag has no changes)
+        head = self.repo.commits.get(head_id or self.repo.writable_head(branch))  # (a tag has no changes)
         st = self.area.get_state(branch)
         changes = self._token_changes(st.tokens())
         if st.compacted:

@@ -150,3 +150,29 @@ def test_the_watcher_says_polling_works_again_only_after_reading_a_head(tmp_path
             trio.run(main)
     finally:
         repo.close()
+
+
+def test_a_branch_deleted_on_another_host_leaves_this_host_s_staged_files_in_lost_and_found(
+        gravfs_mount):
+    """Its staging stayed in this host's workspace: a branch of that name made again,
+    by any host, showed those files as its own uncommitted changes (and a commit here
+    took them into it). The watcher that sees the branch go saves them and drops it."""
+    m = gravfs_mount
+    m.cli("branch", "create", "dev")
+    os.makedirs(m.branch_path("d", branch="dev"))
+    _write(m.branch_path("d/work.csv", branch="dev"), b"uncommitted work")
+    assert "added  d/work.csv" in m.cli("status", "dev").stdout
+    other = ["--state-dir", os.path.join(m.base, "other-host")]  # (the last one counts)
+    m.cli(*other, "branch", "delete", "dev")  # nothing staged on the other host
+    saved = os.path.join(m.state_dir, "repos", os.listdir(os.path.join(m.state_dir, "repos"))[0],
+                         "lost+found", "dev", "d", "work.csv")
+    wait_for(lambda: os.path.exists(saved), timeout=10)
+    assert read_bytes(saved) == b"uncommitted work"
+    assert "2 uncommitted change(s) staged on it; 1 file(s) of them are saved" in m.log_text()
+    wait_for(lambda: m.cli("status", "dev", check=False).stderr ==
+             "gravfs: branch 'dev' not found\n", timeout=10)  # nothing held any more
+    m.cli(*other, "branch", "create", "dev")
+    wait_for(lambda: os.path.isdir(m.branch_path(branch="dev")), timeout=10)
+    assert os.listdir(m.branch_path(branch="dev")) == []
+    assert m.cli("status", "dev").stdout.strip() == "On branch dev: nothing to commit"
+    m.assert_clean_log()
