@@ -283,32 +283,55 @@ class Repository(VersionRepository):
         Should that fail, nothing is dropped: the new branch shows them as its
         uncommitted changes, and the error says so."""
         try:
-            self.save_staged(name)
+            self._save_then_drop(name)
         except (OSError, GravfsError) as exc:
             raise GravfsError(
                 f"branch {name!r} was made, but the changes this host had staged on an "
                 f"earlier branch of that name could not be saved in lost+found ({exc}): "
                 f"they stay, as the new branch's uncommitted changes ('gravfs status "
                 f"{name}')") from exc
-        super()._start_unstaged(name)
 
     def drop_deleted_branch(self, name: str) -> bool:
         """A branch found deleted (by another host: a mount's watcher saw it go): save
         what this host staged on it (save_staged) and drop that staging, so that a
         branch made again of that name, by any host, does not show it as its own.
-        False when the branch is back already (its staging is then left alone) or
+        False when the branch is back already (its staging is then left alone), when
         saving failed (logged; the staging stays: a later making of the branch here
-        tries again)."""
+        tries again), or when something was staged meanwhile (see _save_then_drop)."""
         try:
             if self.heads.branch_or_none(name) is not None:
                 return False
-            self.save_staged(name)
+            return self._save_then_drop(name)
         except (OSError, GravfsError) as exc:
             log.error("branch %s was deleted on another host; what this host staged on it "
                       "could not be saved in lost+found (%s): it stays staged", name, exc)
             return False
-        self.staging.write(lambda txn: self.staging.drop_branch(txn, name))
-        return True
+
+    def _save_then_drop(self, name: str) -> bool:
+        """save_staged, then drop the branch's staging in a transaction that first
+        checks nothing was staged there meanwhile: a mount's close into the branch made
+        again while the files were saved (tenths of a second) was dropped unsaved. If
+        something was, the staging stays (the branch shows it; nothing is lost)."""
+        with self.staging.read_txn() as txn:
+            before = self._staging_of(txn, name)
+        self.save_staged(name)
+
+        def drop(txn) -> bool:
+            if self._staging_of(txn, name) != before:
+                return False
+            self.staging.drop_branch(txn, name)
+            return True
+
+        if self.staging.write(drop):
+            return True
+        log.warning("branch %s: written again while what this host had staged on it was "
+                    "saved in lost+found; its staging is left as it is", name)
+        return False
+
+    def _staging_of(self, txn, name: str) -> tuple:
+        """A branch's staging as stored: its state and every entry of its tokens."""
+        st = self.staging.state(txn, name)
+        return st.dump(), [list(self.staging.iter_token(txn, t)) for t in st.tokens()]
 
     def save_staged(self, name: str) -> int:
         """Save the files this host staged on branch ``name`` (compared with the commit

@@ -254,6 +254,36 @@ def test_a_branch_made_again_saves_what_this_host_staged_on_the_one_another_host
         assert f.read() == b"second"
 
 
+def test_a_write_staged_while_a_deleted_branch_s_files_are_saved_is_not_dropped(
+        repo, store_target, tmp_path, monkeypatch, caplog):
+    """Found by hand (two workspaces, a mount writing while the other deleted and
+    made the branch again): closes staged into the branch made again while the old
+    staging's files were being saved were dropped with it, saved nowhere."""
+    repo.create_branch("dev")
+    repo.write_file("dev", "old", b"staged before the deletion")
+    other = Repository.open(store_target, str(tmp_path / "other-host"))
+    other.delete_branch("dev")
+    saving = Repository.save_staged
+
+    def remade_meanwhile(self, name):
+        n = saving(self, name)
+        if self is not repo:
+            return n
+        other.create_branch("dev")
+        self.forget_head("dev")
+        self.write_file("dev", "new", b"closed while the old files were saved")
+        return n
+
+    monkeypatch.setattr(Repository, "save_staged", remade_meanwhile)
+    with caplog.at_level("WARNING"):
+        assert repo.drop_deleted_branch("dev") is False
+    other.close()
+    lost = os.path.join(repo.workspace.sub("lost+found"), "dev")
+    assert os.listdir(lost) == ["old"]
+    assert repo.read("dev", "new") == b"closed while the old files were saved"
+    assert "written again while what this host had staged on it was saved" in caplog.text
+
+
 def test_staged_changes_that_cannot_be_saved_stay_on_the_branch_made_again(
         repo, store_target, tmp_path):
     repo.create_branch("dev")
